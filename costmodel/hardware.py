@@ -1,0 +1,95 @@
+"""A GPU is data: a YAML profile of spec and effective throughputs (SI units)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError, require
+
+HARDWARE_DIR = Path(__file__).parent / "hardware"
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    memory_bytes: float
+    peak_flops: float               # spec sheet, bf16 dense, FLOP/s
+    peak_bandwidth: float           # spec sheet, HBM bytes/s
+    pi_eff: float                   # achieved FLOP/s used by the roofline
+    beta_eff: float                 # achieved bytes/s used by the roofline
+    step_overhead_s: float = 0.0    # fixed cost per forward pass (launches, sampling, scheduling)
+    kernel_floor_s: float = 0.0     # smallest time any one operator takes (launch floor)
+    pi_attn: float | None = None    # separate attention throughput when calibrated; None = pi_eff
+    beta_attn: float | None = None
+    interconnect_bandwidth: float = 0.0   # bytes/s per direction per GPU, for tensor parallelism
+    interconnect_latency_s: float = 0.0   # per ring step
+    gpus_per_node: int = 8
+    counting: str = "seed"          # FLOP-counting convention the effective numbers belong to
+    description: str = ""
+    sources: list = field(default_factory=list)
+    notes: str = ""
+    calibration: dict = field(default_factory=dict)
+
+    @property
+    def pi_attention(self) -> float:
+        return self.pi_attn or self.pi_eff
+
+    @property
+    def beta_attention(self) -> float:
+        return self.beta_attn or self.beta_eff
+
+    @property
+    def ridge_spec(self) -> float:
+        """Roofline ridge point I* = π/β on the spec sheet, FLOP/byte."""
+        return self.peak_flops / self.peak_bandwidth
+
+    @property
+    def ridge_achieved(self) -> float:
+        return self.pi_eff / self.beta_eff
+
+    def replace(self, **changes) -> "Hardware":
+        return dataclasses.replace(self, **changes)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(dataclasses.asdict(self), sort_keys=False)
+
+
+def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
+    names = {f.name for f in dataclasses.fields(Hardware)}
+    unknown = sorted(set(d) - names)
+    require(not unknown, f"{source}:keys", unknown, f"unknown keys; allowed: {', '.join(sorted(names))}")
+    try:
+        hw = Hardware(**d)
+    except TypeError as e:
+        raise InputError(source, sorted(d), f"missing fields ({e})") from None
+    for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
+        v = getattr(hw, fld)
+        require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
+    for fld in ("step_overhead_s", "kernel_floor_s", "interconnect_bandwidth", "interconnect_latency_s"):
+        require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
+    require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
+    return hw
+
+
+def known_hardware() -> list[str]:
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+
+
+def load_hardware(name_or_path: str) -> Hardware:
+    """A short name (``h100``) or a path to a YAML profile (for example one ``calibrate`` wrote)."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = HARDWARE_DIR / f"{str(name_or_path).lower()}.yaml"
+    if not path.is_file():
+        raise InputError("hardware", name_or_path, f"unknown hardware; known: {', '.join(known_hardware())} (or a YAML path)")
+    try:
+        d = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise InputError("hardware", str(path), f"not valid YAML ({e})") from None
+    require(isinstance(d, dict), "hardware", str(path), "YAML must be a mapping")
+    d.setdefault("name", path.stem)
+    return hardware_from_dict(d, source=str(name_or_path))

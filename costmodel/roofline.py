@@ -1,0 +1,195 @@
+"""Price one forward pass from its batch shape: Σ over operators of max(FLOPs/π_eff, bytes/β_eff).
+
+Symbols are seed 000's: L, h, h_kv, d_h, P, b, k = 2·L·h_kv·d_h·b, π_eff, β_eff. Per GPU under
+tensor parallelism tp: weights and heads are split tp ways and each layer pays two ring
+all-reduces of its activations (Megatron-LM: one after attention, one after the MLP).
+
+Operators (each one kernel family, summed over layers):
+  linear            weight GEMMs every row uses: 2·P_lin FLOPs per row, P_lin·b bytes once per pass
+  moe_experts       routed experts: 2·k_e·P_e FLOPs per row; only the experts the batch touches
+                    are streamed, E·(1-(1-k_e/E)^T) per MoE layer in expectation (uniform routing)
+  embedding         seed convention: a GEMM on every row (2·V·H); faithful: a gather of T rows
+  lm_head           seed convention: every row; faithful: only the sampled rows (one per sequence,
+                    as vLLM's logits_indices = query_start_loc[1:] - 1)
+  attention_prefill sequences with q > 1: causal attention over a cached prefix,
+                    4·L·h·d_h·(q·kv + q(q+1)/2) FLOPs (seed 000: the FLOPs_tok term summed over
+                    positions), k·(kv + q) bytes of KV read and written
+  attention_decode  sequences with q = 1: same formulas; at one row per sequence they stream KV
+  allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each
+  step_overhead     the profile's fixed per-pass cost
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import require
+from .hardware import Hardware
+from .model import ModelSpec
+
+COUNTINGS = ("seed", "faithful")
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    flops: float
+    bytes: float
+    time_s: float
+    bound: str   # "compute", "memory", "interconnect" or "overhead"
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    operators: tuple[Operator, ...]
+
+    @property
+    def time_s(self) -> float:
+        return sum(op.time_s for op in self.operators)
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.operators)
+
+    @property
+    def bytes(self) -> float:
+        return sum(op.bytes for op in self.operators)
+
+    def op(self, name: str) -> Operator:
+        return next(o for o in self.operators if o.name == name)
+
+    def to_dict(self) -> dict:
+        return {"time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
+                "operators": [op.__dict__.copy() for op in self.operators]}
+
+
+@dataclass(frozen=True)
+class ShapeStats:
+    """What the roofline needs of a batch, reduced from (q_lens, kv_lens)."""
+    rows: int             # T = Σ q
+    seqs: int             # B, one sampled row each
+    prefill_pairs: float  # Σ_{q>1} q·kv + q(q+1)/2  (query-key pairs)
+    prefill_kv: float     # Σ_{q>1} kv + q           (KV tokens touched)
+    decode_kv: float      # Σ_{q=1} kv + 1           (pairs = KV tokens touched)
+
+    @classmethod
+    def of(cls, q_lens, kv_lens) -> "ShapeStats":
+        q = np.asarray(q_lens, dtype=np.int64)
+        kv = np.asarray(kv_lens, dtype=np.int64)
+        pre = q > 1
+        qp, kvp = q[pre], kv[pre]
+        return cls(int(q.sum()), int(q.size),
+                   float((qp * kvp + qp * (qp + 1) // 2).sum()), float((kvp + qp).sum()),
+                   float((kv[~pre] + q[~pre]).sum()))
+
+
+class CostModel:
+    """One (model, hardware, tp, counting) bound once; prices many batch shapes."""
+
+    def __init__(self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None):
+        counting = counting or hw.counting
+        require(counting in COUNTINGS, "counting", counting, f"must be one of {COUNTINGS}")
+        require(isinstance(tp, int) and tp >= 1, "tp", tp, "must be a positive integer")
+        require(model.h % tp == 0, "tp", tp, f"must divide the {model.h} attention heads of {model.name}")
+        require(model.h_kv % tp == 0 or tp % model.h_kv == 0, "tp", tp,
+                f"must divide, or be a multiple of, the {model.h_kv} KV heads of {model.name}")
+        require(tp == 1 or hw.interconnect_bandwidth > 0, "tp", tp,
+                f"hardware {hw.name} has no interconnect_bandwidth for tensor parallelism")
+        self.model, self.hw, self.tp, self.counting = model, hw, tp, counting
+        m, b = model, model.b
+        self.lin_params = m.always_on_layer_params / tp
+        self.expert_params = m.moe_layers * m.expert_params / tp          # one expert in every MoE layer
+        self.vocab_params = m.vocab * m.H / tp                             # vocab-parallel
+        self.embed_gemm_params = m.embed_params / tp
+        self.head_gemm_params = m.head_params / tp
+        self.attn_coef = 4 * m.L * (m.h // tp) * m.d_h                     # FLOPs per query-key pair
+        self.kv_coef = 2 * m.L * max(1, m.h_kv // tp) * m.d_h * b          # k per GPU, bytes per token
+        self.floor_layers = m.L * hw.kernel_floor_s
+        ring = 2 * (tp - 1) / tp
+        self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
+        self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes / self.tp
+
+    def _experts_touched(self, rows: int) -> float:
+        m = self.model
+        if not m.is_moe or rows == 0:
+            return 0.0
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)
+
+    def weight_terms(self, s: ShapeStats):
+        """(name, flops, bytes, π, β, floor) for the operators that depend only on rows and sequences."""
+        hw, b, m = self.hw, self.model.b, self.model
+        pi, beta = hw.pi_eff, hw.beta_eff
+        out = [("linear", 2 * self.lin_params * s.rows, b * self.lin_params, pi, beta, self.floor_layers)]
+        if m.is_moe:
+            out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * s.rows,
+                        b * self.expert_params * self._experts_touched(s.rows), pi, beta, self.floor_layers))
+        if self.counting == "seed":
+            out.append(("embedding", 2 * self.embed_gemm_params * s.rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s))
+            if self.head_gemm_params:
+                out.append(("lm_head", 2 * self.head_gemm_params * s.rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s))
+        else:
+            out.append(("embedding", 0.0, b * m.H * s.rows, pi, beta, hw.kernel_floor_s))
+            out.append(("lm_head", 2 * self.vocab_params * s.seqs, b * self.vocab_params, pi, beta, hw.kernel_floor_s))
+        return out
+
+    def attention_terms(self, s: ShapeStats):
+        hw = self.hw
+        out = []
+        if s.prefill_kv:
+            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, self.kv_coef * s.prefill_kv,
+                        hw.pi_attention, hw.beta_attention, self.floor_layers))
+        if s.decode_kv:
+            out.append(("attention_decode", self.attn_coef * s.decode_kv, self.kv_coef * s.decode_kv,
+                        hw.pi_attention, hw.beta_attention, self.floor_layers))
+        return out
+
+    def allreduce_s(self, rows: int) -> float:
+        return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency if self.tp > 1 else 0.0
+
+    def _fixed_time(self, s: ShapeStats) -> float:
+        t = self.hw.step_overhead_s
+        for _, fl, by, pi, beta, floor in self.weight_terms(s):
+            t += max(fl / pi, by / beta, floor)
+        return t + self.allreduce_s(s.rows)
+
+    def time(self, s: ShapeStats) -> float:
+        """Seconds for one forward pass (the simulator's hot path: plain floats)."""
+        t = self._fixed_time(s)
+        for _, fl, by, pi, beta, floor in self.attention_terms(s):
+            t += max(fl / pi, by / beta, floor)
+        return t
+
+    def breakdown(self, s: ShapeStats) -> Breakdown:
+        ops = []
+        for name, fl, by, pi, beta, floor in self.weight_terms(s) + self.attention_terms(s):
+            tc, tm = fl / pi, by / beta
+            ops.append(Operator(name, fl, by, max(tc, tm, floor), "compute" if tc >= tm else "memory"))
+        if self.tp > 1:
+            ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
+        if self.hw.step_overhead_s:
+            ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
+        return Breakdown(tuple(ops))
+
+    def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
+        """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
+        Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
+        hw = self.hw
+        x = decode_kv0 + n * np.arange(steps, dtype=np.float64)
+        attn = np.maximum(np.maximum((self.attn_coef * x) / hw.pi_attention, (self.kv_coef * x) / hw.beta_attention),
+                          self.floor_layers)
+        return self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0)) + attn
+
+
+def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None) -> Breakdown:
+    """Price one forward pass of the batch whose sequences have q_lens new and kv_lens cached tokens."""
+    q, kv = np.asarray(q_lens), np.asarray(kv_lens)
+    require(q.shape == kv.shape, "kv_lens", list(kv_lens), f"has {kv.size} entries but q_lens has {q.size}")
+    require(q.size > 0, "q_lens", list(q_lens), "batch is empty")
+    require(bool((q > 0).all()), "q_lens", list(q_lens), "every sequence needs at least one new token")
+    require(bool((kv >= 0).all()), "kv_lens", list(kv_lens), "cached tokens cannot be negative")
+    return CostModel(model, hardware, tp, counting).breakdown(ShapeStats.of(q, kv))

@@ -1,0 +1,1 @@
+"""The studies users run: stall, cost, simulate, sweep, calibrate; the CLI; reports and plots."""

@@ -1,0 +1,65 @@
+"""Price one forward pass of a batch shape, operator by operator."""
+from __future__ import annotations
+
+import csv
+import json
+
+from costmodel import cost
+from costmodel.errors import InputError, require
+
+from .common_args import add_model_hardware, model_and_hardware
+from .report import table
+
+
+def add_parser(p):
+    add_model_hardware(p)
+    p.add_argument("--q-lens", help="new tokens per sequence, e.g. 2016,1,1")
+    p.add_argument("--kv-lens", help="cached tokens per sequence, e.g. 0,2048,2048 (default all 0)")
+    p.add_argument("--batch-file", help="CSV with columns q_len,kv_len")
+    p.add_argument("--counting", choices=["seed", "faithful"], help="FLOP-counting convention (default: the profile's)")
+
+
+def _ints(field: str, text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(field, text, "must be a comma-separated list of integers") from None
+
+
+def read_batch_file(path: str) -> tuple[list[int], list[int]]:
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = {"q_len", "kv_len"} - set(reader.fieldnames or [])
+            require(not missing, "batch-file", path, f"missing columns {sorted(missing)}")
+            q, kv = [], []
+            for i, row in enumerate(reader, start=2):
+                q.append(int(_ints(f"{path}:{i}:q_len", row["q_len"])[0]))
+                kv.append(int(_ints(f"{path}:{i}:kv_len", row["kv_len"])[0]))
+    except OSError as e:
+        raise InputError("batch-file", path, e.strerror) from None
+    return q, kv
+
+
+def batch_from_args(args) -> tuple[list[int], list[int]]:
+    if args.batch_file:
+        return read_batch_file(args.batch_file)
+    require(args.q_lens is not None, "q-lens", None, "give --q-lens or --batch-file")
+    q = _ints("q-lens", args.q_lens)
+    kv = _ints("kv-lens", args.kv_lens) if args.kv_lens else [0] * len(q)
+    return q, kv
+
+
+def run(args) -> int:
+    model, hw = model_and_hardware(args)
+    q, kv = batch_from_args(args)
+    result = cost(model, hw, q, kv, args.tp, args.counting)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    rows = [{"operator": o.name, "GFLOP": o.flops / 1e9, "MB": o.bytes / 1e6, "ms": o.time_s * 1e3, "bound": o.bound}
+            for o in result.operators]
+    rows.append({"operator": "total", "GFLOP": result.flops / 1e9, "MB": result.bytes / 1e6, "ms": result.time_s * 1e3})
+    print(f"{model.name} on {hw.name} (tp={args.tp}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached")
+    print(table(rows))
+    return 0

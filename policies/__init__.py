@@ -1,0 +1,1 @@
+"""What the next forward pass contains: vLLM V1, SGLang, no chunking."""

@@ -1,0 +1,1 @@
+"""Time: the SimPy engine, requests, the KV block pool, replicas, metrics."""

@@ -1,0 +1,121 @@
+"""The roofline against the seed's formulas, computed independently from the config's symbols."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel import CostModel, InputError, ShapeStats, cost, load_hardware, load_model
+
+
+def seed_prefill_flops(m, S):
+    """Seed 000: 2PS weight GEMMs + causal attention 4·L·h·d_h summed over positions 1..S."""
+    return 2 * m.P * S + 4 * m.L * m.h * m.d_h * S * (S + 1) / 2
+
+
+@pytest.mark.parametrize("name,S", [("llama-3.1-8b", 32768), ("llama-3.1-8b", 5000), ("qwen3-8b", 12000),
+                                    ("llama-3.1-70b", 8192)])
+def test_prefill_is_compute_bound_seed_flops(name, S, h100):
+    m = load_model(name)
+    b = cost(m, h100, [S], [0])
+    assert b.flops == pytest.approx(seed_prefill_flops(m, S), rel=1e-9)
+    assert b.time_s == pytest.approx(seed_prefill_flops(m, S) / h100.pi_eff, rel=1e-3)
+
+
+@pytest.mark.parametrize("n,ctx", [(32, 2048), (8, 10000), (100, 500)])
+def test_decode_step_streams_weights_and_kv(llama8b, h100, n, ctx):
+    """Seed 000: a decode step streams 2P bytes of weights plus every resident KV element once."""
+    expected = (llama8b.P * llama8b.b + n * (ctx + 1) * llama8b.kv_bytes_per_token) / h100.beta_eff
+    assert cost(llama8b, h100, [1] * n, [ctx] * n).time_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_tp2_halves_weight_bytes_and_adds_allreduce(llama8b, h100):
+    one = cost(llama8b, h100, [1] * 8, [1000] * 8)
+    two = cost(llama8b, h100, [1] * 8, [1000] * 8, tp=2)
+    assert two.op("linear").bytes == pytest.approx(one.op("linear").bytes / 2)
+    assert two.op("attention_decode").bytes == pytest.approx(one.op("attention_decode").bytes / 2)
+    ar = two.op("allreduce")
+    rows, H, b, L = 8, llama8b.H, llama8b.b, llama8b.L
+    assert ar.bytes == pytest.approx(2 * L * 2 * (2 - 1) / 2 * rows * H * b)
+    assert ar.time_s > 0 and ar.bound == "interconnect"
+
+
+def test_moe_streams_only_touched_experts(h100):
+    m = load_model("mixtral-8x7b")
+    one_row = cost(m, h100, [1], [0]).op("moe_experts")
+    assert one_row.bytes == pytest.approx(m.moe_layers * m.experts_per_tok * m.expert_params * m.b, rel=1e-9)
+    wide = cost(m, h100, [4096], [0]).op("moe_experts")
+    assert wide.bytes == pytest.approx(m.moe_layers * m.num_experts * m.expert_params * m.b, rel=1e-6)
+    assert wide.flops == pytest.approx(2 * 4096 * m.moe_layers * m.experts_per_tok * m.expert_params)
+
+
+def test_moe_active_flops_per_row(h100):
+    m = load_model("qwen3-30b-a3b")
+    b = cost(m, h100, [1000], [0])
+    weight_flops = sum(o.flops for o in b.operators if not o.name.startswith("attention"))
+    assert weight_flops == pytest.approx(2 * m.P_active * 1000, rel=1e-9)
+
+
+def test_faithful_counting_runs_lm_head_on_sampled_rows_only(llama8b, h100):
+    b = cost(llama8b, h100, [2016, 1, 1], [0, 2048, 2048], counting="faithful")
+    assert b.op("lm_head").flops == pytest.approx(2 * llama8b.vocab * llama8b.H * 3)
+    assert b.op("embedding").flops == 0
+
+
+def test_bound_labels(cm8b):
+    b = cm8b.breakdown(ShapeStats.of([4096], [0]))
+    assert b.op("linear").bound == "compute"
+    d = cm8b.breakdown(ShapeStats.of([1] * 4, [4096] * 4))
+    assert d.op("linear").bound == "memory" and d.op("attention_decode").bound == "memory"
+
+
+@settings(max_examples=60, deadline=None)
+@given(q=st.lists(st.integers(1, 5000), min_size=1, max_size=20), dq=st.integers(1, 500),
+       dkv=st.integers(1, 5000), i=st.integers(0, 19), tp=st.sampled_from([1, 2, 4, 8]),
+       name=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b"]))
+def test_cost_monotone_in_q_and_kv(q, dq, dkv, i, tp, name):
+    m, hw = load_model(name), load_hardware("h100")
+    cm = CostModel(m, hw, tp)
+    kv = [100 * j for j in range(len(q))]
+    i %= len(q)
+    base = cm.time(ShapeStats.of(q, kv))
+    more_q = list(q); more_q[i] += dq
+    more_kv = list(kv); more_kv[i] += dkv
+    assert cm.time(ShapeStats.of(more_q, kv)) >= base
+    assert cm.time(ShapeStats.of(q, more_kv)) >= base
+
+
+def test_decode_run_equals_stepping(cm8b):
+    n, kv0 = 7, 7 * 3001
+    run = cm8b.decode_run(n, kv0, 50)
+    step = [cm8b.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(50)]
+    assert np.array_equal(run, np.array(step))
+
+
+@pytest.mark.parametrize("tp", [3, 5, 64])
+def test_tp_must_divide_heads(llama8b, h100, tp):
+    with pytest.raises(InputError, match="tp"):
+        CostModel(llama8b, h100, tp)
+
+
+def test_bad_shapes(llama8b, h100):
+    with pytest.raises(InputError, match="kv_lens"):
+        cost(llama8b, h100, [1, 2], [0])
+    with pytest.raises(InputError, match="q_lens"):
+        cost(llama8b, h100, [0], [0])
+    with pytest.raises(InputError, match="kv_lens"):
+        cost(llama8b, h100, [1], [-1])
+
+
+@pytest.mark.parametrize("name", ["h100", "h200", "a100-80gb", "l40s"])
+def test_hardware_profiles_load(name):
+    hw = load_hardware(name)
+    assert 0 < hw.pi_eff <= hw.peak_flops and 0 < hw.beta_eff <= hw.peak_bandwidth
+
+
+def test_unknown_hardware_and_keys(tmp_path):
+    with pytest.raises(InputError, match="h100"):
+        load_hardware("tpu-v9")
+    p = tmp_path / "x.yaml"
+    p.write_text("name: x\nmemory_bytes: 1\npeak_flops: 1\npeak_bandwidth: 1\npi_eff: 1\nbeta_eff: 1\nwarp_speed: 9\n")
+    with pytest.raises(InputError, match="warp_speed"):
+        load_hardware(str(p))

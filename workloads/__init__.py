@@ -1,0 +1,1 @@
+"""Who arrives when with how many tokens: generators and trace loaders."""
