@@ -1,0 +1,60 @@
+"""From engine flags (spelled as vLLM and SGLang spell them) to (policy, KV pool, cost model).
+
+Defaults follow each engine: vLLM by GPU memory and usage context (vllm/engine/arg_utils.py),
+SGLang's chunked_prefill_size and mem_fraction_static by GPU memory (server_args.py).
+"""
+from __future__ import annotations
+
+from costmodel import CostModel, Hardware, ModelSpec
+from costmodel.errors import require
+from policies.nochunk import NoChunkConfig, NoChunkScheduler
+from policies.sglang import SGLangConfig, SGLangScheduler
+from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
+from simcore.kv import (BlockPool, sglang_default_chunked_prefill_size, sglang_kv_tokens, sglang_mem_fraction_static,
+                        vllm_kv_blocks)
+
+POLICIES = ("vllm", "sglang", "nochunk")
+VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold", "enable_chunked_prefill",
+              "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override"}
+SGLANG_FLAGS = {"chunked_prefill_size", "max_prefill_tokens", "enable_mixed_chunk", "page_size", "max_running_requests",
+                "mem_fraction_static", "max_model_len", "max_total_tokens"}
+NOCHUNK_FLAGS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "max_model_len",
+                 "num_gpu_blocks_override"}
+
+
+def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):
+    """Returns (scheduler, BlockPool, CostModel, max_model_len). Unset flags (None) take the engine's defaults."""
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    cm = CostModel(model, hw, tp)
+    allowed = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS, "nochunk": NOCHUNK_FLAGS}.get(policy)
+    require(allowed is not None, "policy", policy, f"must be one of {', '.join(POLICIES)}")
+    unknown = sorted(set(flags) - allowed)
+    require(not unknown, "flags", unknown, f"not {policy} flags; {policy} takes {', '.join(sorted(allowed))}")
+    max_len = int(flags.pop("max_model_len", 0) or model.max_model_len)
+    require(max_len > 0, "max_model_len", max_len, "must be positive")
+    if policy == "sglang":
+        chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
+        max_total = flags.pop("max_total_tokens", None)
+        cfg = SGLangConfig(**{**flags, "chunked_prefill_size": chunk, "max_model_len": max_len})
+        frac = cfg.mem_fraction_static or sglang_mem_fraction_static(hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp)
+        tokens = sglang_kv_tokens(cm, frac, cfg.page_size)
+        if max_total:
+            tokens = min(tokens, int(max_total) // cfg.page_size * cfg.page_size)
+        return SGLangScheduler(cfg), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
+    override = flags.pop("num_gpu_blocks_override", None)
+    if policy == "vllm":
+        usage = flags.pop("usage_context", "api_server")
+        require(usage in ("api_server", "llm_class"), "usage_context", usage, "must be api_server or llm_class")
+        defaults = vllm_defaults(hw.memory_bytes, hw.name, usage, flags.get("enable_chunked_prefill", True), max_len)
+        if "max_num_batched_tokens" in flags and "max_num_seqs" not in flags:
+            defaults["max_num_seqs"] = min(defaults["max_num_seqs"], flags["max_num_batched_tokens"])
+        cfg = VLLMConfig(**{**defaults, **flags, "max_model_len": max_len})
+        sched = VLLMScheduler(cfg)
+    else:
+        cfg = NoChunkConfig(**{**flags, "max_model_len": max_len})
+        sched = NoChunkScheduler(cfg)
+    budget = getattr(cfg, "max_num_batched_tokens", 0) or max_len
+    blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget)
+    return sched, BlockPool(blocks, cfg.block_size), cm, max_len
+
+

@@ -1,0 +1,81 @@
+"""Continuous batching without chunking: every prompt runs whole in one iteration.
+
+Running requests decode first; then waiting prompts are admitted whole, in order, while
+max_num_seqs and the KV pool allow (the first one whatever its length). This is the seed's
+pathological baseline: one long prompt owns an iteration and every decoder waits for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.errors import require
+
+from .base import Plan, SchedulerState
+
+
+@dataclass(frozen=True)
+class NoChunkConfig:
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 0     # 0 = no cap beyond the first prompt
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 0
+
+    def __post_init__(self):
+        require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
+        require(self.max_num_batched_tokens >= 0, "max_num_batched_tokens", self.max_num_batched_tokens, "must be >= 0")
+        require(self.block_size > 0, "block_size", self.block_size, "must be positive")
+
+
+class NoChunkScheduler:
+    def __init__(self, cfg: NoChunkConfig):
+        self.cfg = cfg
+
+    def schedule(self, s: SchedulerState) -> Plan:
+        plan = Plan()
+        i = 0
+        while i < len(s.running):
+            req = s.running[i]
+            n = req.remaining_tokens
+            while not s.pool.grow(req, req.num_computed_tokens + n):
+                victim = s.running.pop()
+                plan.items = [(r, k) for r, k in plan.items if r is not victim]
+                s.preempt(victim, front=True)
+                plan.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                plan.items.append((req, n))
+                i += 1
+                continue
+            break
+        cap = self.cfg.max_num_batched_tokens or (1 << 62)
+        used = plan.num_tokens
+        while not plan.preempted and s.waiting and len(s.running) < self.cfg.max_num_seqs:
+            req = s.waiting[0]
+            n = req.remaining_tokens
+            if plan.items and used + n > cap:
+                break
+            if not s.pool.grow(req, req.num_computed_tokens + n):
+                break
+            s.waiting.popleft()
+            s.running.append(req)
+            plan.items.append((req, n))
+            used += n
+        return plan
+
+    def can_fast_forward(self, s: SchedulerState) -> bool:
+        if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
+            return True
+        head = s.waiting[0]
+        return s.pool.blocks_for(head.num_computed_tokens + head.remaining_tokens) - head.num_blocks > s.pool.free
+
+    def on_fast_forward(self, steps: int) -> None:
+        pass
+
+    def on_finish(self) -> None:
+        pass
+
+    def check(self, plan, s) -> None:
+        assert all(n == r.remaining_tokens for r, n in plan.items), "a prompt was split"
+        assert len(s.running) <= self.cfg.max_num_seqs

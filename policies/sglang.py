@@ -1,0 +1,219 @@
+"""SGLang's scheduler (python/sglang/srt/managers/scheduler.py, schedule_policy.py), seeds 000 and 001.
+
+Each step picks a batch kind. Prefill first: if PrefillAdder can form a prefill batch it runs,
+alone, and the decoders wait (unless enable_mixed_chunk folds them in as one-token extends).
+PrefillAdder has two budgets, rem_input_tokens (max_prefill_tokens) and rem_chunk_tokens
+(chunked_prefill_size), both reduced by the mixed decode tokens, plus rem_total_tokens (free
+KV minus a reserve of new_token_ratio × the running requests' remaining outputs). Exactly one
+request is chunked at a time; it is re-entered first next step (add_chunked_req). Chunk
+lengths and prefix lengths are truncated to page_size multiples. A decode step that finds too
+little free KV retracts requests (fewest outputs first, then longest prompt) to the back of the
+waiting queue until 20 decode steps of headroom remain (ScheduleBatch.retract_decode).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.errors import require
+
+from .base import Plan, SchedulerState
+
+CLIP_MAX_NEW_TOKENS = 4096
+RETRACT_DECODE_STEPS = 20
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+
+
+@dataclass(frozen=True)
+class SGLangConfig:
+    chunked_prefill_size: int | None = 8192   # None or <= 0: chunking off
+    max_prefill_tokens: int = 16384
+    enable_mixed_chunk: bool = False
+    page_size: int = 1
+    max_running_requests: int = 4096
+    mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
+    max_model_len: int = 0
+
+    def __post_init__(self):
+        require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
+        require(self.page_size > 0, "page_size", self.page_size, "must be positive")
+        require(self.max_running_requests > 0, "max_running_requests", self.max_running_requests, "must be positive")
+        require(self.chunk is None or self.chunk >= self.page_size, "chunked_prefill_size", self.chunked_prefill_size,
+                f"must be at least page_size ({self.page_size})")
+        require(self.mem_fraction_static is None or 0 < self.mem_fraction_static < 1, "mem_fraction_static",
+                self.mem_fraction_static, "must be in (0, 1)")
+
+    @property
+    def chunk(self) -> int | None:
+        return self.chunked_prefill_size if self.chunked_prefill_size and self.chunked_prefill_size > 0 else None
+
+    @property
+    def is_mixed_chunk(self) -> bool:
+        return self.chunk is not None and self.enable_mixed_chunk
+
+
+def _page_up(n: int, page: int) -> int:
+    return -(-n // page) * page
+
+
+class _PrefillAdder:
+    """schedule_policy.py, PrefillAdder: the budgets of one prefill batch."""
+
+    def __init__(self, cfg: SGLangConfig, s: SchedulerState, decoding: list, ratio: float):
+        mixed = len(decoding) if cfg.is_mixed_chunk else 0
+        self.page = cfg.page_size
+        self.rem_input = cfg.max_prefill_tokens - mixed
+        self.rem_chunk = cfg.chunk - mixed if cfg.chunk is not None else None
+        reserve = sum(min(r.outputs_left, CLIP_MAX_NEW_TOKENS) for r in decoding) * ratio
+        self.rem_total = s.pool.free * s.pool.block_size - reserve - mixed
+        self.items, self.new_chunked = [], None
+
+    def add_chunked(self, req) -> bool:
+        """Returns True when the request is still truncated (stays the chunked request)."""
+        rem = min(self.rem_chunk, int(self.rem_total)) if self.rem_chunk is not None else int(self.rem_total)
+        if rem <= 0:
+            rem = self.rem_chunk
+        n = min(req.remaining_tokens, rem)
+        self.items.append((req, n))
+        self._charge(n, min(req.outputs_left, CLIP_MAX_NEW_TOKENS) if n == req.remaining_tokens else 0)
+        return n < req.remaining_tokens
+
+    def add_one(self, req) -> str:
+        extend = req.remaining_tokens
+        if extend + min(req.outputs_left, CLIP_MAX_NEW_TOKENS) >= self.rem_total:
+            return "no_token"
+        tokens = _page_up(extend, self.page)
+        if tokens >= self.rem_input and self.items:
+            return "other"
+        if self.rem_chunk is None or tokens <= self.rem_chunk:
+            self.items.append((req, extend))
+            self._charge(extend, min(req.outputs_left, CLIP_MAX_NEW_TOKENS))
+        else:
+            trunc = self.rem_chunk // self.page * self.page
+            prefix = req.num_computed_tokens
+            trunc = (trunc + prefix) // self.page * self.page - prefix
+            if trunc <= 0:
+                return "other"
+            self.items.append((req, trunc))
+            self.new_chunked = req
+            self._charge(trunc, 0)
+        return self.state()
+
+    def _charge(self, extend: int, max_new: int) -> None:
+        extend = _page_up(extend, self.page)
+        self.rem_total -= extend + max_new
+        self.rem_input -= extend
+        if self.rem_chunk is not None:
+            self.rem_chunk -= extend
+
+    def state(self) -> str:
+        if self.rem_total <= 0:
+            return "no_token"
+        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+            return "other"
+        return "continue"
+
+
+class SGLangScheduler:
+    def __init__(self, cfg: SGLangConfig):
+        self.cfg = cfg
+        self.chunked_req = None
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.batch_is_full = False
+
+    def _decoding(self, s: SchedulerState) -> list:
+        return [r for r in s.running if r is not self.chunked_req]
+
+    def schedule(self, s: SchedulerState) -> Plan:
+        decoding = self._decoding(s)
+        plan = self._prefill(s, decoding)
+        if plan:
+            if self.cfg.is_mixed_chunk and decoding:
+                plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
+            return plan
+        if not s.running and not s.waiting:
+            self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        return self._decode(s, decoding)
+
+    def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
+        if (self.batch_is_full or not s.waiting) and self.chunked_req is None:
+            return Plan()
+        allocatable = self.cfg.max_running_requests - len(decoding)
+        if allocatable <= 0 and self.chunked_req is None:
+            self.batch_is_full = True
+            return Plan()
+        adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
+        still_chunked = adder.add_chunked(self.chunked_req) if self.chunked_req is not None else False
+        if not still_chunked:
+            self.chunked_req = None
+        for req in list(s.waiting):
+            if len(adder.items) >= allocatable:
+                self.batch_is_full = True
+                break
+            res = adder.add_one(req)
+            if res != "continue":
+                self.batch_is_full = res == "no_token"
+                break
+        plan = Plan()
+        for req, n in adder.items:
+            if not s.pool.grow(req, req.num_computed_tokens + n):
+                break
+            if req is not self.chunked_req and req not in s.running:
+                s.waiting.remove(req)
+                s.running.append(req)
+            plan.items.append((req, n))
+        if adder.new_chunked is not None and any(r is adder.new_chunked for r, _ in plan.items):
+            self.chunked_req = adder.new_chunked
+        return plan
+
+    def _decode(self, s: SchedulerState, decoding: list) -> Plan:
+        plan = Plan()
+        if not decoding:
+            return plan
+        if s.pool.free * s.pool.block_size < self._decode_need(s, decoding):
+            self._retract(s, decoding, plan)
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        for r in decoding:
+            if s.pool.grow(r, r.num_computed_tokens + 1):
+                plan.items.append((r, 1))
+        return plan
+
+    def _decode_need(self, s, decoding) -> int:
+        return sum(s.pool.block_size for r in decoding if r.num_computed_tokens + 1 > r.num_blocks * s.pool.block_size)
+
+    def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
+        order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
+        while order:
+            victim = order.pop()
+            s.running.remove(victim)
+            decoding.remove(victim)
+            s.preempt(victim, front=False)
+            plan.preempted.append(victim)
+            if len(order) <= 1 or s.pool.free * s.pool.block_size >= RETRACT_DECODE_STEPS * len(order):
+                break
+        total_new = sum(r.output_len for r in decoding) or 1
+        self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
+        self.batch_is_full = False
+
+    def can_fast_forward(self, s: SchedulerState) -> bool:
+        return self.chunked_req is None and not s.waiting
+
+    def on_fast_forward(self, steps: int) -> None:
+        for _ in range(steps):
+            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
+                break
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+
+    def on_finish(self) -> None:
+        self.batch_is_full = False
+
+    def check(self, plan, s) -> None:
+        prefill = [(r, n) for r, n in plan.items if r.is_prefilling]
+        chunk = self.cfg.chunk
+        if chunk is not None and prefill:
+            assert sum(n for _, n in prefill) <= max(self.cfg.max_prefill_tokens, chunk) + max(n for _, n in prefill)
+            assert sum(1 for r, n in prefill if n < r.remaining_tokens) <= 1, "more than one chunked request"
+        if prefill and not self.cfg.is_mixed_chunk:
+            assert len(prefill) == len(plan.items), "decodes ran in a prefill batch without mixed chunk"

@@ -1,0 +1,125 @@
+"""vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py), as seed 000 describes it.
+
+No prefill or decode phase: one token budget per step, drawn down by the running queue (decodes
+and partial prefills, in order) before the waiting queue is touched. A prefill longer than the
+budget left is clamped to it (chunked prefill); long_prefill_token_threshold clamps first.
+When a running request cannot get KV blocks, the last running request is preempted (recompute,
+to the front of waiting) until it can; a step with a preemption admits no waiting request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.errors import require
+from costmodel.hardware import GiB
+
+from .base import Plan, SchedulerState
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    long_prefill_token_threshold: int = 0      # 0 = off
+    enable_chunked_prefill: bool = True
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 0                     # 0 = the model's max_position_embeddings
+
+    def __post_init__(self):
+        require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
+        require(self.max_num_batched_tokens >= self.max_num_seqs, "max_num_batched_tokens", self.max_num_batched_tokens,
+                f"must be greater than or equal to max_num_seqs ({self.max_num_seqs})")
+        require(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
+        require(self.block_size > 0, "block_size", self.block_size, "must be positive")
+        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]")
+        require(self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len, "max_num_batched_tokens",
+                self.max_num_batched_tokens, f"is smaller than max_model_len ({self.max_model_len}) with chunked prefill disabled")
+
+
+def vllm_defaults(memory_bytes: float, device_name: str, usage_context: str = "api_server",
+                  enable_chunked_prefill: bool = True, max_model_len: int = 0) -> dict:
+    """EngineArgs defaults by device memory and usage context (vllm/engine/arg_utils.py, seed 000)."""
+    big = memory_bytes >= 160 * GiB
+    mid = memory_bytes >= 70 * GiB and "a100" not in device_name.lower()
+    llm_class = usage_context == "llm_class"
+    if big:
+        tokens, seqs = 16384, 1024
+    elif mid:
+        tokens, seqs = (16384 if llm_class else 8192), 1024
+    else:
+        tokens, seqs = (8192 if llm_class else 2048), 256
+    if not enable_chunked_prefill:
+        tokens = max(max_model_len, tokens)
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": min(seqs, tokens)}
+
+
+class VLLMScheduler:
+    def __init__(self, cfg: VLLMConfig):
+        self.cfg = cfg
+
+    def _clamp(self, req, budget: int) -> int:
+        n = req.remaining_tokens
+        thr = self.cfg.long_prefill_token_threshold
+        if 0 < thr < n:
+            n = thr
+        return min(n, budget)
+
+    def schedule(self, s: SchedulerState) -> Plan:
+        plan, budget = Plan(), self.cfg.max_num_batched_tokens
+        scheduled = {}
+        i = 0
+        while i < len(s.running) and budget > 0:
+            req = s.running[i]
+            n = self._clamp(req, budget)
+            while not s.pool.grow(req, req.num_computed_tokens + n):
+                victim = s.running.pop()
+                budget += scheduled.pop(victim, 0)
+                s.preempt(victim, front=True)
+                plan.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                scheduled[req] = n
+                budget -= n
+                i += 1
+                continue
+            break
+        if not plan.preempted:
+            while s.waiting and budget > 0 and len(s.running) < self.cfg.max_num_seqs:
+                req = s.waiting[0]
+                n = self._clamp(req, 1 << 62)
+                if not self.cfg.enable_chunked_prefill and n > budget:
+                    break
+                n = min(n, budget)
+                if not s.pool.grow(req, req.num_computed_tokens + n):
+                    break
+                s.waiting.popleft()
+                s.running.append(req)
+                scheduled[req] = n
+                budget -= n
+        plan.items = list(scheduled.items())
+        return plan
+
+    def can_fast_forward(self, s: SchedulerState) -> bool:
+        """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,
+        or max_num_seqs is reached, or its head cannot get blocks (free blocks only shrink)."""
+        if len(s.running) > self.cfg.max_num_batched_tokens:
+            return False
+        if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
+            return True
+        head = s.waiting[0]
+        n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - len(s.running))
+        return n > 0 and s.pool.blocks_for(head.num_computed_tokens + n) - head.num_blocks > s.pool.free
+
+    def on_fast_forward(self, steps: int) -> None:
+        pass
+
+    def on_finish(self) -> None:
+        pass
+
+    def check(self, plan, s) -> None:
+        assert plan.num_tokens <= self.cfg.max_num_batched_tokens, "token budget exceeded"
+        assert len(s.running) <= self.cfg.max_num_seqs
+        thr = self.cfg.long_prefill_token_threshold
+        assert not thr or all(n <= thr for _, n in plan.items)

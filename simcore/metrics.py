@@ -1,0 +1,86 @@
+"""Per-request records and the run summary, with `vllm bench serve`'s result keys and semantics.
+
+TTFT = first token − arrival; TPOT = (E2EL − TTFT)/(output − 1) for outputs > 1; ITL = every gap
+between consecutive tokens of a request; E2EL = last token − arrival. Goodput counts requests
+meeting every given SLO (inclusive), per second (vllm/benchmarks/serve.py, calculate_metrics).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .histogram import LogHistogram
+
+PERCENTILES = (50, 90, 99)
+
+
+def requests_frame(requests) -> pd.DataFrame:
+    rows = [(r.rid, r.replica, r.arrival_s, r.prompt_len, r.output_len, r.num_output_tokens, r.first_scheduled_s,
+             r.first_token_s, r.finish_s, r.max_itl_s, r.num_preemptions, r.num_cached_tokens, r.rejected) for r in requests]
+    df = pd.DataFrame(rows, columns=["rid", "replica", "arrival_s", "prompt_len", "output_len", "num_output_tokens",
+                                     "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s", "num_preemptions",
+                                     "num_cached_tokens", "rejected"])
+    df["ttft_s"] = df.first_token_s - df.arrival_s
+    df["e2el_s"] = df.finish_s - df.arrival_s
+    df["queue_s"] = df.first_scheduled_s - df.arrival_s
+    df["tpot_s"] = np.where(df.output_len > 1, (df.e2el_s - df.ttft_s) / (df.output_len - 1).clip(lower=1), np.nan)
+    return df.sort_values("rid", kind="stable").reset_index(drop=True)
+
+
+def _stats(name: str, values_s: np.ndarray, out: dict) -> None:
+    v = values_s[~np.isnan(values_s)] * 1e3
+    out[f"mean_{name}_ms"] = float(v.mean()) if len(v) else 0.0
+    out[f"median_{name}_ms"] = float(np.median(v)) if len(v) else 0.0
+    out[f"std_{name}_ms"] = float(v.std()) if len(v) else 0.0
+    for p in PERCENTILES:
+        out[f"p{p}_{name}_ms"] = float(np.percentile(v, p)) if len(v) else 0.0
+
+
+def summarize(df: pd.DataFrame, itl: LogHistogram, num_iterations: int, goodput: dict | None = None) -> dict:
+    done = df[df.finish_s.notna()]
+    duration = float(done.finish_s.max() - df.arrival_s.min()) if len(done) else 0.0
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
+    out = {
+        "duration": duration, "completed": int(len(done)), "num_rejected": int(df.rejected.notna().sum()),
+        "total_input_tokens": int(done.prompt_len.sum()), "total_output_tokens": int(done.num_output_tokens.sum()),
+        "request_throughput": per_s(len(done)), "output_throughput": per_s(float(done.num_output_tokens.sum())),
+        "total_token_throughput": per_s(float(done.prompt_len.sum() + done.num_output_tokens.sum())),
+    }
+    for name in ("ttft", "tpot", "e2el"):
+        _stats(name, done[f"{name}_s"].to_numpy(dtype=float), out)
+    out["mean_itl_ms"] = itl.mean * 1e3
+    out["median_itl_ms"] = itl.quantile(0.5) * 1e3
+    for p in PERCENTILES:
+        out[f"p{p}_itl_ms"] = itl.quantile(p / 100) * 1e3
+    out["max_itl_ms"] = itl.max * 1e3
+    out["num_iterations"] = int(num_iterations)
+    out["num_preemptions"] = int(df.num_preemptions.sum())
+    if goodput:
+        out["request_goodput"] = per_s(int(good_mask(done, goodput).sum()))
+    return out
+
+
+def good_mask(df: pd.DataFrame, slos_ms: dict) -> np.ndarray:
+    ok = np.ones(len(df), dtype=bool)
+    for key, ms in slos_ms.items():
+        col = df[f"{key}_s"].fillna(0.0).to_numpy()
+        ok &= col <= ms / 1e3
+    return ok
+
+
+def parse_goodput(items: list[str]) -> dict:
+    """`ttft:MS tpot:MS e2el:MS` as `vllm bench serve --goodput` takes them."""
+    from costmodel.errors import InputError
+    out = {}
+    for item in items:
+        key, _, val = item.partition(":")
+        if key not in ("ttft", "tpot", "e2el"):
+            raise InputError("goodput", item, "keys are ttft, tpot, e2el")
+        try:
+            ms = float(val)
+        except ValueError:
+            raise InputError("goodput", item, "value must be a number of milliseconds") from None
+        if ms < 0:
+            raise InputError("goodput", item, "must be non-negative")
+        out[key] = ms
+    return out

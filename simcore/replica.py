@@ -1,0 +1,149 @@
+"""One engine instance as a SimPy process: plan, price, wait, apply, record.
+
+ORDERING. An arrival stamped t joins the batch planned at t: before planning, the replica
+yields a zero-delay timeout, which SimPy queues behind every event already due at t (events
+at equal times run in insertion order), so all arrivals of t are in the inbox first.
+
+FAST-FORWARD. When the plan is decode-only and the policy says the next plans repeat it, k
+steps are taken in one event: k is cut at the first finish, at the first step whose start is
+not before the next arrival, and where the KV blocks the steps need run out. Step times are
+the same sequence of additions stepping would make.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costmodel import CostModel, ShapeStats
+from policies.base import Plan, SchedulerState
+
+from .histogram import LogHistogram
+
+
+class Replica:
+    def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel, itl: LogHistogram,
+                 next_arrival, on_finish, fast_forward: bool = True, check: bool = False):
+        self.env, self.index, self.policy, self.state, self.cm = env, index, policy, state, cm
+        self.itl, self.next_arrival, self.on_finish = itl, next_arrival, on_finish
+        self.fast_forward, self.checking = fast_forward, check
+        self.inbox: list = []
+        self.idle = None
+        self.num_iterations = 0
+        self.iteration_log: list | None = None
+        self.process = env.process(self.run())
+
+    def submit(self, req) -> None:
+        req.replica = self.index
+        self.inbox.append(req)
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.inbox) + len(self.state.waiting) + len(self.state.running)
+
+    def run(self):
+        while True:
+            yield self.env.timeout(0)
+            self.state.waiting.extend(self.inbox)
+            self.inbox.clear()
+            plan = self.policy.schedule(self.state)
+            if self.checking:
+                self.check(plan)
+            if not plan:
+                self.idle = self.env.event()
+                yield self.idle
+                continue
+            start = self.env.now
+            ends = self._step_ends(plan, start)
+            yield self.env.timeout(ends[-1] - start)
+            self._apply(plan, start, ends)
+
+    def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
+        if self.fast_forward and not plan.preempted and plan.decode_only and self.policy.can_fast_forward(self.state):
+            k = self._stable_steps(plan)
+            if k > 1:
+                n = len(plan.items)
+                kv0 = float(sum(r.num_computed_tokens + 1 for r, _ in plan.items))
+                ends = np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
+                nxt = self.next_arrival()
+                if nxt < math.inf:
+                    ends = ends[: 1 + int(np.searchsorted(ends[:-1], nxt, side="left"))]
+                return ends
+        q = [n for _, n in plan.items]
+        kv = [r.num_computed_tokens for r, _ in plan.items]
+        return np.array([start + self.cm.time(ShapeStats.of(q, kv))])
+
+    def _stable_steps(self, plan: Plan) -> int:
+        """Most steps before a finish or a failed KV allocation (the first step's blocks are held)."""
+        k = min(r.outputs_left for r, _ in plan.items)
+        pool = self.state.pool
+        c = np.fromiter((r.num_computed_tokens for r, _ in plan.items), dtype=np.int64, count=len(plan.items))
+        held = int(sum(r.num_blocks for r, _ in plan.items))
+        need = lambda j: int((-(-(c + j) // pool.block_size)).sum()) - held  # noqa: E731
+        if need(k) <= pool.free:
+            return k
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= pool.free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _apply(self, plan: Plan, start: float, ends: np.ndarray) -> None:
+        """Advance every planned request; whoever catches up samples a token at the end of each step."""
+        steps = len(ends)
+        self.num_iterations += steps
+        if self.iteration_log is not None:
+            self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
+        first, last = float(ends[0]), float(ends[-1])
+        inner_max = float(np.diff(ends).max()) if steps > 1 else 0.0
+        gaps, finished = [], []
+        for req, n in plan.items:
+            if req.first_scheduled_s is None:
+                req.first_scheduled_s = start
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue
+            if req.first_token_s is None:
+                req.first_token_s = first
+            else:
+                gap = first - req.last_token_s
+                gaps.append(gap)
+                req.max_itl_s = max(req.max_itl_s, gap, inner_max)
+            req.num_computed_tokens += steps - 1
+            req.num_output_tokens += steps
+            req.last_token_s = last
+            if req.is_finished:
+                finished.append(req)
+        self.itl.add_many(gaps)
+        if steps > 1:
+            self.policy.on_fast_forward(steps - 1)
+            self.itl.add_many(np.diff(ends), weight=len(plan.items))
+            for req, _ in plan.items:
+                assert self.state.pool.grow(req, req.num_computed_tokens)
+        for req in finished:
+            req.finish_s = last
+            self.state.pool.release(req)
+            self.state.running.remove(req)
+            self.policy.on_finish()
+            self.on_finish(req)
+
+    def check(self, plan: Plan) -> None:
+        """Conservation invariants, run every step in tests."""
+        s = self.state
+        s.pool.check()
+        assert s.pool.used == sum(r.num_blocks for r in s.running), "KV blocks leaked"
+        assert all(r.num_blocks == 0 for r in s.waiting)
+        assert len({id(r) for r in s.running}) == len(s.running)
+        assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
+        for r, n in plan.items:
+            assert n > 0 and r.num_computed_tokens + n <= r.num_tokens
+            assert r.num_blocks * s.pool.block_size >= r.num_computed_tokens + n
+        for r in s.running:
+            r.check()
+        if hasattr(self.policy, "check"):
+            self.policy.check(plan, s)

@@ -1,0 +1,65 @@
+"""A request in flight is (num_computed_tokens, num_tokens) plus what metrics need.
+
+Token positions of a request, in order:
+  [0, num_computed_tokens)           in the KV cache
+  [num_computed_tokens, num_tokens)  known but not yet computed (prompt, or outputs to recompute)
+num_tokens = prompt_len + num_output_tokens. A step that brings num_computed_tokens up to
+num_tokens samples one new token (a non-final prefill chunk samples nothing: seed 000).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Request:
+    rid: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int                       # tokens to generate (max_tokens with ignore_eos)
+    block_hashes: tuple = ()
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_blocks: int = 0                   # KV blocks (pages) held
+    # metrics, seconds
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    finish_s: float | None = None
+    max_itl_s: float = 0.0
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    rejected: str | None = None
+    replica: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Positions known but not yet in the KV cache (1 for a decoding request)."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed_tokens < self.num_tokens - (1 if self.num_output_tokens else 0)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.num_output_tokens >= self.output_len
+
+    @property
+    def outputs_left(self) -> int:
+        return self.output_len - self.num_output_tokens
+
+    def reset_for_recompute(self) -> None:
+        """Preemption by recompute (vLLM V1) or retraction (SGLang): the KV is gone, the tokens stay."""
+        self.num_computed_tokens = 0
+        self.num_blocks = 0
+        self.num_preemptions += 1
+
+    def check(self) -> None:
+        assert 0 <= self.num_computed_tokens <= self.num_tokens, (self.rid, self.num_computed_tokens, self.num_tokens)
+        assert 0 <= self.num_output_tokens <= self.output_len

@@ -1,0 +1,124 @@
+"""A run: requests arrive (open loop, or closed loop with a concurrency cap), replicas serve them.
+
+Requests whose prompt plus output exceeds max_model_len, or which could never fit in the KV
+pool, are rejected at arrival with the reason recorded, never dropped silently.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from policies.base import SchedulerState
+
+from .histogram import LogHistogram
+from .metrics import requests_frame, summarize
+from .replica import Replica
+from .request import Request
+
+
+@dataclass
+class Result:
+    requests: pd.DataFrame
+    summary: dict
+    iterations: list | None = None
+    replicas: list = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, engines, workload, *, fast_forward: bool = True, check: bool = False,
+                 max_model_len: int = 0, record_iterations: bool = False, router=None):
+        """engines: list of (policy, BlockPool, CostModel), one per replica."""
+        self.env = simpy.Environment()
+        self.itl = LogHistogram()
+        self.workload, self.max_model_len, self.router = workload, max_model_len, router
+        self.requests: list[Request] = []
+        self._next = 0
+        self.concurrency = getattr(workload, "closed_loop_concurrency", None)
+        self.in_flight = 0
+        self._slot = None
+        self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.itl, self.next_arrival, self.finished,
+                                 fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
+        if record_iterations:
+            for r in self.replicas:
+                r.iteration_log = []
+        self.env.process(self.arrivals())
+
+    def next_arrival(self) -> float:
+        w = self.workload
+        if self._next >= len(w) or self.concurrency:
+            return math.inf
+        return float(w.arrival_s[self._next])
+
+    def finished(self, req: Request) -> None:
+        self.in_flight -= 1
+        if self._slot is not None and not self._slot.triggered:
+            self._slot.succeed()
+
+    def arrivals(self):
+        w = self.workload
+        hashes = getattr(w, "block_hashes", None)
+        for i in range(len(w)):
+            self._next = i
+            t = max(float(w.arrival_s[i]), self.env.now)
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            while self.concurrency and self.in_flight >= self.concurrency:
+                self._slot = self.env.event()
+                yield self._slot
+            req = Request(i, self.env.now, int(w.prompt_len[i]), int(w.output_len[i]),
+                          tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
+            self.requests.append(req)
+            replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
+            req.rejected = self._reject_reason(req, replica)
+            if req.rejected is None:
+                self.in_flight += 1
+                replica.submit(req)
+        self._next = len(w)
+
+    def _reject_reason(self, req: Request, replica: Replica) -> str | None:
+        total = req.prompt_len + req.output_len
+        if self.max_model_len and total > self.max_model_len:
+            return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
+        pool = replica.state.pool
+        if pool.blocks_for(total) > pool.total:
+            return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
+        return None
+
+    def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
+        self.env.run(until=until)
+        df = requests_frame(self.requests)
+        iters = sum(r.num_iterations for r in self.replicas)
+        log = [row for r in self.replicas for row in (r.iteration_log or [])] or None
+        return Result(df, summarize(df, self.itl, iters, goodput), log, self.replicas)
+
+    def accounted(self) -> bool:
+        """Every arrived request is finished, running, waiting or rejected."""
+        where = {}
+        for rep in self.replicas:
+            for r in rep.state.running:
+                where[id(r)] = "running"
+            for r in list(rep.state.waiting) + rep.inbox:
+                where[id(r)] = "waiting"
+        return all((r.finish_s is not None) + (r.rejected is not None) + (id(r) in where) == 1 for r in self.requests)
+
+
+def fixed_workload(arrival_s, prompt_len, output_len, concurrency: int | None = None) -> "Arrays":
+    """The minimal workload: three equal-length arrays (the workloads package builds richer ones)."""
+    return Arrays(np.asarray(arrival_s, dtype=np.float64), np.asarray(prompt_len, dtype=np.int64),
+                  np.asarray(output_len, dtype=np.int64), None, concurrency)
+
+
+@dataclass
+class Arrays:
+    arrival_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    block_hashes: list | None = None
+    closed_loop_concurrency: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
