@@ -18,6 +18,7 @@ def add_parser(p):
     p.add_argument("--slo-ms", type=float, default=d["slo_ms"])
     p.add_argument("--align", type=positive_int, default=d["align"])
     p.add_argument("--chunks", action="store_true", help="also print the per-chunk table")
+    p.add_argument("--no-simulate", action="store_true", help="skip the simulated run of the scene through each policy")
 
 
 def run(args) -> int:
@@ -39,6 +40,11 @@ def run(args) -> int:
     print(f"{model.name} on {hw.name} (tp={args.tp}): {scene.prompt_len}-token prompt, {scene.num_decodes} decoders "
           f"at {scene.decode_context} tokens, budget {scene.budget}; counting={hw.counting}")
     print(table(rows))
+    if not args.no_simulate:
+        from .stall_sim import simulated_stalls
+        print()
+        print("simulated: decoders running, the long prompt arrives (chunksim simulate --scenario stall)")
+        print(table(simulated_stalls(model, hw, scene, args.tp)))
     if args.chunks:
         from costmodel import CostModel
         print()

@@ -90,6 +90,10 @@ class Simulation:
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         self.env.run(until=until)
+        if until is None:
+            for r in self.requests:
+                if r.finish_s is None and r.rejected is None:
+                    r.rejected = "never admitted: the engine could not fit it before the run ended"
         df = requests_frame(self.requests)
         iters = sum(r.num_iterations for r in self.replicas)
         log = [row for r in self.replicas for row in (r.iteration_log or [])] or None

@@ -1,0 +1,56 @@
+"""Simulated requests per second and peak RSS: Poisson arrivals with ShareGPT-like lengths,
+Llama-3.1-8B on one H100, vLLM V1 policy. Fast-forward and step mode are timed in one run.
+
+    python benchmarks/bench_simulator.py [--num-prompts 10000] [--request-rate 8]
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costmodel import load_hardware, load_model
+from experiments.engines import build_engine
+from simcore.simulation import Simulation, fixed_workload
+
+SHAREGPT = Path(__file__).resolve().parents[2] / "shared/data/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+
+
+def lengths(n: int, rng: np.random.Generator):
+    if SHAREGPT.is_file():
+        t = pd.read_csv(SHAREGPT)
+        idx = rng.integers(0, len(t), n)
+        return t.num_prefill_tokens.to_numpy()[idx], t.num_decode_tokens.to_numpy()[idx].clip(1), "ShareGPT table"
+    return (rng.lognormal(6.0, 1.0, n).astype(int).clip(4, 8000), rng.lognormal(5.3, 1.0, n).astype(int).clip(1, 2000),
+            "lognormal stand-in")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--num-prompts", type=int, default=10000)
+    ap.add_argument("--request-rate", type=float, default=8.0)
+    ap.add_argument("--policy", default="vllm")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    prompts, outputs, source = lengths(args.num_prompts, rng)
+    arrivals = np.cumsum(rng.exponential(1 / args.request_rate, args.num_prompts))
+    wl = fixed_workload(arrivals, prompts, outputs)
+    model, hw = load_model("llama-3.1-8b"), load_hardware("h100")
+    print(f"{args.num_prompts} requests, {source}, rate {args.request_rate}/s, policy {args.policy}")
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine(args.policy, model, hw, 1, {})
+        t0 = time.perf_counter()
+        res = Simulation([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len).run()
+        dt = time.perf_counter() - t0
+        s = res.summary
+        print(f"fast_forward={ff!s:5}  wall {dt:6.2f} s  {args.num_prompts / dt:9,.0f} simulated req/s  "
+              f"{s['num_iterations']:,} iterations  p99 ITL {s['p99_itl_ms']:.1f} ms  p99 TTFT {s['p99_ttft_ms']:.0f} ms")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
