@@ -5,6 +5,7 @@ import csv
 import json
 
 from costmodel import cost
+from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
 
 from .common_args import add_model_hardware, model_and_hardware
@@ -17,6 +18,7 @@ def add_parser(p):
     p.add_argument("--kv-lens", help="cached tokens per sequence, e.g. 0,2048,2048 (default all 0)")
     p.add_argument("--batch-file", help="CSV with columns q_len,kv_len")
     p.add_argument("--counting", choices=["seed", "faithful"], help="FLOP-counting convention (default: the profile's)")
+    p.add_argument("--interval", action="store_true", help="prediction interval from a calibrated profile's covariance")
 
 
 def _ints(field: str, text: str) -> list[int]:
@@ -54,12 +56,16 @@ def run(args) -> int:
     model, hw = model_and_hardware(args)
     q, kv = batch_from_args(args)
     result = cost(model, hw, q, kv, args.tp, args.counting)
+    band = forward_interval(model, hw, q, kv, args.tp, args.counting) if args.interval else None
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(result.to_dict() | ({"interval": band} if band else {}), indent=2))
         return 0
     rows = [{"operator": o.name, "GFLOP": o.flops / 1e9, "MB": o.bytes / 1e6, "ms": o.time_s * 1e3, "bound": o.bound}
             for o in result.operators]
     rows.append({"operator": "total", "GFLOP": result.flops / 1e9, "MB": result.bytes / 1e6, "ms": result.time_s * 1e3})
     print(f"{model.name} on {hw.name} (tp={args.tp}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached")
     print(table(rows))
+    if band:
+        print(f"interval ({band['draws']} draws): 68 % {band['p16_s'] * 1e3:.4g}-{band['p84_s'] * 1e3:.4g} ms, "
+              f"95 % {band['p2.5_s'] * 1e3:.4g}-{band['p97.5_s'] * 1e3:.4g} ms")
     return 0

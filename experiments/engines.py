@@ -15,11 +15,12 @@ from simcore.kv import (BlockPool, sglang_default_chunked_prefill_size, sglang_k
 
 POLICIES = ("vllm", "sglang", "nochunk")
 VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold", "enable_chunked_prefill",
-              "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override"}
+              "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override",
+              "enable_prefix_caching"}
 SGLANG_FLAGS = {"chunked_prefill_size", "max_prefill_tokens", "enable_mixed_chunk", "page_size", "max_running_requests",
-                "mem_fraction_static", "max_model_len", "max_total_tokens"}
+                "mem_fraction_static", "max_model_len", "max_total_tokens", "disable_radix_cache"}
 NOCHUNK_FLAGS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "max_model_len",
-                 "num_gpu_blocks_override"}
+                 "num_gpu_blocks_override", "enable_prefix_caching"}
 
 
 def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):

@@ -16,6 +16,12 @@ class SchedulerState:
     waiting: deque = field(default_factory=deque)    # arrived, holding no KV
     running: list = field(default_factory=list)      # holding KV: prefilling or decoding
 
+    def lookup(self, req: Request) -> None:
+        """Prefix-cache lookup for a request about to be admitted with nothing computed."""
+        cache = self.pool.cache
+        if cache is not None and req.num_computed_tokens == 0 and "cache_path" not in req.extra:
+            req.num_computed_tokens = cache.match(req)
+
     def preempt(self, req: Request, *, front: bool) -> None:
         """Recompute-style preemption: free the KV, keep the tokens, requeue."""
         self.pool.release(req)

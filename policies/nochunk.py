@@ -20,6 +20,7 @@ class NoChunkConfig:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 0
+    enable_prefix_caching: bool = False
 
     def __post_init__(self):
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
@@ -53,6 +54,7 @@ class NoChunkScheduler:
         used = plan.num_tokens
         while not plan.preempted and s.waiting and len(s.running) < self.cfg.max_num_seqs:
             req = s.waiting[0]
+            s.lookup(req)
             n = req.remaining_tokens
             if plan.items and used + n > cap:
                 break
@@ -68,7 +70,7 @@ class NoChunkScheduler:
         if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
             return True
         head = s.waiting[0]
-        return s.pool.blocks_for(head.num_computed_tokens + head.remaining_tokens) - head.num_blocks > s.pool.free
+        return s.pool.blocks_for(head.num_computed_tokens + head.remaining_tokens) - head.num_blocks - s.pool.shared(head) > s.pool.available
 
     def on_fast_forward(self, steps: int) -> None:
         pass
@@ -79,3 +81,7 @@ class NoChunkScheduler:
     def check(self, plan, s) -> None:
         assert all(n == r.remaining_tokens for r, n in plan.items), "a prompt was split"
         assert len(s.running) <= self.cfg.max_num_seqs
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.cfg.enable_prefix_caching

@@ -34,6 +34,7 @@ class SGLangConfig:
     max_running_requests: int = 4096
     mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
     max_model_len: int = 0
+    disable_radix_cache: bool = False
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -66,7 +67,7 @@ class _PrefillAdder:
         self.rem_input = cfg.max_prefill_tokens - mixed
         self.rem_chunk = cfg.chunk - mixed if cfg.chunk is not None else None
         reserve = sum(min(r.outputs_left, CLIP_MAX_NEW_TOKENS) for r in decoding) * ratio
-        self.rem_total = s.pool.free * s.pool.block_size - reserve - mixed
+        self.rem_total = s.pool.available * s.pool.block_size - reserve - mixed
         self.items, self.new_chunked = [], None
 
     def add_chunked(self, req) -> bool:
@@ -151,6 +152,7 @@ class SGLangScheduler:
             if len(adder.items) >= allocatable:
                 self.batch_is_full = True
                 break
+            s.lookup(req)
             res = adder.add_one(req)
             if res != "continue":
                 self.batch_is_full = res == "no_token"
@@ -171,7 +173,7 @@ class SGLangScheduler:
         plan = Plan()
         if not decoding:
             return plan
-        if s.pool.free * s.pool.block_size < self._decode_need(s, decoding):
+        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
             self._retract(s, decoding, plan)
         else:
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
@@ -181,7 +183,7 @@ class SGLangScheduler:
         return plan
 
     def _decode_need(self, s, decoding) -> int:
-        return sum(s.pool.block_size for r in decoding if r.num_computed_tokens + 1 > r.num_blocks * s.pool.block_size)
+        return sum(s.pool.block_size for r in decoding if r.num_computed_tokens + 1 > (r.num_blocks + s.pool.shared(r)) * s.pool.block_size)
 
     def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
@@ -191,7 +193,7 @@ class SGLangScheduler:
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
-            if len(order) <= 1 or s.pool.free * s.pool.block_size >= RETRACT_DECODE_STEPS * len(order):
+            if len(order) <= 1 or s.pool.available * s.pool.block_size >= RETRACT_DECODE_STEPS * len(order):
                 break
         total_new = sum(r.output_len for r in decoding) or 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
@@ -217,3 +219,7 @@ class SGLangScheduler:
             assert sum(1 for r, n in prefill if n < r.remaining_tokens) <= 1, "more than one chunked request"
         if prefill and not self.cfg.is_mixed_chunk:
             assert len(prefill) == len(plan.items), "decodes ran in a prefill batch without mixed chunk"
+
+    @property
+    def prefix_caching(self) -> bool:
+        return not self.cfg.disable_radix_cache

@@ -25,6 +25,7 @@ class VLLMConfig:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 0                     # 0 = the model's max_position_embeddings
+    enable_prefix_caching: bool = True         # V1 default; acts only when requests carry block hashes
 
     def __post_init__(self):
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
@@ -88,6 +89,7 @@ class VLLMScheduler:
         if not plan.preempted:
             while s.waiting and budget > 0 and len(s.running) < self.cfg.max_num_seqs:
                 req = s.waiting[0]
+                s.lookup(req)
                 n = self._clamp(req, 1 << 62)
                 if not self.cfg.enable_chunked_prefill and n > budget:
                     break
@@ -110,7 +112,7 @@ class VLLMScheduler:
             return True
         head = s.waiting[0]
         n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - len(s.running))
-        return n > 0 and s.pool.blocks_for(head.num_computed_tokens + n) - head.num_blocks > s.pool.free
+        return n > 0 and s.pool.blocks_for(head.num_computed_tokens + n) - head.num_blocks - s.pool.shared(head) > s.pool.available
 
     def on_fast_forward(self, steps: int) -> None:
         pass
@@ -123,3 +125,7 @@ class VLLMScheduler:
         assert len(s.running) <= self.cfg.max_num_seqs
         thr = self.cfg.long_prefill_token_threshold
         assert not thr or all(n <= thr for _, n in plan.items)
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.cfg.enable_prefix_caching

@@ -22,9 +22,10 @@ MiB = 1 << 20
 class BlockPool:
     """Counts blocks only: which physical block holds what does not change any timing."""
 
-    def __init__(self, total_blocks: int, block_size: int):
+    def __init__(self, total_blocks: int, block_size: int, cache=None):
         require(total_blocks > 0, "kv_cache_blocks", total_blocks, "the KV pool has no room; the weights do not fit")
         self.total, self.block_size, self.used = int(total_blocks), int(block_size), 0
+        self.cache = cache
 
     @property
     def free(self) -> int:
@@ -33,9 +34,19 @@ class BlockPool:
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
+    @property
+    def available(self) -> int:
+        """Free blocks plus cached blocks nobody references (they are evicted on demand)."""
+        return self.free + (self.cache.evictable_blocks if self.cache else 0)
+
+    def shared(self, req) -> int:
+        return self.cache.shared_blocks(req) if self.cache else 0
+
     def grow(self, req, tokens: int) -> bool:
         """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""
-        need = self.blocks_for(tokens) - req.num_blocks
+        need = self.blocks_for(tokens) - req.num_blocks - self.shared(req)
+        if need > self.free and self.cache:
+            self.used -= self.cache.evict(need - self.free)
         if need > self.free:
             return False
         if need > 0:
@@ -44,11 +55,15 @@ class BlockPool:
         return True
 
     def release(self, req) -> None:
-        self.used -= req.num_blocks
+        """The request's KV goes; with a prefix cache its computed full prompt blocks stay cached."""
+        adopted = self.cache.release(req) if self.cache else 0
+        self.used -= req.num_blocks - adopted
         req.num_blocks = 0
 
-    def check(self) -> None:
+    def check(self, running=()) -> None:
         assert 0 <= self.used <= self.total
+        cached = self.cache.cached_blocks if self.cache else 0
+        assert self.used == sum(r.num_blocks for r in running) + cached, "KV blocks leaked"
 
 
 def activation_peak_bytes(cm: CostModel, max_num_batched_tokens: int) -> float:

@@ -80,7 +80,7 @@ class Replica:
         k = min(r.outputs_left for r, _ in plan.items)
         pool = self.state.pool
         c = np.fromiter((r.num_computed_tokens for r, _ in plan.items), dtype=np.int64, count=len(plan.items))
-        held = int(sum(r.num_blocks for r, _ in plan.items))
+        held = int(sum(r.num_blocks + pool.shared(r) for r, _ in plan.items))
         need = lambda j: int((-(-(c + j) // pool.block_size)).sum()) - held  # noqa: E731
         if need(k) <= pool.free:
             return k
@@ -135,14 +135,13 @@ class Replica:
     def check(self, plan: Plan) -> None:
         """Conservation invariants, run every step in tests."""
         s = self.state
-        s.pool.check()
-        assert s.pool.used == sum(r.num_blocks for r in s.running), "KV blocks leaked"
+        s.pool.check(s.running)
         assert all(r.num_blocks == 0 for r in s.waiting)
         assert len({id(r) for r in s.running}) == len(s.running)
         assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
         for r, n in plan.items:
             assert n > 0 and r.num_computed_tokens + n <= r.num_tokens
-            assert r.num_blocks * s.pool.block_size >= r.num_computed_tokens + n
+            assert (r.num_blocks + s.pool.shared(r)) * s.pool.block_size >= r.num_computed_tokens + n
         for r in s.running:
             r.check()
         if hasattr(self.policy, "check"):

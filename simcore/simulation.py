@@ -15,6 +15,7 @@ import simpy
 from policies.base import SchedulerState
 
 from .histogram import LogHistogram
+from .prefix_cache import PrefixCache
 from .metrics import requests_frame, summarize
 from .replica import Replica
 from .request import Request
@@ -40,6 +41,10 @@ class Simulation:
         self.concurrency = getattr(workload, "closed_loop_concurrency", None)
         self.in_flight = 0
         self._slot = None
+        hashes = getattr(workload, "block_hashes", None)
+        for pol, pool, _ in engines:
+            if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
+                pool.cache = PrefixCache(int(getattr(workload, "block_tokens", pool.block_size)), pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.itl, self.next_arrival, self.finished,
                                  fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
         if record_iterations:
@@ -97,7 +102,12 @@ class Simulation:
         df = requests_frame(self.requests)
         iters = sum(r.num_iterations for r in self.replicas)
         log = [row for r in self.replicas for row in (r.iteration_log or [])] or None
-        return Result(df, summarize(df, self.itl, iters, goodput), log, self.replicas)
+        summary = summarize(df, self.itl, iters, goodput)
+        caches = [r.state.pool.cache for r in self.replicas if r.state.pool.cache is not None]
+        if caches:
+            lookups = sum(c.lookup_tokens for c in caches)
+            summary["prefix_cache_hit_rate"] = sum(c.hit_tokens for c in caches) / lookups if lookups else 0.0
+        return Result(df, summary, log, self.replicas)
 
     def accounted(self) -> bool:
         """Every arrived request is finished, running, waiting or rejected."""

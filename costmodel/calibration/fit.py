@@ -1,0 +1,216 @@
+"""Fit the roofline's constants to measured kernel times, with 1σ from the Jacobian.
+
+Each operator class c has its own small model, the same one ``costmodel/roofline.py`` prices with:
+  gemm, attention_*     t = max(F/π_c, B/β_c, floor_c)
+  memory-bound classes  t = max(B/β_c, floor_c)
+  allreduce             t = B/bw + 2(n-1)·ℓ    (B = 2(n-1)/n·size, ℓ per ring step)
+Residuals are log(t_model/t_measured), so every kernel counts by its relative error whatever its
+size. Parameters are fitted as x = ln(p/p0), p0 a data-derived start: O(1), positive, and the
+covariance of x is directly the relative variance of p. Classes share no parameters, so each is
+fitted alone (its own residual scale s²) and the covariance is block-diagonal.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from ..errors import require
+from .timings import validate
+
+ROOFLINE_FULL = ("pi", "beta", "floor")
+COMPUTE_CLASSES = ("gemm", "attention_prefill", "attention_decode")
+UNITS = {"pi": "FLOP/s", "beta": "B/s", "floor": "s", "bandwidth": "B/s", "latency": "s"}
+LOG_BOUND = np.log(1e4)
+LOSS, F_SCALE = "soft_l1", 0.1        # residuals beyond ~10 % count linearly, not squared
+POOR_REL_SIGMA = 0.5
+FORMS = ("max", "offset")
+
+
+def class_params(op_class: str) -> tuple[str, ...]:
+    if op_class == "allreduce":
+        return ("bandwidth", "latency")
+    return ROOFLINE_FULL if op_class in COMPUTE_CLASSES else ("beta", "floor")
+
+
+def _terms(params: tuple[str, ...], df: pd.DataFrame) -> np.ndarray:
+    """Per row and parameter, the quantity q with term time = q/p (floor and latency: q·p)."""
+    F, B = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
+    hops = 2.0 * (df["workers"].to_numpy(float) - 1.0)
+    cols = {"pi": F, "beta": B, "floor": np.ones_like(F), "bandwidth": B, "latency": hops}
+    return np.stack([cols[p] for p in params], axis=1)
+
+
+def _is_rate(p: str) -> bool:
+    return p in ("pi", "beta", "bandwidth")
+
+
+def _added(form: str, p: str) -> bool:
+    """Parameters whose term adds to the others' maximum rather than competing with it."""
+    return p == "latency" or (p == "floor" and form == "offset")
+
+
+def _parts(params, values, q) -> np.ndarray:
+    return np.stack([q[:, j] / v if _is_rate(p) else q[:, j] * v for j, (p, v) in enumerate(zip(params, values))], 1)
+
+
+def _combine(form: str, params, parts: np.ndarray):
+    """(time, d ln t / d ln p): max over the competing terms plus the added ones."""
+    add = np.array([_added(form, p) for p in params])
+    peak = parts[:, ~add].max(1, keepdims=True)
+    t = peak[:, 0] + parts[:, add].sum(1)
+    sign = np.array([-1.0 if _is_rate(p) else 1.0 for p in params])
+    share = np.where(add, parts, parts * (parts == peak)) / t[:, None]
+    return t, sign * share
+
+
+def model_times(params: tuple[str, ...], values: np.ndarray, q: np.ndarray, form: str = "max") -> np.ndarray:
+    """Seconds per row for the class's parameter values (SI)."""
+    return _combine(form, params, _parts(params, values, q))[0]
+
+
+def _start(form, params, q, t) -> np.ndarray:
+    """Upper envelopes for rates; the smallest time for a competing floor (so that it decides at
+    least one point and has a gradient), half of it for an added one."""
+    out = []
+    for j, p in enumerate(params):
+        pos = q[:, j] > 0
+        if _is_rate(p):
+            out.append(np.max(q[pos, j] / t[pos]) if pos.any() else 1.0)
+        else:
+            out.append((0.5 if _added(form, p) else 1.0) * np.min(t[pos] / q[pos, j]) if pos.any() else 1e-6)
+    return np.array(out)
+
+
+@dataclass(frozen=True)
+class ClassFit:
+    op_class: str
+    form: str
+    params: tuple[str, ...]
+    values: np.ndarray          # SI
+    log_cov: np.ndarray         # covariance of ln(values); inf where not identified
+    s: float                    # residual scale, log time
+    active: dict                # points at which each parameter's term matters (wins, or is >= 10 %)
+    errors: dict                # n, mape, median_ape, p90_ape (percent)
+    warnings: tuple[str, ...]
+
+    @property
+    def rel_sigma(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.log_cov))
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        return model_times(self.params, self.values, _terms(self.params, df), self.form)
+
+
+def ape_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
+    ape = 100.0 * np.abs(pred - meas) / meas
+    return {"n": int(ape.size), "mape": float(ape.mean()), "median_ape": float(np.median(ape)),
+            "p90_ape": float(np.percentile(ape, 90))}
+
+
+def _covariance(res, ok: np.ndarray, dof: int):
+    """inv(JᵀJ)·s² over the identified parameters (J is least_squares' loss-weighted Jacobian)."""
+    n = ok.size
+    cov = np.full((n, n), np.inf)
+    s2 = 2.0 * res.cost / dof
+    sub = (res.jac.T @ res.jac)[np.ix_(ok, ok)]
+    cond = np.linalg.cond(sub) if ok.any() else np.inf
+    if cond < 1e12:
+        cov[np.ix_(ok, ok)] = np.linalg.inv(sub) * s2
+    return cov, s2, cond
+
+
+def _warnings(op_class, params, values, x, cov, active, cond) -> list[str]:
+    out = []
+    if not np.isfinite(cond) or cond >= 1e12:
+        out.append(f"{op_class}: covariance is singular (condition {cond:.1e}); parameters are not separately identified")
+    kinds = {"pi": "compute-bound", "beta": "memory-bound", "floor": "at the launch floor",
+             "latency": "latency-dominated", "bandwidth": "bandwidth-dominated"}
+    for j, p in enumerate(params):
+        if not active[p]:
+            side = "from below" if _is_rate(p) else "from above"
+            out.append(f"{op_class}.{p} not identified: no point is {kinds[p]}; the data only bound it {side}")
+        elif np.sqrt(cov[j, j]) > POOR_REL_SIGMA:
+            out.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
+        if abs(x[j]) > LOG_BOUND - 1e-3:
+            out.append(f"{op_class}.{p} hit its bound ({values[j]:.3g} {UNITS[p]})")
+    return out
+
+
+def fit_class(df: pd.DataFrame, op_class: str, form: str = "offset") -> ClassFit:
+    require(form in FORMS, "form", form, f"must be one of {FORMS}")
+    params = class_params(op_class)
+    df = validate(df, f"timings:{op_class}")
+    q, t = _terms(params, df), df["time_s"].to_numpy(float)
+    require(len(t) > len(params), f"timings:{op_class}", len(t),
+            f"{len(t)} points cannot fit {len(params)} parameters {list(params)}")
+    p0 = _start(form, params, q, t)
+    res = least_squares(lambda x: np.log(model_times(params, p0 * np.exp(x), q, form) / t),
+                        np.zeros(len(params)), jac=lambda x: _combine(form, params, _parts(params, p0 * np.exp(x), q))[1],
+                        bounds=(-LOG_BOUND, LOG_BOUND), loss=LOSS, f_scale=F_SCALE, method="trf")
+    values = p0 * np.exp(res.x)
+    share = np.abs(_combine(form, params, _parts(params, values, q))[1])
+    active = {p: int((share[:, j] >= (0.1 if _added(form, p) else 0.5)).sum()) for j, p in enumerate(params)}
+    ok = np.array([active[p] > 0 for p in params])
+    cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
+    warns = _warnings(op_class, params, values, res.x, cov, active, cond)
+    errors = ape_stats(model_times(params, values, q, form), t)
+    return ClassFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns))
+
+
+@dataclass(frozen=True)
+class Fit:
+    classes: dict[str, ClassFit]
+    seconds: float
+    sources: tuple[str, ...] = field(default=())
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for c in self.classes.values() for w in c.warnings]
+
+    def _at(self, name: str):
+        cls, p = name.rsplit(".", 1)
+        c = self.classes[cls]
+        return c, c.params.index(p)
+
+    def value(self, name: str) -> float:
+        c, j = self._at(name)
+        return float(c.values[j])
+
+    def rel_sigma(self, name: str) -> float:
+        c, j = self._at(name)
+        return float(c.rel_sigma[j])
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        """Seconds per row; NaN for rows of a class the fit has not seen."""
+        out = np.full(len(df), np.nan)
+        for cls, idx in df.groupby("op_class").indices.items():
+            if cls in self.classes:
+                out[idx] = self.classes[cls].predict(df.iloc[idx])
+        return out
+
+    def errors(self, df: pd.DataFrame) -> pd.DataFrame:
+        """APE statistics per class of ``df`` (held-out data, or the fitted data)."""
+        pred, meas = self.predict(df), df["time_s"].to_numpy(float)
+        return pd.DataFrame([{"op_class": cls, **ape_stats(pred[idx], meas[idx])}
+                             for cls, idx in df.groupby("op_class").indices.items() if cls in self.classes])
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([{"parameter": f"{c.op_class}.{p}", "value": c.values[j], "unit": UNITS[p],
+                              "rel_sigma": c.rel_sigma[j], "active_points": c.active[p]}
+                             for c in self.classes.values() for j, p in enumerate(c.params)])
+
+
+def fit(df: pd.DataFrame, classes=None, form: str = "offset") -> Fit:
+    """Fit every operator class in the tidy table (or those named)."""
+    t0 = time.perf_counter()
+    df = validate(df)
+    have = sorted(df["op_class"].unique())
+    fits = {}
+    for cls in list(classes) if classes else have:
+        require(cls in have, "classes", cls, f"no timings of this class; have {have}")
+        fits[cls] = fit_class(df[df["op_class"] == cls], cls, form)
+    return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

@@ -1,0 +1,74 @@
+"""A fit becomes a hardware profile, and a profile gives its fitted parameters back.
+
+The roofline reads pi_eff, beta_eff, kernel_floor_s from the GEMM class, pi_attn/beta_attn from the
+attention classes and the interconnect fields from all-reduce timings; every other class (norms,
+activations, copies) is kept in ``calibration`` with the covariance of the log-parameters, so a
+profile alone is enough to sample plausible hardware (``predict.sample_hardware``).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import numpy as np
+
+from ..hardware import Hardware
+from .fit import Fit
+
+HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
+             "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
+             "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s"}
+
+
+def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
+    """Plain YAML-safe record of the fit: parameters with 1σ, errors per class, warnings."""
+    names, sigmas, blocks = [], [], []
+    params = {}
+    for c in fit.classes.values():
+        for j, p in enumerate(c.params):
+            name = f"{c.op_class}.{p}"
+            names.append(name)
+            rs = float(c.rel_sigma[j])
+            params[name] = {"value": float(c.values[j]), "sigma": float(c.values[j] * rs) if np.isfinite(rs) else None,
+                            "rel_sigma": rs if np.isfinite(rs) else None, "active_points": c.active[p]}
+        blocks.append(c.log_cov)
+    cov = np.zeros((len(names), len(names)))
+    i = 0
+    for b in blocks:
+        k = b.shape[0]
+        cov[i:i + k, i:i + k] = np.where(np.isfinite(b), b, 0.0)
+        i += k
+    err = errors if errors is not None else {c.op_class: c.errors for c in fit.classes.values()}
+    form = next(iter(fit.classes.values())).form if fit.classes else "offset"
+    return {"source": source, "date": dt.date.today().isoformat(), "form": form,
+            "method": "scipy.optimize.least_squares, residuals ln(t_model/t_measured), soft_l1 loss, "
+                      "1σ = sqrt(diag(inv(JᵀJ)·s²)) of ln(parameter)",
+            "parameters": params, "errors_percent": err,
+            "residual_scale_log": {c.op_class: c.s for c in fit.classes.values()},
+            "log_covariance": {"names": names, "matrix": cov.tolist()},
+            "warnings": fit.warnings, "fit_seconds": fit.seconds}
+
+
+def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = None) -> Hardware:
+    """``base`` with the fitted fields replaced; counting 'faithful' (the fit prices real kernels)."""
+    changes = {fld: fit.value(p) for p, fld in HW_FIELDS.items() if p.rsplit(".", 1)[0] in fit.classes}
+    return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes,
+                        description=f"{base.description or base.name}, calibrated from {source}",
+                        notes=f"{', '.join(sorted(changes))} fitted by chunksim calibrate (form "
+                              f"{next(iter(fit.classes.values())).form}); the other fields are {base.name}'s.",
+                        calibration=calibration_dict(fit, source))
+
+
+def cpu_base() -> Hardware:
+    """A stand-in base for ``--device cpu``: this machine's memory; the peaks become the fitted values."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Hardware("cpu", float(mem), 1.0, 1.0, 1.0, 1.0, description=f"this machine's CPU ({os.cpu_count()} cores)")
+
+
+def fitted_parameters(hw: Hardware) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(names, values, covariance of ln values) recorded in a calibrated profile."""
+    cal = hw.calibration or {}
+    cov = cal.get("log_covariance") or {}
+    names = list(cov.get("names") or [])
+    values = np.array([cal["parameters"][n]["value"] for n in names], dtype=float)
+    return names, values, np.array(cov.get("matrix") or np.zeros((0, 0)), dtype=float)

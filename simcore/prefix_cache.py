@@ -1,0 +1,132 @@
+"""Prefix caching over block hashes: vLLM automatic prefix caching and SGLang's radix cache.
+
+A prompt is named by a chain of block hashes (Mooncake `hash_ids`: equal id at index i means
+equal tokens up to the end of block i), each covering `block_tokens` tokens. The cache is a
+tree of such blocks; a node holds `engine_blocks` KV blocks of the replica's pool. Requests
+reference the nodes of their cached prefix; unreferenced nodes stay cached, counted as used,
+and are evicted least-recently-used, leaves first, when the pool needs room. That is SGLang's
+radix-tree eviction, and what vLLM's free-block queue does in effect, since vLLM frees a
+request's blocks tail first so that they are evicted first (vllm/v1/core/block_pool.py).
+
+A waiting request keeps its match (and its prefix pinned) until admitted. A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
+last token is always recomputed to sample from it: vLLM get_computed_blocks).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class _Node:
+    key: tuple
+    parent: "_Node | None"
+    refs: int = 0
+    children: int = 0
+    last_use: int = 0
+
+
+@dataclass
+class PrefixCache:
+    block_tokens: int
+    engine_block_size: int
+    nodes: dict = field(default_factory=dict)
+    clock: int = 0
+    hit_tokens: int = 0
+    lookup_tokens: int = 0
+    unreferenced: int = 0          # nodes with no request referencing them (evictable or inner)
+    _lru: list = field(default_factory=list)
+
+    @property
+    def engine_blocks(self) -> int:
+        """Pool blocks one cache node holds."""
+        return -(-self.block_tokens // self.engine_block_size)
+
+    @property
+    def cached_blocks(self) -> int:
+        return len(self.nodes) * self.engine_blocks
+
+    def _full_blocks(self, req) -> int:
+        return min(len(req.block_hashes), req.prompt_len // self.block_tokens)
+
+    def match(self, req) -> int:
+        """Reference the cached prefix of `req`; returns its length in tokens."""
+        path = []
+        for i in range(self._full_blocks(req)):
+            node = self.nodes.get(req.block_hashes[: i + 1])
+            if node is None:
+                break
+            path.append(node)
+        limit = (req.num_tokens - 1) // self.block_tokens
+        path = path[:limit]
+        self.clock += 1
+        for node in path:
+            self.unreferenced -= node.refs == 0
+            node.refs += 1
+            node.last_use = self.clock
+        req.extra["cache_path"] = path
+        hit = len(path) * self.block_tokens
+        self.lookup_tokens += req.prompt_len
+        self.hit_tokens += hit
+        req.num_cached_tokens = hit
+        return hit
+
+    def shared_blocks(self, req) -> int:
+        return len(req.extra.get("cache_path", ())) * self.engine_blocks
+
+    def release(self, req) -> int:
+        """The request leaves (finished or preempted): its computed full prompt blocks join the cache.
+        Returns how many of its private pool blocks the cache took over."""
+        path = req.extra.pop("cache_path", [])
+        self.clock += 1
+        computed_blocks = min(self._full_blocks(req), req.num_computed_tokens // self.block_tokens)
+        parent = path[-1] if path else None
+        adopted = 0
+        for i in range(len(path), computed_blocks):
+            key = req.block_hashes[: i + 1]
+            node = self.nodes.get(key)
+            if node is None:
+                node = _Node(key, parent)
+                self.nodes[key] = node
+                self.unreferenced += 1
+                if parent is not None:
+                    parent.children += 1
+                adopted += 1
+            node.last_use = self.clock
+            self._push_if_evictable(node)
+            parent = node
+        for node in path:
+            node.refs -= 1
+            self.unreferenced += node.refs == 0
+            node.last_use = self.clock
+            self._push_if_evictable(node)
+        return adopted * self.engine_blocks
+
+    def _push_if_evictable(self, node: _Node) -> None:
+        if node.refs == 0 and node.children == 0:
+            heapq.heappush(self._lru, (node.last_use, id(node), node))
+
+    def evict(self, blocks_wanted: int) -> int:
+        """Evict unreferenced leaves, least recently used first; returns pool blocks freed."""
+        freed = 0
+        while freed < blocks_wanted and self._lru:
+            last_use, _, node = heapq.heappop(self._lru)
+            if node.refs or node.children or last_use != node.last_use or self.nodes.get(node.key) is not node:
+                continue
+            del self.nodes[node.key]
+            self.unreferenced -= 1
+            freed += self.engine_blocks
+            if node.parent is not None:
+                node.parent.children -= 1
+                self._push_if_evictable(node.parent)
+        return freed
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.lookup_tokens if self.lookup_tokens else 0.0
+
+    @property
+    def evictable_blocks(self) -> int:
+        """Blocks no request references: what SGLang's evictable_size counts (inner nodes included,
+        since evicting their leaves first frees them too)."""
+        return self.unreferenced * self.engine_blocks

@@ -1,0 +1,174 @@
+"""Calibration against synthetic truth, the shipped Vidur fixture, and bad input."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel import CostModel, InputError, ShapeStats, load_hardware, load_model
+from costmodel.calibration import fit, profile_from_fit, sample_hardware
+from costmodel.calibration.fit import fit_class
+from costmodel.calibration.microbench import build_plan, cpu_plan, model_plan, plan_table, split_holdout
+from costmodel.calibration.timings import gemm_row, load_timings, read_timings_csv, validate, write_timings_csv
+from experiments.cli import main
+
+DATA = Path(__file__).resolve().parents[1] / "costmodel" / "calibration_data"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"
+
+
+def synthetic_gemms(pi, beta, floor, noise, rng, form="offset"):
+    """GEMMs over decode-to-prefill token counts and several weight shapes; lognormal noise."""
+    rows = [gemm_row("g", m, k, n, 2, 0.0) for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
+            for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))]
+    df = pd.DataFrame(rows)
+    roof = np.maximum(df["flops"] / pi, df["bytes"] / beta)
+    t = roof + floor if form == "offset" else np.maximum(roof, floor)
+    return df.assign(time_s=t * np.exp(noise * rng.standard_normal(len(df))))
+
+
+TRUTH = {"pi": 7e14, "beta": 3e12, "floor": 6e-6}
+
+
+@pytest.mark.parametrize("form", ["offset", "max"])
+def test_recovers_known_parameters_within_3_percent(form):
+    df = synthetic_gemms(*TRUTH.values(), 0.03, np.random.default_rng(1), form)
+    c = fit_class(df, "gemm", form)
+    for j, p in enumerate(c.params):
+        assert c.values[j] == pytest.approx(TRUTH[p], rel=0.03), p
+    assert not c.warnings
+
+
+def test_one_sigma_covers_truth_at_the_expected_rate():
+    """Over repeated seeds each |ln p̂ − ln p| ≤ 1σ about 68 % of the time (binomial slack at n = 60)."""
+    hits = np.zeros(3)
+    n = 60
+    for seed in range(n):
+        c = fit_class(synthetic_gemms(*TRUTH.values(), 0.03, np.random.default_rng(100 + seed)), "gemm")
+        truth = np.array([TRUTH[p] for p in c.params])
+        hits += np.abs(np.log(c.values / truth)) <= c.rel_sigma
+    assert np.all((hits / n > 0.5) & (hits / n < 0.85)), hits / n
+
+
+def test_memory_bound_data_cannot_identify_pi():
+    df = synthetic_gemms(*TRUTH.values(), 0.01, np.random.default_rng(2))
+    df = df[df["flops"] / TRUTH["pi"] < 0.3 * df["bytes"] / TRUTH["beta"]]
+    c = fit_class(df, "gemm")
+    assert any("gemm.pi not identified" in w for w in c.warnings)
+    assert not np.isfinite(c.rel_sigma[c.params.index("pi")])
+
+
+def test_allreduce_ring_bandwidth_and_latency():
+    rng = np.random.default_rng(3)
+    size = np.repeat(np.geomspace(2048, 64 << 20, 30), 3)
+    n = np.tile([2.0, 4.0, 8.0], 30)
+    B = 2 * (n - 1) / n * size
+    t = (B / 3e11 + 2 * (n - 1) * 4e-6) * np.exp(0.02 * rng.standard_normal(size.size))
+    df = pd.DataFrame(dict(op_class="allreduce", flops=0.0, bytes=B, workers=n, time_s=t))
+    r = fit(df)
+    assert r.value("allreduce.bandwidth") == pytest.approx(3e11, rel=0.03)
+    assert r.value("allreduce.latency") == pytest.approx(4e-6, rel=0.05)
+
+
+@pytest.fixture(scope="module")
+def llama_fit():
+    df = pd.concat([load_timings(DATA / "h100_llama-2-7b_mlp.csv"), load_timings(DATA / "h100_dgx_all_reduce.csv")])
+    return fit(df), df
+
+
+def test_vidur_fixture_fits_h100_in_a_plausible_range(llama_fit):
+    r, _ = llama_fit
+    assert 0.4 < r.value("gemm.pi") / 989e12 < 1.0          # below the spec sheet's dense fp16 peak
+    assert 0.5 < r.value("gemm.beta") / 3.35e12 < 1.2      # near HBM3 (activations make it look a bit faster)
+    assert r.seconds < 10
+
+
+def test_llama_fit_predicts_internlm_gemms(llama_fit):
+    r, _ = llama_fit
+    err = r.errors(load_timings(DATA / "h100_internlm-20b_mlp.csv")).set_index("op_class")["mape"]
+    assert err["gemm"] < 15 and err["embedding"] < 10
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="developer kernel set ../shared/data/kernels absent")
+@pytest.mark.parametrize("model", ["internlm/internlm-20b", "Qwen/Qwen-72B"])
+def test_full_llama_fit_predicts_other_models(model):
+    r = fit(load_timings(SHARED / "meta-llama/Llama-2-7b-hf/mlp.csv"))
+    err = r.errors(load_timings(SHARED / model / "mlp.csv")).set_index("op_class")["mape"]
+    assert err["gemm"] < 12 and err["activation"] < 10 and err["rope"] < 10 and err["residual_add"] < 10
+
+
+def test_profile_loads_and_prices(llama_fit, tmp_path):
+    r, _ = llama_fit
+    hw = profile_from_fit(r, load_hardware("h100"), "fixture")
+    path = tmp_path / "fitted.yaml"
+    path.write_text(hw.to_yaml())
+    back = load_hardware(str(path))
+    assert back.pi_eff == pytest.approx(r.value("gemm.pi")) and back.counting == "faithful"
+    assert back.interconnect_bandwidth == pytest.approx(r.value("allreduce.bandwidth"))
+    m = load_model("llama-2-7b")
+    t = CostModel(m, back).time(ShapeStats.of([1] * 8, [1000] * 8))
+    assert t == pytest.approx((m.weight_bytes + 8 * 1001 * m.kv_bytes_per_token) / back.beta_eff, rel=0.1)
+
+
+def test_sampled_hardware_spreads_by_the_fitted_sigma(llama_fit):
+    r, _ = llama_fit
+    hw = profile_from_fit(r, load_hardware("h100"), "fixture")
+    draws = sample_hardware(hw, 2000, np.random.default_rng(0))
+    pis = np.log([d.pi_eff for d in draws])
+    assert np.std(pis) == pytest.approx(r.rel_sigma("gemm.pi"), rel=0.1)
+    assert np.mean(pis) == pytest.approx(np.log(hw.pi_eff), abs=3 * r.rel_sigma("gemm.pi") / np.sqrt(2000) + 1e-12)
+    with pytest.raises(InputError):
+        sample_hardware(load_hardware("h100"), 3, np.random.default_rng(0))
+
+
+def test_plan_prices_shapes_like_the_importer():
+    plan = build_plan(4096, 32, 32, 11008, [1, 512], [(128, 0)], [1024], [1 << 20], "float16", tp=2)
+    t = plan_table(plan)
+    up = t[(t["op"] == "mlp_up_proj") & (t["m"] == 512)].iloc[0]
+    assert (up["k"], up["n"]) == (4096, 11008) and up["flops"] == 2 * 512 * 4096 * 11008
+    dec = t[t["op_class"] == "attention_decode"].iloc[0]
+    assert dec["flops"] == 4 * 16 * 128 * 1025 and dec["bytes"] == 2 * 128 * (2 * 16 * 1025 + 2 * 16)
+    assert len(model_plan(load_model("llama-3.1-8b")).kernels) > 100
+    fit_part, held = split_holdout(plan_table(cpu_plan()))
+    assert len(held) and set(held["op_class"]) <= set(fit_part["op_class"])
+
+
+def test_timings_csv_round_trip_and_units(tmp_path):
+    df = validate(pd.DataFrame([gemm_row("g", 8, 64, 64, 2, 1e-5)]))
+    write_timings_csv(df, tmp_path / "t.csv")
+    assert read_timings_csv(tmp_path / "t.csv")["time_s"].iloc[0] == pytest.approx(1e-5)
+    raw = pd.read_csv(tmp_path / "t.csv").assign(time=10.0, time_unit="us")
+    raw.to_csv(tmp_path / "us.csv", index=False)
+    assert read_timings_csv(tmp_path / "us.csv")["time_s"].iloc[0] == pytest.approx(1e-5)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda d: d.drop(columns="time_unit"), "time_unit"),
+    (lambda d: d.assign(time_unit="fortnights"), "unknown time unit"),
+    (lambda d: d.assign(time=-1.0), "positive"),
+    (lambda d: d.iloc[:2], "cannot fit"),
+])
+def test_bad_timings_are_one_clear_error(tmp_path, mutate, match, capsys):
+    df = synthetic_gemms(*TRUTH.values(), 0.0, np.random.default_rng(0)).iloc[:20]
+    write_timings_csv(validate(df), tmp_path / "ok.csv")
+    mutate(pd.read_csv(tmp_path / "ok.csv")).to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["calibrate", "--from", "timings", str(tmp_path / "bad.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0]
+
+
+def test_missing_vidur_columns_exit_2(tmp_path, capsys):
+    pd.read_csv(DATA / "h100_llama-2-7b_mlp.csv").drop(columns="n_embd").to_csv(tmp_path / "mlp.csv", index=False)
+    assert main(["calibrate", "--from", "vidur", str(tmp_path / "mlp.csv")]) == 2
+    assert "n_embd" in capsys.readouterr().err
+
+
+def test_cli_writes_profile_plot_and_interval(tmp_path, capsys):
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--from", "vidur", str(DATA / "h100_llama-2-7b_mlp.csv"), "--from", "vidur",
+                 str(DATA / "h100_dgx_all_reduce.csv"), "--holdout", str(DATA / "h100_internlm-20b_mlp.csv"),
+                 "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"fitted.yaml", "residuals.png", "timings.csv", "report.json"}
+    assert "held-out" in capsys.readouterr().out
+    assert main(["cost", "--hardware", str(out / "fitted.yaml"), "--q-lens", "512,1", "--kv-lens", "0,2048",
+                 "--interval"]) == 0
+    assert "interval" in capsys.readouterr().out
