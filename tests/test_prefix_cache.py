@@ -1,0 +1,109 @@
+"""Prefix caching: hit rates against an independent block-reuse count, eviction, invariants."""
+import numpy as np
+import pytest
+
+from experiments.engines import build_engine
+from simcore.simulation import Simulation
+from workloads.workload import Workload
+
+
+def chain_workload(prompts, hashes, gap=50.0, block_tokens=16, output=4):
+    n = len(prompts)
+    return Workload(np.arange(n) * gap, np.array(prompts), np.full(n, output), hashes, block_tokens)
+
+
+def expected_hit_tokens(prompts, hashes, bt):
+    """Sequential requests, nothing evicted: request i hits the longest chain of its full prompt
+    blocks that some earlier request computed, capped so that one prompt token is recomputed."""
+    seen, hits = set(), []
+    for p, h in zip(prompts, hashes):
+        full = min(len(h), p // bt)
+        m = 0
+        while m < min(full, (p - 1) // bt) and tuple(h[: m + 1]) in seen:
+            m += 1
+        hits.append(m * bt)
+        seen.update(tuple(h[: i + 1]) for i in range(full))
+    return hits
+
+
+@pytest.fixture
+def hand_trace():
+    rng = np.random.default_rng(4)
+    prompts, hashes = [], []
+    for i in range(40):
+        root = int(rng.integers(0, 4))
+        shared = int(rng.integers(0, 6))
+        p = int(rng.integers(1, 12)) * 16 + int(rng.integers(0, 16))
+        blocks = -(-p // 16)
+        chain = [1000 * root + j for j in range(min(shared, blocks))] + [10**6 + 100 * i + j for j in range(blocks)]
+        prompts.append(p)
+        hashes.append(tuple(chain[:blocks]))
+    return prompts, hashes
+
+
+@pytest.mark.parametrize("policy,flags", [("vllm", {}), ("sglang", {"chunked_prefill_size": 64}),
+                                          ("nochunk", {"enable_prefix_caching": True})])
+def test_hit_rate_equals_block_reuse_count(llama8b, h100, hand_trace, policy, flags):
+    prompts, hashes = hand_trace
+    sched, pool, cm, L = build_engine(policy, llama8b, h100, 1, flags)
+    sim = Simulation([(sched, pool, cm)], chain_workload(prompts, hashes), check=True, max_model_len=L)
+    res = sim.run()
+    hits = expected_hit_tokens(prompts, hashes, 16)
+    assert res.requests.num_cached_tokens.tolist() == hits
+    assert res.summary["prefix_cache_hit_rate"] == pytest.approx(sum(hits) / sum(prompts))
+    assert sum(hits) > 0
+
+
+def test_cache_hit_shortens_prefill(llama8b, h100):
+    bt = 16
+    h = tuple(range(64))
+    wl = chain_workload([1024, 1024], [h, h], block_tokens=bt)
+    sched, pool, cm, L = build_engine("vllm", llama8b, h100, 1, {})
+    df = Simulation([(sched, pool, cm)], wl, max_model_len=L).run().requests
+    assert df.num_cached_tokens.tolist() == [0, 1008]
+    assert df.ttft_s[1] < df.ttft_s[0] / 5
+
+
+def test_disabled_cache_hits_nothing(llama8b, h100, hand_trace):
+    prompts, hashes = hand_trace
+    sched, pool, cm, L = build_engine("vllm", llama8b, h100, 1, {"enable_prefix_caching": False})
+    res = Simulation([(sched, pool, cm)], chain_workload(prompts, hashes), max_model_len=L).run()
+    assert res.requests.num_cached_tokens.sum() == 0 and "prefix_cache_hit_rate" not in res.summary
+
+
+@pytest.mark.parametrize("policy,flags", [("vllm", {"num_gpu_blocks_override": 60}),
+                                          ("sglang", {"max_total_tokens": 1000, "chunked_prefill_size": 64})])
+def test_eviction_under_pressure_keeps_invariants(llama8b, h100, hand_trace, policy, flags):
+    prompts, hashes = hand_trace
+    wl = chain_workload(prompts, hashes, gap=0.01)
+    sched, pool, cm, L = build_engine(policy, llama8b, h100, 1, flags)
+    sim = Simulation([(sched, pool, cm)], wl, check=True, max_model_len=L)
+    res = sim.run()
+    assert res.summary["completed"] == len(prompts) and sim.accounted()
+    big_sched, big_pool, _, _ = build_engine(policy, llama8b, h100, 1, {})
+    big = Simulation([(big_sched, big_pool, cm)], wl, max_model_len=L).run()
+    assert res.summary["prefix_cache_hit_rate"] <= big.summary["prefix_cache_hit_rate"]
+    assert pool.used == pool.cache.cached_blocks
+
+
+def test_closed_loop_never_exceeds_concurrency(llama8b, h100):
+    n, cap = 200, 7
+    wl = Workload(np.zeros(n), np.full(n, 300), np.full(n, 40), closed_loop_concurrency=cap)
+    sched, pool, cm, L = build_engine("vllm", llama8b, h100, 1, {})
+    sim = Simulation([(sched, pool, cm)], wl, max_model_len=L)
+    peak = []
+
+    def monitor(env):
+        while True:
+            peak.append(sim.replicas[0].outstanding)
+            yield env.timeout(0.005)
+
+    sim.env.process(monitor(sim.env))
+    res = sim.run(until=60)
+    assert res.summary["completed"] == n
+    assert max(peak) == cap
+    df = res.requests.sort_values("arrival_s")
+    times = np.r_[df.arrival_s.to_numpy(), df.finish_s.to_numpy()]
+    delta = np.r_[np.ones(n), -np.ones(n)]
+    order = np.lexsort((delta, times))
+    assert np.cumsum(delta[order]).max() <= cap
