@@ -75,13 +75,17 @@ class ShapeStats:
 
     @classmethod
     def of(cls, q_lens, kv_lens) -> "ShapeStats":
-        q = np.asarray(q_lens, dtype=np.int64)
-        kv = np.asarray(kv_lens, dtype=np.int64)
-        pre = q > 1
-        qp, kvp = q[pre], kv[pre]
-        return cls(int(q.sum()), int(q.size),
-                   float((qp * kvp + qp * (qp + 1) // 2).sum()), float((kvp + qp).sum()),
-                   float((kv[~pre] + q[~pre]).sum()))
+        """Plain Python integer sums: exact, and faster than numpy for the batch sizes simulated."""
+        rows = pairs = pkv = dkv = 0
+        for q, kv in zip(q_lens, kv_lens):
+            q, kv = int(q), int(kv)
+            rows += q
+            if q > 1:
+                pairs += q * kv + q * (q + 1) // 2
+                pkv += kv + q
+            else:
+                dkv += kv + q
+        return cls(rows, len(q_lens), float(pairs), float(pkv), float(dkv))
 
 
 class CostModel:

@@ -60,7 +60,7 @@ class VLLMScheduler:
         self.cfg = cfg
 
     def _clamp(self, req, budget: int) -> int:
-        n = req.remaining_tokens
+        n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
         thr = self.cfg.long_prefill_token_threshold
         if 0 < thr < n:
             n = thr

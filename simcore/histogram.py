@@ -12,30 +12,67 @@ class LogHistogram:
     def __init__(self, lo: float = 1e-6, hi: float = 1e5, bins_per_decade: int = 2000):
         self.lo, self.per_decade = lo, bins_per_decade
         self.nbins = int(np.ceil(np.log10(hi / lo) * bins_per_decade)) + 2
-        self.counts = np.zeros(self.nbins, dtype=np.int64)
-        self.count, self.total, self.max = 0, 0.0, 0.0
+        self._counts = np.zeros(self.nbins, dtype=np.int64)
+        self._count, self._total, self._max = 0, 0.0, 0.0
+        self._values: list[float] = []
+        self._weights: list[int] = []
 
     def _index(self, x):
         return np.clip(np.floor(np.log10(np.maximum(x, self.lo * 0.5) / self.lo) * self.per_decade).astype(np.int64) + 1,
                        0, self.nbins - 1)
 
     def add(self, value: float, weight: int = 1) -> None:
-        self.add_many(np.array([value]), weight)
+        self._values.append(value)
+        self._weights.append(weight)
+        if len(self._values) >= 65536:
+            self._flush()
 
-    def add_many(self, values: np.ndarray, weight: int = 1) -> None:
-        if len(values) == 0 or weight == 0:
+    def add_many(self, values, weight: int = 1) -> None:
+        """Values are buffered and binned in bulk: adding is cheap, reading flushes."""
+        values = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        self._values.extend(values)
+        self._weights.extend([weight] * len(values))
+        if len(self._values) >= 65536:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._values:
             return
-        values = np.asarray(values, dtype=np.float64)
-        np.add.at(self.counts, self._index(values), weight)
-        self.count += len(values) * weight
-        self.total += float(values.sum()) * weight
-        self.max = max(self.max, float(values.max()))
+        v = np.array(self._values, dtype=np.float64)
+        w = np.array(self._weights, dtype=np.int64)
+        self._values, self._weights = [], []
+        self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
+        self._count += int(w.sum())
+        self._total += float((v * w).sum())
+        self._max = max(self._max, float(v.max()))
+
+    @property
+    def counts(self) -> np.ndarray:
+        self._flush()
+        return self._counts
+
+    @property
+    def count(self) -> int:
+        self._flush()
+        return self._count
+
+    @property
+    def total(self) -> float:
+        self._flush()
+        return self._total
+
+    @property
+    def max(self) -> float:
+        self._flush()
+        return self._max
 
     def merge(self, other: "LogHistogram") -> None:
-        self.counts += other.counts
-        self.count += other.count
-        self.total += other.total
-        self.max = max(self.max, other.max)
+        self._flush()
+        other._flush()
+        self._counts += other._counts
+        self._count += other._count
+        self._total += other._total
+        self._max = max(self._max, other._max)
 
     def _center(self, i: np.ndarray) -> np.ndarray:
         return self.lo * 10 ** ((i - 0.5) / self.per_decade)

@@ -44,10 +44,15 @@ class BlockPool:
 
     def grow(self, req, tokens: int) -> bool:
         """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""
-        need = self.blocks_for(tokens) - req.num_blocks - self.shared(req)
-        if need > self.free and self.cache:
-            self.used -= self.cache.evict(need - self.free)
-        if need > self.free:
+        held = req.num_blocks + (self.cache.shared_blocks(req) if self.cache else 0)
+        if tokens <= held * self.block_size:
+            return True
+        need = -(-tokens // self.block_size) - held
+        free = self.total - self.used
+        if need > free and self.cache:
+            self.used -= self.cache.evict(need - free)
+            free = self.total - self.used
+        if need > free:
             return False
         if need > 0:
             self.used += need

@@ -27,6 +27,7 @@ class Replica:
         self.env, self.index, self.policy, self.state, self.cm = env, index, policy, state, cm
         self.itl, self.next_arrival, self.on_finish = itl, next_arrival, on_finish
         self.fast_forward, self.checking = fast_forward, check
+        self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.inbox: list = []
         self.idle = None
         self.num_iterations = 0
@@ -45,7 +46,8 @@ class Replica:
 
     def run(self):
         while True:
-            yield self.env.timeout(0)
+            if self.settle or self.next_arrival() <= self.env.now:
+                yield self.env.timeout(0)
             self.state.waiting.extend(self.inbox)
             self.inbox.clear()
             plan = self.policy.schedule(self.state)
@@ -61,33 +63,47 @@ class Replica:
             self._apply(plan, start, ends)
 
     def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
-        if self.fast_forward and not plan.preempted and plan.decode_only and self.policy.can_fast_forward(self.state):
-            k = self._stable_steps(plan)
-            if k > 1:
-                n = len(plan.items)
-                kv0 = float(sum(r.num_computed_tokens + 1 for r, _ in plan.items))
+        items = plan.items
+        if self.fast_forward and not plan.preempted:
+            k = self._decode_run_length(items)
+            if k > 1 and self.policy.can_fast_forward(self.state):
+                k = self._kv_limited(items, k)
+            if k > 1 and self.policy.can_fast_forward(self.state):
+                n = len(items)
+                kv0 = float(sum(r.num_computed_tokens for r, _ in items) + n)
                 ends = np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
                 nxt = self.next_arrival()
                 if nxt < math.inf:
                     ends = ends[: 1 + int(np.searchsorted(ends[:-1], nxt, side="left"))]
                 return ends
-        q = [n for _, n in plan.items]
-        kv = [r.num_computed_tokens for r, _ in plan.items]
-        return np.array([start + self.cm.time(ShapeStats.of(q, kv))])
+        return np.array([start + self.cm.time(ShapeStats.of([n for _, n in items], [r.num_computed_tokens for r, _ in items]))])
 
-    def _stable_steps(self, plan: Plan) -> int:
-        """Most steps before a finish or a failed KV allocation (the first step's blocks are held)."""
-        k = min(r.outputs_left for r, _ in plan.items)
+    @staticmethod
+    def _decode_run_length(items) -> int:
+        """0 unless every item is a decode (one new token that samples); else steps until the first finish."""
+        k = 1 << 62
+        for r, n in items:
+            if n != 1 or r.num_computed_tokens + 1 != r.prompt_len + r.num_output_tokens:
+                return 0
+            left = r.output_len - r.num_output_tokens
+            if left < k:
+                k = left
+        return k
+
+    def _kv_limited(self, items, k: int) -> int:
+        """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool = self.state.pool
-        c = np.fromiter((r.num_computed_tokens for r, _ in plan.items), dtype=np.int64, count=len(plan.items))
-        held = int(sum(r.num_blocks + pool.shared(r) for r, _ in plan.items))
-        need = lambda j: int((-(-(c + j) // pool.block_size)).sum()) - held  # noqa: E731
-        if need(k) <= pool.free:
+        bs, free = pool.block_size, pool.free
+        c = [r.num_computed_tokens for r, _ in items]
+        held = sum(r.num_blocks for r, _ in items) + sum(pool.shared(r) for r, _ in items) if pool.cache else \
+            sum(r.num_blocks for r, _ in items)
+        need = lambda j: sum(-(-(x + j) // bs) for x in c) - held  # noqa: E731
+        if need(k) <= free:
             return k
         lo, hi = 1, k
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if need(mid) <= pool.free:
+            if need(mid) <= free:
                 lo = mid
             else:
                 hi = mid - 1
@@ -123,8 +139,13 @@ class Replica:
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
             self.itl.add_many(np.diff(ends), weight=len(plan.items))
+            pool = self.state.pool
+            bs = pool.block_size
             for req, _ in plan.items:
-                assert self.state.pool.grow(req, req.num_computed_tokens)
+                held = -(-req.num_computed_tokens // bs) - (pool.shared(req) if pool.cache else 0)
+                pool.used += held - req.num_blocks
+                req.num_blocks = held
+            assert pool.used <= pool.total
         for req in finished:
             req.finish_s = last
             self.state.pool.release(req)

@@ -47,6 +47,8 @@ class Simulation:
                 pool.cache = PrefixCache(int(getattr(workload, "block_tokens", pool.block_size)), pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.itl, self.next_arrival, self.finished,
                                  fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
+        for r in self.replicas:
+            r.settle = bool(self.concurrency)
         if record_iterations:
             for r in self.replicas:
                 r.iteration_log = []
