@@ -1,19 +1,19 @@
 """One engine instance as a SimPy process: plan, price, wait, apply, record.
 
-ORDERING. An arrival stamped t joins the batch planned at t: before planning, the replica
-yields a zero-delay timeout, which SimPy queues behind every event already due at t (events
-at equal times run in insertion order), so all arrivals of t are in the inbox first.
+ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is due now, the
+replica first yields a zero-delay timeout, which SimPy queues behind every event already due
+at t (events at equal times run in insertion order), so all arrivals of t are in the inbox.
 
 FAST-FORWARD. When the plan is decode-only and the policy says the next plans repeat it, k
-steps are taken in one event: k is cut at the first finish, at the first step whose start is
-not before the next arrival, and where the KV blocks the steps need run out. Step times are
-the same sequence of additions stepping would make.
+steps are taken in one event: k is cut at the first finish and where the KV blocks the steps
+need run out. An arrival routed here at time a interrupts the wait and cuts the run after the
+last step that started before a; it joins the plan made when that step ends, as stepping
+would have it. Step times are the same sequence of additions stepping would make.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import simpy
 
 from costmodel import CostModel, ShapeStats
 from policies.base import Plan, SchedulerState
@@ -22,10 +22,12 @@ from .histogram import LogHistogram
 
 
 class Replica:
-    def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel, itl: LogHistogram,
+    def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
                  next_arrival, on_finish, fast_forward: bool = True, check: bool = False):
         self.env, self.index, self.policy, self.state, self.cm = env, index, policy, state, cm
-        self.itl, self.next_arrival, self.on_finish = itl, next_arrival, on_finish
+        self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
+        self._running_ends = None
+        self._running_plan = None
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.inbox: list = []
@@ -39,6 +41,20 @@ class Replica:
         self.inbox.append(req)
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
+            self.process.interrupt()
+
+    def kv_usage(self) -> float:
+        """Fraction of KV blocks in use now, as stepping would show it: a fast-forward holds the first
+        step's blocks up front and the rest at its end, so count the steps already started."""
+        pool, ends = self.state.pool, self._running_ends
+        used = pool.used
+        if ends is not None and len(ends) > 1:
+            j = 1 + int(np.searchsorted(ends[:-1], self.env.now, side="left"))
+            bs = pool.block_size
+            used += sum(-(-(r.num_computed_tokens + j) // bs) + (r.num_computed_tokens + 1) // -bs
+                        for r, _ in self._running_plan.items)
+        return used / pool.total
 
     @property
     def outstanding(self) -> int:
@@ -58,8 +74,15 @@ class Replica:
                 yield self.idle
                 continue
             start = self.env.now
-            ends = self._step_ends(plan, start)
-            yield self.env.timeout(ends[-1] - start)
+            ends = self._running_ends = self._step_ends(plan, start)
+            self._running_plan = plan
+            while True:
+                try:
+                    yield self.env.timeout(ends[-1] - self.env.now)
+                    break
+                except simpy.Interrupt:
+                    ends = self._running_ends = ends[: 1 + int(np.searchsorted(ends[:-1], self.env.now, side="left"))]
+            self._running_ends = None
             self._apply(plan, start, ends)
 
     def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
@@ -71,11 +94,7 @@ class Replica:
             if k > 1 and self.policy.can_fast_forward(self.state):
                 n = len(items)
                 kv0 = float(sum(r.num_computed_tokens for r, _ in items) + n)
-                ends = np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
-                nxt = self.next_arrival()
-                if nxt < math.inf:
-                    ends = ends[: 1 + int(np.searchsorted(ends[:-1], nxt, side="left"))]
-                return ends
+                return np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
         return np.array([start + self.cm.time(ShapeStats.of([n for _, n in items], [r.num_computed_tokens for r, _ in items]))])
 
     @staticmethod

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from costmodel.errors import require
 from policies.base import SchedulerState
 
 from .histogram import LogHistogram
@@ -33,8 +34,8 @@ class Simulation:
     def __init__(self, engines, workload, *, fast_forward: bool = True, check: bool = False,
                  max_model_len: int = 0, record_iterations: bool = False, router=None):
         """engines: list of (policy, BlockPool, CostModel), one per replica."""
+        require(len(engines) > 0, "replicas", len(engines), "must be at least 1")
         self.env = simpy.Environment()
-        self.itl = LogHistogram()
         self.workload, self.max_model_len, self.router = workload, max_model_len, router
         self.requests: list[Request] = []
         self._next = 0
@@ -45,7 +46,7 @@ class Simulation:
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
                 pool.cache = PrefixCache(int(getattr(workload, "block_tokens", pool.block_size)), pool.block_size)
-        self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.itl, self.next_arrival, self.finished,
+        self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
                                  fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
         for r in self.replicas:
             r.settle = bool(self.concurrency)
@@ -104,7 +105,13 @@ class Simulation:
         df = requests_frame(self.requests)
         iters = sum(r.num_iterations for r in self.replicas)
         log = [row for r in self.replicas for row in (r.iteration_log or [])] or None
-        summary = summarize(df, self.itl, iters, goodput)
+        itl = LogHistogram()
+        for r in self.replicas:
+            itl.merge(r.itl)
+        summary = summarize(df, itl, iters, goodput)
+        if len(self.replicas) > 1:
+            summary["replicas"] = [summarize(df[df.replica == r.index], r.itl, r.num_iterations, goodput)
+                                   for r in self.replicas]
         caches = [r.state.pool.cache for r in self.replicas if r.state.pool.cache is not None]
         if caches:
             lookups = sum(c.lookup_tokens for c in caches)
