@@ -11,6 +11,7 @@ from .errors import InputError, require
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
 GiB = 1 << 30
+COMBINES = ("max", "quadrature")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,10 @@ class Hardware:
     pi_eff: float                   # achieved FLOP/s used by the roofline
     beta_eff: float                 # achieved bytes/s used by the roofline
     step_overhead_s: float = 0.0    # fixed cost per forward pass (launches, sampling, scheduling)
-    kernel_floor_s: float = 0.0     # smallest time any one operator takes (launch floor)
+    kernel_floor_s: float = 0.0     # smallest time any one operator takes (launch floor, inside the max)
+    kernel_overhead_s: float = 0.0  # added to every kernel's time (calibrated forms offset/smooth)
+    gemm_tile_rows: int = 1         # GEMM MMA work is padded up to a multiple of this many rows (1: none)
+    roofline_combine: str = "max"   # how a kernel's F/π and B/β combine: max, or quadrature (√(a²+b²))
     pi_attn: float | None = None    # separate attention throughput when calibrated; None = pi_eff
     beta_attn: float | None = None
     interconnect_bandwidth: float = 0.0   # bytes/s per direction per GPU, for tensor parallelism
@@ -69,8 +73,13 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
-    for fld in ("step_overhead_s", "kernel_floor_s", "interconnect_bandwidth", "interconnect_latency_s"):
+    for fld in ("step_overhead_s", "kernel_floor_s", "kernel_overhead_s", "interconnect_bandwidth",
+                "interconnect_latency_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
+    require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
+            hw.gemm_tile_rows, "must be a positive integer")
+    require(hw.roofline_combine in COMBINES, f"{source}:roofline_combine", hw.roofline_combine,
+            f"must be one of {', '.join(COMBINES)}")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

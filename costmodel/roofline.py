@@ -17,9 +17,18 @@ Operators (each one kernel family, summed over layers):
   attention_decode  sequences with q = 1: same formulas; at one row per sequence they stream KV
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each
   step_overhead     the profile's fixed per-pass cost
+
+Each operator costs combine(F/π, B/β), at least kernel_floor_s per kernel, plus kernel_overhead_s per
+kernel: combine is max (the seed's roofline) or, for profiles calibrated with the "smooth" form,
+quadrature √(a²+b²); a GEMM's time pays for its rows padded up to gemm_tile_rows (its reported
+FLOPs stay the true ones). An operator stands for several kernels (linear: QKV, O, gate/up and down, 4 per layer), so the floor scales with
+layers and the overhead with kernels; the combine is applied to the operator's summed F and B (the
+kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
+With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,26 +75,39 @@ class Breakdown:
 
 @dataclass(frozen=True)
 class ShapeStats:
-    """What the roofline needs of a batch, reduced from (q_lens, kv_lens)."""
+    """What the roofline needs of a batch, reduced from (q_lens, kv_lens).
+
+    Attention is priced per sequence, max(F_i/π, B_i/β) (varlen attention gives each sequence
+    its own thread blocks), which is what keeps the cost monotone in every q and kv. Summing
+    the compute-bound sequences and the memory-bound ones separately gives the same total with
+    two operators: a sequence is compute-bound when its query-key pairs exceed `bound` times its
+    KV tokens. In any real batch that is prefill versus decode, hence the operator names."""
     rows: int             # T = Σ q
     seqs: int             # B, one sampled row each
-    prefill_pairs: float  # Σ_{q>1} q·kv + q(q+1)/2  (query-key pairs)
-    prefill_kv: float     # Σ_{q>1} kv + q           (KV tokens touched)
-    decode_kv: float      # Σ_{q=1} kv + 1           (pairs = KV tokens touched)
+    prefill_pairs: float  # compute-bound sequences: Σ q·kv + q(q+1)/2  (query-key pairs)
+    prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
+    decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
+    decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
 
     @classmethod
-    def of(cls, q_lens, kv_lens) -> "ShapeStats":
+    def of(cls, q_lens, kv_lens, bound: float = 1.0) -> "ShapeStats":
         """Plain Python integer sums: exact, and faster than numpy for the batch sizes simulated."""
-        rows = pairs = pkv = dkv = 0
+        rows = pairs = pkv = dkv = dpairs = 0
         for q, kv in zip(q_lens, kv_lens):
             q, kv = int(q), int(kv)
             rows += q
-            if q > 1:
-                pairs += q * kv + q * (q + 1) // 2
+            p = q * kv + q * (q + 1) // 2
+            if p > bound * (kv + q):
+                pairs += p
                 pkv += kv + q
             else:
+                dpairs += p
                 dkv += kv + q
-        return cls(rows, len(q_lens), float(pairs), float(pkv), float(dkv))
+        return cls(rows, len(q_lens), float(pairs), float(pkv), float(dkv), float(dpairs))
+
+    @property
+    def memory_bound_pairs(self) -> float:
+        return self.decode_kv if self.decode_pairs < 0 else self.decode_pairs
 
 
 class CostModel:
@@ -110,9 +132,19 @@ class CostModel:
         self.attn_coef = 4 * m.L * (m.h // tp) * m.d_h                     # FLOPs per query-key pair
         self.kv_coef = 2 * m.L * max(1, m.h_kv // tp) * m.d_h * b          # k per GPU, bytes per token
         self.floor_layers = m.L * hw.kernel_floor_s
+        over = hw.kernel_overhead_s
+        self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, m.L * over
+        self.tile = hw.gemm_tile_rows
+        self.quadrature = hw.roofline_combine == "quadrature"
+        self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
+        self._decode_fixed: dict[int, float] = {}
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
+
+    def shape(self, q_lens, kv_lens) -> ShapeStats:
+        """The batch's stats, attention split at this model's and GPU's compute/memory bound."""
+        return ShapeStats.of(q_lens, kv_lens, self.attn_bound)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -124,21 +156,31 @@ class CostModel:
             return 0.0
         return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)
 
+    def _pi_rows(self, pi: float, rows: int) -> float:
+        """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
+        (the reported FLOPs stay the true ones; the time pays for the padded rows)."""
+        t = self.tile
+        if t <= 1 or rows <= 0 or rows % t == 0:
+            return pi
+        return pi * rows / (-(-rows // t) * t)
+
     def weight_terms(self, s: ShapeStats):
-        """(name, flops, bytes, π, β, floor) for the operators that depend only on rows and sequences."""
+        """(name, flops, bytes, π, β, floor, overhead) for the operators that depend only on rows and sequences."""
         hw, b, m = self.hw, self.model.b, self.model
-        pi, beta = hw.pi_eff, hw.beta_eff
-        out = [("linear", 2 * self.lin_params * s.rows, b * self.lin_params, pi, beta, self.floor_layers)]
+        beta, over = hw.beta_eff, hw.kernel_overhead_s
+        pi = self._pi_rows(hw.pi_eff, s.rows)
+        out = [("linear", 2 * self.lin_params * s.rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
         if m.is_moe:
             out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * s.rows,
-                        b * self.expert_params * self._experts_touched(s.rows), pi, beta, self.floor_layers))
+                        b * self.expert_params * self._experts_touched(s.rows), pi, beta, self.floor_layers, self.over_moe))
         if self.counting == "seed":
-            out.append(("embedding", 2 * self.embed_gemm_params * s.rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s))
+            out.append(("embedding", 2 * self.embed_gemm_params * s.rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s, over))
             if self.head_gemm_params:
-                out.append(("lm_head", 2 * self.head_gemm_params * s.rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s))
+                out.append(("lm_head", 2 * self.head_gemm_params * s.rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s, over))
         else:
-            out.append(("embedding", 0.0, b * m.H * s.rows, pi, beta, hw.kernel_floor_s))
-            out.append(("lm_head", 2 * self.vocab_params * s.seqs, b * self.vocab_params, pi, beta, hw.kernel_floor_s))
+            out.append(("embedding", 0.0, b * m.H * s.rows, pi, beta, hw.kernel_floor_s, over))
+            out.append(("lm_head", 2 * self.vocab_params * s.seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, s.seqs),
+                        beta, hw.kernel_floor_s, over))
         return out
 
     def attention_terms(self, s: ShapeStats):
@@ -146,33 +188,42 @@ class CostModel:
         out = []
         if s.prefill_kv:
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, self.kv_coef * s.prefill_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_layers))
+                        hw.pi_attention, hw.beta_attention, self.floor_layers, self.over_layers))
         if s.decode_kv:
-            out.append(("attention_decode", self.attn_coef * s.decode_kv, self.kv_coef * s.decode_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_layers))
+            out.append(("attention_decode", self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv,
+                        hw.pi_attention, hw.beta_attention, self.floor_layers, self.over_layers))
         return out
+
+    def _op_time(self, fl: float, by: float, pi: float, beta: float, floor: float, over: float) -> float:
+        """One operator: combine(F/π, B/β), at least the floor, plus the overhead (plain floats;
+        ``decode_run`` repeats these exact operations with numpy)."""
+        a, m = fl / pi, by / beta
+        return (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
 
     def allreduce_s(self, rows: int) -> float:
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency if self.tp > 1 else 0.0
 
     def _fixed_time(self, s: ShapeStats) -> float:
         t = self.hw.step_overhead_s
-        for _, fl, by, pi, beta, floor in self.weight_terms(s):
-            t += max(fl / pi, by / beta, floor)
+        for _, fl, by, pi, beta, floor, over in self.weight_terms(s):   # _op_time, inlined (hot path)
+            a, m = fl / pi, by / beta
+            t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t + self.allreduce_s(s.rows)
 
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
         t = self._fixed_time(s)
-        for _, fl, by, pi, beta, floor in self.attention_terms(s):
-            t += max(fl / pi, by / beta, floor)
+        for _, fl, by, pi, beta, floor, over in self.attention_terms(s):   # _op_time, inlined (hot path)
+            a, m = fl / pi, by / beta
+            t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
-        for name, fl, by, pi, beta, floor in self.weight_terms(s) + self.attention_terms(s):
+        for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + self.attention_terms(s):
             tc, tm = fl / pi, by / beta
-            ops.append(Operator(name, fl, by, max(tc, tm, floor), "compute" if tc >= tm else "memory"))
+            ops.append(Operator(name, fl, by, self._op_time(fl, by, pi, beta, floor, over),
+                                "compute" if tc >= tm else "memory"))
         if self.tp > 1:
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
         if self.hw.step_overhead_s:
@@ -184,9 +235,12 @@ class CostModel:
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
         hw = self.hw
         x = decode_kv0 + n * np.arange(steps, dtype=np.float64)
-        attn = np.maximum(np.maximum((self.attn_coef * x) / hw.pi_attention, (self.kv_coef * x) / hw.beta_attention),
-                          self.floor_layers)
-        return self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0)) + attn
+        a, m = (self.attn_coef * x) / hw.pi_attention, (self.kv_coef * x) / hw.beta_attention
+        attn = np.maximum(np.sqrt(a * a + m * m) if self.quadrature else np.maximum(a, m), self.floor_layers) + self.over_layers
+        fixed = self._decode_fixed.get(n)
+        if fixed is None:
+            fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))
+        return fixed + attn
 
 
 def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None) -> Breakdown:
@@ -196,4 +250,5 @@ def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, cou
     require(q.size > 0, "q_lens", list(q_lens), "batch is empty")
     require(bool((q > 0).all()), "q_lens", list(q_lens), "every sequence needs at least one new token")
     require(bool((kv >= 0).all()), "kv_lens", list(kv_lens), "cached tokens cannot be negative")
-    return CostModel(model, hardware, tp, counting).breakdown(ShapeStats.of(q, kv))
+    cm = CostModel(model, hardware, tp, counting)
+    return cm.breakdown(cm.shape(q, kv))

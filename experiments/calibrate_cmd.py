@@ -10,7 +10,7 @@ import pandas as pd
 
 from costmodel import load_hardware, load_model
 from costmodel.calibration import fit, profile_from_fit
-from costmodel.calibration.fit import FORMS
+from costmodel.calibration.fit import DEFAULT_FORM, FORMS
 from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_plan, split_holdout
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
@@ -33,8 +33,9 @@ def add_parser(p):
     p.add_argument("--holdout", metavar="PATH", action="append", default=[],
                    help="timings to predict, not fit (same formats as --from); repeatable")
     p.add_argument("--base", help="profile whose spec fields the fitted one keeps (default h100; cpu: this machine)")
-    p.add_argument("--form", choices=FORMS, default="offset",
-                   help="offset: max(F/π, B/β) + floor (default); max: max(F/π, B/β, floor)")
+    p.add_argument("--form", choices=FORMS, default=DEFAULT_FORM,
+                   help="smooth: √((F'/π)² + (B/β)²) + floor, GEMM rows padded to 128 (default); "
+                        "offset: max(F/π, B/β) + floor; max: max(F/π, B/β, floor)")
     p.add_argument("--name", help="name of the written profile")
     p.add_argument("--out", help="folder for fitted.yaml, timings.csv, residuals.png, report.json")
     p.add_argument("--json", action="store_true", help="print a machine-readable report")

@@ -59,8 +59,8 @@ def chunk_table(cm: CostModel, sc: StallScene) -> pd.DataFrame:
     rows = []
     for i in range(math.ceil(S / c)):
         q = min(c, S - i * c)
-        alone = cm.time(ShapeStats.of([q], [i * c]))
-        mixed = cm.time(ShapeStats.of([q] + [1] * D, [i * c] + [ctx] * D))
+        alone = cm.time(cm.shape([q], [i * c]))
+        mixed = cm.time(cm.shape([q] + [1] * D, [i * c] + [ctx] * D))
         rows.append(dict(index=i + 1, new_tokens=q, cached_prefix=i * c, time_s=mixed, prefill_only_s=alone))
     return pd.DataFrame(rows)
 
@@ -68,8 +68,8 @@ def chunk_table(cm: CostModel, sc: StallScene) -> pd.DataFrame:
 def stall_figures(model: ModelSpec, hw: Hardware, sc: StallScene, tp: int = 1, counting: str | None = None) -> dict:
     cm = CostModel(model, hw, tp, counting)
     S, D, ctx = sc.prompt_len, sc.num_decodes, sc.decode_context
-    prefill = cm.breakdown(ShapeStats.of([S], [0]))
-    decode_step = cm.time(ShapeStats.of([1] * D, [ctx] * D))
+    prefill = cm.breakdown(cm.shape([S], [0]))
+    decode_step = cm.time(cm.shape([1] * D, [ctx] * D))
     chunks = chunk_table(cm, sc)
     full = chunks[chunks.new_tokens == sc.chunk]
     first = chunks.iloc[0]
@@ -77,7 +77,7 @@ def stall_figures(model: ModelSpec, hw: Hardware, sc: StallScene, tp: int = 1, c
     big = ShapeStats(sc.budget, 1, 0.0, 0.0, 0.0)
     weight_stream = sum(by for _, _, by, *_ in cm.weight_terms(big))                        # P·b per pass
     k = cm.kv_coef
-    decode_kv = cm.breakdown(ShapeStats.of([1] * D, [ctx] * D)).op("attention_decode").time_s
+    decode_kv = cm.breakdown(cm.shape([1] * D, [ctx] * D)).op("attention_decode").time_s
     c_slo = hw.pi_eff * (sc.slo_ms / 1e3 - decode_step) / per_row
     return {
         "prefill_s": prefill.time_s,

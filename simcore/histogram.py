@@ -16,6 +16,8 @@ class LogHistogram:
         self._count, self._total, self._max = 0, 0.0, 0.0
         self._values: list[float] = []
         self._weights: list[int] = []
+        self._chunks: list = []        # (array of values, weight)
+        self._pending = 0
 
     def _index(self, x):
         return np.clip(np.floor(np.log10(np.maximum(x, self.lo * 0.5) / self.lo) * self.per_decade).astype(np.int64) + 1,
@@ -24,23 +26,25 @@ class LogHistogram:
     def add(self, value: float, weight: int = 1) -> None:
         self._values.append(value)
         self._weights.append(weight)
-        if len(self._values) >= 65536:
+        self._pending += 1
+        if self._pending >= 65536:
             self._flush()
 
     def add_many(self, values, weight: int = 1) -> None:
         """Values are buffered and binned in bulk: adding is cheap, reading flushes."""
-        values = values.tolist() if isinstance(values, np.ndarray) else list(values)
-        self._values.extend(values)
-        self._weights.extend([weight] * len(values))
-        if len(self._values) >= 65536:
-            self._flush()
+        if len(values):
+            self._chunks.append((values, weight))
+            self._pending += len(values)
+            if self._pending >= 65536:
+                self._flush()
 
     def _flush(self) -> None:
-        if not self._values:
+        if not self._values and not self._chunks:
             return
-        v = np.array(self._values, dtype=np.float64)
-        w = np.array(self._weights, dtype=np.int64)
-        self._values, self._weights = [], []
+        parts = [np.asarray(self._values, dtype=np.float64)] + [np.asarray(c, dtype=np.float64) for c, _ in self._chunks]
+        wparts = [np.asarray(self._weights, dtype=np.int64)] + [np.full(len(c), w, dtype=np.int64) for c, w in self._chunks]
+        v, w = np.concatenate(parts), np.concatenate(wparts)
+        self._values, self._weights, self._chunks, self._pending = [], [], [], 0
         self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
         self._count += int(w.sum())
         self._total += float((v * w).sum())

@@ -95,7 +95,7 @@ class Replica:
                 n = len(items)
                 kv0 = float(sum(r.num_computed_tokens for r, _ in items) + n)
                 return np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
-        return np.array([start + self.cm.time(ShapeStats.of([n for _, n in items], [r.num_computed_tokens for r, _ in items]))])
+        return np.array([start + self.cm.time(self.cm.shape([n for _, n in items], [r.num_computed_tokens for r, _ in items]))])
 
     @staticmethod
     def _decode_run_length(items) -> int:
@@ -135,13 +135,14 @@ class Replica:
         if self.iteration_log is not None:
             self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
         first, last = float(ends[0]), float(ends[-1])
-        inner_max = float(np.diff(ends).max()) if steps > 1 else 0.0
+        inner = np.diff(ends) if steps > 1 else None
+        inner_max = float(inner.max()) if steps > 1 else 0.0
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
+            if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 continue
             if req.first_token_s is None:
                 req.first_token_s = first
@@ -152,12 +153,13 @@ class Replica:
             req.num_computed_tokens += steps - 1
             req.num_output_tokens += steps
             req.last_token_s = last
-            if req.is_finished:
+            if req.num_output_tokens >= req.output_len:
                 finished.append(req)
-        self.itl.add_many(gaps)
+        if gaps:
+            self.itl.add_many(gaps)
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
-            self.itl.add_many(np.diff(ends), weight=len(plan.items))
+            self.itl.add_many(inner, weight=len(plan.items))
             pool = self.state.pool
             bs = pool.block_size
             for req, _ in plan.items:

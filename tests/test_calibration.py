@@ -9,27 +9,31 @@ from costmodel import CostModel, InputError, ShapeStats, load_hardware, load_mod
 from costmodel.calibration import fit, profile_from_fit, sample_hardware
 from costmodel.calibration.fit import fit_class
 from costmodel.calibration.microbench import build_plan, cpu_plan, model_plan, plan_table, split_holdout
-from costmodel.calibration.timings import gemm_row, load_timings, read_timings_csv, validate, write_timings_csv
+from costmodel.calibration.timings import gemm_row, layer_gemm_shapes, load_timings, read_timings_csv, validate, write_timings_csv
 from experiments.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "costmodel" / "calibration_data"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"
 
 
-def synthetic_gemms(pi, beta, floor, noise, rng, form="offset"):
+def synthetic_gemms(pi, beta, floor, noise, rng, form="smooth"):
     """GEMMs over decode-to-prefill token counts and several weight shapes; lognormal noise."""
     rows = [gemm_row("g", m, k, n, 2, 0.0) for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
             for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))]
     df = pd.DataFrame(rows)
-    roof = np.maximum(df["flops"] / pi, df["bytes"] / beta)
-    t = roof + floor if form == "offset" else np.maximum(roof, floor)
+    if form == "smooth":     # rows padded to the 128-row tile, compute and memory in quadrature
+        a = df["flops"] * np.ceil(df["m"] / 128) * 128 / df["m"] / pi
+        t = np.hypot(a, df["bytes"] / beta) + floor
+    else:
+        roof = np.maximum(df["flops"] / pi, df["bytes"] / beta)
+        t = roof + floor if form == "offset" else np.maximum(roof, floor)
     return df.assign(time_s=t * np.exp(noise * rng.standard_normal(len(df))))
 
 
 TRUTH = {"pi": 7e14, "beta": 3e12, "floor": 6e-6}
 
 
-@pytest.mark.parametrize("form", ["offset", "max"])
+@pytest.mark.parametrize("form", ["smooth", "offset", "max"])
 def test_recovers_known_parameters_within_3_percent(form):
     df = synthetic_gemms(*TRUTH.values(), 0.03, np.random.default_rng(1), form)
     c = fit_class(df, "gemm", form)
@@ -93,7 +97,8 @@ def test_llama_fit_predicts_internlm_gemms(llama_fit):
 def test_full_llama_fit_predicts_other_models(model):
     r = fit(load_timings(SHARED / "meta-llama/Llama-2-7b-hf/mlp.csv"))
     err = r.errors(load_timings(SHARED / model / "mlp.csv")).set_index("op_class")["mape"]
-    assert err["gemm"] < 12 and err["activation"] < 10 and err["rope"] < 10 and err["residual_add"] < 10
+    assert err["gemm"] < 10 and err["activation"] < 10 and err["rope"] < 10 and err["residual_add"] < 10
+    assert err["embedding"] < 10 and err["norm"] < 20      # norm: not yet (see calibration_bench)
 
 
 def test_profile_loads_and_prices(llama_fit, tmp_path):
@@ -104,9 +109,20 @@ def test_profile_loads_and_prices(llama_fit, tmp_path):
     back = load_hardware(str(path))
     assert back.pi_eff == pytest.approx(r.value("gemm.pi")) and back.counting == "faithful"
     assert back.interconnect_bandwidth == pytest.approx(r.value("allreduce.bandwidth"))
+    assert (back.gemm_tile_rows, back.roofline_combine) == (128, "quadrature")
+    assert back.kernel_overhead_s == pytest.approx(r.value("gemm.floor")) and back.kernel_floor_s == 0
     m = load_model("llama-2-7b")
-    t = CostModel(m, back).time(ShapeStats.of([1] * 8, [1000] * 8))
-    assert t == pytest.approx((m.weight_bytes + 8 * 1001 * m.kv_bytes_per_token) / back.beta_eff, rel=0.1)
+    cm = CostModel(m, back)
+    t = cm.time(cm.shape([1] * 8, [1000] * 8))
+    assert t > (m.weight_bytes + 8 * 1001 * m.kv_bytes_per_token) / back.beta_eff
+    # the roofline's linear operator is the fit's four GEMM kernels per layer, priced the same way
+    shapes = layer_gemm_shapes(m.H, m.h, m.h_kv, m.ffn, True, 1)
+    for rows in (8, 200, 3000):
+        kernels = validate(pd.DataFrame([gemm_row(op, rows, k, n, 2, 1.0) for op, (k, n) in shapes.items()]))
+        fit_s = m.L * r.classes["gemm"].predict(kernels).sum()
+        assert cm.breakdown(cm.shape([rows], [0])).op("linear").time_s == pytest.approx(fit_s, rel=0.03)
+    run = cm.decode_run(7, 7 * 3001, 40)
+    assert list(run) == [cm.time(ShapeStats(7, 7, 0.0, 0.0, 7 * 3001 + 7 * j)) for j in range(40)]
 
 
 def test_sampled_hardware_spreads_by_the_fitted_sigma(llama_fit):

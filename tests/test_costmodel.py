@@ -62,9 +62,9 @@ def test_faithful_counting_runs_lm_head_on_sampled_rows_only(llama8b, h100):
 
 
 def test_bound_labels(cm8b):
-    b = cm8b.breakdown(ShapeStats.of([4096], [0]))
+    b = cm8b.breakdown(cm8b.shape([4096], [0]))
     assert b.op("linear").bound == "compute"
-    d = cm8b.breakdown(ShapeStats.of([1] * 4, [4096] * 4))
+    d = cm8b.breakdown(cm8b.shape([1] * 4, [4096] * 4))
     assert d.op("linear").bound == "memory" and d.op("attention_decode").bound == "memory"
 
 
@@ -77,11 +77,11 @@ def test_cost_monotone_in_q_and_kv(q, dq, dkv, i, tp, name):
     cm = CostModel(m, hw, tp)
     kv = [100 * j for j in range(len(q))]
     i %= len(q)
-    base = cm.time(ShapeStats.of(q, kv))
+    base = cm.time(cm.shape(q, kv))
     more_q = list(q); more_q[i] += dq
     more_kv = list(kv); more_kv[i] += dkv
-    assert cm.time(ShapeStats.of(more_q, kv)) >= base
-    assert cm.time(ShapeStats.of(q, more_kv)) >= base
+    assert cm.time(cm.shape(more_q, kv)) >= base
+    assert cm.time(cm.shape(q, more_kv)) >= base
 
 
 def test_decode_run_equals_stepping(cm8b):

@@ -13,9 +13,9 @@ from simcore.simulation import Simulation, fixed_workload
 
 def service_time(cm: CostModel, I: int, O: int) -> float:
     """One request alone: its prefill, then O-1 decode steps with a growing context."""
-    t = cm.time(ShapeStats.of([I], [0]))
+    t = cm.time(cm.shape([I], [0]))
     for j in range(O - 1):
-        t += cm.time(ShapeStats.of([1], [I + j]))
+        t += cm.time(cm.shape([1], [I + j]))
     return t
 
 

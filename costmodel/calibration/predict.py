@@ -14,7 +14,7 @@ from ..errors import require
 from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel, ShapeStats
-from .profile import HW_FIELDS, fitted_parameters
+from .profile import fitted_parameters, hw_fields
 
 PERCENTILES = (2.5, 16.0, 50.0, 84.0, 97.5)
 
@@ -30,19 +30,20 @@ def sample_hardware(profile: Hardware, n: int, rng: np.random.Generator) -> list
     """``n`` profiles whose fitted fields are drawn from the calibration's covariance."""
     require(isinstance(n, int) and n >= 1, "n", n, "must be a positive integer")
     names, values, cov = _require_fitted(profile)
-    keep = [i for i, nm in enumerate(names) if nm in HW_FIELDS]
+    fields = hw_fields((profile.calibration or {}).get("form", "offset"))
+    keep = [i for i, nm in enumerate(names) if nm in fields]
     if not keep:
         return [profile] * n
     mu, sub = np.log(values[keep]), cov[np.ix_(keep, keep)]
     draws = np.exp(rng.multivariate_normal(mu, sub, size=n, method="eigh"))
-    return [profile.replace(**{HW_FIELDS[names[i]]: float(v) for i, v in zip(keep, row)}) for row in draws]
+    return [profile.replace(**{fields[names[i]]: float(v) for i, v in zip(keep, row)}) for row in draws]
 
 
 def forward_interval(model: ModelSpec, profile: Hardware, q_lens, kv_lens, tp: int = 1,
                      counting: str | None = None, n: int = 400, seed: int = 0) -> dict:
     """Percentiles (seconds) of one forward pass's time over parameter draws and residual scatter."""
     rng = np.random.default_rng(seed)
-    stats = ShapeStats.of(q_lens, kv_lens)
+    stats = CostModel(model, profile, tp, counting).shape(q_lens, kv_lens)
     times = np.array([CostModel(model, hw, tp, counting).time(stats) for hw in sample_hardware(profile, n, rng)])
     s = float((profile.calibration.get("residual_scale_log") or {}).get("gemm", 0.0))
     times = times * np.exp(s * rng.standard_normal(n))

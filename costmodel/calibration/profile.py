@@ -1,6 +1,7 @@
 """A fit becomes a hardware profile, and a profile gives its fitted parameters back.
 
-The roofline reads pi_eff, beta_eff, kernel_floor_s from the GEMM class, pi_attn/beta_attn from the
+The roofline reads pi_eff, beta_eff and the GEMM floor (kernel_floor_s for the max form,
+kernel_overhead_s for offset/smooth; smooth also sets gemm_tile_rows and roofline_combine) from the GEMM class, pi_attn/beta_attn from the
 attention classes and the interconnect fields from all-reduce timings; every other class (norms,
 activations, copies) is kept in ``calibration`` with the covariance of the log-parameters, so a
 profile alone is enough to sample plausible hardware (``predict.sample_hardware``).
@@ -13,11 +14,24 @@ import os
 import numpy as np
 
 from ..hardware import Hardware
-from .fit import Fit
+from .fit import TILE_ROWS, Fit
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
              "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s"}
+
+
+def hw_fields(form: str) -> dict:
+    """Fitted parameter -> Hardware field, for profiles fitted with ``form``."""
+    floor = "kernel_floor_s" if form == "max" else "kernel_overhead_s"
+    return {**HW_FIELDS, "gemm.floor": floor}
+
+
+def form_fields(form: str) -> dict:
+    """The Hardware fields that make the roofline price kernels the way ``form`` fitted them."""
+    if form == "smooth":
+        return {"gemm_tile_rows": TILE_ROWS, "roofline_combine": "quadrature"}
+    return {"gemm_tile_rows": 1, "roofline_combine": "max"}
 
 
 def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
@@ -51,8 +65,11 @@ def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
 
 def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = None) -> Hardware:
     """``base`` with the fitted fields replaced; counting 'faithful' (the fit prices real kernels)."""
-    changes = {fld: fit.value(p) for p, fld in HW_FIELDS.items() if p.rsplit(".", 1)[0] in fit.classes}
-    return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes,
+    form = next(iter(fit.classes.values())).form
+    changes = {fld: fit.value(p) for p, fld in hw_fields(form).items() if p.rsplit(".", 1)[0] in fit.classes}
+    other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
+    changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
+    return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),
                         description=f"{base.description or base.name}, calibrated from {source}",
                         notes=f"{', '.join(sorted(changes))} fitted by chunksim calibrate (form "
                               f"{next(iter(fit.classes.values())).form}); the other fields are {base.name}'s.",

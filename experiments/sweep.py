@@ -1,0 +1,239 @@
+"""Sweep engine knobs × request rates × policies against ITL/TTFT SLOs, and recommend a setting.
+
+A point is one simulation, described by a flat, JSON-able dict (its configuration) and named by a
+hash of it, so a results file written by an interrupted sweep tells a resumed one what is done.
+The table is built in grid order from those records, never in completion order, so local, Dask
+and resumed sweeps of one grid give the same table.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costmodel.errors import require
+
+from .engines import POLICIES
+
+KNOBS = {"vllm": ("max_num_batched_tokens", "long_prefill_token_threshold"),
+         "sglang": ("chunked_prefill_size", "enable_mixed_chunk"),
+         "nochunk": ()}
+KNOB_COLUMNS = tuple(dict.fromkeys(k for ks in KNOBS.values() for k in ks))
+CONFIG_COLUMNS = ("point_id", "engine", "policy", "request_rate", *KNOB_COLUMNS, "model", "hardware", "tp", "seed",
+                  "flags", "workload", "goodput")
+SLO_PERCENTILES = (50, 90, 99)
+OBJECTIVES = ("output_throughput", "request_goodput", "request_throughput", "total_token_throughput")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """grid: policy -> {knob: [values]} (a knob left out keeps the engine's default); flags: policy ->
+    fixed engine flags; workload: a ``workloads`` config section, or ``{"kind": "chat_with_long_prompts", ...}``."""
+    grid: dict
+    request_rates: tuple = (None,)
+    workload: dict = field(default_factory=lambda: {"kind": "chat_with_long_prompts"})
+    model: str = "llama-3.1-8b"
+    hardware: str = "h100"
+    tp: int = 1
+    seed: int = 0
+    flags: dict = field(default_factory=dict)
+    goodput: dict | None = None   # vllm bench serve --goodput SLOs (ttft/tpot/e2el ms) for request_goodput
+
+    def __post_init__(self):
+        require(bool(self.grid), "grid", self.grid, "name at least one policy")
+        for policy, knobs in self.grid.items():
+            require(policy in POLICIES, "policy", policy, f"must be one of {', '.join(POLICIES)}")
+            require(isinstance(knobs, dict), f"grid:{policy}", knobs, "must map knob names to lists of values")
+            unknown = sorted(set(knobs) - set(KNOBS[policy]))
+            require(not unknown, f"grid:{policy}", unknown,
+                    f"not swept knobs of {policy}; {policy} sweeps {', '.join(KNOBS[policy]) or 'nothing'}")
+            for k, vals in knobs.items():
+                require(isinstance(vals, (list, tuple)) and len(vals) > 0, f"grid:{policy}:{k}", vals,
+                        "must be a non-empty list")
+        for r in self.request_rates:
+            require(r is None or (isinstance(r, (int, float)) and r > 0), "request-rates", r, "must be positive")
+
+
+def engine_label(policy: str, knobs: dict) -> str:
+    """The recommendation's group: a policy, split by its on/off knobs (SGLang with and without mixing)."""
+    return policy + "".join(f"+{k}" for k, v in knobs.items() if isinstance(v, bool) and v)
+
+
+def points(spec: SweepSpec) -> list[dict]:
+    out = []
+    for policy, knobs in spec.grid.items():
+        names = list(knobs)
+        for combo in itertools.product(*(knobs[k] for k in names)):
+            chosen = dict(zip(names, combo))
+            for rate in spec.request_rates:
+                p = {"engine": engine_label(policy, chosen), "policy": policy, "request_rate": rate,
+                     **{k: chosen.get(k) for k in KNOB_COLUMNS}, "model": spec.model, "hardware": spec.hardware,
+                     "tp": spec.tp, "seed": spec.seed, "flags": json.dumps(spec.flags.get(policy, {}), sort_keys=True),
+                     "workload": json.dumps(spec.workload, sort_keys=True),
+                     "goodput": json.dumps(spec.goodput, sort_keys=True) if spec.goodput else None}
+                p = {"point_id": hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()[:16], **p}
+                out.append(p)
+    return out
+
+
+def build_workload(workload: dict, rate: float | None, seed: int):
+    from workloads import workload_from_config
+
+    from .traffic import chat_with_long_prompts
+    w = dict(workload)
+    if w.get("kind") == "chat_with_long_prompts":
+        w.pop("kind")
+        return chat_with_long_prompts(rate if rate is not None else w.pop("request_rate", math.inf), seed, **w)
+    if rate is not None:
+        if w.get("kind") == "trace":
+            w["trace"] = {**w.get("trace", {}), "target_rate": rate}
+        else:
+            w["request_rate"] = rate
+    return workload_from_config(w, seed)
+
+
+def run_point(point: dict) -> dict:
+    """One simulation; the summary's `vllm bench serve` keys join the configuration."""
+    from costmodel import load_hardware, load_model
+    from simcore.simulation import Simulation
+
+    from .engines import build_engine
+    model, hw = load_model(point["model"]), load_hardware(point["hardware"])
+    knobs = {k: point[k] for k in KNOBS[point["policy"]] if point.get(k) is not None}
+    flags = {**json.loads(point["flags"]), **knobs}
+    sched, pool, cm, max_len = build_engine(point["policy"], model, hw, point["tp"], flags)
+    wl = build_workload(json.loads(point["workload"]), point["request_rate"], point["seed"])
+    goodput = json.loads(point.get("goodput") or "null")
+    res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len).run(goodput=goodput)
+    return dict(res.summary)
+
+
+def safe_run_point(point: dict) -> dict:
+    """A point that raises is a record with its error, so the sweep goes on."""
+    t0 = time.perf_counter()
+    try:
+        metrics, error = run_point(point), None
+    except Exception as e:  # noqa: BLE001 -- recorded, not swallowed
+        metrics, error = {}, f"{type(e).__name__}: {e}"
+    return {**point, "error": error, **metrics, "wall_s": time.perf_counter() - t0}
+
+
+def load_records(path: Path) -> dict:
+    """point_id -> record, from a JSON-lines results file; a line cut short by a kill is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        raw = raw[: raw.rfind(b"\n") + 1]
+        path.write_bytes(raw)
+    out = {}
+    for line in raw.decode().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            out[rec["point_id"]] = rec
+    return out
+
+
+def append_record(path: Path, rec: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec, default=_plain) + "\n")
+        f.flush()
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else str(x)
+
+
+def table(pts: list[dict], records: dict) -> pd.DataFrame:
+    """One row per point in grid order; columns: configuration, error, then the summary metrics."""
+    rows = [records.get(p["point_id"], {**p, "error": "not run"}) for p in pts]
+    metrics = next((list(r) for r in rows if not r.get("error")), [])
+    cols = list(CONFIG_COLUMNS) + ["error"] + [c for c in metrics if c not in CONFIG_COLUMNS and c not in
+                                                ("error", "wall_s")]
+    return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
+
+
+def run_sweep(spec: SweepSpec, results: str | Path | None = None, executor=None, resume: bool = False,
+              progress: bool = False) -> pd.DataFrame:
+    """Run every point not already finished in ``results`` (JSON lines), appending each as it ends."""
+    from .executors import map_points
+    pts = points(spec)
+    path = Path(results) if results else None
+    done = {}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done = {k: r for k, r in load_records(path).items() if not r.get("error")}
+        else:
+            path.write_text("")
+    todo = [p for p in pts if p["point_id"] not in done]
+    new = {}
+
+    def on_result(rec):
+        new[rec["point_id"]] = json.loads(json.dumps(rec, default=_plain))
+        if path is not None:
+            append_record(path, rec)
+    map_points(safe_run_point, todo, on_result, executor=executor, progress=progress)
+    return table(pts, {**done, **new})
+
+
+def mark_slo(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = None,
+             percentile: int = 99) -> pd.Series:
+    """A point meets the SLOs when it ran, rejected nothing and its percentile ITL (and TTFT) are within them."""
+    require(percentile in SLO_PERCENTILES, "percentile", percentile, f"must be one of {SLO_PERCENTILES}")
+    require(itl_slo_ms > 0, "itl-slo-ms", itl_slo_ms, "must be positive")
+    require(ttft_slo_ms is None or ttft_slo_ms > 0, "ttft-slo-ms", ttft_slo_ms, "must be positive")
+    ok = df.error.isna() & (df.get("num_rejected", 0) == 0) & (df[f"p{percentile}_itl_ms"] <= itl_slo_ms)
+    if ttft_slo_ms is not None:
+        ok &= df[f"p{percentile}_ttft_ms"] <= ttft_slo_ms
+    return ok.fillna(False).astype(bool)
+
+
+def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = None, percentile: int = 99,
+              objective: str = "output_throughput", analytic_tokens: int | None = None) -> pd.DataFrame:
+    """Per engine, the point with the highest objective among those meeting the SLOs (ties: lower ITL)."""
+    require(objective in OBJECTIVES, "objective", objective, f"must be one of {', '.join(OBJECTIVES)}")
+    require(objective in df or df.error.notna().all(), "objective", objective,
+            "not in the results (request_goodput needs a goodput SLO)")
+    itl, ttft = f"p{percentile}_itl_ms", f"p{percentile}_ttft_ms"
+    d = df.assign(meets_slo=mark_slo(df, itl_slo_ms, ttft_slo_ms, percentile), _order=np.arange(len(df)))
+    rows = []
+    for engine, g in d.groupby("engine", sort=False):
+        ok = g[g.meets_slo].sort_values([objective, itl, "_order"], ascending=[False, True, True], kind="stable")
+        row = {"engine": engine, "points": len(g), "meeting_slo": len(ok)}
+        if len(ok):
+            best = ok.iloc[0]
+            row.update({k: best[k] for k in ("request_rate", *KNOBS[best.policy])})
+            row.update({itl: best[itl], ttft: best[ttft], objective: best[objective], "point_id": best.point_id})
+        if analytic_tokens is not None and engine != "nochunk":
+            row["analytic_budget_tokens"] = analytic_tokens
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pareto_mask(df: pd.DataFrame, x: str = "output_throughput", y: str = "p99_itl_ms") -> np.ndarray:
+    """Points no other point beats on both axes (higher x, lower y)."""
+    xs, ys = df[x].to_numpy(dtype=float), df[y].to_numpy(dtype=float)
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    mask = np.zeros(len(df), dtype=bool)
+    for i in np.flatnonzero(ok):
+        dominated = ok & (xs >= xs[i]) & (ys <= ys[i]) & ((xs > xs[i]) | (ys < ys[i]))
+        mask[i] = not dominated.any()
+    return mask
+
+
+def analytic_budget(model: str, hardware: str, tp: int, itl_slo_ms: float) -> int:
+    """The seed's one-line bound: the largest page-aligned chunk whose weight GEMMs fit the SLO."""
+    from costmodel import load_hardware, load_model
+
+    from .stall import StallScene, stall_figures
+    return int(stall_figures(load_model(model), load_hardware(hardware), StallScene(slo_ms=itl_slo_ms), tp)
+               ["slo_budget_tokens"])
