@@ -11,7 +11,6 @@ import json
 import math
 from pathlib import Path
 
-from costmodel import ShapeStats
 
 from .iterlog import replay
 

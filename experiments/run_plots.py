@@ -4,7 +4,6 @@ each forward pass held (prefill vs decode tokens), and latency CDFs. Each takes 
 """
 from __future__ import annotations
 
-import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter

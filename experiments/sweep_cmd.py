@@ -6,7 +6,6 @@ point (queues growing without bound) can still win on throughput; give one to ru
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 

@@ -11,7 +11,6 @@ Capacity follows each engine's own accounting:
 """
 from __future__ import annotations
 
-import math
 
 from costmodel import CostModel
 from costmodel.errors import require

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from costmodel import CostModel, ShapeStats
+from costmodel import CostModel
 from policies.base import Plan, SchedulerState
 
 from .histogram import LogHistogram

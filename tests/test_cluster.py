@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel import InputError, load_hardware, load_model
+from costmodel import InputError, load_model
 from experiments.engines import build_cluster
 from simcore.simulation import Simulation, fixed_workload
 from workloads.workload import Workload

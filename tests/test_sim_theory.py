@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import simpy  # noqa: F401
 
-from costmodel import CostModel, ShapeStats
+from costmodel import CostModel
 from experiments.engines import build_engine
 from experiments.scenarios import poisson_fixed
 from simcore.simulation import Simulation, fixed_workload
