@@ -89,6 +89,8 @@ class LogHistogram:
         """q in [0, 1]; the geometric centre of the bin holding the q-th sample, capped at the exact max."""
         if not self.count:
             return 0.0
+        if q >= 1.0:
+            return self.max
         rank = q * (self.count - 1)
         i = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
         return float(min(self._center(np.array(i))[()], self.max))
