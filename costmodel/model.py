@@ -2,6 +2,11 @@
 
 Symbols (seed 000, FORMULAS): L layers, h query heads, h_kv KV heads, d_h head dim,
 P total parameters, b bytes per element, k = 2·L·h_kv·d_h·b KV bytes per token.
+
+Hybrid models (Qwen3-Next, Qwen3.5: ``layer_types`` / ``full_attention_interval``) interleave
+full-attention layers, which keep a KV cache, with Gated DeltaNet linear-attention layers, which
+keep a fixed-size state per sequence instead: there ``kv_layers`` < L and k = 2·kv_layers·h_kv·d_h·b.
+Every other model has kv_layers = L, and nothing about it changes.
 """
 from __future__ import annotations
 
@@ -34,13 +39,64 @@ class ModelSpec:
     moe_layers: int = 0         # layers whose MLP is MoE (the rest are dense)
     qkv_bias: bool = False
     max_model_len: int = 0
+    kv_layers: int | None = None  # full-attention layers (a KV cache each); None = L
+    attn_output_gate: bool = False  # Qwen3-Next gated attention: q_proj also emits a sigmoid gate
+    lin_k_heads: int = 0          # Gated DeltaNet layers (L - kv_layers of them): key heads,
+    lin_v_heads: int = 0          # value heads,
+    lin_k_dim: int = 0            # key head dim,
+    lin_v_dim: int = 0            # value head dim,
+    lin_conv_kernel: int = 0      # causal short-convolution width
+
+    def __post_init__(self):
+        if self.kv_layers is None:
+            object.__setattr__(self, "kv_layers", self.L)
+
+    @property
+    def linear_layers(self) -> int:
+        """Linear-attention layers: no KV cache, a fixed state per sequence (0 for plain transformers)."""
+        return self.L - self.kv_layers
 
     # --- parameters, split the way the roofline streams them -----------------
     @property
     def attn_params_per_layer(self) -> int:
         q, kv = self.h * self.d_h, self.h_kv * self.d_h
         bias = (q + 2 * kv) if self.qkv_bias else 0
-        return self.H * q + 2 * self.H * kv + q * self.H + bias + 2 * self.H  # + 2 norms
+        gate = self.H * q if self.attn_output_gate else 0
+        return self.H * q + gate + 2 * self.H * kv + q * self.H + bias + 2 * self.H  # + 2 norms
+
+    @property
+    def linear_key_dim(self) -> int:
+        return self.lin_k_heads * self.lin_k_dim
+
+    @property
+    def linear_value_dim(self) -> int:
+        return self.lin_v_heads * self.lin_v_dim
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of the short convolution: q, k and v (z and the gates bypass it)."""
+        return 2 * self.linear_key_dim + self.linear_value_dim
+
+    @property
+    def linear_attn_params_per_layer(self) -> int:
+        """One Gated DeltaNet layer (HF Qwen3NextGatedDeltaNet): in_proj_qkvz H→2·key+2·value,
+        in_proj_ba H→2·h_v, depthwise conv1d (no bias), dt_bias and A_log per value head, the
+        gated RMSNorm over one value head, out_proj value→H, plus the layer's 2 norms."""
+        if not self.lin_v_heads:
+            return 0
+        kd, vd, hv = self.linear_key_dim, self.linear_value_dim, self.lin_v_heads
+        return (self.H * (2 * kd + 2 * vd + 2 * hv) + self.linear_conv_dim * self.lin_conv_kernel
+                + 2 * hv + self.lin_v_dim + vd * self.H + 2 * self.H)
+
+    @property
+    def linear_state_elems(self) -> int:
+        """Recurrent state of one linear-attention layer for one sequence: h_v·d_k·d_v."""
+        return self.lin_v_heads * self.lin_k_dim * self.lin_v_dim
+
+    @property
+    def linear_conv_state_elems(self) -> int:
+        """Short-convolution state of one linear-attention layer for one sequence: the last K-1 inputs."""
+        return self.linear_conv_dim * max(0, self.lin_conv_kernel - 1)
 
     @property
     def dense_mlp_params(self) -> int:
@@ -63,7 +119,8 @@ class ModelSpec:
     @property
     def always_on_layer_params(self) -> int:
         """Layer weights every row uses: attention, dense MLPs, routers, shared experts."""
-        return (self.L * self.attn_params_per_layer + self.dense_layers * self.dense_mlp_params
+        return (self.kv_layers * self.attn_params_per_layer + self.linear_layers * self.linear_attn_params_per_layer
+                + self.dense_layers * self.dense_mlp_params
                 + self.moe_layers * self.moe_always_on_params_per_layer + self.H)  # + final norm
 
     @property
@@ -92,8 +149,8 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B)."""
-        return 2 * self.L * self.h_kv * self.d_h * self.b
+        """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B); hybrid models: kv_layers for L."""
+        return 2 * self.kv_layers * self.h_kv * self.d_h * self.b
 
     @property
     def is_moe(self) -> bool:
@@ -107,6 +164,32 @@ def _field(cfg: dict, source: str, *names, default=None):
     if default is not None:
         return default
     raise InputError(f"{source}:{names[0]}", None, "missing from config.json")
+
+
+def _hybrid_layers(cfg: dict, name: str, L: int) -> tuple[int, dict]:
+    """(KV-cache layers, linear-attention fields). ``layer_types`` names each layer (anything but
+    "linear_attention" keeps a KV cache); without it, ``full_attention_interval`` n makes layer i
+    full attention when (i+1) % n == 0 and linear otherwise (HF Qwen3NextConfig's default)."""
+    types = cfg.get("layer_types")
+    if types is not None:
+        require(isinstance(types, list) and len(types) == L, f"{name}:layer_types", types if not isinstance(types, list)
+                else len(types), f"must list one type per layer ({L})")
+        linear = sum(1 for t in types if t == "linear_attention")
+    elif cfg.get("full_attention_interval"):
+        n = int(cfg["full_attention_interval"])
+        require(n >= 1, f"{name}:full_attention_interval", n, "must be >= 1")
+        linear = sum(1 for i in range(L) if (i + 1) % n)
+    else:
+        linear = 0
+    if not linear:
+        return L, {}
+    f = lambda k: int(_field(cfg, name, k))  # noqa: E731
+    lin = dict(lin_k_heads=f("linear_num_key_heads"), lin_v_heads=f("linear_num_value_heads"),
+               lin_k_dim=f("linear_key_head_dim"), lin_v_dim=f("linear_value_head_dim"),
+               lin_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 0))
+    for k, v in lin.items():
+        require(v > 0 or k == "lin_conv_kernel", f"{name}:{k}", v, "must be positive")
+    return L - linear, lin
 
 
 def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
@@ -124,6 +207,7 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         first_dense = int(cfg.get("first_k_dense_replace") or 0)
         moe_layers = sum(1 for i in range(L) if (i + 1) % step == 0 and i not in only_dense and i >= first_dense)
     model_type = str(cfg.get("model_type", ""))
+    kv_layers, lin = _hybrid_layers(cfg, name, L)
     spec = ModelSpec(
         name=name, L=L, H=H, h=h, h_kv=h_kv, d_h=d_h,
         ffn=int(f("intermediate_size", default=0)),
@@ -137,6 +221,9 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         moe_layers=moe_layers,
         qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe"))),
         max_model_len=int(cfg.get("max_position_embeddings") or 0),
+        kv_layers=kv_layers,
+        attn_output_gate=bool(cfg.get("attn_output_gate", False)),
+        **lin,
     )
     for fld in ("L", "H", "h", "h_kv", "d_h", "vocab"):
         require(getattr(spec, fld) > 0, f"{name}:{fld}", getattr(spec, fld), "must be positive")

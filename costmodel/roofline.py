@@ -15,6 +15,15 @@ Operators (each one kernel family, summed over layers):
                     4·L·h·d_h·(q·kv + q(q+1)/2) FLOPs (seed 000: the FLOPs_tok term summed over
                     positions), k·(kv + q) bytes of KV read and written
   attention_decode  sequences with q = 1: same formulas; at one row per sequence they stream KV
+                    (hybrid models: L is the number of full-attention layers, kv_layers)
+  linear_attention  hybrid models only, their L - kv_layers Gated DeltaNet layers: linear in tokens.
+                    FLOPs 6·h_v·d_k·d_v per row and layer from the gated delta rule's recurrence
+                    S_t = S_{t-1}·α_t(I - β_t k_t k_tᵀ) + β_t v_t k_tᵀ, o_t = S_t q_t (Yang, Kautz,
+                    Hatamizadeh, "Gated Delta Networks", ICLR 2025, arXiv:2412.06464, the recurrent form): three
+                    passes over the d_k×d_v state per head (S·k, the rank-1 write, S·q), 2 FLOPs per
+                    element each, plus the short convolution's 2·K per channel; bytes: each sequence's
+                    fixed state read and written once per pass (recurrent state in float32, SGLang's
+                    default mamba_ssm_dtype; conv state in b)
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each
   step_overhead     the profile's fixed per-pass cost
 
@@ -38,6 +47,7 @@ from .hardware import Hardware
 from .model import ModelSpec
 
 COUNTINGS = ("seed", "faithful")
+LINEAR_STATE_BYTES = 4   # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
 
 
 @dataclass(frozen=True)
@@ -129,11 +139,20 @@ class CostModel:
         self.vocab_params = m.vocab * m.H / tp                             # vocab-parallel
         self.embed_gemm_params = m.embed_params / tp
         self.head_gemm_params = m.head_params / tp
-        self.attn_coef = 4 * m.L * (m.h // tp) * m.d_h                     # FLOPs per query-key pair
-        self.kv_coef = 2 * m.L * max(1, m.h_kv // tp) * m.d_h * b          # k per GPU, bytes per token
+        La = m.kv_layers                                                    # full-attention layers
+        self.attn_coef = 4 * La * (m.h // tp) * m.d_h                      # FLOPs per query-key pair
+        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b           # k per GPU, bytes per token
         self.floor_layers = m.L * hw.kernel_floor_s
+        self.floor_attn = La * hw.kernel_floor_s
         over = hw.kernel_overhead_s
-        self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, m.L * over
+        self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, La * over
+        Ll = m.linear_layers                                                # Gated DeltaNet layers
+        hv = m.lin_v_heads / tp if Ll else 0.0
+        conv = m.linear_conv_dim / tp
+        self.lin_attn_flops_per_row = Ll * (6 * hv * m.lin_k_dim * m.lin_v_dim + 2 * conv * m.lin_conv_kernel)
+        self.lin_state_bytes_per_seq = Ll * (hv * m.lin_k_dim * m.lin_v_dim * LINEAR_STATE_BYTES
+                                             + conv * max(0, m.lin_conv_kernel - 1) * b)
+        self.floor_lin_attn, self.over_lin_attn = Ll * hw.kernel_floor_s, Ll * over
         self.tile = hw.gemm_tile_rows
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
@@ -181,6 +200,9 @@ class CostModel:
             out.append(("embedding", 0.0, b * m.H * s.rows, pi, beta, hw.kernel_floor_s, over))
             out.append(("lm_head", 2 * self.vocab_params * s.seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, s.seqs),
                         beta, hw.kernel_floor_s, over))
+        if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
+            out.append(("linear_attention", self.lin_attn_flops_per_row * s.rows, 2 * self.lin_state_bytes_per_seq * s.seqs,
+                        hw.pi_attention, hw.beta_attention, self.floor_lin_attn, self.over_lin_attn))
         return out
 
     def attention_terms(self, s: ShapeStats):
@@ -188,10 +210,10 @@ class CostModel:
         out = []
         if s.prefill_kv:
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, self.kv_coef * s.prefill_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_layers, self.over_layers))
+                        hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers))
         if s.decode_kv:
             out.append(("attention_decode", self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_layers, self.over_layers))
+                        hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers))
         return out
 
     def _op_time(self, fl: float, by: float, pi: float, beta: float, floor: float, over: float) -> float:
@@ -236,7 +258,7 @@ class CostModel:
         hw = self.hw
         x = decode_kv0 + n * np.arange(steps, dtype=np.float64)
         a, m = (self.attn_coef * x) / hw.pi_attention, (self.kv_coef * x) / hw.beta_attention
-        attn = np.maximum(np.sqrt(a * a + m * m) if self.quadrature else np.maximum(a, m), self.floor_layers) + self.over_layers
+        attn = np.maximum(np.sqrt(a * a + m * m) if self.quadrature else np.maximum(a, m), self.floor_attn) + self.over_layers
         fixed = self._decode_fixed.get(n)
         if fixed is None:
             fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))

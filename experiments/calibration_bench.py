@@ -1,6 +1,7 @@
 """Calibration's acceptance figures: synthetic recovery and 1σ coverage, Llama-2-7B → InternLM-20B /
-Qwen-72B prediction error per operator class (each fit form), and the CPU measure → fit → predict
-pipeline. ``python -m experiments.calibration_bench [--seeds N] [--kernels DIR] [--no-cpu]``."""
+Qwen-72B prediction error per operator class (each fit form), the norm (RMSNorm) model against the
+plain B/β + floor and its sensitivity to the GPU constants it assumes, and the CPU measure → fit →
+predict pipeline. ``python -m experiments.calibration_bench [--seeds N] [--kernels DIR] [--no-cpu]``."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.calibration import fit
-from costmodel.calibration.fit import FORMS, TILE_ROWS, fit_class
+from costmodel.calibration.fit import FORMS, H100, TILE_ROWS, Device, fit_class
 from costmodel.calibration.microbench import cpu_plan, measure, split_holdout
 from costmodel.calibration.timings import gemm_row, load_timings
 
@@ -57,6 +58,29 @@ def transfer(kernels: Path) -> tuple[list[dict], list[dict]]:
     return rows, params
 
 
+def norm_models(kernels: Path) -> list[dict]:
+    """Held-out norm MAPE of the wave/L2 model vs the plain memory roofline (B/β + floor, fitted as a
+    generic memory-bound class), and of the wave/L2 model under other L2 sizes and wave widths."""
+    data = {name: load_timings(kernels / "compute/h100" / path / "mlp.csv") for name, path in MODELS.items()}
+    data = {name: df[df["op_class"] == "norm"] for name, df in data.items()}
+    variants = [("B/β + floor (before)", None), ("waves + L2, H100 (132 SMs × 2 blocks, 50 MB)", H100)]
+    variants += [(f"waves + L2, L2 = {l2 / 1e6:g} MB", Device(l2_bytes=l2)) for l2 in (30e6, 40e6, 60e6)]
+    variants += [("waves + L2, 1 block per SM (R = 132)", Device(threads_per_sm=1024)),
+                 ("waves + L2, 128 SMs (R = 256)", Device(sms=128))]
+    rows = []
+    for label, dev in variants:
+        if dev is None:
+            c = fit_class(data["Llama-2-7B"].assign(op_class="norm_flat"), "norm_flat")
+            pred = {name: c.predict(df.assign(op_class="norm_flat")) for name, df in data.items()}
+        else:
+            c = fit_class(data["Llama-2-7B"], "norm", device=dev)
+            pred = {name: c.predict(df) for name, df in data.items()}
+        params = ", ".join(f"{p} {v:.3g}±{100 * s:.1f}%" for p, v, s in zip(c.params, c.values, c.rel_sigma))
+        rows.append({"norm model": label, **{name: 100 * float(np.mean(np.abs(pred[name] / df["time_s"].to_numpy() - 1)))
+                                             for name, df in data.items()}, "fitted on Llama (1σ)": params})
+    return rows
+
+
 def cpu_pipeline() -> list[dict]:
     t0 = time.perf_counter()
     train, held = split_holdout(measure(cpu_plan(), "cpu"))
@@ -82,6 +106,7 @@ def main(argv=None) -> None:
         print(f"fit on H100 Llama-2-7B mlp.csv (seed profile: 500 TFLOP/s, 2.6 TB/s)\n{table(params)}\n")
         wide = pd.DataFrame(rows).pivot_table(index=["form", "op_class"], columns="predicted", values="mape")
         print("MAPE % per operator class\n" + table(wide.reset_index().to_dict("records")) + "\n")
+        print("norm (RMSNorm) MAPE % by model, fitted on Llama-2-7B\n" + table(norm_models(args.kernels)) + "\n")
     if not args.no_cpu:
         print("held-out error on this CPU (%)\n" + table(cpu_pipeline()))
 

@@ -71,7 +71,7 @@ def test_bound_labels(cm8b):
 @settings(max_examples=60, deadline=None)
 @given(q=st.lists(st.integers(1, 5000), min_size=1, max_size=20), dq=st.integers(1, 500),
        dkv=st.integers(1, 5000), i=st.integers(0, 19), tp=st.sampled_from([1, 2, 4, 8]),
-       name=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b"]))
+       name=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-122b-a10b"]))
 def test_cost_monotone_in_q_and_kv(q, dq, dkv, i, tp, name):
     m, hw = load_model(name), load_hardware("h100")
     cm = CostModel(m, hw, tp)
@@ -119,3 +119,36 @@ def test_unknown_hardware_and_keys(tmp_path):
     p.write_text("name: x\nmemory_bytes: 1\npeak_flops: 1\npeak_bandwidth: 1\npi_eff: 1\nbeta_eff: 1\nwarp_speed: 9\n")
     with pytest.raises(InputError, match="warp_speed"):
         load_hardware(str(p))
+
+
+# --- hybrid attention: KV attention over the full-attention layers only, plus linear_attention ---
+
+@pytest.fixture(scope="module")
+def cm_hybrid(h100):
+    return CostModel(load_model("qwen3.5-122b-a10b"), h100, 8)
+
+
+def test_hybrid_attention_counts_only_full_attention_layers(cm_hybrid):
+    m = cm_hybrid.model
+    assert cm_hybrid.attn_coef == 4 * 12 * (m.h // 8) * m.d_h
+    assert cm_hybrid.kv_coef == 2 * 12 * 1 * m.d_h * m.b      # 2 KV heads < tp=8: one replicated head per GPU
+    one = cm_hybrid.breakdown(cm_hybrid.shape([1000], [0])).op("linear_attention")
+    two = cm_hybrid.breakdown(cm_hybrid.shape([1000, 1000], [5000, 0])).op("linear_attention")
+    assert two.flops == pytest.approx(2 * one.flops) and two.bytes == pytest.approx(2 * one.bytes)
+    wide = cm_hybrid.breakdown(cm_hybrid.shape([4000], [0])).op("linear_attention")
+    assert wide.flops == pytest.approx(4 * one.flops) and wide.bytes == one.bytes   # state: once per sequence
+    # 36 layers x 8 value heads per GPU x 128 x 128 x 6 FLOPs per row, plus the short convolution
+    assert one.flops == pytest.approx(1000 * 36 * (6 * 8 * 128 * 128 + 2 * (2 * 2048 + 8192) / 8 * 4))
+
+
+def test_plain_models_have_no_linear_attention(cm8b):
+    names = [o.name for o in cm8b.breakdown(cm8b.shape([100, 1], [0, 100])).operators]
+    assert "linear_attention" not in names
+
+
+def test_hybrid_decode_run_equals_stepping(cm_hybrid):
+    n, kv0 = 33, 33 * 40001
+    run = cm_hybrid.decode_run(n, kv0, 40)
+    step = [cm_hybrid.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(40)]
+    assert np.array_equal(run, np.array(step))
+

@@ -68,3 +68,40 @@ def test_missing_field_is_named(tmp_path):
     p.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}))
     with pytest.raises(InputError, match="num_hidden_layers"):
         load_model(str(p))
+
+
+# --- hybrid attention (Qwen3-Next, Qwen3.5): only the full-attention layers keep a KV cache ---
+
+def test_qwen3_5_122b_a10b_parameters_and_kv_layers():
+    m = load_model("qwen3.5-122b-a10b")
+    assert (m.L, m.kv_layers, m.linear_layers) == (48, 12, 36)
+    # Model card: 122B total, 10B activated (embedding and lm_head counted; the MTP layer and vision tower not).
+    assert m.P == pytest.approx(122e9, rel=0.01)
+    assert m.P_active == pytest.approx(10e9, rel=0.03)
+    assert m.kv_bytes_per_token == 2 * 12 * m.h_kv * m.d_h * m.b == 24576
+
+
+def test_qwen3_next_interval_gives_same_layers_as_layer_types():
+    m = load_model("qwen3-next-80b-a3b")            # full_attention_interval only, no layer_types
+    assert (m.kv_layers, m.linear_layers) == (12, 36)
+    assert m.P == pytest.approx(80e9, rel=0.01)
+    assert 3e9 < m.P_active - m.embed_params - m.head_params < 3.3e9   # "A3B": non-embedding active
+    cfg = json.loads((load_model.__globals__["MODELS_DIR"] / "qwen3.5-122b-a10b.json").read_text())
+    text = dict(cfg["text_config"])
+    del text["layer_types"]
+    assert model_from_config({**cfg, "text_config": text}, "x").kv_layers == 12
+
+
+@pytest.mark.parametrize("name", sorted(set(known_models()) - {"qwen3-next-80b-a3b", "qwen3.5-122b-a10b"}))
+def test_plain_transformers_keep_every_layer_as_kv_layer(name):
+    m = load_model(name)
+    assert m.kv_layers == m.L and m.linear_layers == 0 and m.linear_attn_params_per_layer == 0
+
+
+def test_bad_layer_types_is_named():
+    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=1000)
+    with pytest.raises(InputError, match="layer_types"):
+        model_from_config({**base, "layer_types": ["full_attention"]})
+    with pytest.raises(InputError, match="linear_num_key_heads"):
+        model_from_config({**base, "layer_types": ["linear_attention", "full_attention"]})

@@ -4,7 +4,9 @@ The roofline reads pi_eff, beta_eff and the GEMM floor (kernel_floor_s for the m
 kernel_overhead_s for offset/smooth; smooth also sets gemm_tile_rows and roofline_combine) from the GEMM class, pi_attn/beta_attn from the
 attention classes and the interconnect fields from all-reduce timings; every other class (norms,
 activations, copies) is kept in ``calibration`` with the covariance of the log-parameters, so a
-profile alone is enough to sample plausible hardware (``predict.sample_hardware``).
+profile alone is enough to sample plausible hardware (``predict.sample_hardware``). The norm
+class's wave/L2 model records its GPU constants (SMs, threads per SM, L2 bytes) there too, under
+``row_kernel_model``, since the Hardware fields have none of them.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import os
 import numpy as np
 
 from ..hardware import Hardware
-from .fit import TILE_ROWS, Fit
+from .fit import ROW_CLASSES, TILE_ROWS, Fit
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -54,7 +56,13 @@ def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
         i += k
     err = errors if errors is not None else {c.op_class: c.errors for c in fit.classes.values()}
     form = next(iter(fit.classes.values())).form if fit.classes else "offset"
-    return {"source": source, "date": dt.date.today().isoformat(), "form": form,
+    rows = [c for c in fit.classes.values() if c.op_class in ROW_CLASSES]
+    extra = {"row_kernel_model": {
+        "classes": [c.op_class for c in rows],
+        "formula": "t = floor*(1 + w) + B_w/beta_l2 if B <= l2_bytes else B_w/beta; w = ceil(rows/R), "
+                   "R = sms*min(max_blocks_per_sm, threads_per_sm // min(width, max_block_threads)), B_w = B*w*R/rows",
+        "device": rows[0].device.as_dict()}} if rows else {}
+    return {"source": source, "date": dt.date.today().isoformat(), "form": form, **extra,
             "method": "scipy.optimize.least_squares, residuals ln(t_model/t_measured), soft_l1 loss, "
                       "1σ = sqrt(diag(inv(JᵀJ)·s²)) of ln(parameter)",
             "parameters": params, "errors_percent": err,

@@ -5,6 +5,7 @@ output into it; every unit conversion happens here, once.
 Columns: op_class, op, tokens, m, k, n, tp, workers, dtype, flops, bytes, time_s, source.
   gemm        (m×k)·(k×n): 2·m·k·n FLOPs, b·(k·n + m·k + m·n) bytes (weights + activations in/out)
   norm, rope, activation, residual_add, embedding, copy: memory-bound, bytes as the importer says
+              (norm: m rows of n = h elements, bytes = b·(2·m·h + h): input, output, weight)
   attention_prefill / attention_decode: 4·h·d·pairs FLOPs, KV + Q + O bytes
   allreduce   ring: bytes = 2(n-1)/n · size (what each GPU sends), workers = n
 """
@@ -104,7 +105,8 @@ def read_vidur_mlp(path, b: int = 2) -> pd.DataFrame:
             k, n = gemm_shapes[op]
             frames.append(pd.DataFrame(gemm_row(op, T, k, n, b, _median_ms(raw, op), **cols)))
         else:
-            frames.append(pd.DataFrame(dict(op_class=VIDUR_ELEMENTWISE[op], op=op, tokens=T, m=T, k=0, n=0, flops=0.0,
+            width = h if VIDUR_ELEMENTWISE[op] == "norm" else 0     # norm: one block per row of h elements
+            frames.append(pd.DataFrame(dict(op_class=VIDUR_ELEMENTWISE[op], op=op, tokens=T, m=T, k=0, n=width, flops=0.0,
                                             bytes=b * elem_bytes[op], time_s=_median_ms(raw, op), **cols)))
     return validate(pd.concat(frames, ignore_index=True), src)
 
