@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from .datafiles import find
 from .errors import InputError, require
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
@@ -90,11 +91,7 @@ def known_hardware() -> list[str]:
 
 def load_hardware(name_or_path: str) -> Hardware:
     """A short name (``h100``) or a path to a YAML profile (for example one ``calibrate`` wrote)."""
-    path = Path(name_or_path)
-    if not path.is_file():
-        path = HARDWARE_DIR / f"{str(name_or_path).lower()}.yaml"
-    if not path.is_file():
-        raise InputError("hardware", name_or_path, f"unknown hardware; known: {', '.join(known_hardware())} (or a YAML path)")
+    path = find("hardware", name_or_path, HARDWARE_DIR, ".yaml", "a YAML path")
     try:
         d = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .datafiles import find
 from .errors import InputError, require
 
 MODELS_DIR = Path(__file__).parent / "models"
@@ -238,13 +239,7 @@ def known_models() -> list[str]:
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A short name (``llama-3.1-8b``), a ``config.json`` path, or a folder holding one."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        path = MODELS_DIR / f"{str(name_or_path).lower()}.json"
-    if not path.is_file():
-        raise InputError("model", name_or_path, f"unknown model; known: {', '.join(known_models())} (or a config.json path)")
+    path = find("model", name_or_path, MODELS_DIR, ".json", "a config.json path", folder_file="config.json")
     try:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as e:

@@ -152,3 +152,16 @@ def test_hybrid_decode_run_equals_stepping(cm_hybrid):
     step = [cm_hybrid.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(40)]
     assert np.array_equal(run, np.array(step))
 
+
+
+@settings(max_examples=50, deadline=None)
+@given(q=st.lists(st.integers(1, 5000), min_size=49, max_size=200), kv0=st.integers(0, 40000),
+       bound=st.sampled_from([0.5, 1.0, 48.0]))
+def test_wide_and_narrow_shape_reductions_agree(q, kv0, bound):
+    from costmodel.roofline import ShapeStats
+    kv = [kv0 + 7 * i for i in range(len(q))]
+    wide = ShapeStats.of(q, kv, bound)
+    halves = [ShapeStats.of(q[i:i + 40], kv[i:i + 40], bound) for i in range(0, len(q), 40)]
+    assert wide.rows == sum(h.rows for h in halves) and wide.seqs == len(q)
+    for f in ("prefill_pairs", "prefill_kv", "decode_kv", "decode_pairs"):
+        assert getattr(wide, f) == sum(getattr(h, f) for h in halves), f

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import require
 from ..hardware import Hardware
 from ..model import ModelSpec
-from ..roofline import CostModel, ShapeStats
+from ..roofline import CostModel
 from .profile import fitted_parameters, hw_fields
 
 PERCENTILES = (2.5, 16.0, 50.0, 84.0, 97.5)

@@ -38,7 +38,7 @@ def form_fields(form: str) -> dict:
 
 def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
     """Plain YAML-safe record of the fit: parameters with 1σ, errors per class, warnings."""
-    names, sigmas, blocks = [], [], []
+    names, blocks = [], []
     params = {}
     for c in fit.classes.values():
         for j, p in enumerate(c.params):
