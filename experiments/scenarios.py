@@ -5,6 +5,7 @@ import numpy as np
 
 from costmodel.errors import require
 from simcore.simulation import fixed_workload
+from workloads.arrivals import poisson
 
 
 def stall_scene(prompt_len: int = 32768, num_decodes: int = 32, decode_context: int = 2048,
@@ -19,10 +20,9 @@ def stall_scene(prompt_len: int = 32768, num_decodes: int = 32, decode_context: 
 
 
 def poisson_fixed(request_rate: float, num_prompts: int, input_len: int, output_len: int, seed: int):
-    require(request_rate > 0, "request-rate", request_rate, "must be positive (or inf)")
-    require(num_prompts > 0, "num-prompts", num_prompts, "must be positive")
+    """Poisson arrivals (not rescaled), every request `input_len` in and `output_len` out."""
     require(input_len > 0, "input-len", input_len, "must be positive")
     require(output_len > 0, "output-len", output_len, "must be positive")
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-    gaps = np.zeros(num_prompts) if np.isinf(request_rate) else rng.exponential(1.0 / request_rate, num_prompts)
-    return fixed_workload(np.cumsum(gaps) - gaps[0], np.full(num_prompts, input_len), np.full(num_prompts, output_len))
+    arrivals = poisson(request_rate, num_prompts, rng, normalize=False)
+    return fixed_workload(arrivals, np.full(num_prompts, input_len), np.full(num_prompts, output_len))

@@ -39,9 +39,5 @@ class Plan:
     def num_tokens(self) -> int:
         return sum(n for _, n in self.items)
 
-    @property
-    def decode_only(self) -> bool:
-        return all(n == 1 and not r.is_prefilling for r, n in self.items)
-
     def __bool__(self) -> bool:
         return bool(self.items)

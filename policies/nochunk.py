@@ -70,7 +70,7 @@ class NoChunkScheduler:
         if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
             return True
         head = s.waiting[0]
-        return s.pool.blocks_for(head.num_computed_tokens + head.remaining_tokens) - head.num_blocks - s.pool.shared(head) > s.pool.available
+        return s.pool.blocks_missing(head, head.num_tokens) > s.pool.available
 
     def on_fast_forward(self, steps: int) -> None:
         pass

@@ -112,7 +112,7 @@ class VLLMScheduler:
             return True
         head = s.waiting[0]
         n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - len(s.running))
-        return n > 0 and s.pool.blocks_for(head.num_computed_tokens + n) - head.num_blocks - s.pool.shared(head) > s.pool.available
+        return n > 0 and s.pool.blocks_missing(head, head.num_computed_tokens + n) > s.pool.available
 
     def on_fast_forward(self, steps: int) -> None:
         pass

@@ -41,21 +41,23 @@ class BlockPool:
     def shared(self, req) -> int:
         return self.cache.shared_blocks(req) if self.cache else 0
 
+    def blocks_missing(self, req, tokens: int) -> int:
+        """Blocks `req` must still get to hold `tokens` positions (its cached prefix counts as held)."""
+        return self.blocks_for(tokens) - req.num_blocks - self.shared(req)
+
     def grow(self, req, tokens: int) -> bool:
         """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""
-        held = req.num_blocks + (self.cache.shared_blocks(req) if self.cache else 0)
-        if tokens <= held * self.block_size:
+        need = self.blocks_missing(req, tokens)
+        if need <= 0:
             return True
-        need = -(-tokens // self.block_size) - held
         free = self.total - self.used
         if need > free and self.cache:
             self.used -= self.cache.evict(need - free)
             free = self.total - self.used
         if need > free:
             return False
-        if need > 0:
-            self.used += need
-            req.num_blocks += need
+        self.used += need
+        req.num_blocks += need
         return True
 
     def release(self, req) -> None:

@@ -50,7 +50,7 @@ class Replica:
         pool, ends = self.state.pool, self._running_ends
         used = pool.used
         if ends is not None and len(ends) > 1:
-            j = 1 + int(np.searchsorted(ends[:-1], self.env.now, side="left"))
+            j = _steps_started(ends, self.env.now)
             bs = pool.block_size
             used += sum(-(-(r.num_computed_tokens + j) // bs) + (r.num_computed_tokens + 1) // -bs
                         for r, _ in self._running_plan.items)
@@ -81,17 +81,16 @@ class Replica:
                     yield self.env.timeout(ends[-1] - self.env.now)
                     break
                 except simpy.Interrupt:
-                    ends = self._running_ends = ends[: 1 + int(np.searchsorted(ends[:-1], self.env.now, side="left"))]
+                    ends = self._running_ends = ends[: _steps_started(ends, self.env.now)]
             self._running_ends = None
             self._apply(plan, start, ends)
 
     def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
         items = plan.items
-        if self.fast_forward and not plan.preempted:
-            k = self._decode_run_length(items)
-            if k > 1 and self.policy.can_fast_forward(self.state):
-                k = self._kv_limited(items, k)
-            if k > 1 and self.policy.can_fast_forward(self.state):
+        k = self._decode_run_length(items) if self.fast_forward and not plan.preempted else 0
+        if k > 1 and self.policy.can_fast_forward(self.state):
+            k = self._kv_limited(items, k)
+            if k > 1:
                 n = len(items)
                 kv0 = float(sum(r.num_computed_tokens for r, _ in items) + n)
                 return np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
@@ -114,8 +113,7 @@ class Replica:
         pool = self.state.pool
         bs, free = pool.block_size, pool.free
         c = [r.num_computed_tokens for r, _ in items]
-        held = sum(r.num_blocks for r, _ in items) + sum(pool.shared(r) for r, _ in items) if pool.cache else \
-            sum(r.num_blocks for r, _ in items)
+        held = sum(r.num_blocks + pool.shared(r) for r, _ in items)
         need = lambda j: sum(-(-(x + j) // bs) for x in c) - held  # noqa: E731
         if need(k) <= free:
             return k
@@ -163,7 +161,7 @@ class Replica:
             pool = self.state.pool
             bs = pool.block_size
             for req, _ in plan.items:
-                held = -(-req.num_computed_tokens // bs) - (pool.shared(req) if pool.cache else 0)
+                held = -(-req.num_computed_tokens // bs) - pool.shared(req)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
             assert pool.used <= pool.total
@@ -188,3 +186,8 @@ class Replica:
             r.check()
         if hasattr(self.policy, "check"):
             self.policy.check(plan, s)
+
+
+def _steps_started(ends: np.ndarray, now: float) -> int:
+    """Steps of a run with these end times that began before `now` (step j > 0 begins at ends[j-1])."""
+    return 1 + int(np.searchsorted(ends[:-1], now, side="left"))

@@ -47,10 +47,6 @@ class Request:
         return self.num_computed_tokens < self.num_tokens - (1 if self.num_output_tokens else 0)
 
     @property
-    def is_finished(self) -> bool:
-        return self.num_output_tokens >= self.output_len
-
-    @property
     def outputs_left(self) -> int:
         return self.output_len - self.num_output_tokens
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 import simpy
 
 from costmodel.errors import require
 from policies.base import SchedulerState
+from workloads.workload import Workload
 
 from .histogram import LogHistogram
-from .prefix_cache import PrefixCache
 from .metrics import requests_frame, summarize
+from .prefix_cache import PrefixCache
 from .replica import Replica
 from .request import Request
 
@@ -129,19 +129,6 @@ class Simulation:
         return all((r.finish_s is not None) + (r.rejected is not None) + (id(r) in where) == 1 for r in self.requests)
 
 
-def fixed_workload(arrival_s, prompt_len, output_len, concurrency: int | None = None) -> "Arrays":
+def fixed_workload(arrival_s, prompt_len, output_len, concurrency: int | None = None) -> Workload:
     """The minimal workload: three equal-length arrays (the workloads package builds richer ones)."""
-    return Arrays(np.asarray(arrival_s, dtype=np.float64), np.asarray(prompt_len, dtype=np.int64),
-                  np.asarray(output_len, dtype=np.int64), None, concurrency)
-
-
-@dataclass
-class Arrays:
-    arrival_s: np.ndarray
-    prompt_len: np.ndarray
-    output_len: np.ndarray
-    block_hashes: list | None = None
-    closed_loop_concurrency: int | None = None
-
-    def __len__(self) -> int:
-        return len(self.arrival_s)
+    return Workload(arrival_s, prompt_len, output_len, closed_loop_concurrency=concurrency)
