@@ -52,8 +52,8 @@ class Replica:
         if ends is not None and len(ends) > 1:
             j = _steps_started(ends, self.env.now)
             bs = pool.block_size
-            used += sum(-(-(r.num_computed_tokens + j) // bs) + (r.num_computed_tokens + 1) // -bs
-                        for r, _ in self._running_plan.items)
+            used += sum(-(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
+                        for r, q in self._running_plan.items)
         return used / pool.total
 
     @property
@@ -86,33 +86,44 @@ class Replica:
             self._apply(plan, start, ends)
 
     def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
-        items = plan.items
-        k = self._decode_run_length(items) if self.fast_forward and not plan.preempted else 0
-        if k > 1 and self.policy.can_fast_forward(self.state):
-            k = self._kv_limited(items, k)
-            if k > 1:
-                n = len(items)
-                kv0 = float(sum(r.num_computed_tokens for r, _ in items) + n)
-                return np.cumsum(np.concatenate(([start], self.cm.decode_run(n, kv0, k))))[1:]
-        return np.array([start + self.cm.time(self.cm.shape([n for _, n in items], [r.num_computed_tokens for r, _ in items]))])
+        """End times of the steps this plan starts: one, or a run of k when every running request
+        is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
+        items, cm = plan.items, self.cm
+        k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
+        if k > 1:
+            k = self._kv_limited(items, k) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
+        if k > 1:
+            n = len(items)
+            kv = sum(r.num_computed_tokens + q for r, q in items) + n
+            if decodes:
+                durations = cm.decode_run(n, float(kv - n), k)
+            else:
+                first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items]))
+                durations = np.concatenate(((first,), cm.decode_run(n, float(kv), k - 1)))
+            durations[0] += start
+            return np.cumsum(durations)
+        return np.array([start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items]))])
 
     @staticmethod
-    def _decode_run_length(items) -> int:
-        """0 unless every item is a decode (one new token that samples); else steps until the first finish."""
-        k = 1 << 62
-        for r, n in items:
-            if n != 1 or r.num_computed_tokens + 1 != r.prompt_len + r.num_output_tokens:
-                return 0
+    def _run_length(items) -> tuple[int, bool]:
+        """(steps until the first finish, whether all are decodes now) if every item catches up and samples
+        in the first step; (0, False) if one is still prefilling after it."""
+        k, decodes = 1 << 62, True
+        for r, q in items:
+            if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
+                return 0, False
+            if q != 1:
+                decodes = False
             left = r.output_len - r.num_output_tokens
             if left < k:
                 k = left
-        return k
+        return k, decodes
 
     def _kv_limited(self, items, k: int) -> int:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool = self.state.pool
         bs, free = pool.block_size, pool.free
-        c = [r.num_computed_tokens for r, _ in items]
+        c = [r.num_computed_tokens + q - 1 for r, q in items]
         held = sum(r.num_blocks + pool.shared(r) for r, _ in items)
         need = lambda j: sum(-(-(x + j) // bs) for x in c) - held  # noqa: E731
         if need(k) <= free:
@@ -131,7 +142,7 @@ class Replica:
         steps = len(ends)
         self.num_iterations += steps
         if self.iteration_log is not None:
-            self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
+            self._log(plan, start, ends)
         first, last = float(ends[0]), float(ends[-1])
         inner = np.diff(ends) if steps > 1 else None
         inner_max = float(inner.max()) if steps > 1 else 0.0
@@ -144,6 +155,7 @@ class Replica:
                 continue
             if req.first_token_s is None:
                 req.first_token_s = first
+                req.max_itl_s = max(req.max_itl_s, inner_max)
             else:
                 gap = first - req.last_token_s
                 gaps.append(gap)
@@ -171,6 +183,14 @@ class Replica:
             self.state.running.remove(req)
             self.policy.on_finish()
             self.on_finish(req)
+
+    def _log(self, plan: Plan, start: float, ends: np.ndarray) -> None:
+        """A log entry with steps > 1 is decode-only passes: a run that starts with a prefill is two entries."""
+        steps = len(ends)
+        if steps > 1 and any(q != 1 for _, q in plan.items):
+            self.iteration_log.append((self.index, start, float(ends[0]), 1, plan))
+            start, steps, plan = float(ends[0]), steps - 1, Plan([(r, 1) for r, _ in plan.items])
+        self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
 
     def check(self, plan: Plan) -> None:
         """Conservation invariants, run every step in tests."""
