@@ -100,11 +100,18 @@ class ShapeStats:
     decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
 
     @classmethod
-    def of(cls, q_lens, kv_lens, bound: float = 1.0) -> "ShapeStats":
-        """Exact integer sums: plain Python for small batches, numpy for wide ones (same results)."""
+    def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0) -> "ShapeStats":
+        """Exact integer sums: plain Python for small batches, numpy for wide ones (same results).
+        `decodes` more sequences with q = 1 whose Σ(kv + 1) is `decode_tokens` may be given as totals."""
         if len(q_lens) > 48:
-            return cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
-        rows = pairs = pkv = dkv = dpairs = 0
+            s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
+            return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
+        rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
+        if decodes:   # q = 1: pairs = tokens, so compute-bound only when bound < 1
+            if 1 > bound:
+                pairs = pkv = decode_tokens
+            else:
+                dkv = dpairs = decode_tokens
         for q, kv in zip(q_lens, kv_lens):
             q, kv = int(q), int(kv)
             rows += q
@@ -115,7 +122,15 @@ class ShapeStats:
             else:
                 dpairs += p
                 dkv += kv + q
-        return cls(rows, len(q_lens), float(pairs), float(pkv), float(dkv), float(dpairs))
+        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs))
+
+    def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
+        """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
+        if 1 > bound:
+            return ShapeStats(self.rows + n, self.seqs + n, self.prefill_pairs + tokens, self.prefill_kv + tokens,
+                              self.decode_kv, self.decode_pairs)
+        return ShapeStats(self.rows + n, self.seqs + n, self.prefill_pairs, self.prefill_kv,
+                          self.decode_kv + tokens, self.decode_pairs + tokens)
 
     @classmethod
     def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float) -> "ShapeStats":
@@ -167,13 +182,15 @@ class CostModel:
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
         self._decode_fixed: dict[int, float] = {}
+        self._fixed: dict[tuple[int, int], float] = {}
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
 
-    def shape(self, q_lens, kv_lens) -> ShapeStats:
-        """The batch's stats, attention split at this model's and GPU's compute/memory bound."""
-        return ShapeStats.of(q_lens, kv_lens, self.attn_bound)
+    def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
+        """The batch's stats, attention split at this model's and GPU's compute/memory bound
+        (plus `decodes` sequences of one new token given by their Σ(kv + 1), `decode_tokens`)."""
+        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -243,8 +260,14 @@ class CostModel:
         return t + self.allreduce_s(s.rows)
 
     def time(self, s: ShapeStats) -> float:
-        """Seconds for one forward pass (the simulator's hot path: plain floats)."""
-        t = self._fixed_time(s)
+        """Seconds for one forward pass (the simulator's hot path: plain floats; the part that depends
+        only on rows and sequences is memoized)."""
+        key = (s.rows, s.seqs)
+        t = self._fixed.get(key)
+        if t is None:
+            if len(self._fixed) >= 1 << 16:
+                self._fixed.clear()
+            t = self._fixed[key] = self._fixed_time(s)
         for _, fl, by, pi, beta, floor, over in self.attention_terms(s):   # _op_time, inlined (hot path)
             a, m = fl / pi, by / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
@@ -266,13 +289,25 @@ class CostModel:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
         hw = self.hw
-        x = decode_kv0 + n * np.arange(steps, dtype=np.float64)
-        a, m = (self.attn_coef * x) / hw.pi_attention, (self.kv_coef * x) / hw.beta_attention
-        attn = np.maximum(np.sqrt(a * a + m * m) if self.quadrature else np.maximum(a, m), self.floor_attn) + self.over_layers
+        x = np.arange(steps, dtype=np.float64)
+        x *= n
+        x += decode_kv0
+        a = self.attn_coef * x
+        a /= hw.pi_attention
+        m = x
+        m *= self.kv_coef
+        m /= hw.beta_attention
+        if self.quadrature:
+            a = np.sqrt(a * a + m * m)
+        else:
+            np.maximum(a, m, out=a)
+        np.maximum(a, self.floor_attn, out=a)
+        a += self.over_layers
         fixed = self._decode_fixed.get(n)
         if fixed is None:
             fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))
-        return fixed + attn
+        a += fixed
+        return a
 
 
 def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None) -> Breakdown:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from simcore.cohort import DecodeCohort
 from simcore.kv import BlockPool
 from simcore.request import Request
 
@@ -14,13 +15,49 @@ class SchedulerState:
     hold or release KV blocks, as the engines' schedulers do; they never advance tokens or time."""
     pool: BlockPool
     waiting: deque = field(default_factory=deque)    # arrived, holding no KV
-    running: list = field(default_factory=list)      # holding KV: prefilling or decoding
+    running: list = field(default_factory=list)      # holding KV: prefilling or decoding (outside the cohort)
+    cohort: DecodeCohort | None = None               # running decodes advanced as a group (vLLM policy only)
+    admitted: int = 0
+    looked_up: list = field(default_factory=list)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + (self.cohort.n if self.cohort is not None else 0)
+
+    def admit(self, req: Request) -> None:
+        """To the end of the running queue; the stamp keeps queue order across the cohort."""
+        self.admitted += 1
+        req.seq = self.admitted
+        self.running.append(req)
+
+    def dissolve_cohort(self) -> None:
+        """Every cohort member back into the running queue, in queue order, with its exact state."""
+        c = self.cohort
+        if c is None or not c.members:
+            return
+        pool = self.pool
+        members = c.dissolve(lambda r: pool.blocks_for(r.num_computed_tokens) - pool.shared(r))
+        self.running[:] = sorted(self.running + members, key=lambda r: r.seq)
+
+    def all_running(self) -> list:
+        return self.running + (list(self.cohort.members) if self.cohort is not None else [])
 
     def lookup(self, req: Request) -> None:
         """Prefix-cache lookup for a request about to be admitted with nothing computed."""
         cache = self.pool.cache
         if cache is not None and req.num_computed_tokens == 0 and "cache_path" not in req.extra:
             req.num_computed_tokens = cache.match(req)
+            self.looked_up.append(req)
+
+    def drop_unadmitted_lookups(self) -> None:
+        """A looked-up request that got no blocks stays waiting without pinning its prefix, as in both
+        engines (vLLM pins in allocate_slots, SGLang in inc_lock_ref, on admission only): a pinned
+        prefix that can never be evicted could starve a request that needs those blocks."""
+        for req in self.looked_up:
+            if "cache_path" in req.extra and req not in self.running:
+                self.pool.cache.unmatch(req)
+                req.num_computed_tokens = 0
+        self.looked_up.clear()
 
     def preempt(self, req: Request, *, front: bool) -> None:
         """Recompute-style preemption: free the KV, keep the tokens, requeue."""
@@ -34,10 +71,11 @@ class Plan:
     """The next forward pass: (request, new tokens) in batch order, and who was preempted for it."""
     items: list = field(default_factory=list)
     preempted: list = field(default_factory=list)
+    cohort: int = 0          # decode cohort members riding along, one token each (not in items)
 
     @property
     def num_tokens(self) -> int:
-        return sum(n for _, n in self.items)
+        return sum(n for _, n in self.items) + self.cohort
 
     def __bool__(self) -> bool:
-        return bool(self.items)
+        return bool(self.items) or self.cohort > 0

@@ -66,8 +66,16 @@ class VLLMScheduler:
             n = thr
         return min(n, budget)
 
+    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
+        if s.cohort is not None and s.cohort.members:
+            if self._cohort_fits(s, budget):
+                plan.cohort = s.cohort.n
+                budget -= plan.cohort
+            else:
+                s.dissolve_cohort()
         scheduled = {}
         i = 0
         while i < len(s.running) and budget > 0:
@@ -87,7 +95,7 @@ class VLLMScheduler:
                 continue
             break
         if not plan.preempted:
-            while s.waiting and budget > 0 and len(s.running) < self.cfg.max_num_seqs:
+            while s.waiting and budget > 0 and s.num_running < self.cfg.max_num_seqs:
                 req = s.waiting[0]
                 s.lookup(req)
                 n = self._clamp(req, 1 << 62)
@@ -97,21 +105,37 @@ class VLLMScheduler:
                 if not s.pool.grow(req, req.num_computed_tokens + n):
                     break
                 s.waiting.popleft()
-                s.running.append(req)
+                s.admit(req)
                 scheduled[req] = n
                 budget -= n
         plan.items = list(scheduled.items())
         return plan
 
+    def _cohort_fits(self, s: SchedulerState, budget: int) -> bool:
+        """Every running request gets all it asks for this step, and their blocks are free without
+        evicting: then queue order cannot matter and the cohort steps as a group (its blocks are
+        taken here). Otherwise the caller walks the whole queue in order."""
+        c, pool = s.cohort, s.pool
+        tokens, blocks = c.n, c.new_blocks(c.tick, 1)
+        for req in s.running:
+            n = self._clamp(req, 1 << 62)
+            tokens += n
+            blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
+        if tokens > budget or blocks > pool.free:
+            return False
+        pool.used += c.new_blocks(c.tick, 1)
+        return True
+
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,
         or max_num_seqs is reached, or its head cannot get blocks (free blocks only shrink)."""
-        if len(s.running) > self.cfg.max_num_batched_tokens:
+        running = s.num_running
+        if running > self.cfg.max_num_batched_tokens:
             return False
-        if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
+        if not s.waiting or running >= self.cfg.max_num_seqs:
             return True
         head = s.waiting[0]
-        n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - len(s.running))
+        n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running)
         return n > 0 and s.pool.blocks_missing(head, head.num_computed_tokens + n) > s.pool.available
 
     def on_fast_forward(self, steps: int) -> None:
@@ -122,7 +146,7 @@ class VLLMScheduler:
 
     def check(self, plan, s) -> None:
         assert plan.num_tokens <= self.cfg.max_num_batched_tokens, "token budget exceeded"
-        assert len(s.running) <= self.cfg.max_num_seqs
+        assert s.num_running <= self.cfg.max_num_seqs
         thr = self.cfg.long_prefill_token_threshold
         assert not thr or all(n <= thr for _, n in plan.items)
 

@@ -8,7 +8,7 @@ and are evicted least-recently-used, leaves first, when the pool needs room. Tha
 radix-tree eviction, and what vLLM's free-block queue does in effect, since vLLM frees a
 request's blocks tail first so that they are evicted first (vllm/v1/core/block_pool.py).
 
-A waiting request keeps its match (and its prefix pinned) until admitted. A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
+A request pins its matched prefix only once admitted; a lookup that is not admitted is undone. A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
 last token is always recomputed to sample from it: vLLM get_computed_blocks).
 """
 from __future__ import annotations
@@ -70,6 +70,17 @@ class PrefixCache:
         self.hit_tokens += hit
         req.num_cached_tokens = hit
         return hit
+
+    def unmatch(self, req) -> None:
+        """Undo ``match`` for a request that was not admitted (its lookup is not counted either)."""
+        path = req.extra.pop("cache_path", [])
+        for node in path:
+            node.refs -= 1
+            self.unreferenced += node.refs == 0
+            self._push_if_evictable(node)
+        self.lookup_tokens -= req.prompt_len
+        self.hit_tokens -= len(path) * self.block_tokens
+        req.num_cached_tokens = 0
 
     def shared_blocks(self, req) -> int:
         return len(req.extra.get("cache_path", ())) * self.engine_blocks

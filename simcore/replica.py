@@ -18,6 +18,7 @@ import simpy
 from costmodel import CostModel
 from policies.base import Plan, SchedulerState
 
+from .cohort import DecodeCohort
 from .histogram import LogHistogram
 
 
@@ -33,12 +34,16 @@ class Replica:
         self.inbox: list = []
         self.idle = None
         self.num_iterations = 0
+        self.outstanding = 0   # submitted and not finished: in the inbox, waiting or running
         self.iteration_log: list | None = None
+        if fast_forward and getattr(policy, "lazy_decodes", False):
+            state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
 
     def submit(self, req) -> None:
         req.replica = self.index
         self.inbox.append(req)
+        self.outstanding += 1
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
@@ -54,11 +59,10 @@ class Replica:
             bs = pool.block_size
             used += sum(-(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
                         for r, q in self._running_plan.items)
+            if self._running_plan.cohort:
+                c = self.state.cohort
+                used += c.new_blocks(c.tick + 1, j - 1)
         return used / pool.total
-
-    @property
-    def outstanding(self) -> int:
-        return len(self.inbox) + len(self.state.waiting) + len(self.state.running)
 
     def run(self):
         while True:
@@ -67,9 +71,13 @@ class Replica:
             self.state.waiting.extend(self.inbox)
             self.inbox.clear()
             plan = self.policy.schedule(self.state)
+            if self.state.looked_up:
+                self.state.drop_unadmitted_lookups()
             if self.checking:
                 self.check(plan)
             if not plan:
+                if plan.preempted:     # everyone running was preempted: plan again at once, now from the queue
+                    continue
                 self.idle = self.env.event()
                 yield self.idle
                 continue
@@ -88,21 +96,24 @@ class Replica:
     def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
-        items, cm = plan.items, self.cm
+        items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
         k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
+        if nc and k > 1:
+            k = min(k, c.steps_to_finish())
         if k > 1:
-            k = self._kv_limited(items, k) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
+            k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
+        cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k > 1:
-            n = len(items)
-            kv = sum(r.num_computed_tokens + q for r, q in items) + n
+            n = len(items) + nc
+            kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
             if decodes:
-                durations = cm.decode_run(n, float(kv - n), k)
+                durations = cm.decode_run(n, float(kv), k)
             else:
-                first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items]))
-                durations = np.concatenate(((first,), cm.decode_run(n, float(kv), k - 1)))
+                first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+                durations = np.concatenate(((first,), cm.decode_run(n, float(kv + n), k - 1)))
             durations[0] += start
             return np.cumsum(durations)
-        return np.array([start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items]))])
+        return np.array([start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))])
 
     @staticmethod
     def _run_length(items) -> tuple[int, bool]:
@@ -119,13 +130,16 @@ class Replica:
                 k = left
         return k, decodes
 
-    def _kv_limited(self, items, k: int) -> int:
+    def _kv_limited(self, items, k: int, cohort: int) -> int:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
-        pool = self.state.pool
+        pool, c = self.state.pool, self.state.cohort
         bs, free = pool.block_size, pool.free
-        c = [r.num_computed_tokens + q - 1 for r, q in items]
+        x = [r.num_computed_tokens + q - 1 for r, q in items]
         held = sum(r.num_blocks + pool.shared(r) for r, _ in items)
-        need = lambda j: sum(-(-(x + j) // bs) for x in c) - held  # noqa: E731
+
+        def need(j: int) -> int:
+            return sum(-(-(v + j) // bs) for v in x) - held + (c.new_blocks(c.tick + 1, j - 1) if cohort else 0)
+
         if need(k) <= free:
             return k
         lo, hi = 1, k
@@ -167,22 +181,48 @@ class Replica:
                 finished.append(req)
         if gaps:
             self.itl.add_many(gaps)
+        s = self.state
+        pool, c = s.pool, s.cohort
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
-            self.itl.add_many(inner, weight=len(plan.items))
-            pool = self.state.pool
+            self.itl.add_many(inner, weight=len(plan.items) + plan.cohort)
             bs = pool.block_size
             for req, _ in plan.items:
                 held = -(-req.num_computed_tokens // bs) - pool.shared(req)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
-            assert pool.used <= pool.total
+        if plan.cohort:
+            gap = first - c.last_end
+            self.itl.add(gap, weight=plan.cohort)
+            pool.used += c.new_blocks(c.tick + 1, steps - 1)
+            done = c.advance(steps, max(gap, inner_max), last)
+            if done:
+                for req in done:
+                    req.num_blocks = pool.blocks_for(req.num_computed_tokens) - pool.shared(req)
+                finished = sorted(finished + done, key=lambda r: r.seq) if finished else done
+        assert pool.used <= pool.total
+        if c is not None:
+            self._join_cohort(plan, last)
         for req in finished:
             req.finish_s = last
-            self.state.pool.release(req)
-            self.state.running.remove(req)
+            pool.release(req)
+            if c is None or req in s.running:
+                s.running.remove(req)
+            self.outstanding -= 1
             self.policy.on_finish()
             self.on_finish(req)
+
+    def _join_cohort(self, plan: Plan, last: float) -> None:
+        """Planned requests that sampled a token at `last` and decode next join the cohort."""
+        c, running = self.state.cohort, self.state.running
+        joined = False
+        for req, _ in plan.items:
+            if req.last_token_s == last and req.num_output_tokens < req.output_len and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens:
+                if not joined:
+                    c.last_end, joined = last, True
+                c.join(req)
+        if joined:
+            running[:] = [r for r in running if r.cohort_tick < 0]
 
     def _log(self, plan: Plan, start: float, ends: np.ndarray) -> None:
         """A log entry with steps > 1 is decode-only passes: a run that starts with a prefill is two entries."""
@@ -195,8 +235,18 @@ class Replica:
     def check(self, plan: Plan) -> None:
         """Conservation invariants, run every step in tests."""
         s = self.state
-        s.pool.check(s.running)
+        pool, c = s.pool, s.cohort
+        cohort_held = 0
+        if c is not None and c.members:
+            assert plan.cohort == c.n, "a step left part of the cohort out"
+            assert c.kv == sum(c.current(r) for r in c.members)
+            cohort_held = sum(pool.blocks_for(c.current(r) + 1) - pool.shared(r) for r in c.members)
+            assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
+        cached = pool.cache.cached_blocks if pool.cache else 0
+        assert 0 <= pool.used <= pool.total
+        assert pool.used == sum(r.num_blocks for r in s.running) + cohort_held + cached, "KV blocks leaked"
         assert all(r.num_blocks == 0 for r in s.waiting)
+        assert self.outstanding == len(self.inbox) + len(s.waiting) + s.num_running
         assert len({id(r) for r in s.running}) == len(s.running)
         assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
         for r, n in plan.items:

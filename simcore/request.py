@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     rid: int
     arrival_s: float
@@ -31,6 +31,8 @@ class Request:
     num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
     rejected: str | None = None
     replica: int = 0
+    seq: int = 0                          # order in the running queue (stamped at each admission)
+    cohort_tick: int = -1                 # the decode cohort's tick when it joined; -1: not a member
     extra: dict = field(default_factory=dict)
 
     @property

@@ -29,7 +29,8 @@ class RoundRobin:
 
 
 def least_outstanding(req, replicas) -> int:
-    return _least(replicas, lambda r: r.outstanding)
+    loads = [r.outstanding for r in replicas]
+    return loads.index(min(loads))
 
 
 def least_kv(req, replicas) -> int:

@@ -39,27 +39,29 @@ class Simulation:
         self.workload, self.max_model_len, self.router = workload, max_model_len, router
         self.requests: list[Request] = []
         self._next = 0
+        self._arrival_s = workload.arrival_s.tolist() + [math.inf]
         self.concurrency = getattr(workload, "closed_loop_concurrency", None)
         self.in_flight = 0
         self._slot = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
-                pool.cache = PrefixCache(int(getattr(workload, "block_tokens", pool.block_size)), pool.block_size)
+                tokens = int(getattr(workload, "block_tokens", pool.block_size))
+                require(tokens % pool.block_size == 0, "workload:block_tokens", tokens,
+                        f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching")
+                pool.cache = PrefixCache(tokens, pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
                                  fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
         for r in self.replicas:
             r.settle = bool(self.concurrency)
-        if record_iterations:
+        if record_iterations:   # the log holds every request of every pass, so no decode cohort
             for r in self.replicas:
                 r.iteration_log = []
+                r.state.cohort = None
         self.env.process(self.arrivals())
 
     def next_arrival(self) -> float:
-        w = self.workload
-        if self._next >= len(w) or self.concurrency:
-            return math.inf
-        return float(w.arrival_s[self._next])
+        return math.inf if self.concurrency else self._arrival_s[self._next]
 
     def finished(self, req: Request) -> None:
         self.in_flight -= 1
@@ -67,17 +69,18 @@ class Simulation:
             self._slot.succeed()
 
     def arrivals(self):
-        w = self.workload
+        w, env = self.workload, self.env
         hashes = getattr(w, "block_hashes", None)
+        arrival_s = self._arrival_s
+        prompts, outputs = w.prompt_len.tolist(), w.output_len.tolist()
         for i in range(len(w)):
             self._next = i
-            t = max(float(w.arrival_s[i]), self.env.now)
-            if t > self.env.now:
-                yield self.env.timeout(t - self.env.now)
+            if arrival_s[i] > env.now:
+                yield env.timeout(arrival_s[i] - env.now)
             while self.concurrency and self.in_flight >= self.concurrency:
-                self._slot = self.env.event()
+                self._slot = env.event()
                 yield self._slot
-            req = Request(i, self.env.now, int(w.prompt_len[i]), int(w.output_len[i]),
+            req = Request(i, env.now, prompts[i], outputs[i],
                           tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
             self.requests.append(req)
             replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
@@ -98,6 +101,8 @@ class Simulation:
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         self.env.run(until=until)
+        for r in self.replicas:
+            r.state.dissolve_cohort()
         if until is None:
             for r in self.requests:
                 if r.finish_s is None and r.rejected is None:
@@ -122,7 +127,7 @@ class Simulation:
         """Every arrived request is finished, running, waiting or rejected."""
         where = {}
         for rep in self.replicas:
-            for r in rep.state.running:
+            for r in rep.state.all_running():
                 where[id(r)] = "running"
             for r in list(rep.state.waiting) + rep.inbox:
                 where[id(r)] = "waiting"

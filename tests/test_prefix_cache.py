@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from costmodel import InputError, load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -107,3 +108,27 @@ def test_closed_loop_never_exceeds_concurrency(llama8b, h100):
     delta = np.r_[np.ones(n), -np.ones(n)]
     order = np.lexsort((delta, times))
     assert np.cumsum(delta[order]).max() <= cap
+
+
+def test_waiting_request_does_not_pin_its_prefix():
+    """A request that is looked up but not admitted must leave its cached prefix evictable: here a
+    preempted request needs 93 of 300 blocks while 208 are cached for a waiting prompt."""
+    n = 37
+    arrivals = np.zeros(n)
+    arrivals[-3:] = [0.125, 0.3125, 0.5]
+    prompts, outputs = np.ones(n, int), np.ones(n, int)
+    prompts[-1], outputs[33] = 216, 93
+    wl = Workload(arrivals, prompts, outputs, block_hashes=[()] * (n - 1) + [tuple(range(13))])
+    flags = dict(max_num_batched_tokens=16, max_num_seqs=3, num_gpu_blocks_override=300, block_size=1)
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), 1, flags)
+        sim = Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=True, max_model_len=max_len)
+        res = sim.run()
+        assert res.summary["completed"] == n and sim.accounted()
+
+
+def test_block_tokens_must_be_whole_engine_blocks():
+    sched, pool, cm, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), 1, {"block_size": 32})
+    wl = Workload([0.0], [100], [5], block_hashes=[(1, 2, 3)], block_tokens=16)
+    with pytest.raises(InputError, match="block_tokens"):
+        Simulation([(sched, pool, cm)], wl)

@@ -1,0 +1,117 @@
+"""The decode cohort: running requests that decode one token every step, advanced together.
+
+In a busy replica most running requests are plain decodes, and a step changes each of them the
+same way: one more token computed, one more sampled, a new KV block when a block boundary is
+crossed. The cohort keeps them as a group so that a step costs O(1) instead of O(batch):
+
+  tick            steps the cohort has taken; a member that joined at tick t0 has advanced tick − t0
+  kv              Σ num_computed_tokens over members, as of tick (the attention term of the cost)
+  phase[p]        members whose num_computed_tokens ≡ p + tick (mod block_size); at a step starting
+                  at tick t, exactly phase[−t mod block_size] members need a new block
+  finish heap     the tick at which each member samples its last token
+  suffix maxima   (tick, largest gap of the events from that tick on) for each member's max ITL
+
+A member's Request keeps the values it joined with; ``materialize`` writes the current ones back
+(when it finishes, when the run ends, or when the scheduler needs every request explicitly).
+Every member got its last token at ``last_end``: members join at the end of a step the cohort
+took part in, and every step while the cohort is non-empty includes all of it.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+
+
+class DecodeCohort:
+    def __init__(self, block_size: int):
+        self.bs = block_size
+        self.tick = 0
+        self.members: dict = {}
+        self.kv = 0
+        self.phase = [0] * block_size
+        self.finish: list = []
+        self.last_end = 0.0
+        self._ticks: list[int] = []
+        self._gaps: list[float] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.members)
+
+    def join(self, req) -> None:
+        """`req` has just sampled a token at ``last_end`` and decodes next step."""
+        req.cohort_tick = self.tick
+        self.members[req] = None
+        self.kv += req.num_computed_tokens
+        self.phase[(req.num_computed_tokens - self.tick) % self.bs] += 1
+        heapq.heappush(self.finish, (self.tick + req.output_len - req.num_output_tokens, req.seq, req))
+
+    def steps_to_finish(self) -> int:
+        return self.finish[0][0] - self.tick
+
+    def new_blocks(self, start_tick: int, steps: int) -> int:
+        """Blocks the members need for `steps` steps starting at `start_tick`."""
+        if steps <= 0:
+            return 0
+        full, rem = divmod(steps, self.bs)
+        ph, bs = self.phase, self.bs
+        return full * len(self.members) + sum(ph[-t % bs] for t in range(start_tick, start_tick + rem))
+
+    def advance(self, steps: int, max_gap: float, last_end: float) -> list:
+        """The cohort took `steps` steps whose largest gap for members was `max_gap`; returns the
+        members that sampled their last token, materialized, in batch order."""
+        ticks, gaps = self._ticks, self._gaps
+        while gaps and gaps[-1] <= max_gap:
+            ticks.pop()
+            gaps.pop()
+        ticks.append(self.tick)
+        gaps.append(max_gap)
+        self.tick += steps
+        self.kv += steps * len(self.members)
+        self.last_end = last_end
+        done = []
+        while self.finish and self.finish[0][0] <= self.tick:
+            req = heapq.heappop(self.finish)[2]
+            self._leave(req)
+            done.append(req)
+        return done
+
+    def _leave(self, req) -> None:
+        d = self.tick - req.cohort_tick
+        self.kv -= req.num_computed_tokens + d
+        self.phase[(req.num_computed_tokens - req.cohort_tick) % self.bs] -= 1
+        del self.members[req]
+        self.materialize(req)
+        if not self.members:
+            self._ticks.clear()
+            self._gaps.clear()
+
+    def materialize(self, req) -> None:
+        """Write the member's tokens, last token time and max ITL back to its Request."""
+        joined = req.cohort_tick
+        d = self.tick - joined
+        req.num_computed_tokens += d
+        req.num_output_tokens += d
+        req.cohort_tick = -1
+        req.last_token_s = self.last_end
+        i = bisect_left(self._ticks, joined)
+        if i < len(self._gaps) and self._gaps[i] > req.max_itl_s:
+            req.max_itl_s = self._gaps[i]
+
+    def dissolve(self, blocks_held) -> list:
+        """Every member back to an explicit request; `blocks_held(req)` sets what it holds now. Returns them."""
+        out = list(self.members)
+        for req in out:
+            self.materialize(req)
+            req.num_blocks = blocks_held(req)
+        self.members.clear()
+        self.finish.clear()
+        self.phase = [0] * self.bs
+        self.kv = 0
+        self._ticks.clear()
+        self._gaps.clear()
+        return out
+
+    def current(self, req) -> int:
+        """A member's num_computed_tokens now."""
+        return req.num_computed_tokens + self.tick - req.cohort_tick
