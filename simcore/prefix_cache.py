@@ -8,7 +8,8 @@ and are evicted least-recently-used, leaves first, when the pool needs room. Tha
 radix-tree eviction, and what vLLM's free-block queue does in effect, since vLLM frees a
 request's blocks tail first so that they are evicted first (vllm/v1/core/block_pool.py).
 
-A request pins its matched prefix only once admitted; a lookup that is not admitted is undone. A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
+A request pins its matched prefix only once admitted; a lookup that is not admitted is undone.
+A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
 last token is always recomputed to sample from it: vLLM get_computed_blocks).
 """
 from __future__ import annotations

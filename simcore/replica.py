@@ -217,7 +217,8 @@ class Replica:
         c, running = self.state.cohort, self.state.running
         joined = False
         for req, _ in plan.items:
-            if req.last_token_s == last and req.num_output_tokens < req.output_len and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens:
+            if (req.last_token_s == last and req.num_output_tokens < req.output_len
+                    and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens):
                 if not joined:
                     c.last_end, joined = last, True
                 c.join(req)
