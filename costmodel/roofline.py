@@ -285,6 +285,26 @@ class CostModel:
             ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
         return Breakdown(tuple(ops))
 
+    def decode_run_list(self, n: int, decode_kv0: float, steps: int) -> list[float]:
+        """``decode_run`` in plain floats, the same operations in the same order (so bit-identical):
+        cheaper than numpy's per-call overhead for short runs."""
+        hw = self.hw
+        ac, kc, pi, beta = self.attn_coef, self.kv_coef, hw.pi_attention, hw.beta_attention
+        floor, over, fixed = self.floor_attn, self.over_layers, self._decode_fixed_time(n)
+        out = []
+        for j in range(steps):
+            x = decode_kv0 + n * j
+            a, m = ac * x / pi, x * kc / beta
+            t = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
+            out.append((t if t >= floor else floor) + over + fixed)
+        return out
+
+    def _decode_fixed_time(self, n: int) -> float:
+        fixed = self._decode_fixed.get(n)
+        if fixed is None:
+            fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))
+        return fixed
+
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
@@ -303,10 +323,7 @@ class CostModel:
             np.maximum(a, m, out=a)
         np.maximum(a, self.floor_attn, out=a)
         a += self.over_layers
-        fixed = self._decode_fixed.get(n)
-        if fixed is None:
-            fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))
-        a += fixed
+        a += self._decode_fixed_time(n)
         return a
 
 

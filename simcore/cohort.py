@@ -6,8 +6,8 @@ crossed. The cohort keeps them as a group so that a step costs O(1) instead of O
 
   tick            steps the cohort has taken; a member that joined at tick t0 has advanced tick − t0
   kv              Σ num_computed_tokens over members, as of tick (the attention term of the cost)
-  phase[p]        members whose num_computed_tokens ≡ p + tick (mod block_size); at a step starting
-                  at tick t, exactly phase[−t mod block_size] members need a new block
+  due[p]          members that need a new KV block at every step starting at a tick t ≡ p
+                  (mod block_size): those whose next position starts a block
   finish heap     the tick at which each member samples its last token
   suffix maxima   (tick, largest gap of the events from that tick on) for each member's max ITL
 
@@ -28,7 +28,7 @@ class DecodeCohort:
         self.tick = 0
         self.members: dict = {}
         self.kv = 0
-        self.phase = [0] * block_size
+        self._due = [0] * (2 * block_size)
         self.finish: list = []
         self.last_end = 0.0
         self._ticks: list[int] = []
@@ -43,8 +43,15 @@ class DecodeCohort:
         req.cohort_tick = self.tick
         self.members[req] = None
         self.kv += req.num_computed_tokens
-        self.phase[(req.num_computed_tokens - self.tick) % self.bs] += 1
+        self._count_due(req, 1)
         heapq.heappush(self.finish, (self.tick + req.output_len - req.num_output_tokens, req.seq, req))
+
+    def _count_due(self, req, delta: int) -> None:
+        """A member computing position c at tick t needs a new block iff c ≡ 0 (mod bs), i.e. at the
+        ticks t ≡ cohort_tick − num_computed_tokens (its join values)."""
+        r = (req.cohort_tick - req.num_computed_tokens) % self.bs
+        self._due[r] += delta
+        self._due[r + self.bs] += delta
 
     def steps_to_finish(self) -> int:
         return self.finish[0][0] - self.tick
@@ -54,8 +61,10 @@ class DecodeCohort:
         if steps <= 0:
             return 0
         full, rem = divmod(steps, self.bs)
-        ph, bs = self.phase, self.bs
-        return full * len(self.members) + sum(ph[-t % bs] for t in range(start_tick, start_tick + rem))
+        if not rem:
+            return full * len(self.members)
+        i = start_tick % self.bs
+        return full * len(self.members) + sum(self._due[i:i + rem])
 
     def advance(self, steps: int, max_gap: float, last_end: float) -> list:
         """The cohort took `steps` steps whose largest gap for members was `max_gap`; returns the
@@ -79,7 +88,7 @@ class DecodeCohort:
     def _leave(self, req) -> None:
         d = self.tick - req.cohort_tick
         self.kv -= req.num_computed_tokens + d
-        self.phase[(req.num_computed_tokens - req.cohort_tick) % self.bs] -= 1
+        self._count_due(req, -1)
         del self.members[req]
         self.materialize(req)
         if not self.members:
@@ -106,7 +115,7 @@ class DecodeCohort:
             req.num_blocks = blocks_held(req)
         self.members.clear()
         self.finish.clear()
-        self.phase = [0] * self.bs
+        self._due = [0] * (2 * self.bs)
         self.kv = 0
         self._ticks.clear()
         self._gaps.clear()

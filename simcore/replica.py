@@ -12,6 +12,8 @@ would have it. Step times are the same sequence of additions stepping would make
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 import simpy
 
@@ -20,6 +22,9 @@ from policies.base import Plan, SchedulerState
 
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
+
+
+SHORT_RUN = 48   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
 class Replica:
@@ -31,6 +36,7 @@ class Replica:
         self._running_plan = None
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
+        self.sole = False     # True when every arrival comes here at its stamped time (one replica, open loop)
         self.inbox: list = []
         self.idle = None
         self.num_iterations = 0
@@ -82,7 +88,10 @@ class Replica:
                 yield self.idle
                 continue
             start = self.env.now
-            ends = self._running_ends = self._step_ends(plan, start)
+            ends = self._step_ends(plan, start)
+            if self.sole and len(ends) > 1:   # the next arrival is ours: cut where its interrupt would
+                ends = ends[: _steps_started(ends, self.next_arrival())]
+            self._running_ends = ends
             self._running_plan = plan
             while True:
                 try:
@@ -93,7 +102,7 @@ class Replica:
             self._running_ends = None
             self._apply(plan, start, ends)
 
-    def _step_ends(self, plan: Plan, start: float) -> np.ndarray:
+    def _step_ends(self, plan: Plan, start: float):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
@@ -103,17 +112,28 @@ class Replica:
         if k > 1:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
-        if k > 1:
-            n = len(items) + nc
-            kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        if k <= 1:
+            return [start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))]
+        n = len(items) + nc
+        kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        if k <= SHORT_RUN:
             if decodes:
-                durations = cm.decode_run(n, float(kv), k)
+                durations = cm.decode_run_list(n, float(kv), k)
             else:
-                first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
-                durations = np.concatenate(((first,), cm.decode_run(n, float(kv + n), k - 1)))
-            durations[0] += start
-            return np.cumsum(durations)
-        return np.array([start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))])
+                durations = cm.decode_run_list(n, float(kv + n), k - 1)
+                durations.insert(0, cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)))
+            ends, t = [], start
+            for d in durations:
+                t += d
+                ends.append(t)
+            return ends
+        if decodes:
+            durations = cm.decode_run(n, float(kv), k)
+        else:
+            first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+            durations = np.concatenate(((first,), cm.decode_run(n, float(kv + n), k - 1)))
+        durations[0] += start
+        return np.cumsum(durations)
 
     @staticmethod
     def _run_length(items) -> tuple[int, bool]:
@@ -151,15 +171,21 @@ class Replica:
                 hi = mid - 1
         return lo
 
-    def _apply(self, plan: Plan, start: float, ends: np.ndarray) -> None:
+    def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
         steps = len(ends)
         self.num_iterations += steps
         if self.iteration_log is not None:
             self._log(plan, start, ends)
         first, last = float(ends[0]), float(ends[-1])
-        inner = np.diff(ends) if steps > 1 else None
-        inner_max = float(inner.max()) if steps > 1 else 0.0
+        inner, inner_max = None, 0.0
+        if steps > 1:
+            if isinstance(ends, list):
+                inner = [b - a for a, b in zip(ends, ends[1:])]
+                inner_max = max(inner)
+            else:
+                inner = np.diff(ends)
+                inner_max = float(inner.max())
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
@@ -225,7 +251,7 @@ class Replica:
         if joined:
             running[:] = [r for r in running if r.cohort_tick < 0]
 
-    def _log(self, plan: Plan, start: float, ends: np.ndarray) -> None:
+    def _log(self, plan: Plan, start: float, ends) -> None:
         """A log entry with steps > 1 is decode-only passes: a run that starts with a prefill is two entries."""
         steps = len(ends)
         if steps > 1 and any(q != 1 for _, q in plan.items):
@@ -259,6 +285,6 @@ class Replica:
             self.policy.check(plan, s)
 
 
-def _steps_started(ends: np.ndarray, now: float) -> int:
+def _steps_started(ends, now: float) -> int:
     """Steps of a run with these end times that began before `now` (step j > 0 begins at ends[j-1])."""
-    return 1 + int(np.searchsorted(ends[:-1], now, side="left"))
+    return 1 + bisect_left(ends, now, 0, len(ends) - 1)

@@ -54,6 +54,7 @@ class Simulation:
                                  fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
         for r in self.replicas:
             r.settle = bool(self.concurrency)
+            r.sole = len(self.replicas) == 1 and not self.concurrency
         if record_iterations:   # the log holds every request of every pass, so no decode cohort
             for r in self.replicas:
                 r.iteration_log = []
