@@ -4,11 +4,18 @@ ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is 
 replica first yields a zero-delay timeout, which SimPy queues behind every event already due
 at t (events at equal times run in insertion order), so all arrivals of t are in the inbox.
 
-FAST-FORWARD. When the plan is decode-only and the policy says the next plans repeat it, k
-steps are taken in one event: k is cut at the first finish and where the KV blocks the steps
-need run out. An arrival routed here at time a interrupts the wait and cuts the run after the
-last step that started before a; it joins the plan made when that step ends, as stepping
+FAST-FORWARD. When every running request is in the plan, each catches up in its first step
+(decodes, or the last chunk of a prefill) and the policy says the plans that follow would be
+decode-only repeats, k steps are taken in one event: k is cut at the first finish and where
+the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
+cuts the run after the last step that started before a (a sole replica, which knows its next
+arrival, cuts there up front); the arrival joins the plan made when that step ends, as stepping
 would have it. Step times are the same sequence of additions stepping would make.
+
+DECODE COHORT. Under a policy with ``lazy_decodes`` (vLLM), plain decodes leave the running
+queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
+that change) rather than O(batch). `--no-fast-forward` keeps every request explicit, one event
+per step: the reference the tests compare against.
 """
 from __future__ import annotations
 
