@@ -31,6 +31,7 @@ class DecodeCohort:
         self._due = [0] * (2 * block_size)
         self.finish: list = []
         self.last_end = 0.0
+        self.last_finish = 0
         self._ticks: list[int] = []
         self._gaps: list[float] = []
 
@@ -44,7 +45,10 @@ class DecodeCohort:
         self.members[req] = None
         self.kv += req.num_computed_tokens
         self._count_due(req, 1)
-        heapq.heappush(self.finish, (self.tick + req.output_len - req.num_output_tokens, req.seq, req))
+        f = self.tick + req.output_len - req.num_output_tokens
+        heapq.heappush(self.finish, (f, req.seq, req))
+        if f > self.last_finish:
+            self.last_finish = f
 
     def _count_due(self, req, delta: int) -> None:
         """A member computing position c at tick t needs a new block iff c ≡ 0 (mod bs), i.e. at the
@@ -56,6 +60,10 @@ class DecodeCohort:
     def steps_to_finish(self) -> int:
         return self.finish[0][0] - self.tick
 
+    def steps_to_empty(self) -> int:
+        """At least the steps until the last member finishes (an upper bound kept as members join)."""
+        return self.last_finish - self.tick
+
     def new_blocks(self, start_tick: int, steps: int) -> int:
         """Blocks the members need for `steps` steps starting at `start_tick`."""
         if steps <= 0:
@@ -66,9 +74,10 @@ class DecodeCohort:
         i = start_tick % self.bs
         return full * len(self.members) + sum(self._due[i:i + rem])
 
-    def advance(self, steps: int, max_gap: float, last_end: float) -> list:
+    def advance(self, steps: int, max_gap: float, last_end: float, leaving=()) -> list:
         """The cohort took `steps` steps whose largest gap for members was `max_gap`; returns the
-        members that sampled their last token, materialized, in batch order."""
+        members that sampled their last token (`leaving`, already off the finish heap, then those
+        still on it), materialized."""
         ticks, gaps = self._ticks, self._gaps
         while gaps and gaps[-1] <= max_gap:
             ticks.pop()
@@ -78,7 +87,9 @@ class DecodeCohort:
         self.tick += steps
         self.kv += steps * len(self.members)
         self.last_end = last_end
-        done = []
+        done = list(leaving)
+        for req in done:
+            self._leave(req)
         while self.finish and self.finish[0][0] <= self.tick:
             req = heapq.heappop(self.finish)[2]
             self._leave(req)

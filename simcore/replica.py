@@ -19,6 +19,8 @@ per step: the reference the tests compare against.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from bisect import bisect_left
 
 import numpy as np
@@ -44,10 +46,11 @@ class Replica:
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.sole = False     # True when every arrival comes here at its stamped time (one replica, open loop)
+        self._leaving: list = []   # (steps, member): cohort members whose last step in this run is steps - 1
         self.inbox: list = []
         self.idle = None
         self.num_iterations = 0
-        self.outstanding = 0   # submitted and not finished: in the inbox, waiting or running
+        self._outstanding = 0   # submitted and not yet applied as finished
         self.iteration_log: list | None = None
         if fast_forward and getattr(policy, "lazy_decodes", False):
             state.cohort = DecodeCohort(state.pool.block_size)
@@ -56,11 +59,21 @@ class Replica:
     def submit(self, req) -> None:
         req.replica = self.index
         self.inbox.append(req)
-        self.outstanding += 1
+        self._outstanding += 1
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
             self.process.interrupt()
+
+    @property
+    def outstanding(self) -> int:
+        """Requests here not finished by now: in the inbox, waiting or running (a folded run's
+        leavers count as finished from the end of their last step)."""
+        n = self._outstanding
+        if self._leaving and self._running_ends is not None:
+            ends, now = self._running_ends, self.env.now
+            n -= sum(1 for f, _ in self._leaving if ends[f - 1] <= now)
+        return n
 
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use now, as stepping would show it: a fast-forward holds the first
@@ -114,8 +127,10 @@ class Replica:
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
         k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
+        fold = False
         if nc and k > 1:
-            k = min(k, c.steps_to_finish())
+            fold = self.sole and not self.state.waiting
+            k = min(k, c.steps_to_empty() if fold else c.steps_to_finish())
         if k > 1:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
@@ -123,6 +138,9 @@ class Replica:
             return [start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))]
         n = len(items) + nc
         kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        if fold and c.steps_to_finish() < k:
+            first = None if decodes else cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+            return self._folded_run(start, first, n, kv if decodes else kv + n, k)
         if k <= SHORT_RUN:
             if decodes:
                 durations = cm.decode_run_list(n, float(kv), k)
@@ -141,6 +159,38 @@ class Replica:
             durations = np.concatenate(((first,), cm.decode_run(n, float(kv + n), k - 1)))
         durations[0] += start
         return np.cumsum(durations)
+
+    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int) -> list:
+        """A run of at most k steps (cut where the next arrival's would be) through which cohort
+        members finish: the batch shrinks at each finish. Only for a sole replica with nobody
+        waiting, where a finish changes nothing but the batch until the run's end. The leavers are
+        taken off the finish heap here and kept, with the step they leave after, for ``_apply``."""
+        c, cm, arrival = self.state.cohort, self.cm, self.next_arrival()
+        ends, t = [], start
+        if first is not None:
+            t += first
+            ends.append(t)
+        pos, leaving = len(ends), self._leaving
+        while pos < k and n > 0 and (len(ends) < 2 or ends[-2] < arrival):
+            f = c.finish[0][0] - c.tick if c.finish else k
+            seg = min(f, k, pos + 2 * SHORT_RUN) - pos   # in pieces, so as not to overshoot the arrival by much
+            if seg > 0:
+                durations = cm.decode_run_list(n, float(kv), seg) if seg <= SHORT_RUN else cm.decode_run(n, float(kv), seg).tolist()
+                for d in durations:
+                    t += d
+                    ends.append(t)
+                pos += seg
+                kv += n * seg
+            while c.finish and c.finish[0][0] - c.tick == pos and pos < k:
+                req = heapq.heappop(c.finish)[2]
+                leaving.append((pos, req))
+                n -= 1
+                kv -= c.current(req) + pos + 1
+        j = _steps_started(ends, arrival)
+        while leaving and leaving[-1][0] > j:
+            req = leaving.pop()[1]
+            heapq.heappush(c.finish, (req.cohort_tick + req.output_len - req.num_output_tokens, req.seq, req))
+        return ends[:j]
 
     @staticmethod
     def _run_length(items) -> tuple[int, bool]:
@@ -218,7 +268,9 @@ class Replica:
         pool, c = s.pool, s.cohort
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
-            self.itl.add_many(inner, weight=len(plan.items) + plan.cohort)
+            w = len(plan.items) + (0 if self._leaving else plan.cohort)
+            if w:
+                self.itl.add_many(inner, weight=w)
             bs = pool.block_size
             for req, _ in plan.items:
                 held = -(-req.num_computed_tokens // bs) - pool.shared(req)
@@ -227,23 +279,51 @@ class Replica:
         if plan.cohort:
             gap = first - c.last_end
             self.itl.add(gap, weight=plan.cohort)
-            pool.used += c.new_blocks(c.tick + 1, steps - 1)
-            done = c.advance(steps, max(gap, inner_max), last)
+            if self._leaving:
+                done = self._advance_folded(steps, gap, inner, ends)
+            else:
+                pool.used += c.new_blocks(c.tick + 1, steps - 1)
+                done = c.advance(steps, max(gap, inner_max), last)
             if done:
                 for req in done:
                     req.num_blocks = pool.blocks_for(req.num_computed_tokens) - pool.shared(req)
-                finished = sorted(finished + done, key=lambda r: r.seq) if finished else done
+                finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
         assert pool.used <= pool.total
         if c is not None:
             self._join_cohort(plan, last)
         for req in finished:
-            req.finish_s = last
+            req.finish_s = req.last_token_s
             pool.release(req)
             if c is None or req in s.running:
                 s.running.remove(req)
-            self.outstanding -= 1
+            self._outstanding -= 1
             self.policy.on_finish()
             self.on_finish(req)
+
+    def _advance_folded(self, steps: int, gap: float, inner, ends) -> list:
+        """The cohort through a folded run, segment by segment between the steps where members left:
+        each segment's gaps count once per member present, and its largest gap goes to their max ITL."""
+        c, pool = self.state.cohort, self.state.pool
+        leaving, self._leaving = self._leaving, []
+        done, s0, i = [], 0, 0
+        while s0 < steps:
+            f = leaving[i][0] if i < len(leaving) else steps
+            seg = inner[max(s0 - 1, 0): f - 1] if inner is not None else ()
+            if len(seg):
+                self.itl.add_many(seg, weight=c.n)
+            top = max(seg) if len(seg) else -math.inf
+            if s0 == 0:
+                top = max(top, gap)
+                pool.used += c.new_blocks(c.tick + 1, f - 1)
+            else:
+                pool.used += c.new_blocks(c.tick, f - s0)
+            group = []
+            while i < len(leaving) and leaving[i][0] == f:
+                group.append(leaving[i][1])
+                i += 1
+            done += c.advance(f - s0, float(top), float(ends[f - 1]), group)
+            s0 = f
+        return done
 
     def _join_cohort(self, plan: Plan, last: float) -> None:
         """Planned requests that sampled a token at `last` and decode next join the cohort."""
@@ -280,7 +360,7 @@ class Replica:
         assert 0 <= pool.used <= pool.total
         assert pool.used == sum(r.num_blocks for r in s.running) + cohort_held + cached, "KV blocks leaked"
         assert all(r.num_blocks == 0 for r in s.waiting)
-        assert self.outstanding == len(self.inbox) + len(s.waiting) + s.num_running
+        assert self._outstanding == len(self.inbox) + len(s.waiting) + s.num_running
         assert len({id(r) for r in s.running}) == len(s.running)
         assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
         for r, n in plan.items:
