@@ -46,6 +46,7 @@ class Replica:
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.sole = False     # True when every arrival comes here at its stamped time (one replica, open loop)
+        self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, member): cohort members whose last step in this run is steps - 1
         self.inbox: list = []
         self.idle = None
@@ -119,6 +120,8 @@ class Replica:
                     break
                 except simpy.Interrupt:
                     ends = self._running_ends = ends[: _steps_started(ends, self.env.now)]
+                    if self._leaving:
+                        self._keep_leavers(len(ends))
             self._running_ends = None
             self._apply(plan, start, ends)
 
@@ -129,7 +132,7 @@ class Replica:
         k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
         fold = False
         if nc and k > 1:
-            fold = self.sole and not self.state.waiting
+            fold = self.fold and not self.state.waiting
             k = min(k, c.steps_to_empty() if fold else c.steps_to_finish())
         if k > 1:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
@@ -165,7 +168,8 @@ class Replica:
         members finish: the batch shrinks at each finish. Only for a sole replica with nobody
         waiting, where a finish changes nothing but the batch until the run's end. The leavers are
         taken off the finish heap here and kept, with the step they leave after, for ``_apply``."""
-        c, cm, arrival = self.state.cohort, self.cm, self.next_arrival()
+        c, cm = self.state.cohort, self.cm
+        arrival = self.next_arrival() if self.sole else math.inf
         ends, t = [], start
         if first is not None:
             t += first
@@ -187,10 +191,15 @@ class Replica:
                 n -= 1
                 kv -= c.current(req) + pos + 1
         j = _steps_started(ends, arrival)
-        while leaving and leaving[-1][0] > j:
+        self._keep_leavers(j)
+        return ends[:j]
+
+    def _keep_leavers(self, steps: int) -> None:
+        """The run was cut to `steps`: members that would have left later stay on the finish heap."""
+        leaving, c = self._leaving, self.state.cohort
+        while leaving and leaving[-1][0] > steps:
             req = leaving.pop()[1]
             heapq.heappush(c.finish, (req.cohort_tick + req.output_len - req.num_output_tokens, req.seq, req))
-        return ends[:j]
 
     @staticmethod
     def _run_length(items) -> tuple[int, bool]:

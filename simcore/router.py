@@ -37,6 +37,9 @@ def least_kv(req, replicas) -> int:
     return _least(replicas, lambda r: (r.kv_usage(), r.outstanding))
 
 
+least_kv.reads_kv_usage = True   # a replica then applies every finish when it happens
+
+
 class PrefixAffinity:
     def __init__(self, affinity_blocks: int = 4, imbalance: int = 32):
         self.affinity_blocks, self.imbalance = affinity_blocks, imbalance

@@ -55,6 +55,7 @@ class Simulation:
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.sole = len(self.replicas) == 1 and not self.concurrency
+            r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
         if record_iterations:   # the log holds every request of every pass, so no decode cohort
             for r in self.replicas:
                 r.iteration_log = []
