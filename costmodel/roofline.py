@@ -182,6 +182,10 @@ class CostModel:
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
         self._decode_fixed: dict[int, float] = {}
+        # With the max combine, a decode's memory time exceeds its compute time at every kv when the
+        # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
+        self._decode_memory_bound = (not self.quadrature and
+                                     self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict[tuple[int, int], float] = {}
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
@@ -291,6 +295,8 @@ class CostModel:
         hw = self.hw
         ac, kc, pi, beta = self.attn_coef, self.kv_coef, hw.pi_attention, hw.beta_attention
         floor, over, fixed = self.floor_attn, self.over_layers, self._decode_fixed_time(n)
+        if self._decode_memory_bound:
+            return [max(x * kc / beta, floor) + over + fixed for x in (decode_kv0 + n * j for j in range(steps))]
         out = []
         for j in range(steps):
             x = decode_kv0 + n * j
@@ -312,6 +318,15 @@ class CostModel:
         x = np.arange(steps, dtype=np.float64)
         x *= n
         x += decode_kv0
+        if self._decode_memory_bound:
+            x *= self.kv_coef
+            x /= hw.beta_attention
+            if self.floor_attn:
+                np.maximum(x, self.floor_attn, out=x)
+            if self.over_layers:
+                x += self.over_layers
+            x += self._decode_fixed_time(n)
+            return x
         a = self.attn_coef * x
         a /= hw.pi_attention
         m = x

@@ -92,7 +92,11 @@ class Replica:
         return used / pool.total
 
     def run(self):
+        state = self.state
         while True:
+            if not (self.inbox or state.waiting or state.running or (state.cohort is not None and state.cohort.members)):
+                self.idle = self.env.event()
+                yield self.idle
             if self.settle or self.next_arrival() <= self.env.now:
                 yield self.env.timeout(0)
             self.state.waiting.extend(self.inbox)

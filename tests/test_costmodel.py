@@ -165,3 +165,15 @@ def test_wide_and_narrow_shape_reductions_agree(q, kv0, bound):
     assert wide.rows == sum(h.rows for h in halves) and wide.seqs == len(q)
     for f in ("prefill_pairs", "prefill_kv", "decode_kv", "decode_pairs"):
         assert getattr(wide, f) == sum(getattr(h, f) for h in halves), f
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b", "qwen3.5-122b-a10b"])
+@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
+                                     {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
+                                     {"beta_attn": 1e16}])    # compute-bound decodes: the full max path
+def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
+    cm = CostModel(load_model(model), h100.replace(**changes))
+    for n, kv0, steps in [(1, 17, 70), (13, 13 * 40000 + 5, 30), (200, 200 * 900, 9)]:
+        step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
+        assert np.array_equal(cm.decode_run(n, float(kv0), steps), np.array(step))
+        assert cm.decode_run_list(n, float(kv0), steps) == step
