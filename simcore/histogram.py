@@ -41,9 +41,10 @@ class LogHistogram:
     def _flush(self) -> None:
         if not self._values and not self._chunks:
             return
-        parts = [np.asarray(self._values, dtype=np.float64)] + [np.asarray(c, dtype=np.float64) for c, _ in self._chunks]
-        wparts = [np.asarray(self._weights, dtype=np.int64)] + [np.full(len(c), w, dtype=np.int64) for c, w in self._chunks]
-        v, w = np.concatenate(parts), np.concatenate(wparts)
+        chunks = self._chunks
+        v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks], dtype=np.float64)
+        w = np.concatenate((np.asarray(self._weights, dtype=np.int64),
+                            np.repeat(np.array([w for _, w in chunks], dtype=np.int64), [len(c) for c, _ in chunks])))
         self._values, self._weights, self._chunks, self._pending = [], [], [], 0
         self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
         self._count += int(w.sum())
