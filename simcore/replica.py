@@ -254,8 +254,8 @@ class Replica:
                 inner = [b - a for a, b in zip(ends, ends[1:])]
                 inner_max = max(inner)
             else:
-                inner = np.diff(ends)
-                inner_max = float(inner.max())
+                inner = ends[1:] - ends[:-1]
+                inner_max = float(np.maximum.reduce(inner))
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
