@@ -186,7 +186,8 @@ class CostModel:
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
-        self._fixed: dict[tuple[int, int], float] = {}
+        self._fixed: dict = {}
+        self._fixed_uses_seqs = self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
@@ -266,10 +267,10 @@ class CostModel:
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats; the part that depends
         only on rows and sequences is memoized)."""
-        key = (s.rows, s.seqs)
+        key = (s.rows, s.seqs) if self._fixed_uses_seqs else s.rows
         t = self._fixed.get(key)
         if t is None:
-            if len(self._fixed) >= 1 << 16:
+            if len(self._fixed) >= 1 << 17:
                 self._fixed.clear()
             t = self._fixed[key] = self._fixed_time(s)
         for _, fl, by, pi, beta, floor, over in self.attention_terms(s):   # _op_time, inlined (hot path)
