@@ -33,7 +33,7 @@ from .cohort import DecodeCohort
 from .histogram import LogHistogram
 
 
-SHORT_RUN = 48   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
+SHORT_RUN = 20   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
 class Replica:
@@ -148,45 +148,32 @@ class Replica:
         if fold and c.steps_to_finish() < k:
             first = None if decodes else cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
             return self._folded_run(start, first, n, kv if decodes else kv + n, k)
-        if k <= SHORT_RUN:
-            if decodes:
-                durations = cm.decode_run_list(n, float(kv), k)
-            else:
-                durations = cm.decode_run_list(n, float(kv + n), k - 1)
-                durations.insert(0, cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)))
-            ends, t = [], start
-            for d in durations:
-                t += d
-                ends.append(t)
-            return ends
         if decodes:
-            durations = cm.decode_run(n, float(kv), k)
-        else:
-            first = cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
-            durations = np.concatenate(((first,), cm.decode_run(n, float(kv + n), k - 1)))
-        durations[0] += start
-        return np.cumsum(durations)
+            return self._decode_ends(start, n, kv, k)
+        t = start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+        rest = self._decode_ends(t, n, kv + n, k - 1)
+        return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
 
     def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int) -> list:
         """A run of at most k steps (cut where the next arrival's would be) through which cohort
         members finish: the batch shrinks at each finish. Only for a sole replica with nobody
         waiting, where a finish changes nothing but the batch until the run's end. The leavers are
         taken off the finish heap here and kept, with the step they leave after, for ``_apply``."""
-        c, cm = self.state.cohort, self.cm
+        c = self.state.cohort
         arrival = self.next_arrival() if self.sole else math.inf
-        ends, t = [], start
+        pieces, t, pos, last_start = [], start, 0, -math.inf
         if first is not None:
-            t += first
-            ends.append(t)
-        pos, leaving = len(ends), self._leaving
-        while pos < k and n > 0 and (len(ends) < 2 or ends[-2] < arrival):
+            pieces.append([start + first])
+            t, pos = start + first, 1
+        leaving = self._leaving
+        while pos < k and n > 0 and last_start < arrival:
             f = c.finish[0][0] - c.tick if c.finish else k
-            seg = min(f, k, pos + 2 * SHORT_RUN) - pos   # in pieces, so as not to overshoot the arrival by much
+            seg = min(f, k, pos + 4 * SHORT_RUN) - pos   # in pieces, so as not to overshoot the arrival by much
             if seg > 0:
-                durations = cm.decode_run_list(n, float(kv), seg) if seg <= SHORT_RUN else cm.decode_run(n, float(kv), seg).tolist()
-                for d in durations:
-                    t += d
-                    ends.append(t)
+                e = self._decode_ends(t, n, kv, seg)
+                last_start = float(e[-2]) if seg > 1 else t
+                t = float(e[-1])
+                pieces.append(e)
                 pos += seg
                 kv += n * seg
             while c.finish and c.finish[0][0] - c.tick == pos and pos < k:
@@ -194,9 +181,23 @@ class Replica:
                 leaving.append((pos, req))
                 n -= 1
                 kv -= c.current(req) + pos + 1
+        ends = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         j = _steps_started(ends, arrival)
         self._keep_leavers(j)
         return ends[:j]
+
+    def _decode_ends(self, t: float, n: int, kv: int, steps: int):
+        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t:
+        plain floats for short runs, numpy for long ones (the same additions either way)."""
+        if steps <= SHORT_RUN:
+            ends = []
+            for d in self.cm.decode_run_list(n, float(kv), steps):
+                t += d
+                ends.append(t)
+            return ends
+        d = self.cm.decode_run(n, float(kv), steps)
+        d[0] += t
+        return np.cumsum(d)
 
     def _keep_leavers(self, steps: int) -> None:
         """The run was cut to `steps`: members that would have left later stay on the finish heap."""
@@ -324,7 +325,7 @@ class Replica:
             seg = inner[max(s0 - 1, 0): f - 1] if inner is not None else ()
             if len(seg):
                 self.itl.add_many(seg, weight=c.n)
-            top = max(seg) if len(seg) else -math.inf
+            top = (max(seg) if isinstance(seg, list) else float(np.maximum.reduce(seg))) if len(seg) else -math.inf
             if s0 == 0:
                 top = max(top, gap)
                 pool.used += c.new_blocks(c.tick + 1, f - 1)
