@@ -62,8 +62,8 @@ def test_prefix_affinity_on_mooncake(llama8b, h100):
     assert pa.summary["prefix_cache_hit_rate"] > rr.summary["prefix_cache_hit_rate"]
 
 
-@pytest.mark.parametrize("router,policy", [("least_outstanding", "vllm"), ("least_kv", "sglang"),
-                                           ("round_robin", "nochunk"), ("prefix_affinity", "vllm")])
+@pytest.mark.parametrize("router,policy", [("least_outstanding", "vllm"), ("least_kv", "sglang"), ("least_kv", "vllm"),
+                                           ("round_robin", "nochunk"), ("round_robin", "vllm"), ("prefix_affinity", "vllm")])
 def test_cluster_fast_forward_is_exact(llama8b, h100, router, policy):
     wl = skewed(n=300, rate=10.0, seed=5)
     _, a = cluster_run(llama8b, h100, wl, router, 3, policy, ff=True, check=True)

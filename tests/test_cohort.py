@@ -86,3 +86,24 @@ def test_new_blocks_counts_boundary_crossings(joins, bs, start, steps):
     c.tick += start
     brute = sum(-(-(c.current(r) + steps) // bs) - -(-c.current(r) // bs) for r in members)
     assert c.new_blocks(c.tick, steps) == brute
+
+
+def test_outstanding_mid_run_matches_stepping():
+    """Folded runs apply finishes at their end; `outstanding` must still read as stepping has it."""
+    rng = np.random.default_rng(4)
+    n = 200
+    wl = Workload(np.cumsum(rng.exponential(0.1, n)), rng.integers(50, 800, n), rng.integers(20, 400, n))
+    seen = {}
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, {})
+        sim = Simulation([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len)
+        samples = seen[ff] = []
+
+        def monitor(env, sim=sim, samples=samples):
+            while True:
+                yield env.timeout(0.0137)
+                samples.append(sim.replicas[0].outstanding)
+
+        sim.env.process(monitor(sim.env))
+        sim.run(until=float(wl.arrival_s[-1]) + 5)
+    assert seen[True] == seen[False] and max(seen[True]) > 5
