@@ -306,6 +306,23 @@ class CostModel:
             out.append((t if t >= floor else floor) + over + fixed)
         return out
 
+    def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float) -> list[float]:
+        """End times of the steps of ``decode_run_list`` started at t: t + d₀, (t + d₀) + d₁, …"""
+        if not self._decode_memory_bound:
+            out = []
+            for d in self.decode_run_list(n, decode_kv0, steps):
+                t += d
+                out.append(t)
+            return out
+        kc, beta = self.kv_coef, self.hw.beta_attention
+        floor, over, fixed = self.floor_attn, self.over_layers, self._decode_fixed_time(n)
+        out = []
+        for j in range(steps):
+            m = (decode_kv0 + n * j) * kc / beta
+            t += (m if m >= floor else floor) + over + fixed
+            out.append(t)
+        return out
+
     def _decode_fixed_time(self, n: int) -> float:
         fixed = self._decode_fixed.get(n)
         if fixed is None:

@@ -48,6 +48,7 @@ class Replica:
         self.sole = False     # True when every arrival comes here at its stamped time (one replica, open loop)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, member): cohort members whose last step in this run is steps - 1
+        self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
         self.num_iterations = 0
@@ -166,11 +167,16 @@ class Replica:
             pieces.append([start + first])
             t, pos = start + first, 1
         leaving = self._leaving
+        step = self._step_estimate if arrival < math.inf else 0.0
         while pos < k and n > 0 and last_start < arrival:
             f = c.finish[0][0] - c.tick if c.finish else k
-            seg = min(f, k, pos + 4 * SHORT_RUN) - pos   # in pieces, so as not to overshoot the arrival by much
+            seg = min(f, k) - pos
+            if step:   # pieces sized to end near the arrival (steps only lengthen while n holds)
+                seg = min(seg, max(2, int((arrival - t) / step) + 2))
             if seg > 0:
                 e = self._decode_ends(t, n, kv, seg)
+                if step and seg > 1:
+                    step = self._step_estimate = float(e[-1] - e[-2])
                 last_start = float(e[-2]) if seg > 1 else t
                 t = float(e[-1])
                 pieces.append(e)
@@ -190,11 +196,7 @@ class Replica:
         """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t:
         plain floats for short runs, numpy for long ones (the same additions either way)."""
         if steps <= SHORT_RUN:
-            ends = []
-            for d in self.cm.decode_run_list(n, float(kv), steps):
-                t += d
-                ends.append(t)
-            return ends
+            return self.cm.decode_ends_list(n, float(kv), steps, t)
         d = self.cm.decode_run(n, float(kv), steps)
         d[0] += t
         return np.cumsum(d)

@@ -177,3 +177,13 @@ def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
         step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
         assert np.array_equal(cm.decode_run(n, float(kv0), steps), np.array(step))
         assert cm.decode_run_list(n, float(kv0), steps) == step
+
+
+@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"}])
+def test_decode_ends_are_stepping_sums(h100, changes):
+    cm = CostModel(load_model("llama-3.1-8b"), h100.replace(**changes))
+    t, want = 12.345, []
+    for d in cm.decode_run(9, 9 * 777.0, 25):
+        t += d
+        want.append(t)
+    assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345) == want
