@@ -227,6 +227,9 @@ class Replica:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool, c = self.state.pool, self.state.cohort
         bs, free = pool.block_size, pool.free
+        if len(items) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
+            r, q = items[0]
+            return min(k, (r.num_blocks + pool.shared(r) + free) * bs - (r.num_computed_tokens + q - 1))
         x = [r.num_computed_tokens + q - 1 for r, q in items]
         held = sum(r.num_blocks + pool.shared(r) for r, _ in items)
 

@@ -107,3 +107,21 @@ def test_outstanding_mid_run_matches_stepping():
         sim.env.process(monitor(sim.env))
         sim.run(until=float(wl.arrival_s[-1]) + 5)
     assert seen[True] == seen[False] and max(seen[True]) > 5
+
+
+@given(computed=st.integers(0, 5000), q=st.integers(1, 3000), bs=st.sampled_from([1, 16, 32]),
+       spare=st.integers(0, 40), k=st.integers(2, 3000))
+def test_single_request_kv_limit_closed_form(computed, q, bs, spare, k):
+    """The one-request shortcut equals the search: the most steps whose blocks fit."""
+    from policies.base import SchedulerState
+    from simcore.kv import BlockPool
+    from simcore.replica import Replica
+    pool = BlockPool(10_000, bs)
+    r = Request(0, 0.0, computed + q, 10**6, num_computed_tokens=computed)
+    assert pool.grow(r, computed + q)
+    pool.used = pool.total - spare
+    rep = Replica.__new__(Replica)
+    rep.state = SchedulerState(pool, running=[r])
+    got = rep._kv_limited([(r, q)], k, 0)
+    brute = max(j for j in range(1, k + 1) if -(-(computed + q - 1 + j) // bs) - r.num_blocks <= spare)
+    assert got == brute
