@@ -278,6 +278,40 @@ class CostModel:
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t
 
+    def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
+        """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
+        the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
+        if len(q_lens) > 48:
+            return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
+        bound = self.attn_bound
+        rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
+        if decodes:
+            if 1 > bound:
+                pairs = pkv = decode_tokens
+            else:
+                dkv = dpairs = decode_tokens
+        for q, kv in zip(q_lens, kv_lens):
+            rows += q
+            p = q * kv + q * (q + 1) // 2
+            if p > bound * (kv + q):
+                pairs += p
+                pkv += kv + q
+            else:
+                dpairs += p
+                dkv += kv + q
+        seqs = len(q_lens) + decodes
+        key = (rows, seqs) if self._fixed_uses_seqs else rows
+        t = self._fixed.get(key)
+        if t is None:
+            t = self.time(ShapeStats(rows, seqs, 0.0, 0.0, 0.0))
+        hw = self.hw
+        pi, beta, floor, over = hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers
+        for fl_pairs, tokens in ((pairs, pkv), (dpairs, dkv)):
+            if tokens:
+                a, m = (self.attn_coef * float(fl_pairs)) / pi, (self.kv_coef * float(tokens)) / beta
+                t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
+        return t
+
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
         for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + self.attention_terms(s):

@@ -143,15 +143,15 @@ class Replica:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k <= 1:
-            return [start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))]
+            return [start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)]
         n = len(items) + nc
         kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
         if fold and c.steps_to_finish() < k:
-            first = None if decodes else cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+            first = None if decodes else cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
             return self._folded_run(start, first, n, kv if decodes else kv + n, k)
         if decodes:
             return self._decode_ends(start, n, kv, k)
-        t = start + cm.time(cm.shape([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv))
+        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
         rest = self._decode_ends(t, n, kv + n, k - 1)
         return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
 

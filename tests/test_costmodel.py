@@ -187,3 +187,17 @@ def test_decode_ends_are_stepping_sums(h100, changes):
         t += d
         want.append(t)
     assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(seqs=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 60000)), min_size=0, max_size=60),
+       decodes=st.integers(0, 300), extra=st.integers(0, 10**6), variant=st.integers(0, 2))
+def test_step_time_equals_time_of_shape(h100, seqs, decodes, extra, variant):
+    hw = [h100, h100.replace(kernel_floor_s=4e-5, kernel_overhead_s=3e-6, gemm_tile_rows=64),
+          h100.replace(roofline_combine="quadrature", pi_attn=h100.pi_eff / 50)][variant]
+    if not seqs and not decodes:
+        return
+    cm = CostModel(load_model("llama-3.1-8b"), hw, counting="faithful" if variant == 1 else None)
+    q, kv = [s[0] for s in seqs], [s[1] for s in seqs]
+    tokens = decodes + extra if decodes else 0
+    assert cm.step_time(q, kv, decodes, tokens) == cm.time(cm.shape(q, kv, decodes, tokens))
