@@ -49,12 +49,17 @@ class SchedulerState:
             req.num_computed_tokens = cache.match(req)
             self.looked_up.append(req)
 
-    def drop_unadmitted_lookups(self) -> None:
-        """A looked-up request that got no blocks stays waiting without pinning its prefix, as in both
+    def settle_lookups(self) -> None:
+        """After a plan: an admitted request's prefix counts as used; a looked-up request that got no
+        blocks stays waiting without pinning its prefix, as in both
         engines (vLLM pins in allocate_slots, SGLang in inc_lock_ref, on admission only): a pinned
         prefix that can never be evicted could starve a request that needs those blocks."""
         for req in self.looked_up:
-            if "cache_path" in req.extra and req not in self.running:
+            if "cache_path" not in req.extra:
+                continue
+            if req in self.running:
+                self.pool.cache.touch(req)
+            else:
                 self.pool.cache.unmatch(req)
                 req.num_computed_tokens = 0
         self.looked_up.clear()

@@ -70,7 +70,10 @@ class NoChunkScheduler:
         if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
             return True
         head = s.waiting[0]
-        return s.pool.blocks_missing(head, head.num_tokens) > s.pool.available
+        s.lookup(head)   # as the next schedule() would, then undone
+        blocked = s.pool.blocks_missing(head, head.num_tokens) > s.pool.available
+        s.settle_lookups()
+        return blocked
 
     def on_fast_forward(self, steps: int) -> None:
         pass

@@ -135,8 +135,11 @@ class VLLMScheduler:
         if not s.waiting or running >= self.cfg.max_num_seqs:
             return True
         head = s.waiting[0]
+        s.lookup(head)   # as the next schedule() would, then undone
         n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running)
-        return n > 0 and s.pool.blocks_missing(head, head.num_computed_tokens + n) > s.pool.available
+        blocked = n > 0 and s.pool.blocks_missing(head, head.num_computed_tokens + n) > s.pool.available
+        s.settle_lookups()
+        return blocked
 
     def on_fast_forward(self, steps: int) -> None:
         pass

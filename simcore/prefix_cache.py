@@ -25,6 +25,7 @@ class _Node:
     refs: int = 0
     children: int = 0
     last_use: int = 0
+    serial: int = 0        # creation order: with depth, breaks LRU ties the same way every run
 
 
 @dataclass
@@ -36,6 +37,7 @@ class PrefixCache:
     hit_tokens: int = 0
     lookup_tokens: int = 0
     unreferenced: int = 0          # nodes with no request referencing them (evictable or inner)
+    created: int = 0
     _lru: list = field(default_factory=list)
 
     @property
@@ -51,7 +53,8 @@ class PrefixCache:
         return min(len(req.block_hashes), req.prompt_len // self.block_tokens)
 
     def match(self, req) -> int:
-        """Reference the cached prefix of `req`; returns its length in tokens."""
+        """Reference (pin) the cached prefix of `req`; returns its length in tokens. Nothing is touched
+        for LRU until ``touch``, on admission: a lookup that is undone leaves no trace."""
         path = []
         for i in range(self._full_blocks(req)):
             node = self.nodes.get(req.block_hashes[: i + 1])
@@ -60,17 +63,21 @@ class PrefixCache:
             path.append(node)
         limit = (req.num_tokens - 1) // self.block_tokens
         path = path[:limit]
-        self.clock += 1
         for node in path:
             self.unreferenced -= node.refs == 0
             node.refs += 1
-            node.last_use = self.clock
         req.extra["cache_path"] = path
         hit = len(path) * self.block_tokens
         self.lookup_tokens += req.prompt_len
         self.hit_tokens += hit
         req.num_cached_tokens = hit
         return hit
+
+    def touch(self, req) -> None:
+        """The request was admitted: its matched prefix counts as just used."""
+        self.clock += 1
+        for node in req.extra.get("cache_path", ()):
+            node.last_use = self.clock
 
     def unmatch(self, req) -> None:
         """Undo ``match`` for a request that was not admitted (its lookup is not counted either)."""
@@ -98,7 +105,8 @@ class PrefixCache:
             key = req.block_hashes[: i + 1]
             node = self.nodes.get(key)
             if node is None:
-                node = _Node(key, parent)
+                self.created += 1
+                node = _Node(key, parent, serial=self.created)
                 self.nodes[key] = node
                 self.unreferenced += 1
                 if parent is not None:
@@ -116,13 +124,13 @@ class PrefixCache:
 
     def _push_if_evictable(self, node: _Node) -> None:
         if node.refs == 0 and node.children == 0:
-            heapq.heappush(self._lru, (node.last_use, id(node), node))
+            heapq.heappush(self._lru, (node.last_use, -len(node.key), node.serial, node))
 
     def evict(self, blocks_wanted: int) -> int:
         """Evict unreferenced leaves, least recently used first; returns pool blocks freed."""
         freed = 0
         while freed < blocks_wanted and self._lru:
-            last_use, _, node = heapq.heappop(self._lru)
+            last_use, _, _, node = heapq.heappop(self._lru)
             if node.refs or node.children or last_use != node.last_use or self.nodes.get(node.key) is not node:
                 continue
             del self.nodes[node.key]

@@ -104,7 +104,7 @@ class Replica:
             self.inbox.clear()
             plan = self.policy.schedule(self.state)
             if self.state.looked_up:
-                self.state.drop_unadmitted_lookups()
+                self.state.settle_lookups()
             if self.checking:
                 self.check(plan)
             if not plan:
