@@ -132,3 +132,25 @@ def test_block_tokens_must_be_whole_engine_blocks():
     wl = Workload([0.0], [100], [5], block_hashes=[(1, 2, 3)], block_tokens=16)
     with pytest.raises(InputError, match="block_tokens"):
         Simulation([(sched, pool, cm)], wl)
+
+
+def test_fast_forward_exact_with_a_blocked_cached_head():
+    """Hypothesis found this: whether the queue head can be admitted depends on its cache hit, which
+    the fast-forward check must see as schedule() would, and lookups that are undone must leave the
+    LRU clock alone (else stepping and fast-forward evict differently)."""
+    arrivals = [0.0] * 4 + [0.16118258, 0.19540563, 0.22355779, 0.35479471, 0.35479471, 0.46153672, 0.49045849] \
+        + [0.50856691] * 12 + [0.70364086, 0.86995797, 1.0094311, 1.13298342, 1.20332294, 1.27332294, 1.36636845,
+                               1.43302708, 1.54441865, 1.54441865, 1.54441865, 1.57393562, 1.58833967, 1.59960015]
+    prompts = [1, 1, 1, 571, 1623, 1, 443, 1, 303, 339, 640, 1, 1, 1, 1, 574, 955, 1392, 1, 1, 591, 681] + [1] * 15
+    outputs = [1, 1, 1, 1, 143, 184, 70, 152, 95, 1, 62, 71, 1, 1, 89, 23, 156, 167, 170, 1, 143, 1, 106,
+               1, 1, 1, 1, 1, 1, 1, 1, 15, 68, 54, 32, 24, 19]
+    wl = Workload(arrivals, prompts, outputs, [tuple(range(p // 32)) for p in prompts], 32)
+    flags = dict(max_num_batched_tokens=53, max_num_seqs=11, num_gpu_blocks_override=1914, block_size=1)
+    out = []
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), 1, flags)
+        out.append(Simulation([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len).run())
+    a, b = (r.requests for r in out)
+    for col in ("first_token_s", "finish_s", "max_itl_s"):
+        assert np.allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-12, atol=0, equal_nan=True), col
+    assert out[0].summary["prefix_cache_hit_rate"] == out[1].summary["prefix_cache_hit_rate"] > 0
