@@ -83,6 +83,28 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
+def _attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int]:
+    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs), exact integers;
+    `decodes` more q = 1 sequences come as their total Σ(kv + 1), compute-bound only when bound < 1."""
+    rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
+    if decodes:
+        if 1 > bound:
+            pairs = pkv = decode_tokens
+        else:
+            dkv = dpairs = decode_tokens
+    for q, kv in zip(q_lens, kv_lens):
+        q, kv = int(q), int(kv)
+        rows += q
+        p = q * kv + q * (q + 1) // 2
+        if p > bound * (kv + q):
+            pairs += p
+            pkv += kv + q
+        else:
+            dpairs += p
+            dkv += kv + q
+    return rows, pairs, pkv, dkv, dpairs
+
+
 @dataclass(frozen=True)
 class ShapeStats:
     """What the roofline needs of a batch, reduced from (q_lens, kv_lens).
@@ -106,22 +128,7 @@ class ShapeStats:
         if len(q_lens) > 48:
             s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
             return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
-        rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
-        if decodes:   # q = 1: pairs = tokens, so compute-bound only when bound < 1
-            if 1 > bound:
-                pairs = pkv = decode_tokens
-            else:
-                dkv = dpairs = decode_tokens
-        for q, kv in zip(q_lens, kv_lens):
-            q, kv = int(q), int(kv)
-            rows += q
-            p = q * kv + q * (q + 1) // 2
-            if p > bound * (kv + q):
-                pairs += p
-                pkv += kv + q
-            else:
-                dpairs += p
-                dkv += kv + q
+        rows, pairs, pkv, dkv, dpairs = _attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
         return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs))
 
     def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
@@ -283,22 +290,7 @@ class CostModel:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
         if len(q_lens) > 48:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
-        bound = self.attn_bound
-        rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
-        if decodes:
-            if 1 > bound:
-                pairs = pkv = decode_tokens
-            else:
-                dkv = dpairs = decode_tokens
-        for q, kv in zip(q_lens, kv_lens):
-            rows += q
-            p = q * kv + q * (q + 1) // 2
-            if p > bound * (kv + q):
-                pairs += p
-                pkv += kv + q
-            else:
-                dpairs += p
-                dkv += kv + q
+        rows, pairs, pkv, dkv, dpairs = _attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes
         key = (rows, seqs) if self._fixed_uses_seqs else rows
         t = self._fixed.get(key)

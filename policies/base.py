@@ -39,6 +39,16 @@ class SchedulerState:
         members = c.dissolve(lambda r: pool.blocks_for(r.num_computed_tokens) - pool.shared(r))
         self.running[:] = sorted(self.running + members, key=lambda r: r.seq)
 
+    def head_blocked(self, new_tokens) -> bool:
+        """Whether the queue head, looked up as the next schedule() would, lacks the KV blocks for
+        its next `new_tokens(head)` tokens (the lookup is undone)."""
+        head = self.waiting[0]
+        self.lookup(head)
+        n = new_tokens(head)
+        blocked = n > 0 and self.pool.blocks_missing(head, head.num_computed_tokens + n) > self.pool.available
+        self.settle_lookups()
+        return blocked
+
     def all_running(self) -> list:
         return self.running + (list(self.cohort.members) if self.cohort is not None else [])
 
@@ -84,3 +94,13 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.items) or self.cohort > 0
+
+
+class PolicyHooks:
+    """What a policy that keeps no state across fast-forwarded steps or finishes inherits."""
+
+    def on_fast_forward(self, steps: int) -> None:
+        pass
+
+    def on_finish(self) -> None:
+        pass

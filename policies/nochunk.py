@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from costmodel.errors import require
 
-from .base import Plan, SchedulerState
+from .base import Plan, PolicyHooks, SchedulerState
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class NoChunkConfig:
         require(self.block_size > 0, "block_size", self.block_size, "must be positive")
 
 
-class NoChunkScheduler:
+class NoChunkScheduler(PolicyHooks):
     def __init__(self, cfg: NoChunkConfig):
         self.cfg = cfg
 
@@ -69,17 +69,7 @@ class NoChunkScheduler:
     def can_fast_forward(self, s: SchedulerState) -> bool:
         if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
             return True
-        head = s.waiting[0]
-        s.lookup(head)   # as the next schedule() would, then undone
-        blocked = s.pool.blocks_missing(head, head.num_tokens) > s.pool.available
-        s.settle_lookups()
-        return blocked
-
-    def on_fast_forward(self, steps: int) -> None:
-        pass
-
-    def on_finish(self) -> None:
-        pass
+        return s.head_blocked(lambda head: head.num_tokens - head.num_computed_tokens)
 
     def check(self, plan, s) -> None:
         assert all(n == r.remaining_tokens for r, n in plan.items), "a prompt was split"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from costmodel.errors import require
 from costmodel.hardware import GiB
 
-from .base import Plan, SchedulerState
+from .base import Plan, PolicyHooks, SchedulerState
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def vllm_defaults(memory_bytes: float, device_name: str, usage_context: str = "a
     return {"max_num_batched_tokens": tokens, "max_num_seqs": min(seqs, tokens)}
 
 
-class VLLMScheduler:
+class VLLMScheduler(PolicyHooks):
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
 
@@ -134,18 +134,7 @@ class VLLMScheduler:
             return False
         if not s.waiting or running >= self.cfg.max_num_seqs:
             return True
-        head = s.waiting[0]
-        s.lookup(head)   # as the next schedule() would, then undone
-        n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running)
-        blocked = n > 0 and s.pool.blocks_missing(head, head.num_computed_tokens + n) > s.pool.available
-        s.settle_lookups()
-        return blocked
-
-    def on_fast_forward(self, steps: int) -> None:
-        pass
-
-    def on_finish(self) -> None:
-        pass
+        return s.head_blocked(lambda head: min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running))
 
     def check(self, plan, s) -> None:
         assert plan.num_tokens <= self.cfg.max_num_batched_tokens, "token budget exceeded"
