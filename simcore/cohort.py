@@ -14,7 +14,9 @@ crossed. The cohort keeps them as a group so that a step costs O(1) instead of O
 A member's Request keeps the values it joined with; ``materialize`` writes the current ones back
 (when it finishes, when the run ends, or when the scheduler needs every request explicitly).
 Every member got its last token at ``last_end``: members join at the end of a step the cohort
-took part in, and every step while the cohort is non-empty includes all of it.
+took part in, and every step while the cohort is non-empty includes all of it. A folded run
+(see simcore/replica.py) takes the members that finish inside it off the heap in advance and
+hands them to ``advance`` at the step they leave after.
 """
 from __future__ import annotations
 
