@@ -10,7 +10,9 @@ decode-only repeats, k steps are taken in one event: k is cut at the first finis
 the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
 cuts the run after the last step that started before a (a sole replica, which knows its next
 arrival, cuts there up front); the arrival joins the plan made when that step ends, as stepping
-would have it. Step times are the same sequence of additions stepping would make.
+would have it. Step times are the same sequence of additions stepping would make, and the next
+plan starts at the planned end of the last step, not at SimPy's `now` (which adds the wait to the
+previous `now` and can land an ulp away), so fast-forward and stepping agree to the bit.
 
 DECODE COHORT. Under a policy with ``lazy_decodes`` (vLLM), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
@@ -51,6 +53,7 @@ class Replica:
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
+        self._clock = None   # when the last step ended, as planned (SimPy's now may be an ulp off it)
         self.num_iterations = 0
         self._outstanding = 0   # submitted and not yet applied as finished
         self.iteration_log: list | None = None
@@ -98,7 +101,9 @@ class Replica:
             if not (self.inbox or state.waiting or state.running or (state.cohort is not None and state.cohort.members)):
                 self.idle = self.env.event()
                 yield self.idle
-            if self.settle or self.next_arrival() <= self.env.now:
+                self._clock = None
+            now = self.env.now if self._clock is None else self._clock
+            if self.settle or self.next_arrival() <= now:
                 yield self.env.timeout(0)
             self.state.waiting.extend(self.inbox)
             self.inbox.clear()
@@ -112,8 +117,9 @@ class Replica:
                     continue
                 self.idle = self.env.event()
                 yield self.idle
+                self._clock = None
                 continue
-            start = self.env.now
+            start = now
             ends = self._step_ends(plan, start)
             if self.sole and len(ends) > 1:   # the next arrival is ours: cut where its interrupt would
                 ends = ends[: _steps_started(ends, self.next_arrival())]
@@ -128,6 +134,7 @@ class Replica:
                     if self._leaving:
                         self._keep_leavers(len(ends))
             self._running_ends = None
+            self._clock = float(ends[-1])
             self._apply(plan, start, ends)
 
     def _step_ends(self, plan: Plan, start: float):
