@@ -45,6 +45,7 @@ import numpy as np
 from .errors import require
 from .hardware import Hardware
 from .model import ModelSpec
+from .shape import ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
 LINEAR_STATE_BYTES = 4   # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
@@ -83,75 +84,6 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
-def _attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int]:
-    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs), exact integers;
-    `decodes` more q = 1 sequences come as their total Σ(kv + 1), compute-bound only when bound < 1."""
-    rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
-    if decodes:
-        if 1 > bound:
-            pairs = pkv = decode_tokens
-        else:
-            dkv = dpairs = decode_tokens
-    for q, kv in zip(q_lens, kv_lens):
-        q, kv = int(q), int(kv)
-        rows += q
-        p = q * kv + q * (q + 1) // 2
-        if p > bound * (kv + q):
-            pairs += p
-            pkv += kv + q
-        else:
-            dpairs += p
-            dkv += kv + q
-    return rows, pairs, pkv, dkv, dpairs
-
-
-@dataclass(frozen=True)
-class ShapeStats:
-    """What the roofline needs of a batch, reduced from (q_lens, kv_lens).
-
-    Attention is priced per sequence, max(F_i/π, B_i/β) (varlen attention gives each sequence
-    its own thread blocks), which is what keeps the cost monotone in every q and kv. Summing
-    the compute-bound sequences and the memory-bound ones separately gives the same total with
-    two operators: a sequence is compute-bound when its query-key pairs exceed `bound` times its
-    KV tokens. In any real batch that is prefill versus decode, hence the operator names."""
-    rows: int             # T = Σ q
-    seqs: int             # B, one sampled row each
-    prefill_pairs: float  # compute-bound sequences: Σ q·kv + q(q+1)/2  (query-key pairs)
-    prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
-    decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
-    decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
-
-    @classmethod
-    def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0) -> "ShapeStats":
-        """Exact integer sums: plain Python for small batches, numpy for wide ones (same results).
-        `decodes` more sequences with q = 1 whose Σ(kv + 1) is `decode_tokens` may be given as totals."""
-        if len(q_lens) > 48:
-            s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
-            return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
-        rows, pairs, pkv, dkv, dpairs = _attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
-        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs))
-
-    def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
-        """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
-        if 1 > bound:
-            return ShapeStats(self.rows + n, self.seqs + n, self.prefill_pairs + tokens, self.prefill_kv + tokens,
-                              self.decode_kv, self.decode_pairs)
-        return ShapeStats(self.rows + n, self.seqs + n, self.prefill_pairs, self.prefill_kv,
-                          self.decode_kv + tokens, self.decode_pairs + tokens)
-
-    @classmethod
-    def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float) -> "ShapeStats":
-        p = q * kv + q * (q + 1) // 2
-        tokens = kv + q
-        hot = p > bound * tokens
-        return cls(int(q.sum()), len(q), float(p[hot].sum()), float(tokens[hot].sum()),
-                   float(tokens[~hot].sum()), float(p[~hot].sum()))
-
-    @property
-    def memory_bound_pairs(self) -> float:
-        return self.decode_kv if self.decode_pairs < 0 else self.decode_pairs
-
-
 class CostModel:
     """One (model, hardware, tp, counting) bound once; prices many batch shapes."""
 
@@ -188,7 +120,6 @@ class CostModel:
         self.tile = hw.gemm_tile_rows
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
-        self._decode_fixed: dict[int, float] = {}
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and
@@ -271,38 +202,40 @@ class CostModel:
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t + self.allreduce_s(s.rows)
 
-    def time(self, s: ShapeStats) -> float:
-        """Seconds for one forward pass (the simulator's hot path: plain floats; the part that depends
-        only on rows and sequences is memoized)."""
-        key = (s.rows, s.seqs) if self._fixed_uses_seqs else s.rows
+    def _fixed_part(self, rows: int, seqs: int) -> float:
+        """``_fixed_time`` of a pass with these rows and sequences, memoized (under seed counting
+        without linear attention the rows alone decide it)."""
+        key = (rows, seqs) if self._fixed_uses_seqs else rows
         t = self._fixed.get(key)
         if t is None:
             if len(self._fixed) >= 1 << 17:
                 self._fixed.clear()
-            t = self._fixed[key] = self._fixed_time(s)
-        for _, fl, by, pi, beta, floor, over in self.attention_terms(s):   # _op_time, inlined (hot path)
-            a, m = fl / pi, by / beta
-            t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
+            t = self._fixed[key] = self._fixed_time(ShapeStats(rows, seqs, 0.0, 0.0, 0.0))
         return t
+
+    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float) -> float:
+        """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined)."""
+        pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
+        t = 0.0
+        for pairs, tokens in ((prefill_pairs, prefill_kv), (decode_pairs, decode_kv)):
+            if tokens:
+                a, m = (self.attn_coef * pairs) / pi, (self.kv_coef * tokens) / beta
+                t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
+        return t
+
+    def time(self, s: ShapeStats) -> float:
+        """Seconds for one forward pass (the simulator's hot path: plain floats)."""
+        return self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
+                                                                     s.memory_bound_pairs, s.decode_kv)
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
         if len(q_lens) > 48:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
-        rows, pairs, pkv, dkv, dpairs = _attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
-        seqs = len(q_lens) + decodes
-        key = (rows, seqs) if self._fixed_uses_seqs else rows
-        t = self._fixed.get(key)
-        if t is None:
-            t = self.time(ShapeStats(rows, seqs, 0.0, 0.0, 0.0))
-        hw = self.hw
-        pi, beta, floor, over = hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers
-        for fl_pairs, tokens in ((pairs, pkv), (dpairs, dkv)):
-            if tokens:
-                a, m = (self.attn_coef * float(fl_pairs)) / pi, (self.kv_coef * float(tokens)) / beta
-                t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
-        return t
+        rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
+        return self._fixed_part(rows, len(q_lens) + decodes) + self._attention_time(float(pairs), float(pkv),
+                                                                                   float(dpairs), float(dkv))
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
@@ -321,7 +254,7 @@ class CostModel:
         cheaper than numpy's per-call overhead for short runs."""
         hw = self.hw
         ac, kc, pi, beta = self.attn_coef, self.kv_coef, hw.pi_attention, hw.beta_attention
-        floor, over, fixed = self.floor_attn, self.over_layers, self._decode_fixed_time(n)
+        floor, over, fixed = self.floor_attn, self.over_layers, self._fixed_part(n, n)
         if self._decode_memory_bound:
             return [max(x * kc / beta, floor) + over + fixed for x in (decode_kv0 + n * j for j in range(steps))]
         out = []
@@ -334,26 +267,19 @@ class CostModel:
 
     def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float) -> list[float]:
         """End times of the steps of ``decode_run_list`` started at t: t + d₀, (t + d₀) + d₁, …"""
-        if not self._decode_memory_bound:
-            out = []
-            for d in self.decode_run_list(n, decode_kv0, steps):
-                t += d
-                out.append(t)
-            return out
+        out = []
+        for d in self.decode_run_list(n, decode_kv0, steps):
+            t += d
+            out.append(t)
+        return out
         kc, beta = self.kv_coef, self.hw.beta_attention
-        floor, over, fixed = self.floor_attn, self.over_layers, self._decode_fixed_time(n)
+        floor, over, fixed = self.floor_attn, self.over_layers, self._fixed_part(n, n)
         out = []
         for j in range(steps):
             m = (decode_kv0 + n * j) * kc / beta
             t += (m if m >= floor else floor) + over + fixed
             out.append(t)
         return out
-
-    def _decode_fixed_time(self, n: int) -> float:
-        fixed = self._decode_fixed.get(n)
-        if fixed is None:
-            fixed = self._decode_fixed[n] = self._fixed_time(ShapeStats(n, n, 0.0, 0.0, 0.0))
-        return fixed
 
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
@@ -369,7 +295,7 @@ class CostModel:
                 np.maximum(x, self.floor_attn, out=x)
             if self.over_layers:
                 x += self.over_layers
-            x += self._decode_fixed_time(n)
+            x += self._fixed_part(n, n)
             return x
         a = self.attn_coef * x
         a /= hw.pi_attention
@@ -382,7 +308,7 @@ class CostModel:
             np.maximum(a, m, out=a)
         np.maximum(a, self.floor_attn, out=a)
         a += self.over_layers
-        a += self._decode_fixed_time(n)
+        a += self._fixed_part(n, n)
         return a
 
 

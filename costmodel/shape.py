@@ -1,0 +1,73 @@
+"""A batch's shape as the roofline needs it: exact integer sums over (q_lens, kv_lens)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int]:
+    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs), exact integers;
+    `decodes` more q = 1 sequences come as their total Σ(kv + 1), compute-bound only when bound < 1."""
+    rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
+    if decodes:
+        if 1 > bound:
+            pairs = pkv = decode_tokens
+        else:
+            dkv = dpairs = decode_tokens
+    for q, kv in zip(q_lens, kv_lens):
+        q, kv = int(q), int(kv)
+        rows += q
+        p = q * kv + q * (q + 1) // 2
+        if p > bound * (kv + q):
+            pairs += p
+            pkv += kv + q
+        else:
+            dpairs += p
+            dkv += kv + q
+    return rows, pairs, pkv, dkv, dpairs
+
+
+@dataclass(frozen=True)
+class ShapeStats:
+    """What the roofline needs of a batch, reduced from (q_lens, kv_lens).
+
+    Attention is priced per sequence, max(F_i/π, B_i/β) (varlen attention gives each sequence
+    its own thread blocks), which is what keeps the cost monotone in every q and kv. Summing
+    the compute-bound sequences and the memory-bound ones separately gives the same total with
+    two operators: a sequence is compute-bound when its query-key pairs exceed `bound` times its
+    KV tokens. In any real batch that is prefill versus decode, hence the operator names."""
+    rows: int             # T = Σ q
+    seqs: int             # B, one sampled row each
+    prefill_pairs: float  # compute-bound sequences: Σ q·kv + q(q+1)/2  (query-key pairs)
+    prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
+    decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
+    decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
+
+    @classmethod
+    def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0) -> "ShapeStats":
+        """Exact integer sums: plain Python for small batches, numpy for wide ones (same results).
+        `decodes` more sequences with q = 1 whose Σ(kv + 1) is `decode_tokens` may be given as totals."""
+        if len(q_lens) > 48:
+            s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
+            return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
+        rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
+        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs))
+
+    def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
+        """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
+        rows, pairs, pkv, dkv, dpairs = attention_sums((), (), bound, n, tokens)
+        return ShapeStats(self.rows + rows, self.seqs + n, self.prefill_pairs + pairs, self.prefill_kv + pkv,
+                          self.decode_kv + dkv, self.decode_pairs + dpairs)
+
+    @classmethod
+    def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float) -> "ShapeStats":
+        p = q * kv + q * (q + 1) // 2
+        tokens = kv + q
+        hot = p > bound * tokens
+        return cls(int(q.sum()), len(q), float(p[hot].sum()), float(tokens[hot].sum()),
+                   float(tokens[~hot].sum()), float(p[~hot].sum()))
+
+    @property
+    def memory_bound_pairs(self) -> float:
+        return self.decode_kv if self.decode_pairs < 0 else self.decode_pairs
