@@ -35,8 +35,7 @@ class SchedulerState:
         c = self.cohort
         if c is None or not c.members:
             return
-        pool = self.pool
-        members = c.dissolve(lambda r: pool.blocks_for(r.num_computed_tokens) - pool.shared(r))
+        members = c.dissolve(lambda r: self.pool.blocks_held(r, r.num_computed_tokens))
         self.running[:] = sorted(self.running + members, key=lambda r: r.seq)
 
     def head_blocked(self, new_tokens) -> bool:
@@ -61,9 +60,9 @@ class SchedulerState:
 
     def settle_lookups(self) -> None:
         """After a plan: an admitted request's prefix counts as used; a looked-up request that got no
-        blocks stays waiting without pinning its prefix, as in both
-        engines (vLLM pins in allocate_slots, SGLang in inc_lock_ref, on admission only): a pinned
-        prefix that can never be evicted could starve a request that needs those blocks."""
+        blocks stays waiting without pinning its prefix, as in both engines (vLLM pins in
+        allocate_slots, SGLang in inc_lock_ref, on admission only): a pinned prefix that can never
+        be evicted could starve a request that needs those blocks."""
         for req in self.looked_up:
             if "cache_path" not in req.extra:
                 continue

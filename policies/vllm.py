@@ -56,6 +56,8 @@ def vllm_defaults(memory_bytes: float, device_name: str, usage_context: str = "a
 
 
 class VLLMScheduler(PolicyHooks):
+    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
 
@@ -65,8 +67,6 @@ class VLLMScheduler(PolicyHooks):
         if 0 < thr < n:
             n = thr
         return min(n, budget)
-
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
 
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
@@ -116,14 +116,15 @@ class VLLMScheduler(PolicyHooks):
         evicting: then queue order cannot matter and the cohort steps as a group (its blocks are
         taken here). Otherwise the caller walks the whole queue in order."""
         c, pool = s.cohort, s.pool
-        tokens, blocks = c.n, c.new_blocks(c.tick, 1)
+        cohort_blocks = c.new_blocks(c.tick, 1)
+        tokens, blocks = c.n, cohort_blocks
         for req in s.running:
             n = self._clamp(req, 1 << 62)
             tokens += n
             blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
         if tokens > budget or blocks > pool.free:
             return False
-        pool.used += c.new_blocks(c.tick, 1)
+        pool.used += cohort_blocks
         return True
 
     def can_fast_forward(self, s: SchedulerState) -> bool:

@@ -47,10 +47,21 @@ class DecodeCohort:
         self.members[req] = None
         self.kv += req.num_computed_tokens
         self._count_due(req, 1)
-        f = self.tick + req.output_len - req.num_output_tokens
+        self.put_back(req)
+
+    def put_back(self, req) -> None:
+        """Onto the finish heap at the tick of its last token (from its join values)."""
+        f = req.cohort_tick + req.output_len - req.num_output_tokens
         heapq.heappush(self.finish, (f, req.seq, req))
         if f > self.last_finish:
             self.last_finish = f
+
+    def take_finishing(self, steps: int) -> list:
+        """Off the finish heap: the members whose last token comes `steps` steps from now."""
+        out = []
+        while self.finish and self.finish[0][0] - self.tick == steps:
+            out.append(heapq.heappop(self.finish)[2])
+        return out
 
     def _count_due(self, req, delta: int) -> None:
         """A member computing position c at tick t needs a new block iff c ≡ 0 (mod bs), i.e. at the
@@ -99,8 +110,7 @@ class DecodeCohort:
         return done
 
     def _leave(self, req) -> None:
-        d = self.tick - req.cohort_tick
-        self.kv -= req.num_computed_tokens + d
+        self.kv -= self.current(req)
         self._count_due(req, -1)
         del self.members[req]
         self.materialize(req)

@@ -41,9 +41,13 @@ class BlockPool:
     def shared(self, req) -> int:
         return self.cache.shared_blocks(req) if self.cache else 0
 
+    def blocks_held(self, req, tokens: int) -> int:
+        """Private blocks `req` holds once it holds `tokens` positions (its cached prefix is shared)."""
+        return self.blocks_for(tokens) - self.shared(req)
+
     def blocks_missing(self, req, tokens: int) -> int:
         """Blocks `req` must still get to hold `tokens` positions (its cached prefix counts as held)."""
-        return self.blocks_for(tokens) - req.num_blocks - self.shared(req)
+        return self.blocks_held(req, tokens) - req.num_blocks
 
     def grow(self, req, tokens: int) -> bool:
         """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""

@@ -21,7 +21,6 @@ per step: the reference the tests compare against.
 """
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_left
 
@@ -98,26 +97,21 @@ class Replica:
     def run(self):
         state = self.state
         while True:
-            if not (self.inbox or state.waiting or state.running or (state.cohort is not None and state.cohort.members)):
-                self.idle = self.env.event()
-                yield self.idle
-                self._clock = None
+            if not (self.inbox or state.waiting or state.num_running):
+                yield from self._wait_for_work()
             now = self.env.now if self._clock is None else self._clock
             if self.settle or self.next_arrival() <= now:
                 yield self.env.timeout(0)
-            self.state.waiting.extend(self.inbox)
+            state.waiting.extend(self.inbox)
             self.inbox.clear()
-            plan = self.policy.schedule(self.state)
-            if self.state.looked_up:
-                self.state.settle_lookups()
+            plan = self.policy.schedule(state)
+            if state.looked_up:
+                state.settle_lookups()
             if self.checking:
                 self.check(plan)
             if not plan:
-                if plan.preempted:     # everyone running was preempted: plan again at once, now from the queue
-                    continue
-                self.idle = self.env.event()
-                yield self.idle
-                self._clock = None
+                if not plan.preempted:     # everyone running preempted: plan again at once, from the queue
+                    yield from self._wait_for_work()
                 continue
             start = now
             ends = self._step_ends(plan, start)
@@ -137,6 +131,12 @@ class Replica:
             self._clock = float(ends[-1])
             self._apply(plan, start, ends)
 
+    def _wait_for_work(self):
+        """Idle until a request is submitted; the clock is then the arrival's."""
+        self.idle = self.env.event()
+        yield self.idle
+        self._clock = None
+
     def _step_ends(self, plan: Plan, start: float):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
@@ -149,16 +149,17 @@ class Replica:
         if k > 1:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
-        if k <= 1:
-            return [start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)]
+        if k <= 1 or not decodes:                   # the first step priced on its own
+            first = cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+            if k <= 1:
+                return [start + first]
         n = len(items) + nc
         kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
         if fold and c.steps_to_finish() < k:
-            first = None if decodes else cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
-            return self._folded_run(start, first, n, kv if decodes else kv + n, k)
+            return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k)
         if decodes:
             return self._decode_ends(start, n, kv, k)
-        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+        t = start + first
         rest = self._decode_ends(t, n, kv + n, k - 1)
         return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
 
@@ -176,7 +177,7 @@ class Replica:
         leaving = self._leaving
         step = self._step_estimate if arrival < math.inf else 0.0
         while pos < k and n > 0 and last_start < arrival:
-            f = c.finish[0][0] - c.tick if c.finish else k
+            f = c.steps_to_finish() if c.finish else k
             seg = min(f, k) - pos
             if step:   # pieces sized to end near the arrival (steps only lengthen while n holds)
                 seg = min(seg, max(2, int((arrival - t) / step) + 2))
@@ -189,11 +190,11 @@ class Replica:
                 pieces.append(e)
                 pos += seg
                 kv += n * seg
-            while c.finish and c.finish[0][0] - c.tick == pos and pos < k:
-                req = heapq.heappop(c.finish)[2]
-                leaving.append((pos, req))
-                n -= 1
-                kv -= c.current(req) + pos + 1
+            if pos < k:
+                for req in c.take_finishing(pos):
+                    leaving.append((pos, req))
+                    n -= 1
+                    kv -= c.current(req) + pos + 1
         ends = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         j = _steps_started(ends, arrival)
         self._keep_leavers(j)
@@ -210,10 +211,9 @@ class Replica:
 
     def _keep_leavers(self, steps: int) -> None:
         """The run was cut to `steps`: members that would have left later stay on the finish heap."""
-        leaving, c = self._leaving, self.state.cohort
+        leaving = self._leaving
         while leaving and leaving[-1][0] > steps:
-            req = leaving.pop()[1]
-            heapq.heappush(c.finish, (req.cohort_tick + req.output_len - req.num_output_tokens, req.seq, req))
+            self.state.cohort.put_back(leaving.pop()[1])
 
     @staticmethod
     def _run_length(items) -> tuple[int, bool]:
@@ -297,9 +297,8 @@ class Replica:
             w = len(plan.items) + (0 if self._leaving else plan.cohort)
             if w:
                 self.itl.add_many(inner, weight=w)
-            bs = pool.block_size
             for req, _ in plan.items:
-                held = -(-req.num_computed_tokens // bs) - pool.shared(req)
+                held = pool.blocks_held(req, req.num_computed_tokens)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
         if plan.cohort:
@@ -312,7 +311,7 @@ class Replica:
                 done = c.advance(steps, max(gap, inner_max), last)
             if done:
                 for req in done:
-                    req.num_blocks = pool.blocks_for(req.num_computed_tokens) - pool.shared(req)
+                    req.num_blocks = pool.blocks_held(req, req.num_computed_tokens)
                 finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
         assert pool.used <= pool.total
         if c is not None:
@@ -380,7 +379,7 @@ class Replica:
         if c is not None and c.members:
             assert plan.cohort == c.n, "a step left part of the cohort out"
             assert c.kv == sum(c.current(r) for r in c.members)
-            cohort_held = sum(pool.blocks_for(c.current(r) + 1) - pool.shared(r) for r in c.members)
+            cohort_held = sum(pool.blocks_held(r, c.current(r) + 1) for r in c.members)
             assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
         cached = pool.cache.cached_blocks if pool.cache else 0
         assert 0 <= pool.used <= pool.total
