@@ -82,10 +82,7 @@ class PrefixCache:
     def unmatch(self, req) -> None:
         """Undo ``match`` for a request that was not admitted (its lookup is not counted either)."""
         path = req.extra.pop("cache_path", [])
-        for node in path:
-            node.refs -= 1
-            self.unreferenced += node.refs == 0
-            self._push_if_evictable(node)
+        self._unpin(path)
         self.lookup_tokens -= req.prompt_len
         self.hit_tokens -= len(path) * self.block_tokens
         req.num_cached_tokens = 0
@@ -116,11 +113,15 @@ class PrefixCache:
             self._push_if_evictable(node)
             parent = node
         for node in path:
+            node.last_use = self.clock
+        self._unpin(path)
+        return adopted * self.engine_blocks
+
+    def _unpin(self, path) -> None:
+        for node in path:
             node.refs -= 1
             self.unreferenced += node.refs == 0
-            node.last_use = self.clock
             self._push_if_evictable(node)
-        return adopted * self.engine_blocks
 
     def _push_if_evictable(self, node: _Node) -> None:
         if node.refs == 0 and node.children == 0:
