@@ -73,6 +73,18 @@ class SchedulerState:
                 req.num_computed_tokens = 0
         self.looked_up.clear()
 
+    def grow_or_preempt(self, req: Request, tokens: int, preempted: list) -> bool:
+        """vLLM's recompute preemption: until `req` can hold `tokens` positions, preempt the newest
+        running request to the front of the queue (appended to `preempted`). False when `req`
+        itself was preempted."""
+        while not self.pool.grow(req, tokens):
+            victim = self.running.pop()
+            self.preempt(victim, front=True)
+            preempted.append(victim)
+            if victim is req:
+                return False
+        return True
+
     def preempt(self, req: Request, *, front: bool) -> None:
         """Recompute-style preemption: free the KV, keep the tokens, requeue."""
         self.pool.release(req)

@@ -38,18 +38,15 @@ class NoChunkScheduler(PolicyHooks):
         while i < len(s.running):
             req = s.running[i]
             n = req.remaining_tokens
-            while not s.pool.grow(req, req.num_computed_tokens + n):
-                victim = s.running.pop()
-                plan.items = [(r, k) for r, k in plan.items if r is not victim]
-                s.preempt(victim, front=True)
-                plan.preempted.append(victim)
-                if victim is req:
-                    break
-            else:
-                plan.items.append((req, n))
-                i += 1
-                continue
-            break
+            before = len(plan.preempted)
+            fits = s.grow_or_preempt(req, req.num_computed_tokens + n, plan.preempted)
+            if len(plan.preempted) > before:
+                victims = plan.preempted[before:]
+                plan.items = [(r, k) for r, k in plan.items if not any(r is v for v in victims)]
+            if not fits:
+                break
+            plan.items.append((req, n))
+            i += 1
         cap = self.cfg.max_num_batched_tokens or (1 << 62)
         used = plan.num_tokens
         while not plan.preempted and s.waiting and len(s.running) < self.cfg.max_num_seqs:

@@ -81,19 +81,15 @@ class VLLMScheduler(PolicyHooks):
         while i < len(s.running) and budget > 0:
             req = s.running[i]
             n = self._clamp(req, budget)
-            while not s.pool.grow(req, req.num_computed_tokens + n):
-                victim = s.running.pop()
+            before = len(plan.preempted)
+            fits = s.grow_or_preempt(req, req.num_computed_tokens + n, plan.preempted)
+            for victim in plan.preempted[before:]:
                 budget += scheduled.pop(victim, 0)
-                s.preempt(victim, front=True)
-                plan.preempted.append(victim)
-                if victim is req:
-                    break
-            else:
-                scheduled[req] = n
-                budget -= n
-                i += 1
-                continue
-            break
+            if not fits:
+                break
+            scheduled[req] = n
+            budget -= n
+            i += 1
         if not plan.preempted:
             while s.waiting and budget > 0 and s.num_running < self.cfg.max_num_seqs:
                 req = s.waiting[0]
