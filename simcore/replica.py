@@ -39,7 +39,7 @@ SHORT_RUN = 20   # runs up to this many steps are timed in plain floats (numpy's
 
 class Replica:
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
-                 next_arrival, on_finish, fast_forward: bool = True, check: bool = False):
+                 next_arrival, on_finish, fast_forward: bool = True, check: bool = False, log_iterations: bool = False):
         self.env, self.index, self.policy, self.state, self.cm = env, index, policy, state, cm
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
@@ -55,8 +55,8 @@ class Replica:
         self._clock = None   # when the last step ended, as planned (SimPy's now may be an ulp off it)
         self.num_iterations = 0
         self._outstanding = 0   # submitted and not yet applied as finished
-        self.iteration_log: list | None = None
-        if fast_forward and getattr(policy, "lazy_decodes", False):
+        self.iteration_log: list | None = [] if log_iterations else None
+        if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
 

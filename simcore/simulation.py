@@ -51,15 +51,11 @@ class Simulation:
                         f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching")
                 pool.cache = PrefixCache(tokens, pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
-                                 fast_forward, check) for i, (pol, pool, cm) in enumerate(engines)]
+                                 fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.sole = len(self.replicas) == 1 and not self.concurrency
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
-        if record_iterations:   # the log holds every request of every pass, so no decode cohort
-            for r in self.replicas:
-                r.iteration_log = []
-                r.state.cohort = None
         self.env.process(self.arrivals())
 
     def next_arrival(self) -> float:
