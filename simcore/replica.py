@@ -46,7 +46,7 @@ class Replica:
         self._running_plan = None
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
-        self.sole = False     # True when every arrival comes here at its stamped time (one replica, open loop)
+        self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, member): cohort members whose last step in this run is steps - 1
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
@@ -97,10 +97,13 @@ class Replica:
     def run(self):
         state = self.state
         while True:
+            now = self.env.now if self._clock is None else self._clock
+            if self.pull is not None:
+                self.pull(now)
             if not (self.inbox or state.waiting or state.num_running):
                 yield from self._wait_for_work()
-            now = self.env.now if self._clock is None else self._clock
-            if self.settle or self.next_arrival() <= now:
+                continue
+            if self.pull is None and (self.settle or self.next_arrival() <= now):
                 yield self.env.timeout(0)
             state.waiting.extend(self.inbox)
             self.inbox.clear()
@@ -115,7 +118,7 @@ class Replica:
                 continue
             start = now
             ends = self._step_ends(plan, start)
-            if self.sole and len(ends) > 1:   # the next arrival is ours: cut where its interrupt would
+            if self.pull is not None and len(ends) > 1:   # the next arrival is ours: cut where its interrupt would
                 ends = ends[: _steps_started(ends, self.next_arrival())]
             self._running_ends = ends
             self._running_plan = plan
@@ -133,6 +136,13 @@ class Replica:
 
     def _wait_for_work(self):
         """Idle until a request is submitted; the clock is then the arrival's."""
+        if self.pull is not None:
+            a = self.next_arrival()
+            if a == math.inf:
+                yield self.env.event()   # nothing more will come
+            yield self.env.timeout(max(0.0, a - self.env.now))
+            self._clock = a
+            return
         self.idle = self.env.event()
         yield self.idle
         self._clock = None
@@ -169,7 +179,7 @@ class Replica:
         waiting, where a finish changes nothing but the batch until the run's end. The leavers are
         taken off the finish heap here and kept, with the step they leave after, for ``_apply``."""
         c = self.state.cohort
-        arrival = self.next_arrival() if self.sole else math.inf
+        arrival = self.next_arrival() if self.pull is not None else math.inf
         pieces, t, pos, last_start = [], start, 0, -math.inf
         if first is not None:
             pieces.append([start + first])

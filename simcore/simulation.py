@@ -52,11 +52,15 @@ class Simulation:
                 pool.cache = PrefixCache(tokens, pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
                                  fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
+        self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
+        self._hashes = hashes
         for r in self.replicas:
             r.settle = bool(self.concurrency)
-            r.sole = len(self.replicas) == 1 and not self.concurrency
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
-        self.env.process(self.arrivals())
+        if len(self.replicas) == 1 and not self.concurrency:
+            self.replicas[0].pull = self.arrive_until
+        else:
+            self.env.process(self.arrivals())
 
     def next_arrival(self) -> float:
         return math.inf if self.concurrency else self._arrival_s[self._next]
@@ -67,26 +71,37 @@ class Simulation:
             self._slot.succeed()
 
     def arrivals(self):
-        w, env = self.workload, self.env
-        hashes = getattr(w, "block_hashes", None)
-        arrival_s = self._arrival_s
-        prompts, outputs = w.prompt_len.tolist(), w.output_len.tolist()
-        for i in range(len(w)):
+        """The arrival process: each request is created and routed at its stamped time."""
+        env, arrival_s = self.env, self._arrival_s
+        for i in range(len(self.workload)):
             self._next = i
             if arrival_s[i] > env.now:
                 yield env.timeout(arrival_s[i] - env.now)
             while self.concurrency and self.in_flight >= self.concurrency:
                 self._slot = env.event()
                 yield self._slot
-            req = Request(i, env.now, prompts[i], outputs[i],
-                          tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
-            self.requests.append(req)
-            replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
-            req.rejected = self._reject_reason(req, replica)
-            if req.rejected is None:
-                self.in_flight += 1
-                replica.submit(req)
-        self._next = len(w)
+            self._arrive(i, env.now)
+        self._next = len(self.workload)
+
+    def arrive_until(self, t: float) -> None:
+        """Open loop, one replica: every request stamped ≤ t arrives now. The replica calls this
+        before each plan, so an arrival costs no event of its own; the result is what the arrival
+        process gives (a request stamped t joins the batch planned at t)."""
+        arrival_s, n = self._arrival_s, len(self.workload)
+        while self._next < n and arrival_s[self._next] <= t:
+            self._arrive(self._next, arrival_s[self._next])
+            self._next += 1
+
+    def _arrive(self, i: int, now: float) -> None:
+        hashes = self._hashes
+        req = Request(i, now, self._prompts[i], self._outputs[i],
+                      tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
+        self.requests.append(req)
+        replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
+        req.rejected = self._reject_reason(req, replica)
+        if req.rejected is None:
+            self.in_flight += 1
+            replica.submit(req)
 
     def _reject_reason(self, req: Request, replica: Replica) -> str | None:
         total = req.prompt_len + req.output_len
@@ -99,6 +114,8 @@ class Simulation:
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         self.env.run(until=until)
+        if self.replicas[0].pull is not None:
+            self.arrive_until(self.env.now if until is not None else math.inf)
         for r in self.replicas:
             r.state.dissolve_cohort()
         if until is None:
