@@ -32,11 +32,16 @@ class LogHistogram:
 
     def add_many(self, values, weight: int = 1) -> None:
         """Values are buffered and binned in bulk: adding is cheap, reading flushes."""
-        if len(values):
+        if type(values) is list:
+            self._values += values
+            self._weights += [weight] * len(values)
+        elif len(values):
             self._chunks.append((values, weight))
-            self._pending += len(values)
-            if self._pending >= 65536:
-                self._flush()
+        else:
+            return
+        self._pending += len(values)
+        if self._pending >= 65536:
+            self._flush()
 
     def _flush(self) -> None:
         if not self._values and not self._chunks:

@@ -205,7 +205,12 @@ class Replica:
                     leaving.append((pos, req))
                     n -= 1
                     kv -= c.current(req) + pos + 1
-        ends = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        if len(pieces) == 1:
+            ends = pieces[0]
+        elif all(type(e) is list for e in pieces):
+            ends = [t for e in pieces for t in e]
+        else:
+            ends = np.concatenate(pieces)
         j = _steps_started(ends, arrival)
         self._keep_leavers(j)
         return ends[:j]
@@ -243,12 +248,11 @@ class Replica:
     def _kv_limited(self, items, k: int, cohort: int) -> int:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool, c = self.state.pool, self.state.cohort
-        bs, free = pool.block_size, pool.free
-        if len(items) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
-            r, q = items[0]
-            return min(k, (r.num_blocks + pool.shared(r) + free) * bs - (r.num_computed_tokens + q - 1))
+        bs, free, cache = pool.block_size, pool.total - pool.used, pool.cache
         x = [r.num_computed_tokens + q - 1 for r, q in items]
-        held = sum(r.num_blocks + pool.shared(r) for r, _ in items)
+        held = sum(r.num_blocks for r, _ in items) + (sum(cache.shared_blocks(r) for r, _ in items) if cache else 0)
+        if len(x) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
+            return min(k, (held + free) * bs - x[0])
 
         def need(j: int) -> int:
             return sum(-(-(v + j) // bs) for v in x) - held + (c.new_blocks(c.tick + 1, j - 1) if cohort else 0)
