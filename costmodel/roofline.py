@@ -265,9 +265,10 @@ class CostModel:
             out.append((t if t >= floor else floor) + over + fixed)
         return out
 
-    def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float) -> list[float]:
+    def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
         """End times of the steps of ``decode_run_list`` started at t: t + d₀, (t + d₀) + d₁, …
-        (the same operations, fused into one loop: the replica's hottest path)."""
+        (the same operations, fused into one loop: the replica's hottest path). With `stop`, only
+        the steps that start before it (the first always does)."""
         hw = self.hw
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
         out = []
@@ -276,6 +277,8 @@ class CostModel:
                 m = (decode_kv0 + n * j) * kc / beta
                 t += (m if m >= floor else floor) + over + fixed
                 out.append(t)
+                if t >= stop:
+                    break
             return out
         ac, pi = self.attn_coef, hw.pi_attention
         for j in range(steps):
@@ -284,6 +287,8 @@ class CostModel:
             d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
             t += (d if d >= floor else floor) + over + fixed
             out.append(t)
+            if t >= stop:
+                break
         return out
 
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:

@@ -173,56 +173,53 @@ class Replica:
         rest = self._decode_ends(t, n, kv + n, k - 1)
         return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
 
-    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int) -> list:
-        """A run of at most k steps (cut where the next arrival's would be) through which cohort
-        members finish: the batch shrinks at each finish. Only for a sole replica with nobody
-        waiting, where a finish changes nothing but the batch until the run's end. The leavers are
-        taken off the finish heap here and kept, with the step they leave after, for ``_apply``."""
+    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int):
+        """A run of at most k steps (for a sole replica, only those that start before its next
+        arrival) through which cohort members finish: the batch shrinks at each finish. Only with
+        nobody waiting, where a finish changes nothing but the batch until the run's end. The
+        leavers are taken off the finish heap here and kept, with the step they leave after, for
+        ``_apply``."""
         c = self.state.cohort
         arrival = self.next_arrival() if self.pull is not None else math.inf
-        pieces, t, pos, last_start = [], start, 0, -math.inf
+        pieces, t, pos = [], start, 0
         if first is not None:
-            pieces.append([start + first])
             t, pos = start + first, 1
+            pieces.append([t])
         leaving = self._leaving
-        step = self._step_estimate if arrival < math.inf else 0.0
-        while pos < k and n > 0 and last_start < arrival:
-            f = c.steps_to_finish() if c.finish else k
-            seg = min(f, k) - pos
-            if step:   # pieces sized to end near the arrival (steps only lengthen while n holds)
-                seg = min(seg, max(2, int((arrival - t) / step) + 2))
+        while pos < k and n > 0 and t < arrival:
+            f = min(c.steps_to_finish() if c.finish else k, k)
+            seg = f - pos
             if seg > 0:
-                e = self._decode_ends(t, n, kv, seg)
-                if step and seg > 1:
-                    step = self._step_estimate = float(e[-1] - e[-2])
-                last_start = float(e[-2]) if seg > 1 else t
-                t = float(e[-1])
+                e = self._decode_ends(t, n, kv, seg, arrival)
                 pieces.append(e)
-                pos += seg
-                kv += n * seg
-            if pos < k:
+                t = float(e[-1])
+                pos += len(e)
+                kv += n * len(e)
+            if pos == f < k:
                 for req in c.take_finishing(pos):
                     leaving.append((pos, req))
                     n -= 1
                     kv -= c.current(req) + pos + 1
         if len(pieces) == 1:
-            ends = pieces[0]
-        elif all(type(e) is list for e in pieces):
-            ends = [t for e in pieces for t in e]
-        else:
-            ends = np.concatenate(pieces)
-        j = _steps_started(ends, arrival)
-        self._keep_leavers(j)
-        return ends[:j]
+            return pieces[0]
+        if all(type(e) is list for e in pieces):
+            return [t for e in pieces for t in e]
+        return np.concatenate(pieces)
 
-    def _decode_ends(self, t: float, n: int, kv: int, steps: int):
-        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t:
-        plain floats for short runs, numpy for long ones (the same additions either way)."""
+    def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf):
+        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t,
+        the steps that start before `stop` only: plain floats for short runs, numpy for long ones
+        (the same additions either way). Long runs toward a known stop are sized by the last step's
+        length (steps only lengthen while n holds) and cut after it."""
+        if stop < math.inf and steps > SHORT_RUN:
+            steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
         if steps <= SHORT_RUN:
-            return self.cm.decode_ends_list(n, float(kv), steps, t)
+            return self.cm.decode_ends_list(n, float(kv), steps, t, stop)
         d = self.cm.decode_run(n, float(kv), steps)
         d[0] += t
-        return np.cumsum(d)
+        e = np.cumsum(d)
+        self._step_estimate = float(e[-1] - e[-2])
+        return e[:_steps_started(e, stop)] if e[-2] >= stop else e
 
     def _keep_leavers(self, steps: int) -> None:
         """The run was cut to `steps`: members that would have left later stay on the finish heap."""
