@@ -156,6 +156,9 @@ class Replica:
         if nc and k > 1:
             fold = self.fold and not self.state.waiting
             k = min(k, c.steps_to_empty() if fold else c.steps_to_finish())
+        stop = self.next_arrival() if self.pull is not None else math.inf
+        if k > SHORT_RUN and stop < math.inf:   # only steps that start before the arrival run (a shorter run is as exact)
+            k = min(k, SHORT_RUN + 2 * int((stop - start) / self._step_estimate))
         if k > 1:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
@@ -168,9 +171,11 @@ class Replica:
         if fold and c.steps_to_finish() < k:
             return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k)
         if decodes:
-            return self._decode_ends(start, n, kv, k)
+            return self._decode_ends(start, n, kv, k, stop)
         t = start + first
-        rest = self._decode_ends(t, n, kv + n, k - 1)
+        if t >= stop:
+            return [t]
+        rest = self._decode_ends(t, n, kv + n, k - 1, stop)
         return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
 
     def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int):
@@ -214,7 +219,10 @@ class Replica:
         if stop < math.inf and steps > SHORT_RUN:
             steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
         if steps <= SHORT_RUN:
-            return self.cm.decode_ends_list(n, float(kv), steps, t, stop)
+            e = self.cm.decode_ends_list(n, float(kv), steps, t, stop)
+            if len(e) > 1:
+                self._step_estimate = e[-1] - e[-2]
+            return e
         d = self.cm.decode_run(n, float(kv), steps)
         d[0] += t
         e = np.cumsum(d)
@@ -254,7 +262,10 @@ class Replica:
         def need(j: int) -> int:
             return sum(-(-(v + j) // bs) for v in x) - held + (c.new_blocks(c.tick + 1, j - 1) if cohort else 0)
 
-        if need(k) <= free:
+        blocks = c.new_blocks(c.tick + 1, k - 1) - held if cohort else -held   # need(k), the common answer, inline
+        for v in x:
+            blocks -= (v + k) // -bs
+        if blocks <= free:
             return k
         lo, hi = 1, k
         while lo < hi:
@@ -272,14 +283,26 @@ class Replica:
         if self.iteration_log is not None:
             self._log(plan, start, ends)
         first, last = float(ends[0]), float(ends[-1])
-        inner, inner_max = None, 0.0
+        s, itl = self.state, self.itl
+        pool, c = s.pool, s.cohort
+        inner, inner_max, done = None, 0.0, ()
         if steps > 1:
-            if isinstance(ends, list):
-                inner = [b - a for a, b in zip(ends, ends[1:])]
-                inner_max = max(inner)
+            self.policy.on_fast_forward(steps - 1)
+            inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
+        if plan.cohort:
+            gap = first - c.last_end
+            itl.add(gap, weight=plan.cohort)
+            if self._leaving:
+                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items))
             else:
-                inner = ends[1:] - ends[:-1]
-                inner_max = float(np.maximum.reduce(inner))
+                if inner is not None:
+                    inner_max = _max(inner)
+                    itl.add_many(inner, weight=len(plan.items) + plan.cohort)
+                pool.used += c.new_blocks(c.tick + 1, steps - 1)
+                done = c.advance(steps, max(gap, inner_max), last)
+        elif inner is not None:
+            inner_max = _max(inner)
+            itl.add_many(inner, weight=len(plan.items))
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
@@ -289,7 +312,8 @@ class Replica:
                 continue
             if req.first_token_s is None:
                 req.first_token_s = first
-                req.max_itl_s = max(req.max_itl_s, inner_max)
+                if inner_max > req.max_itl_s:
+                    req.max_itl_s = inner_max
             else:
                 gap = first - req.last_token_s
                 gaps.append(gap)
@@ -299,31 +323,16 @@ class Replica:
             req.last_token_s = last
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
-        if gaps:
-            self.itl.add_many(gaps)
-        s = self.state
-        pool, c = s.pool, s.cohort
-        if steps > 1:
-            self.policy.on_fast_forward(steps - 1)
-            w = len(plan.items) + (0 if self._leaving else plan.cohort)
-            if w:
-                self.itl.add_many(inner, weight=w)
-            for req, _ in plan.items:
+            if steps > 1:
                 held = pool.blocks_held(req, req.num_computed_tokens)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
-        if plan.cohort:
-            gap = first - c.last_end
-            self.itl.add(gap, weight=plan.cohort)
-            if self._leaving:
-                done = self._advance_folded(steps, gap, inner, ends)
-            else:
-                pool.used += c.new_blocks(c.tick + 1, steps - 1)
-                done = c.advance(steps, max(gap, inner_max), last)
-            if done:
-                for req in done:
-                    req.num_blocks = pool.blocks_held(req, req.num_computed_tokens)
-                finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
+        if gaps:
+            itl.add_many(gaps)
+        if done:
+            for req in done:
+                req.num_blocks = pool.blocks_held(req, req.num_computed_tokens)
+            finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
         assert pool.used <= pool.total
         if c is not None:
             self._join_cohort(plan, last)
@@ -336,30 +345,34 @@ class Replica:
             self.policy.on_finish()
             self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends) -> list:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members left:
-        each segment's gaps count once per member present, and its largest gap goes to their max ITL."""
-        c, pool = self.state.cohort, self.state.pool
+        each segment's gaps count once per member present and per rider (a planned request in every
+        step), and its largest gap goes to the members' max ITL. Returns the members that finished
+        and the run's largest inner gap."""
+        c, pool, itl = self.state.cohort, self.state.pool, self.itl
         leaving, self._leaving = self._leaving, []
-        done, s0, i = [], 0, 0
+        done, s0, i, inner_max = [], 0, 0, 0.0
         while s0 < steps:
             f = leaving[i][0] if i < len(leaving) else steps
-            seg = inner[max(s0 - 1, 0): f - 1] if inner is not None else ()
-            if len(seg):
-                self.itl.add_many(seg, weight=c.n)
-            top = (max(seg) if isinstance(seg, list) else float(np.maximum.reduce(seg))) if len(seg) else -math.inf
-            if s0 == 0:
-                top = max(top, gap)
-                pool.used += c.new_blocks(c.tick + 1, f - 1)
-            else:
-                pool.used += c.new_blocks(c.tick, f - s0)
+            top = gap if s0 == 0 else -math.inf
+            if f > 1:
+                seg = inner[max(s0 - 1, 0): f - 1]
+                if len(seg):
+                    itl.add_many(seg, weight=c.n + riders)
+                    m = _max(seg)
+                    if m > inner_max:
+                        inner_max = m
+                    if m > top:
+                        top = m
+            pool.used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
             group = []
             while i < len(leaving) and leaving[i][0] == f:
                 group.append(leaving[i][1])
                 i += 1
-            done += c.advance(f - s0, float(top), float(ends[f - 1]), group)
+            done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f
-        return done
+        return done, inner_max
 
     def _join_cohort(self, plan: Plan, last: float) -> None:
         """Planned requests that sampled a token at `last` and decode next join the cohort."""
@@ -406,6 +419,10 @@ class Replica:
             r.check()
         if hasattr(self.policy, "check"):
             self.policy.check(plan, s)
+
+
+def _max(values) -> float:
+    return max(values) if type(values) is list else float(np.maximum.reduce(values))
 
 
 def _steps_started(ends, now: float) -> int:
