@@ -34,7 +34,7 @@ from .cohort import DecodeCohort
 from .histogram import LogHistogram
 
 
-SHORT_RUN = 20   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
+SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
 class Replica:
