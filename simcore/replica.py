@@ -254,19 +254,20 @@ class Replica:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool, c = self.state.pool, self.state.cohort
         bs, free, cache = pool.block_size, pool.total - pool.used, pool.cache
+        held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
+        for r, q in items:   # blocks: what k steps need, held: what the items hold (the common answer is k)
+            held += r.num_blocks + (cache.shared_blocks(r) if cache else 0)
+            blocks -= (r.num_computed_tokens + q - 1 + k) // -bs
+        if blocks - held <= free:
+            return k
+        if len(items) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
+            r, q = items[0]
+            return (held + free) * bs - (r.num_computed_tokens + q - 1)
         x = [r.num_computed_tokens + q - 1 for r, q in items]
-        held = sum(r.num_blocks for r, _ in items) + (sum(cache.shared_blocks(r) for r, _ in items) if cache else 0)
-        if len(x) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
-            return min(k, (held + free) * bs - x[0])
 
         def need(j: int) -> int:
             return sum(-(-(v + j) // bs) for v in x) - held + (c.new_blocks(c.tick + 1, j - 1) if cohort else 0)
 
-        blocks = c.new_blocks(c.tick + 1, k - 1) - held if cohort else -held   # need(k), the common answer, inline
-        for v in x:
-            blocks -= (v + k) // -bs
-        if blocks <= free:
-            return k
         lo, hi = 1, k
         while lo < hi:
             mid = (lo + hi + 1) // 2
