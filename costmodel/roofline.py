@@ -155,23 +155,26 @@ class CostModel:
 
     def weight_terms(self, s: ShapeStats):
         """(name, flops, bytes, π, β, floor, overhead) for the operators that depend only on rows and sequences."""
+        return self._weight_terms(s.rows, s.seqs)
+
+    def _weight_terms(self, rows: int, seqs: int):
         hw, b, m = self.hw, self.model.b, self.model
         beta, over = hw.beta_eff, hw.kernel_overhead_s
-        pi = self._pi_rows(hw.pi_eff, s.rows)
-        out = [("linear", 2 * self.lin_params * s.rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
+        pi = self._pi_rows(hw.pi_eff, rows)
+        out = [("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
         if m.is_moe:
-            out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * s.rows,
-                        b * self.expert_params * self._experts_touched(s.rows), pi, beta, self.floor_layers, self.over_moe))
+            out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * rows,
+                        b * self.expert_params * self._experts_touched(rows), pi, beta, self.floor_layers, self.over_moe))
         if self.counting == "seed":
-            out.append(("embedding", 2 * self.embed_gemm_params * s.rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s, over))
+            out.append(("embedding", 2 * self.embed_gemm_params * rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s, over))
             if self.head_gemm_params:
-                out.append(("lm_head", 2 * self.head_gemm_params * s.rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s, over))
+                out.append(("lm_head", 2 * self.head_gemm_params * rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s, over))
         else:
-            out.append(("embedding", 0.0, b * m.H * s.rows, pi, beta, hw.kernel_floor_s, over))
-            out.append(("lm_head", 2 * self.vocab_params * s.seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, s.seqs),
+            out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
+            out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
                         beta, hw.kernel_floor_s, over))
         if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
-            out.append(("linear_attention", self.lin_attn_flops_per_row * s.rows, 2 * self.lin_state_bytes_per_seq * s.seqs,
+            out.append(("linear_attention", self.lin_attn_flops_per_row * rows, 2 * self.lin_state_bytes_per_seq * seqs,
                         hw.pi_attention, hw.beta_attention, self.floor_lin_attn, self.over_lin_attn))
         return out
 
@@ -195,12 +198,12 @@ class CostModel:
     def allreduce_s(self, rows: int) -> float:
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency if self.tp > 1 else 0.0
 
-    def _fixed_time(self, s: ShapeStats) -> float:
+    def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
-        for _, fl, by, pi, beta, floor, over in self.weight_terms(s):   # _op_time, inlined (hot path)
+        for _, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
             a, m = fl / pi, by / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
-        return t + self.allreduce_s(s.rows)
+        return t + self.allreduce_s(rows)
 
     def _fixed_part(self, rows: int, seqs: int) -> float:
         """``_fixed_time`` of a pass with these rows and sequences, memoized (under seed counting
@@ -210,7 +213,7 @@ class CostModel:
         if t is None:
             if len(self._fixed) >= 1 << 17:
                 self._fixed.clear()
-            t = self._fixed[key] = self._fixed_time(ShapeStats(rows, seqs, 0.0, 0.0, 0.0))
+            t = self._fixed[key] = self._fixed_time(rows, seqs)
         return t
 
     def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float) -> float:
@@ -295,9 +298,7 @@ class CostModel:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
         hw = self.hw
-        x = np.arange(steps, dtype=np.float64)
-        x *= n
-        x += decode_kv0
+        x = np.arange(decode_kv0, decode_kv0 + n * steps, n, dtype=np.float64)   # integers: exact, as kv0 + n·j
         if self._decode_memory_bound:
             x *= self.kv_coef
             x /= hw.beta_attention

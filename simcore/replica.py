@@ -225,7 +225,7 @@ class Replica:
             return e
         d = self.cm.decode_run(n, float(kv), steps)
         d[0] += t
-        e = np.cumsum(d)
+        e = np.cumsum(d, out=d)
         self._step_estimate = float(e[-1] - e[-2])
         return e[:_steps_started(e, stop)] if e[-2] >= stop else e
 
