@@ -100,13 +100,14 @@ class Replica:
             now = self.env.now if self._clock is None else self._clock
             if self.pull is not None:
                 self.pull(now)
-            if not (self.inbox or state.waiting or state.num_running):
+            if not self._outstanding:      # nothing in the inbox, waiting or running
                 yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
                 yield self.env.timeout(0)
-            state.waiting.extend(self.inbox)
-            self.inbox.clear()
+            if self.inbox:
+                state.waiting.extend(self.inbox)
+                self.inbox.clear()
             plan = self.policy.schedule(state)
             if state.looked_up:
                 state.settle_lookups()
@@ -118,8 +119,6 @@ class Replica:
                 continue
             start = now
             ends = self._step_ends(plan, start)
-            if self.pull is not None and len(ends) > 1:   # the next arrival is ours: cut where its interrupt would
-                ends = ends[: _steps_started(ends, self.next_arrival())]
             self._running_ends = ends
             self._running_plan = plan
             while True:
@@ -173,10 +172,7 @@ class Replica:
         if decodes:
             return self._decode_ends(start, n, kv, k, stop)
         t = start + first
-        if t >= stop:
-            return [t]
-        rest = self._decode_ends(t, n, kv + n, k - 1, stop)
-        return [t] + rest if isinstance(rest, list) else np.concatenate(((t,), rest))
+        return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
     def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int):
         """A run of at most k steps (for a sole replica, only those that start before its next
@@ -211,21 +207,26 @@ class Replica:
             return [t for e in pieces for t in e]
         return np.concatenate(pieces)
 
-    def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf):
-        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t,
-        the steps that start before `stop` only: plain floats for short runs, numpy for long ones
-        (the same additions either way). Long runs toward a known stop are sized by the last step's
-        length (steps only lengthen while n holds) and cut after it."""
+    def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
+        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t
+        (preceded by t itself with `lead`), the steps that start before `stop` only: plain floats
+        for short runs, numpy for long ones (the same additions either way). Long runs toward a
+        known stop are sized by the last step's length (steps only lengthen while n holds) and cut
+        after it."""
         if stop < math.inf and steps > SHORT_RUN:
             steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
         if steps <= SHORT_RUN:
             e = self.cm.decode_ends_list(n, float(kv), steps, t, stop)
             if len(e) > 1:
                 self._step_estimate = e[-1] - e[-2]
-            return e
-        d = self.cm.decode_run(n, float(kv), steps)
-        d[0] += t
-        e = np.cumsum(d, out=d)
+            return [t] + e if lead else e
+        if lead:   # one more duration in front, replaced by t: the cumulative sum then starts at t
+            d = self.cm.decode_run(n, float(kv - n), steps + 1)
+            d[0] = t
+        else:
+            d = self.cm.decode_run(n, float(kv), steps)
+            d[0] += t
+        e = d.cumsum(out=d)
         self._step_estimate = float(e[-1] - e[-2])
         return e[:_steps_started(e, stop)] if e[-2] >= stop else e
 
