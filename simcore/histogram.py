@@ -18,14 +18,25 @@ class LogHistogram:
         self._weights: list[int] = []
         self._chunks: list = []        # (array of values, weight)
         self._pending = 0
+        self._unit = True              # every buffered weight is 1
 
-    def _index(self, x):
-        return np.clip(np.floor(np.log10(np.maximum(x, self.lo * 0.5) / self.lo) * self.per_decade).astype(np.int64) + 1,
-                       0, self.nbins - 1)
+    def _index(self, x: np.ndarray) -> np.ndarray:
+        """Bin of each value (x is overwritten)."""
+        np.maximum(x, self.lo * 0.5, out=x)
+        x /= self.lo
+        np.log10(x, out=x)
+        x *= self.per_decade
+        np.floor(x, out=x)
+        np.clip(x, -1, self.nbins - 2, out=x)
+        i = x.astype(np.int64)
+        i += 1
+        return i
 
     def add(self, value: float, weight: int = 1) -> None:
         self._values.append(value)
         self._weights.append(weight)
+        if weight != 1:
+            self._unit = False
         self._pending += 1
         if self._pending >= 65536:
             self._flush()
@@ -39,22 +50,30 @@ class LogHistogram:
             self._chunks.append((values, weight))
         else:
             return
+        if weight != 1:
+            self._unit = False
         self._pending += len(values)
         if self._pending >= 65536:
             self._flush()
 
     def _flush(self) -> None:
+        """Bin the buffered values; with every weight 1 (one request's gaps) the weights are skipped."""
         if not self._values and not self._chunks:
             return
         chunks = self._chunks
         v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks], dtype=np.float64)
-        w = np.concatenate((np.asarray(self._weights, dtype=np.int64),
-                            np.repeat(np.array([w for _, w in chunks], dtype=np.int64), [len(c) for c, _ in chunks])))
-        self._values, self._weights, self._chunks, self._pending = [], [], [], 0
-        self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
-        self._count += int(w.sum())
-        self._total += float((v * w).sum())
         self._max = max(self._max, float(v.max()))
+        if self._unit:
+            self._count += len(v)
+            self._total += float(v.sum())
+            self._counts += np.bincount(self._index(v), minlength=self.nbins)
+        else:
+            w = np.concatenate((np.asarray(self._weights, dtype=np.float64),
+                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])))
+            self._count += int(w.sum())
+            self._total += float(v @ w)
+            self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
+        self._values, self._weights, self._chunks, self._pending, self._unit = [], [], [], 0, True
 
     @property
     def counts(self) -> np.ndarray:
