@@ -92,7 +92,7 @@ class SchedulerState:
         (self.waiting.appendleft if front else self.waiting.append)(req)
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     """The next forward pass: (request, new tokens) in batch order, and who was preempted for it."""
     items: list = field(default_factory=list)

@@ -90,18 +90,22 @@ class VLLMScheduler(PolicyHooks):
             scheduled[req] = n
             budget -= n
             i += 1
-        if not plan.preempted:
-            while s.waiting and budget > 0 and s.num_running < self.cfg.max_num_seqs:
-                req = s.waiting[0]
-                s.lookup(req)
+        if not plan.preempted and s.waiting:
+            waiting, pool, cfg = s.waiting, s.pool, self.cfg
+            num_running = s.num_running
+            while waiting and budget > 0 and num_running < cfg.max_num_seqs:
+                req = waiting[0]
+                if pool.cache is not None:
+                    s.lookup(req)
                 n = self._clamp(req, 1 << 62)
-                if not self.cfg.enable_chunked_prefill and n > budget:
+                if not cfg.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
-                if not s.pool.grow(req, req.num_computed_tokens + n):
+                if not pool.grow(req, req.num_computed_tokens + n):
                     break
-                s.waiting.popleft()
+                waiting.popleft()
                 s.admit(req)
+                num_running += 1
                 scheduled[req] = n
                 budget -= n
         plan.items = list(scheduled.items())

@@ -423,6 +423,11 @@ class Replica:
             self.policy.check(plan, s)
 
 
+def outstanding_counts(replicas) -> list[int]:
+    """``[r.outstanding for r in replicas]``: the property only where a folded run has leavers (a router's hot path)."""
+    return [r.outstanding if r._leaving else r._outstanding for r in replicas]
+
+
 def _max(values) -> float:
     return max(values) if type(values) is list else float(np.maximum.reduce(values))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from costmodel.errors import require
 
+from .replica import outstanding_counts
+
 ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 
 
@@ -29,7 +31,7 @@ class RoundRobin:
 
 
 def least_outstanding(req, replicas) -> int:
-    loads = [r.outstanding for r in replicas]
+    loads = outstanding_counts(replicas)
     return loads.index(min(loads))
 
 
