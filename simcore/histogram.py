@@ -21,10 +21,10 @@ class LogHistogram:
         self._unit = True              # every buffered weight is 1
 
     def _index(self, x: np.ndarray) -> np.ndarray:
-        """Bin of each value (x is overwritten)."""
-        np.maximum(x, self.lo * 0.5, out=x)
+        """Bin of each value (x is overwritten; zero falls to -inf and is clipped into the first bin)."""
         x /= self.lo
-        np.log10(x, out=x)
+        with np.errstate(divide="ignore"):
+            np.log10(x, out=x)
         x *= self.per_decade
         np.floor(x, out=x)
         np.clip(x, -1, self.nbins - 2, out=x)

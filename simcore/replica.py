@@ -227,6 +227,8 @@ class Replica:
             d = self.cm.decode_run(n, float(kv), steps)
             d[0] += t
         e = d.cumsum(out=d)
+        if stop == math.inf:
+            return e
         self._step_estimate = float(e[-1] - e[-2])
         return e[:_steps_started(e, stop)] if e[-2] >= stop else e
 
