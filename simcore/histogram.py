@@ -14,11 +14,12 @@ class LogHistogram:
         self.nbins = int(np.ceil(np.log10(hi / lo) * bins_per_decade)) + 2
         self._counts = np.zeros(self.nbins, dtype=np.int64)
         self._count, self._total, self._max = 0, 0.0, 0.0
+        self._unit_values: list[float] = []   # weight 1 (most gaps: one request's)
+        self._unit_chunks: list = []          # arrays of weight-1 values
         self._values: list[float] = []
         self._weights: list[int] = []
-        self._chunks: list = []        # (array of values, weight)
+        self._chunks: list = []               # (array of values, weight)
         self._pending = 0
-        self._unit = True              # every buffered weight is 1
 
     def _index(self, x: np.ndarray) -> np.ndarray:
         """Bin of each value (x is overwritten; zero falls to -inf and is clipped into the first bin)."""
@@ -33,47 +34,58 @@ class LogHistogram:
         return i
 
     def add(self, value: float, weight: int = 1) -> None:
-        self._values.append(value)
-        self._weights.append(weight)
-        if weight != 1:
-            self._unit = False
+        if weight == 1:
+            self._unit_values.append(value)
+        else:
+            self._values.append(value)
+            self._weights.append(weight)
         self._pending += 1
         if self._pending >= 65536:
             self._flush()
 
     def add_many(self, values, weight: int = 1) -> None:
         """Values are buffered and binned in bulk: adding is cheap, reading flushes."""
-        if type(values) is list:
-            self._values += values
-            self._weights += [weight] * len(values)
-        elif len(values):
-            self._chunks.append((values, weight))
-        else:
+        n = len(values)
+        if not n:
             return
-        if weight != 1:
-            self._unit = False
-        self._pending += len(values)
+        if type(values) is list:
+            if weight == 1:
+                self._unit_values += values
+            else:
+                self._values += values
+                self._weights += [weight] * n
+        elif weight == 1:
+            self._unit_chunks.append(values)
+        else:
+            self._chunks.append((values, weight))
+        self._pending += n
         if self._pending >= 65536:
             self._flush()
 
     def _flush(self) -> None:
-        """Bin the buffered values; with every weight 1 (one request's gaps) the weights are skipped."""
-        if not self._values and not self._chunks:
-            return
-        chunks = self._chunks
-        v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks], dtype=np.float64)
+        """Bin the buffered values: weight-1 values without weights (the cheaper bincount)."""
+        if self._unit_values or self._unit_chunks:
+            self._bin(np.concatenate([np.asarray(self._unit_values, dtype=np.float64)] + self._unit_chunks, dtype=np.float64))
+        if self._values or self._chunks:
+            chunks = self._chunks
+            v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks], dtype=np.float64)
+            w = np.concatenate((np.asarray(self._weights, dtype=np.float64),
+                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])))
+            self._bin(v, w)
+        self._unit_values, self._unit_chunks, self._values, self._weights, self._chunks = [], [], [], [], []
+        self._pending = 0
+
+    def _bin(self, v: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Count values v (a fresh array, overwritten), each with weight w (None: 1)."""
         self._max = max(self._max, float(v.max()))
-        if self._unit:
+        if w is None:
             self._count += len(v)
             self._total += float(v.sum())
             self._counts += np.bincount(self._index(v), minlength=self.nbins)
         else:
-            w = np.concatenate((np.asarray(self._weights, dtype=np.float64),
-                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])))
             self._count += int(w.sum())
             self._total += float(v @ w)
             self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
-        self._values, self._weights, self._chunks, self._pending, self._unit = [], [], [], 0, True
 
     @property
     def counts(self) -> np.ndarray:
