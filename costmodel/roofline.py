@@ -125,6 +125,7 @@ class CostModel:
         self._decode_memory_bound = (not self.quadrature and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
+        self._decode_attention = np.empty(0)
         self._fixed_uses_seqs = self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
@@ -296,31 +297,38 @@ class CostModel:
 
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
-        Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn."""
+        Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn: the
+        attention part of a decode-only pass depends on Σ(kv + 1) alone, so it is read from a table
+        (a strided view) and the fixed part of n sequences added."""
+        lo = int(decode_kv0)
+        hi = lo + n * steps
+        table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+        return table[lo:hi:n] + self._fixed_part(n, n)
+
+    def _grow_decode_attention(self, hi: int) -> np.ndarray:
+        """The attention time of a decode-only pass for every Σ(kv + 1) below at least `hi`, priced as
+        ``_attention_time`` does (the table doubles, so it is rebuilt O(log) times)."""
         hw = self.hw
-        x = np.arange(decode_kv0, decode_kv0 + n * steps, n, dtype=np.float64)   # integers: exact, as kv0 + n·j
+        x = np.arange(max(hi, 2 * len(self._decode_attention), 4096), dtype=np.float64)
         if self._decode_memory_bound:
             x *= self.kv_coef
             x /= hw.beta_attention
-            if self.floor_attn:
-                np.maximum(x, self.floor_attn, out=x)
-            if self.over_layers:
-                x += self.over_layers
-            x += self._fixed_part(n, n)
-            return x
-        a = self.attn_coef * x
-        a /= hw.pi_attention
-        m = x
-        m *= self.kv_coef
-        m /= hw.beta_attention
-        if self.quadrature:
-            a = np.sqrt(a * a + m * m)
+            t = x
         else:
-            np.maximum(a, m, out=a)
-        np.maximum(a, self.floor_attn, out=a)
-        a += self.over_layers
-        a += self._fixed_part(n, n)
-        return a
+            a = self.attn_coef * x
+            a /= hw.pi_attention
+            m = x
+            m *= self.kv_coef
+            m /= hw.beta_attention
+            if self.quadrature:
+                a = np.sqrt(a * a + m * m)
+            else:
+                np.maximum(a, m, out=a)
+            t = a
+        np.maximum(t, self.floor_attn, out=t)
+        t += self.over_layers
+        self._decode_attention = t
+        return t
 
 
 def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None) -> Breakdown:
