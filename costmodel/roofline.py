@@ -221,10 +221,12 @@ class CostModel:
         """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined)."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
         t = 0.0
-        for pairs, tokens in ((prefill_pairs, prefill_kv), (decode_pairs, decode_kv)):
-            if tokens:
-                a, m = (self.attn_coef * pairs) / pi, (self.kv_coef * tokens) / beta
-                t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
+        if prefill_kv:
+            a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
+            t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
+        if decode_kv:
+            a, m = (self.attn_coef * decode_pairs) / pi, (self.kv_coef * decode_kv) / beta
+            t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t
 
     def time(self, s: ShapeStats) -> float:

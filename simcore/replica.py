@@ -162,7 +162,11 @@ class Replica:
             k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k <= 1 or not decodes:                   # the first step priced on its own
-            first = cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+            if len(items) == 1:
+                (r, q), = items
+                first = cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
+            else:
+                first = cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
             if k <= 1:
                 return [start + first]
         n = len(items) + nc

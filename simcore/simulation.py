@@ -57,10 +57,12 @@ class Simulation:
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
-        if len(self.replicas) == 1 and not self.concurrency:
+        if self.concurrency:
+            self.env.process(self.arrivals())
+        elif len(self.replicas) == 1:
             self.replicas[0].pull = self.arrive_until
         else:
-            self.env.process(self.arrivals())
+            self._arrival_due(None)
 
     def next_arrival(self) -> float:
         return math.inf if self.concurrency else self._arrival_s[self._next]
@@ -83,13 +85,26 @@ class Simulation:
             self._arrive(i, env.now)
         self._next = len(self.workload)
 
+    def _arrival_due(self, timeout) -> None:
+        """Open loop in front of several replicas: the request this timeout was set for arrives, then
+        every other one stamped by now, and a timeout set for the next calls this again (a callback,
+        not a process: no generator to resume per arrival; the same order as ``arrivals``)."""
+        env = self.env
+        if timeout is not None:
+            self._arrive(self._next, env.now)
+            self._next += 1
+        self.arrive_until(env.now)
+        if self._next < len(self.workload):
+            env.timeout(self._arrival_s[self._next] - env.now).callbacks.append(self._arrival_due)
+
     def arrive_until(self, t: float) -> None:
-        """Open loop, one replica: every request stamped ≤ t arrives now. The replica calls this
-        before each plan, so an arrival costs no event of its own; the result is what the arrival
-        process gives (a request stamped t joins the batch planned at t)."""
-        arrival_s, n = self._arrival_s, len(self.workload)
+        """Open loop: every request stamped ≤ t arrives now. One replica calls this before each
+        plan, so an arrival costs no event of its own (a request stamped t joins the batch planned
+        at t); in front of several, the arrival timeouts do (stamped with the clock, as the closed
+        loop's process does)."""
+        arrival_s, n, pulled = self._arrival_s, len(self.workload), self.replicas[0].pull is not None
         while self._next < n and arrival_s[self._next] <= t:
-            self._arrive(self._next, arrival_s[self._next])
+            self._arrive(self._next, arrival_s[self._next] if pulled else self.env.now)
             self._next += 1
 
     def _arrive(self, i: int, now: float) -> None:
