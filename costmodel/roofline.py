@@ -278,13 +278,23 @@ class CostModel:
         hw = self.hw
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
         out = []
+        x = decode_kv0   # kv0 + n·j, exact: integers
+        if self._decode_memory_bound and not floor and not over:   # max(m, 0) + 0 is m, to the bit
+            for _ in range(steps):
+                t += x * kc / beta + fixed
+                out.append(t)
+                if t >= stop:
+                    break
+                x += n
+            return out
         if self._decode_memory_bound:
-            for j in range(steps):
-                m = (decode_kv0 + n * j) * kc / beta
+            for _ in range(steps):
+                m = x * kc / beta
                 t += (m if m >= floor else floor) + over + fixed
                 out.append(t)
                 if t >= stop:
                     break
+                x += n
             return out
         ac, pi = self.attn_coef, hw.pi_attention
         for j in range(steps):

@@ -179,14 +179,17 @@ def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
         assert cm.decode_run_list(n, float(kv0), steps) == step
 
 
-@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"}])
+@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"},
+                                     {"beta_attn": 1e16}])
 def test_decode_ends_are_stepping_sums(h100, changes):
     cm = CostModel(load_model("llama-3.1-8b"), h100.replace(**changes))
     t, want = 12.345, []
-    for d in cm.decode_run(9, 9 * 777.0, 25):
-        t += d
+    for j in range(25):
+        t += cm.time(ShapeStats(9, 9, 0.0, 0.0, 9 * 777.0 + 9 * j))
         want.append(t)
     assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345) == want
+    assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345, stop=want[10]) == want[:11]      # the steps starting before stop
+    assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345, stop=want[10] + 1e-9) == want[:12]
 
 
 @settings(max_examples=300, deadline=None)
