@@ -186,17 +186,20 @@ class Replica:
         ``_apply``."""
         c = self.state.cohort
         arrival = self.next_arrival() if self.pull is not None else math.inf
-        pieces, t, pos = [], start, 0
+        ends, arrays, t, pos = [], [], start, 0   # arrays: long pieces, concatenated after `ends` at the end
         if first is not None:
             t, pos = start + first, 1
-            pieces.append([t])
+            ends.append(t)
         leaving = self._leaving
         while pos < k and n > 0 and t < arrival:
             f = min(c.steps_to_finish() if c.finish else k, k)
             seg = f - pos
             if seg > 0:
                 e = self._decode_ends(t, n, kv, seg, arrival)
-                pieces.append(e)
+                if type(e) is list and not arrays:
+                    ends += e
+                else:
+                    arrays.append(e)
                 t = float(e[-1])
                 pos += len(e)
                 kv += n * len(e)
@@ -205,11 +208,7 @@ class Replica:
                     leaving.append((pos, req))
                     n -= 1
                     kv -= c.current(req) + pos + 1
-        if len(pieces) == 1:
-            return pieces[0]
-        if all(type(e) is list for e in pieces):
-            return [t for e in pieces for t in e]
-        return np.concatenate(pieces)
+        return np.concatenate([ends] + arrays) if arrays else ends
 
     def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
         """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t
@@ -261,6 +260,8 @@ class Replica:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
         pool, c = self.state.pool, self.state.cohort
         bs, free, cache = pool.block_size, pool.total - pool.used, pool.cache
+        if (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
+            return k
         held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
         for r, q in items:   # blocks: what k steps need, held: what the items hold (the common answer is k)
             held += r.num_blocks + (cache.shared_blocks(r) if cache else 0)
