@@ -59,11 +59,10 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     return sched, BlockPool(blocks, cfg.block_size), cm, max_len
 
 
-
-
 def build_cluster(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None,
                   replicas: int = 1, router: str = "round_robin"):
-    """N identical replicas of tp GPUs each behind a router: (engines, router, max_model_len)."""
+    """N identical replicas of tp GPUs each behind a router: (engines, router, max_model_len). The
+    replicas share one CostModel (it holds nothing but memos of prices), so one memo serves all."""
     from simcore.router import make_router
     require(isinstance(replicas, int) and replicas >= 1, "replicas", replicas, "must be a positive integer")
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
@@ -71,5 +70,5 @@ def build_cluster(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flag
     engines, max_len = [], 0
     for _ in range(replicas):
         sched, pool, cm, max_len = build_engine(policy, model, hw, tp, flags)
-        engines.append((sched, pool, cm))
+        engines.append((sched, pool, engines[0][2] if engines else cm))
     return engines, route, max_len

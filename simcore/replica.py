@@ -229,7 +229,7 @@ class Replica:
         else:
             d = self.cm.decode_run(n, float(kv), steps)
             d[0] += t
-        e = d.cumsum(out=d)
+        e = np.add.accumulate(d)   # cumsum, without its wrapper
         if stop == math.inf:
             return e
         self._step_estimate = float(e[-1] - e[-2])
