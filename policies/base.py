@@ -54,7 +54,7 @@ class SchedulerState:
     def lookup(self, req: Request) -> None:
         """Prefix-cache lookup for a request about to be admitted with nothing computed."""
         cache = self.pool.cache
-        if cache is not None and req.num_computed_tokens == 0 and "cache_path" not in req.extra:
+        if cache is not None and req.num_computed_tokens == 0 and req.cache_path is None:
             req.num_computed_tokens = cache.match(req)
             self.looked_up.append(req)
 
@@ -64,7 +64,7 @@ class SchedulerState:
         allocate_slots, SGLang in inc_lock_ref, on admission only): a pinned prefix that can never
         be evicted could starve a request that needs those blocks."""
         for req in self.looked_up:
-            if "cache_path" not in req.extra:
+            if req.cache_path is None:
                 continue
             if req in self.running:
                 self.pool.cache.touch(req)

@@ -66,7 +66,7 @@ class PrefixCache:
         for node in path:
             self.unreferenced -= node.refs == 0
             node.refs += 1
-        req.extra["cache_path"] = path
+        req.cache_path = path
         hit = len(path) * self.block_tokens
         self.lookup_tokens += req.prompt_len
         self.hit_tokens += hit
@@ -76,24 +76,24 @@ class PrefixCache:
     def touch(self, req) -> None:
         """The request was admitted: its matched prefix counts as just used."""
         self.clock += 1
-        for node in req.extra.get("cache_path", ()):
+        for node in req.cache_path or ():
             node.last_use = self.clock
 
     def unmatch(self, req) -> None:
         """Undo ``match`` for a request that was not admitted (its lookup is not counted either)."""
-        path = req.extra.pop("cache_path", [])
+        path, req.cache_path = req.cache_path or [], None
         self._unpin(path)
         self.lookup_tokens -= req.prompt_len
         self.hit_tokens -= len(path) * self.block_tokens
         req.num_cached_tokens = 0
 
     def shared_blocks(self, req) -> int:
-        return len(req.extra.get("cache_path", ())) * self.engine_blocks
+        return len(req.cache_path or ()) * self.engine_blocks
 
     def release(self, req) -> int:
         """The request leaves (finished or preempted): its computed full prompt blocks join the cache.
         Returns how many of its private pool blocks the cache took over."""
-        path = req.extra.pop("cache_path", [])
+        path, req.cache_path = req.cache_path or [], None
         self.clock += 1
         computed_blocks = min(self._full_blocks(req), req.num_computed_tokens // self.block_tokens)
         parent = path[-1] if path else None

@@ -8,7 +8,7 @@ num_tokens samples one new token (a non-final prefill chunk samples nothing: see
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(eq=False, slots=True)
@@ -33,7 +33,7 @@ class Request:
     replica: int = 0
     seq: int = 0                          # order in the running queue (stamped at each admission)
     cohort_tick: int = -1                 # the decode cohort's tick when it joined; -1: not a member
-    extra: dict = field(default_factory=dict)
+    cache_path: list | None = None        # prefix-cache nodes matched (pinned while this request holds them)
 
     @property
     def num_tokens(self) -> int:
