@@ -6,6 +6,8 @@ meeting every given SLO (inclusive), per second (vllm/benchmarks/serve.py, calcu
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pandas as pd
 
@@ -14,12 +16,19 @@ from .histogram import LogHistogram
 PERCENTILES = (50, 90, 99)
 
 
+COLUMNS = {"rid": np.int64, "replica": np.int64, "arrival_s": np.float64, "prompt_len": np.int64, "output_len": np.int64,
+           "num_output_tokens": np.int64, "first_scheduled_s": np.float64, "first_token_s": np.float64,
+           "finish_s": np.float64, "max_itl_s": np.float64, "num_preemptions": np.int64, "num_cached_tokens": np.int64,
+           "rejected": object}   # None in a float column is NaN: not reached (np.fromiter reads it so)
+
+
 def requests_frame(requests) -> pd.DataFrame:
-    rows = [(r.rid, r.replica, r.arrival_s, r.prompt_len, r.output_len, r.num_output_tokens, r.first_scheduled_s,
-             r.first_token_s, r.finish_s, r.max_itl_s, r.num_preemptions, r.num_cached_tokens, r.rejected) for r in requests]
-    df = pd.DataFrame(rows, columns=["rid", "replica", "arrival_s", "prompt_len", "output_len", "num_output_tokens",
-                                     "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s", "num_preemptions",
-                                     "num_cached_tokens", "rejected"])
+    """One row per request, built column by column (a million requests in well under a second)."""
+    n, cols = len(requests), {}
+    for name, dtype in COLUMNS.items():
+        values = map(attrgetter(name), requests)
+        cols[name] = np.fromiter(values, dtype, n) if dtype is not object else np.array(list(values), dtype=object)
+    df = pd.DataFrame(cols)
     df["ttft_s"] = df.first_token_s - df.arrival_s
     df["e2el_s"] = df.finish_s - df.arrival_s
     df["queue_s"] = df.first_scheduled_s - df.arrival_s
