@@ -3,14 +3,17 @@
 ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is due now, the
 replica first yields a zero-delay timeout, which SimPy queues behind every event already due
 at t (events at equal times run in insertion order), so all arrivals of t are in the inbox.
+A sole replica in open loop (``pull``) needs no arrival events at all: before each plan it
+pulls every request stamped up to the plan's start, and when idle it sleeps until the next.
 
 FAST-FORWARD. When every running request is in the plan, each catches up in its first step
 (decodes, or the last chunk of a prefill) and the policy says the plans that follow would be
 decode-only repeats, k steps are taken in one event: k is cut at the first finish and where
 the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
 cuts the run after the last step that started before a (a sole replica, which knows its next
-arrival, cuts there up front); the arrival joins the plan made when that step ends, as stepping
-would have it. Step times are the same sequence of additions stepping would make, and the next
+arrival, stops computing there); the arrival joins the plan made when that step ends, as stepping
+would have it. A run cut shorter than that for any reason (a cap on its length) is as exact:
+the next plan carries on from the planned end. Step times are the same sequence of additions stepping would make, and the next
 plan starts at the planned end of the last step, not at SimPy's `now` (which adds the wait to the
 previous `now` and can land an ulp away), so fast-forward and stepping agree to the bit.
 
