@@ -18,7 +18,8 @@ def simulated_stalls(model: ModelSpec, hw: Hardware, sc: StallScene, tp: int = 1
     rows = []
     wl = stall_scene(sc.prompt_len, sc.num_decodes, sc.decode_context)
     for policy, flags, label in runs:
-        sched, pool, cm, max_len = build_engine(policy, model, hw, tp, {**flags, "max_model_len": max(sc.prompt_len + 64, model.max_model_len)})
+        max_model_len = max(sc.prompt_len + 64, model.max_model_len)
+        sched, pool, cm, max_len = build_engine(policy, model, hw, tp, {**flags, "max_model_len": max_model_len})
         res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len).run()
         df = res.requests
         decoders = df.iloc[: sc.num_decodes]

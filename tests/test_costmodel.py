@@ -78,8 +78,9 @@ def test_cost_monotone_in_q_and_kv(q, dq, dkv, i, tp, name):
     kv = [100 * j for j in range(len(q))]
     i %= len(q)
     base = cm.time(cm.shape(q, kv))
-    more_q = list(q); more_q[i] += dq
-    more_kv = list(kv); more_kv[i] += dkv
+    more_q, more_kv = list(q), list(kv)
+    more_q[i] += dq
+    more_kv[i] += dkv
     assert cm.time(cm.shape(more_q, kv)) >= base
     assert cm.time(cm.shape(q, more_kv)) >= base
 
