@@ -1,0 +1,175 @@
+"""How many steps a plan runs in one event, and when each ends (mixed into Replica).
+
+FAST-FORWARD. When every running request is in the plan, each catches up in its first step
+(decodes, or the last chunk of a prefill) and the policy says the plans that follow would be
+decode-only repeats, k steps are taken in one event: k is cut at the first finish and where
+the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
+cuts the run after the last step that started before a (a sole replica, which knows its next
+arrival, stops computing there); the arrival joins the plan made when that step ends, as stepping
+would have it. A run cut shorter than that for any reason (a cap on its length) is as exact:
+the next plan carries on from the planned end. Step times are the same sequence of additions
+stepping would make, and the next plan starts at the planned end of the last step, not at
+SimPy's `now` (which adds the wait to the previous `now` and can land an ulp away), so
+fast-forward and stepping agree to the bit.
+
+A run through which cohort members finish is folded (``_folded_run``): the batch shrinks at each
+finish instead of the run ending there, when nobody waits and no router reads KV usage.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+
+import numpy as np
+
+from policies.base import Plan
+
+SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
+
+
+class RunPlanning:
+    """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
+
+    def _step_ends(self, plan: Plan, start: float):
+        """End times of the steps this plan starts: one, or a run of k when every running request
+        is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
+        items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
+        k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
+        fold = False
+        if nc and k > 1:
+            fold = self.fold and not self.state.waiting
+            k = min(k, c.steps_to_empty() if fold else c.steps_to_finish())
+        stop = self.next_arrival() if self.pull is not None else math.inf
+        if k > SHORT_RUN and stop < math.inf:   # only steps that start before the arrival run (a shorter run is as exact)
+            k = min(k, SHORT_RUN + 2 * int((stop - start) / self._step_estimate))
+        if k > 1:
+            k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
+        cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
+        if k <= 1 or not decodes:                   # the first step priced on its own
+            if len(items) == 1:
+                (r, q), = items
+                first = cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
+            else:
+                first = cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+            if k <= 1:
+                return [start + first]
+        n = len(items) + nc
+        kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        if fold and c.steps_to_finish() < k:
+            return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k)
+        if decodes:
+            return self._decode_ends(start, n, kv, k, stop)
+        t = start + first
+        return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
+
+    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int):
+        """A run of at most k steps (for a sole replica, only those that start before its next
+        arrival) through which cohort members finish: the batch shrinks at each finish. Only with
+        nobody waiting, where a finish changes nothing but the batch until the run's end. The
+        leavers are taken off the finish heap here and kept, with the step they leave after, for
+        ``_apply``."""
+        c = self.state.cohort
+        arrival = self.next_arrival() if self.pull is not None else math.inf
+        ends, arrays, t, pos = [], [], start, 0   # arrays: long pieces, concatenated after `ends` at the end
+        if first is not None:
+            t, pos = start + first, 1
+            ends.append(t)
+        leaving = self._leaving
+        while pos < k and n > 0 and t < arrival:
+            f = min(c.steps_to_finish() if c.finish else k, k)
+            seg = f - pos
+            if seg > 0:
+                e = self._decode_ends(t, n, kv, seg, arrival)
+                if type(e) is list and not arrays:
+                    ends += e
+                else:
+                    arrays.append(e)
+                t = float(e[-1])
+                pos += len(e)
+                kv += n * len(e)
+            if pos == f < k:
+                for req in c.take_finishing(pos):
+                    leaving.append((pos, req))
+                    n -= 1
+                    kv -= c.current(req) + pos + 1
+        return np.concatenate([ends] + arrays) if arrays else ends
+
+    def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
+        """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t
+        (preceded by t itself with `lead`), the steps that start before `stop` only: plain floats
+        for short runs, numpy for long ones (the same additions either way). Long runs toward a
+        known stop are sized by the last step's length (steps only lengthen while n holds) and cut
+        after it."""
+        if stop < math.inf and steps > SHORT_RUN:
+            steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
+        if steps <= SHORT_RUN:
+            e = self.cm.decode_ends_list(n, float(kv), steps, t, stop)
+            if len(e) > 1:
+                self._step_estimate = e[-1] - e[-2]
+            return [t] + e if lead else e
+        if lead:   # one more duration in front, replaced by t: the cumulative sum then starts at t
+            d = self.cm.decode_run(n, float(kv - n), steps + 1)
+            d[0] = t
+        else:
+            d = self.cm.decode_run(n, float(kv), steps)
+            d[0] += t
+        e = np.add.accumulate(d)   # cumsum, without its wrapper
+        if stop == math.inf:
+            return e
+        self._step_estimate = float(e[-1] - e[-2])
+        return e[:steps_started(e, stop)] if e[-2] >= stop else e
+
+    def _keep_leavers(self, steps: int) -> None:
+        """The run was cut to `steps`: members that would have left later stay on the finish heap."""
+        leaving = self._leaving
+        while leaving and leaving[-1][0] > steps:
+            self.state.cohort.put_back(leaving.pop()[1])
+
+    @staticmethod
+    def _run_length(items) -> tuple[int, bool]:
+        """(steps until the first finish, whether all are decodes now) if every item catches up and samples
+        in the first step; (0, False) if one is still prefilling after it."""
+        k, decodes = 1 << 62, True
+        for r, q in items:
+            if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
+                return 0, False
+            if q != 1:
+                decodes = False
+            left = r.output_len - r.num_output_tokens
+            if left < k:
+                k = left
+        return k, decodes
+
+    def _kv_limited(self, items, k: int, cohort: int) -> int:
+        """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
+        pool, c = self.state.pool, self.state.cohort
+        bs, free, cache = pool.block_size, pool.total - pool.used, pool.cache
+        if (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
+            return k
+        held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
+        for r, q in items:   # blocks: what k steps need, held: what the items hold (the common answer is k)
+            held += r.num_blocks + (cache.shared_blocks(r) if cache else 0)
+            blocks -= (r.num_computed_tokens + q - 1 + k) // -bs
+        if blocks - held <= free:
+            return k
+        if len(items) == 1 and not cohort:   # ⌈(x + j)/bs⌉ ≤ held + free  ⇔  j ≤ (held + free)·bs − x
+            r, q = items[0]
+            return (held + free) * bs - (r.num_computed_tokens + q - 1)
+        x = [r.num_computed_tokens + q - 1 for r, q in items]
+
+        def need(j: int) -> int:
+            return sum(-(-(v + j) // bs) for v in x) - held + (c.new_blocks(c.tick + 1, j - 1) if cohort else 0)
+
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def steps_started(ends, now: float) -> int:
+    """Steps of a run with these end times that began before `now` (step j > 0 begins at ends[j-1])."""
+    return 1 + bisect_left(ends, now, 0, len(ends) - 1)
