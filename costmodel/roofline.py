@@ -84,6 +84,9 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
+DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
+
+
 class CostModel:
     """One (model, hardware, tp, counting) bound once; prices many batch shapes."""
 
@@ -311,17 +314,25 @@ class CostModel:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn: the
         attention part of a decode-only pass depends on Σ(kv + 1) alone, so it is read from a table
-        (a strided view) and the fixed part of n sequences added."""
+        (a strided view; beyond the table's cap it is computed the same way) and the fixed part of
+        n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
+        if hi > DECODE_TABLE_CAP:
+            return self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
         table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
         return table[lo:hi:n] + self._fixed_part(n, n)
 
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
-        """The attention time of a decode-only pass for every Σ(kv + 1) below at least `hi`, priced as
-        ``_attention_time`` does (the table doubles, so it is rebuilt O(log) times)."""
+        """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""
+        size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)
+        self._decode_attention = self._decode_attention_of(np.arange(size, dtype=np.float64))
+        return self._decode_attention
+
+    def _decode_attention_of(self, x: np.ndarray) -> np.ndarray:
+        """The attention time of decode-only passes with Σ(kv + 1) = x, priced as ``_attention_time``
+        does (x is overwritten)."""
         hw = self.hw
-        x = np.arange(max(hi, 2 * len(self._decode_attention), 4096), dtype=np.float64)
         if self._decode_memory_bound:
             x *= self.kv_coef
             x /= hw.beta_attention
@@ -339,7 +350,6 @@ class CostModel:
             t = a
         np.maximum(t, self.floor_attn, out=t)
         t += self.over_layers
-        self._decode_attention = t
         return t
 
 
