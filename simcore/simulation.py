@@ -53,7 +53,7 @@ class Simulation:
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
                                  fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
-        self._hashes = hashes
+        self._hashes, self._n = hashes, len(workload)
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
@@ -94,7 +94,7 @@ class Simulation:
             self._arrive(self._next, env.now)
             self._next += 1
         self.arrive_until(env.now)
-        if self._next < len(self.workload):
+        if self._next < self._n:
             env.timeout(self._arrival_s[self._next] - env.now).callbacks.append(self._arrival_due)
 
     def arrive_until(self, t: float) -> None:
@@ -102,7 +102,7 @@ class Simulation:
         plan, so an arrival costs no event of its own (a request stamped t joins the batch planned
         at t); in front of several, the arrival timeouts do (stamped with the clock, as the closed
         loop's process does)."""
-        arrival_s, n, pulled = self._arrival_s, len(self.workload), self.replicas[0].pull is not None
+        arrival_s, n, pulled = self._arrival_s, self._n, self.replicas[0].pull is not None
         while self._next < n and arrival_s[self._next] <= t:
             self._arrive(self._next, arrival_s[self._next] if pulled else self.env.now)
             self._next += 1
@@ -123,7 +123,7 @@ class Simulation:
         if self.max_model_len and total > self.max_model_len:
             return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
         pool = replica.state.pool
-        if pool.blocks_for(total) > pool.total:
+        if total > pool.total * pool.block_size:
             return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
         return None
 
