@@ -17,6 +17,7 @@ per step: the reference the tests compare against.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 import numpy as np
 import simpy
@@ -56,6 +57,8 @@ class Replica(RunPlanning):
         req.replica = self.index
         self.inbox.append(req)
         self._outstanding += 1
+        if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
+            return
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
@@ -64,12 +67,28 @@ class Replica(RunPlanning):
     @property
     def outstanding(self) -> int:
         """Requests here not finished by now: in the inbox, waiting or running (a folded run's
-        leavers count as finished from the end of their last step)."""
+        leavers count as finished from the end of their last step). A sole replica first collects
+        the arrivals stamped by now, which it would otherwise take only at its next plan (the same
+        queue either way)."""
+        if self.pull is not None:
+            self.pull(self.env.now)
         n = self._outstanding
         if self._leaving and self._running_ends is not None:
             ends, now = self._running_ends, self.env.now
             n -= sum(1 for f, _ in self._leaving if ends[f - 1] <= now)
         return n
+
+    def stop_at(self, t: float) -> None:
+        """The simulation stops at t: the current run's steps that ended before t are applied, as
+        stepping would have applied them (a step ending at t itself is not: SimPy stops first).
+        The replica is left as of its last applied step; it is not to be run further."""
+        ends, self._running_ends = self._running_ends, None
+        if ends is None:
+            return
+        j = bisect_left(ends, t)
+        self._keep_leavers(j)
+        if j:
+            self._apply(self._running_plan, self._running_start, ends[:j])
 
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use now, as stepping would show it: a fast-forward holds the first
@@ -112,7 +131,7 @@ class Replica(RunPlanning):
             start = now
             ends = self._step_ends(plan, start)
             self._running_ends = ends
-            self._running_plan = plan
+            self._running_plan, self._running_start = plan, start
             while True:
                 try:
                     yield self.env.timeout(ends[-1] - self.env.now)

@@ -42,6 +42,7 @@ class Simulation:
         self._arrival_s = workload.arrival_s.tolist() + [math.inf]
         self.concurrency = getattr(workload, "closed_loop_concurrency", None)
         self.in_flight = 0
+        self._ran = False
         self._slot = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
@@ -128,7 +129,13 @@ class Simulation:
         return None
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
+        """Simulate (to `until`, or until every request is done) and collect the results; once."""
+        require(not self._ran, "Simulation.run", until, "a Simulation runs once; build a new one to run again")
+        self._ran = True
         self.env.run(until=until)
+        if until is not None:
+            for r in self.replicas:
+                r.stop_at(until)
         if self.replicas[0].pull is not None:
             self.arrive_until(self.env.now if until is not None else math.inf)
         for r in self.replicas:
@@ -155,6 +162,8 @@ class Simulation:
 
     def accounted(self) -> bool:
         """Every arrived request is finished, running, waiting or rejected."""
+        if self.replicas[0].pull is not None:
+            self.arrive_until(self.env.now)
         where = {}
         for rep in self.replicas:
             for r in rep.state.all_running():
