@@ -128,7 +128,6 @@ class CostModel:
         self._decode_memory_bound = (not self.quadrature and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
-        self._lone: dict = {}
         self._decode_attention = np.empty(0)
         self._fixed_uses_seqs = self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
         ring = 2 * (tp - 1) / tp
@@ -243,20 +242,9 @@ class CostModel:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
         if len(q_lens) > 48:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
-        lone = len(q_lens) == 1 and not decodes   # one sequence alone, as a request on an idle replica: memoized
-        if lone:
-            key = (q_lens[0], kv_lens[0])
-            t = self._lone.get(key)
-            if t is not None:
-                return t
         rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
-        t = self._fixed_part(rows, len(q_lens) + decodes) + self._attention_time(float(pairs), float(pkv),
-                                                                                float(dpairs), float(dkv))
-        if lone:
-            if len(self._lone) >= 1 << 17:
-                self._lone.clear()
-            self._lone[key] = t
-        return t
+        return self._fixed_part(rows, len(q_lens) + decodes) + self._attention_time(float(pairs), float(pkv),
+                                                                                   float(dpairs), float(dkv))
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
