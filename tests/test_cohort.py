@@ -137,9 +137,10 @@ def test_outstanding_is_arrived_and_not_finished(replicas, ff):
     assert [k for _, k in samples] == truth and max(truth) > 5
 
 
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
 @pytest.mark.parametrize("replicas", [1, 3])
 @pytest.mark.parametrize("until", [3.3, 9.71, 16.0])
-def test_stopping_mid_run_reports_what_stepping_does(replicas, until):
+def test_stopping_mid_run_reports_what_stepping_does(policy, replicas, until):
     """`run(until=t)` with a fast-forward run in flight applies the steps that ended before t:
     tokens, first tokens, finishes and max ITL as stepping reports them at t."""
     from experiments.engines import build_cluster
@@ -148,13 +149,13 @@ def test_stopping_mid_run_reports_what_stepping_does(replicas, until):
     wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 3000, n), rng.integers(20, 300, n))
     frames = []
     for ff in (True, False):
-        engines, route, max_len = build_cluster("vllm", MODEL, HW, 1, {}, replicas, "least_outstanding")
+        engines, route, max_len = build_cluster(policy, MODEL, HW, 1, {}, replicas, "least_outstanding")
         sim = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len)
         frames.append(sim.run(until=until).requests)
         assert sim.accounted()
     cols = ["num_output_tokens", "first_token_s", "finish_s", "max_itl_s", "first_scheduled_s"]
     a, b = frames
-    assert len(a) == len(b) > 0 and a.num_output_tokens.sum() > 100
+    assert len(a) == len(b) > 0 and a.num_output_tokens.sum() > 40
     assert a[cols].equals(b[cols])
 
 
