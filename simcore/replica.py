@@ -27,6 +27,7 @@ from policies.base import Plan, SchedulerState
 
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
+from .invariants import check_replica
 from .runs import RunPlanning, steps_started
 
 
@@ -123,7 +124,7 @@ class Replica(RunPlanning):
             if state.looked_up:
                 state.settle_lookups()
             if self.checking:
-                self.check(plan)
+                check_replica(self, plan)
             if not plan:
                 if not plan.preempted:     # everyone running preempted: plan again at once, from the queue
                     yield from self._wait_for_work()
@@ -275,31 +276,6 @@ class Replica(RunPlanning):
             self.iteration_log.append((self.index, start, float(ends[0]), 1, plan))
             start, steps, plan = float(ends[0]), steps - 1, Plan([(r, 1) for r, _ in plan.items])
         self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
-
-    def check(self, plan: Plan) -> None:
-        """Conservation invariants, run every step in tests."""
-        s = self.state
-        pool, c = s.pool, s.cohort
-        cohort_held = 0
-        if c is not None and c.members:
-            assert plan.cohort == c.n, "a step left part of the cohort out"
-            assert c.kv == sum(c.current(r) for r in c.members)
-            cohort_held = sum(pool.blocks_held(r, c.current(r) + 1) for r in c.members)
-            assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
-        cached = pool.cache.cached_blocks if pool.cache else 0
-        assert 0 <= pool.used <= pool.total
-        assert pool.used == sum(r.num_blocks for r in s.running) + cohort_held + cached, "KV blocks leaked"
-        assert all(r.num_blocks == 0 for r in s.waiting)
-        assert self._outstanding == len(self.inbox) + len(s.waiting) + s.num_running
-        assert len({id(r) for r in s.running}) == len(s.running)
-        assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
-        for r, n in plan.items:
-            assert n > 0 and r.num_computed_tokens + n <= r.num_tokens
-            assert (r.num_blocks + s.pool.shared(r)) * s.pool.block_size >= r.num_computed_tokens + n
-        for r in s.running:
-            r.check()
-        if hasattr(self.policy, "check"):
-            self.policy.check(plan, s)
 
 
 def outstanding_counts(replicas) -> list[int]:

@@ -1,0 +1,28 @@
+"""Conservation invariants of a replica, asserted after every plan when a Simulation runs with
+check=True (the tests do): KV blocks, queue membership, token counts, the cohort's sums."""
+from __future__ import annotations
+
+
+def check_replica(replica, plan) -> None:
+    s = replica.state
+    pool, c = s.pool, s.cohort
+    cohort_held = 0
+    if c is not None and c.members:
+        assert plan.cohort == c.n, "a step left part of the cohort out"
+        assert c.kv == sum(c.current(r) for r in c.members)
+        cohort_held = sum(pool.blocks_held(r, c.current(r) + 1) for r in c.members)
+        assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
+    cached = pool.cache.cached_blocks if pool.cache else 0
+    assert 0 <= pool.used <= pool.total
+    assert pool.used == sum(r.num_blocks for r in s.running) + cohort_held + cached, "KV blocks leaked"
+    assert all(r.num_blocks == 0 for r in s.waiting)
+    assert replica._outstanding == len(replica.inbox) + len(s.waiting) + s.num_running
+    assert len({id(r) for r in s.running}) == len(s.running)
+    assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
+    for r, n in plan.items:
+        assert n > 0 and r.num_computed_tokens + n <= r.num_tokens
+        assert (r.num_blocks + s.pool.shared(r)) * s.pool.block_size >= r.num_computed_tokens + n
+    for r in s.running:
+        r.check()
+    if hasattr(replica.policy, "check"):
+        replica.policy.check(plan, s)
