@@ -1,0 +1,112 @@
+"""Runs of decode-only passes priced in one call (mixed into CostModel): the simulator's hot path.
+
+A decode-only pass of n sequences costs the fixed part of n rows plus an attention part that
+depends on Σ(kv + 1) alone. Each method here repeats exactly the float operations ``time``
+would make on each pass, in the same order, so a run's durations and end times are the bits
+stepping would get (tests/test_costmodel.py checks every variant against ``time``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
+
+
+class DecodeRuns:
+    """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
+
+    def decode_run_list(self, n: int, decode_kv0: float, steps: int) -> list[float]:
+        """``decode_run`` in plain floats, the same operations in the same order (so bit-identical):
+        cheaper than numpy's per-call overhead for short runs."""
+        hw = self.hw
+        ac, kc, pi, beta = self.attn_coef, self.kv_coef, hw.pi_attention, hw.beta_attention
+        floor, over, fixed = self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        if self._decode_memory_bound:
+            return [max(x * kc / beta, floor) + over + fixed for x in (decode_kv0 + n * j for j in range(steps))]
+        out = []
+        for j in range(steps):
+            x = decode_kv0 + n * j
+            a, m = ac * x / pi, x * kc / beta
+            t = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
+            out.append((t if t >= floor else floor) + over + fixed)
+        return out
+
+    def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
+        """End times of the steps of ``decode_run_list`` started at t: t + d₀, (t + d₀) + d₁, …
+        (the same operations, fused into one loop: the replica's hottest path). With `stop`, only
+        the steps that start before it (the first always does)."""
+        hw = self.hw
+        kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        out = []
+        x = decode_kv0   # kv0 + n·j, exact: integers
+        if self._decode_memory_bound and not floor and not over:   # max(m, 0) + 0 is m, to the bit
+            for _ in range(steps):
+                t += x * kc / beta + fixed
+                out.append(t)
+                if t >= stop:
+                    break
+                x += n
+            return out
+        if self._decode_memory_bound:
+            for _ in range(steps):
+                m = x * kc / beta
+                t += (m if m >= floor else floor) + over + fixed
+                out.append(t)
+                if t >= stop:
+                    break
+                x += n
+            return out
+        ac, pi = self.attn_coef, hw.pi_attention
+        for j in range(steps):
+            x = decode_kv0 + n * j
+            a, m = ac * x / pi, x * kc / beta
+            d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
+            t += (d if d >= floor else floor) + over + fixed
+            out.append(t)
+            if t >= stop:
+                break
+        return out
+
+    def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
+        """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
+        Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn: the
+        attention part of a decode-only pass depends on Σ(kv + 1) alone, so it is read from a table
+        (a strided view; beyond the table's cap it is computed the same way) and the fixed part of
+        n sequences added."""
+        lo = int(decode_kv0)
+        hi = lo + n * steps
+        if hi > DECODE_TABLE_CAP:
+            return self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
+        table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+        return table[lo:hi:n] + self._fixed_part(n, n)
+
+    def _grow_decode_attention(self, hi: int) -> np.ndarray:
+        """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""
+        size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)
+        self._decode_attention = self._decode_attention_of(np.arange(size, dtype=np.float64))
+        return self._decode_attention
+
+    def _decode_attention_of(self, x: np.ndarray) -> np.ndarray:
+        """The attention time of decode-only passes with Σ(kv + 1) = x, priced as ``_attention_time``
+        does (x is overwritten)."""
+        hw = self.hw
+        if self._decode_memory_bound:
+            x *= self.kv_coef
+            x /= hw.beta_attention
+            t = x
+        else:
+            a = self.attn_coef * x
+            a /= hw.pi_attention
+            m = x
+            m *= self.kv_coef
+            m /= hw.beta_attention
+            if self.quadrature:
+                a = np.sqrt(a * a + m * m)
+            else:
+                np.maximum(a, m, out=a)
+            t = a
+        np.maximum(t, self.floor_attn, out=t)
+        t += self.over_layers
+        return t
