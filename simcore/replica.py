@@ -42,7 +42,7 @@ class Replica(RunPlanning):
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
-        self._leaving: list = []   # (steps, member): cohort members whose last step in this run is steps - 1
+        self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
@@ -168,6 +168,7 @@ class Replica(RunPlanning):
         s, itl = self.state, self.itl
         pool, c = s.pool, s.cohort
         inner, inner_max, done = None, 0.0, ()
+        left_at = {req: f for f, req in self._leaving if req.cohort_tick < 0} if self._leaving else None   # planned, leaving early
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
             inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
@@ -192,17 +193,21 @@ class Replica(RunPlanning):
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 continue
+            mine, top = steps, inner_max    # steps this request takes part in, its largest inner gap
+            if left_at and req in left_at:
+                mine = left_at[req]
+                top = _max(inner[:mine - 1]) if mine > 1 else 0.0
             if req.first_token_s is None:
                 req.first_token_s = first
-                if inner_max > req.max_itl_s:
-                    req.max_itl_s = inner_max
+                if top > req.max_itl_s:
+                    req.max_itl_s = top
             else:
                 gap = first - req.last_token_s
                 gaps.append(gap)
-                req.max_itl_s = max(req.max_itl_s, gap, inner_max)
-            req.num_computed_tokens += steps - 1
-            req.num_output_tokens += steps
-            req.last_token_s = last
+                req.max_itl_s = max(req.max_itl_s, gap, top)
+            req.num_computed_tokens += mine - 1
+            req.num_output_tokens += mine
+            req.last_token_s = last if mine == steps else float(ends[mine - 1])
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
             if steps > 1:
@@ -228,10 +233,10 @@ class Replica(RunPlanning):
             self.on_finish(req)
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int) -> tuple[list, float]:
-        """The cohort through a folded run, segment by segment between the steps where members left:
-        each segment's gaps count once per member present and per rider (a planned request in every
-        step), and its largest gap goes to the members' max ITL. Returns the members that finished
-        and the run's largest inner gap."""
+        """The cohort through a folded run, segment by segment between the steps where members or
+        riders (planned requests) left: each segment's gaps count once per member and rider
+        present, and its largest gap goes to the members' max ITL. Returns the members that
+        finished and the run's largest inner gap."""
         c, pool, itl = self.state.cohort, self.state.pool, self.itl
         leaving, self._leaving = self._leaving, []
         done, s0, i, inner_max = [], 0, 0, 0.0
@@ -250,7 +255,11 @@ class Replica(RunPlanning):
             pool.used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
             group = []
             while i < len(leaving) and leaving[i][0] == f:
-                group.append(leaving[i][1])
+                req = leaving[i][1]
+                if req.cohort_tick >= 0:
+                    group.append(req)
+                else:
+                    riders -= 1
                 i += 1
             done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f

@@ -34,11 +34,11 @@ class RunPlanning:
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
-        k, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, False)
-        fold = False
-        if nc and k > 1:
+        k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
+        first_finish, fold = k, False
+        if nc and k:
             fold = self.fold and not self.state.waiting
-            k = min(k, c.steps_to_empty() if fold else c.steps_to_finish())
+            k = max(c.steps_to_empty(), longest) if fold else min(k, c.steps_to_finish())
         stop = self.next_arrival() if self.pull is not None else math.inf
         if k > SHORT_RUN and stop < math.inf:   # only steps that start before the arrival run (a shorter run is as exact)
             k = min(k, SHORT_RUN + 2 * int((stop - start) / self._step_estimate))
@@ -55,28 +55,31 @@ class RunPlanning:
                 return [start + first]
         n = len(items) + nc
         kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
-        if fold and c.steps_to_finish() < k:
-            return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k)
+        if fold and min(c.steps_to_finish(), first_finish) < k:
+            return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k, items)
         if decodes:
             return self._decode_ends(start, n, kv, k, stop)
         t = start + first
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
-    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int):
+    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int, items):
         """A run of at most k steps (for a sole replica, only those that start before its next
-        arrival) through which cohort members finish: the batch shrinks at each finish. Only with
-        nobody waiting, where a finish changes nothing but the batch until the run's end. The
-        leavers are taken off the finish heap here and kept, with the step they leave after, for
-        ``_apply``."""
+        arrival) through which cohort members and planned requests finish: the batch shrinks at
+        each finish. Only with nobody waiting, where a finish changes nothing but the batch until
+        the run's end. The leavers (members taken off the finish heap, planned requests) are kept
+        with the step they leave after, for ``_apply``."""
         c = self.state.cohort
         arrival = self.next_arrival() if self.pull is not None else math.inf
+        # planned requests by the step they leave after; Σ(kv + 1) of one at step j ≥ 1 is base + j
+        riders = sorted((r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items)
+        i = 0
         ends, arrays, t, pos = [], [], start, 0   # arrays: long pieces, concatenated after `ends` at the end
         if first is not None:
             t, pos = start + first, 1
             ends.append(t)
         leaving = self._leaving
         while pos < k and n > 0 and t < arrival:
-            f = min(c.steps_to_finish() if c.finish else k, k)
+            f = min(c.steps_to_finish() if c.finish else k, riders[i][0] if i < len(riders) else k, k)
             seg = f - pos
             if seg > 0:
                 e = self._decode_ends(t, n, kv, seg, arrival)
@@ -92,6 +95,12 @@ class RunPlanning:
                     leaving.append((pos, req))
                     n -= 1
                     kv -= c.current(req) + pos + 1
+                while i < len(riders) and riders[i][0] == pos:
+                    _, _, base, req = riders[i]
+                    leaving.append((pos, req))
+                    n -= 1
+                    kv -= base + pos
+                    i += 1
         return np.concatenate([ends] + arrays) if arrays else ends
 
     def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
@@ -120,25 +129,30 @@ class RunPlanning:
         return e[:steps_started(e, stop)] if e[-2] >= stop else e
 
     def _keep_leavers(self, steps: int) -> None:
-        """The run was cut to `steps`: members that would have left later stay on the finish heap."""
+        """The run was cut to `steps`: members that would have left later stay on the finish heap
+        (planned requests that would have left later simply have not)."""
         leaving = self._leaving
         while leaving and leaving[-1][0] > steps:
-            self.state.cohort.put_back(leaving.pop()[1])
+            req = leaving.pop()[1]
+            if req.cohort_tick >= 0:
+                self.state.cohort.put_back(req)
 
     @staticmethod
-    def _run_length(items) -> tuple[int, bool]:
-        """(steps until the first finish, whether all are decodes now) if every item catches up and samples
-        in the first step; (0, False) if one is still prefilling after it."""
-        k, decodes = 1 << 62, True
+    def _run_length(items) -> tuple[int, int, bool]:
+        """(steps until the first finish, until the last, whether all are decodes now) if every item
+        catches up and samples in the first step; (0, 0, False) if one is still prefilling after it."""
+        k, longest, decodes = 1 << 62, 0, True
         for r, q in items:
             if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
-                return 0, False
+                return 0, 0, False
             if q != 1:
                 decodes = False
             left = r.output_len - r.num_output_tokens
             if left < k:
                 k = left
-        return k, decodes
+            if left > longest:
+                longest = left
+        return k, longest, decodes
 
     def _kv_limited(self, items, k: int, cohort: int) -> int:
         """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
