@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import reference_loop_ms   # beside this script
+from machine import reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from simcore.simulation import Simulation, fixed_workload
@@ -48,13 +48,14 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=20_000)
     args = ap.parse_args()
     wl, real = day(args.num_requests)
+    before = reference_s()
     res, wall = simulate(wl, args.replicas, True)
     s = res.summary
     print(f"{args.num_requests:,} requests ({'Azure conv lengths' if real else 'fixture lengths'}), {args.replicas} replicas: "
           f"wall {wall:.1f} s, {args.num_requests / wall:,.0f} simulated req/s, {s['num_iterations']:,} iterations, "
           f"completed {s['completed']:,}, p99 TTFT {s['p99_ttft_ms']:.0f} ms, p99 ITL {s['p99_itl_ms']:.1f} ms, "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    print(f"machine now: reference loop {reference_loop_ms():.0f} ms (benchmarks/machine.py; wall times scale with it)")
+    print(f"machine: reference {before:.2f} s before, {reference_s():.2f} s after (benchmarks/machine.py; wall times scale with it)")
     sample, _ = day(args.sample, seed=1)
     a, ta = simulate(sample, args.replicas, True)
     b, tb = simulate(sample, args.replicas, False)

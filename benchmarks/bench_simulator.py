@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from machine import reference_loop_ms   # beside this script
+from machine import reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.simulation import Simulation, fixed_workload
@@ -56,7 +56,7 @@ def main() -> None:
               f"{s['num_iterations']:,} iterations  p99 ITL {s['p99_itl_ms']:.1f} ms  p99 TTFT {s['p99_ttft_ms']:.0f} ms")
     print(f"fast-forward speed-up over stepping, same run: {walls[False] / walls[True]:.1f}x")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    print(f"machine now: reference loop {reference_loop_ms():.0f} ms (benchmarks/machine.py; wall times scale with it)")
+    print(f"machine now: reference {reference_s():.2f} s (benchmarks/machine.py; wall times scale with it)")
 
 
 if __name__ == "__main__":

@@ -1,29 +1,28 @@
-"""How fast this machine runs plain Python right now: shared cloud machines drift by a third or
-more between minutes, so the benchmarks print this beside their wall times (a slow figure here
-means a slow machine, not a slower simulator)."""
+"""How fast this machine runs the simulator right now: shared cloud machines drift by a third or
+more between minutes, so the benchmarks print this beside their wall times. It times a small
+fixed simulation stepped one event per iteration (the same kind of Python work as a benchmark,
+none of its fast paths); compare wall times across runs in units of it."""
 from __future__ import annotations
 
 import time
 
+import numpy as np
 
-def reference_loop_ms(repeats: int = 5) -> float:
-    """Best of `repeats` timings of a fixed mix of the work a simulator does: calls, attribute and
-    dict access, float arithmetic, list appends (about 30 ms on a 2024 laptop core)."""
-    class Box:
-        __slots__ = ("x",)
+from costmodel import load_hardware, load_model
+from experiments.engines import build_engine
+from simcore.simulation import Simulation, fixed_workload
 
-        def __init__(self):
-            self.x = 0.0
 
-    def step(box, table, i):
-        box.x += table.get(i & 255, 1.0) * 1.0000001
-        return box.x
-
+def reference_s(repeats: int = 5) -> float:
+    """Best of `repeats` wall times of 300 fixed Poisson requests through one vLLM H100 replica,
+    stepped (about 0.3 s when this 2-core VM is at its fastest)."""
+    rng = np.random.default_rng(0)
+    wl = fixed_workload(np.cumsum(rng.exponential(0.25, 300)), rng.integers(100, 4000, 300), rng.integers(10, 400, 300))
+    model, hw = load_model("llama-3.1-8b"), load_hardware("h100")
     best = float("inf")
     for _ in range(repeats):
-        box, table, out = Box(), {i: float(i) for i in range(256)}, []
+        sched, pool, cm, max_len = build_engine("vllm", model, hw, 1, {})
         t0 = time.perf_counter()
-        for i in range(200_000):
-            out.append(step(box, table, i))
+        Simulation([(sched, pool, cm)], wl, fast_forward=False, max_model_len=max_len).run()
         best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+    return best
