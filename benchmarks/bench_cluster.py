@@ -4,7 +4,7 @@ traces are absent), Llama-3.1-8B on 16 H100 replicas behind least-outstanding ro
 Prints wall time, simulated requests/s and peak RSS; then checks fast-forward against step mode
 on a sample.
 
-    python benchmarks/bench_cluster.py [--num-requests 1000000] [--replicas 16] [--sample 20000]
+    python benchmarks/bench_cluster.py [--num-requests 1000000] [--replicas 16] [--sample 20000] [--repeat 1]
 """
 from __future__ import annotations
 
@@ -46,10 +46,17 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=1_000_000)
     ap.add_argument("--replicas", type=int, default=16)
     ap.add_argument("--sample", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the day; the best wall time is reported (noisy machines)")
     args = ap.parse_args()
     wl, real = day(args.num_requests)
     before = reference_s()
-    res, wall = simulate(wl, args.replicas, True)
+    walls = []
+    for _ in range(max(1, args.repeat)):
+        res, wall = simulate(wl, args.replicas, True)
+        walls.append(wall)
+    wall = min(walls)
+    if len(walls) > 1:
+        print("wall times of the runs: " + ", ".join(f"{w:.1f} s" for w in walls))
     s = res.summary
     print(f"{args.num_requests:,} requests ({'Azure conv lengths' if real else 'fixture lengths'}), {args.replicas} replicas: "
           f"wall {wall:.1f} s, {args.num_requests / wall:,.0f} simulated req/s, {s['num_iterations']:,} iterations, "
