@@ -52,6 +52,7 @@ def main() -> None:
     before = reference_s()
     walls = []
     for _ in range(max(1, args.repeat)):
+        res = None   # one day's results in memory at a time: peak RSS stays that of one run
         res, wall = simulate(wl, args.replicas, True)
         walls.append(wall)
     wall = min(walls)
