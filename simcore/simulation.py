@@ -43,6 +43,7 @@ class Simulation:
         self.concurrency = getattr(workload, "closed_loop_concurrency", None)
         self.in_flight = 0
         self._ran = False
+        self._arriving = False
         self._slot = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
@@ -102,11 +103,16 @@ class Simulation:
         """Open loop: every request stamped ≤ t arrives now. One replica calls this before each
         plan, so an arrival costs no event of its own (a request stamped t joins the batch planned
         at t); in front of several, the arrival timeouts do (stamped with the clock, as the closed
-        loop's process does)."""
+        loop's process does). Not re-entered: a router reading a sole replica's load while one of
+        these arrivals is being routed would otherwise collect, and route, arrivals again."""
+        if self._arriving:
+            return
+        self._arriving = True
         arrival_s, n, pulled = self._arrival_s, self._n, self.replicas[0].pull is not None
         while self._next < n and arrival_s[self._next] <= t:
             self._arrive(self._next, arrival_s[self._next] if pulled else self.env.now)
             self._next += 1
+        self._arriving = False
 
     def _arrive(self, i: int, now: float) -> None:
         hashes = self._hashes

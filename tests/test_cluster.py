@@ -72,6 +72,19 @@ def test_cluster_fast_forward_is_exact(llama8b, h100, router, policy):
         assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float)), col
 
 
+@pytest.mark.parametrize("router", ["least_outstanding", "prefix_affinity", "round_robin"])
+def test_one_replica_behind_a_router(llama8b, h100, router):
+    """A sole replica collects its own arrivals, and reading its load does too: a router reading
+    it while an arrival is being routed must not collect (and route) arrivals again."""
+    rng = np.random.default_rng(5)
+    n = 400
+    wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 3000, n), rng.integers(20, 300, n),
+                  block_hashes=[tuple(range(i % 3 * 100, i % 3 * 100 + 8)) for i in range(n)], block_tokens=16)
+    engines, route, max_len = build_cluster("vllm", llama8b, h100, 1, {}, 1, router)
+    res = Simulation(engines, wl, router=route, max_model_len=max_len).run()
+    assert sorted(res.requests.rid) == list(range(n)) and res.summary["completed"] == n
+
+
 @pytest.mark.parametrize("name,tp", [("qwen3-30b-a3b", 2), ("mixtral-8x7b", 4)])
 def test_moe_cluster_end_to_end(h100, name, tp):
     m = load_model(name)
