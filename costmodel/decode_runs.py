@@ -17,38 +17,15 @@ DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 M
 class DecodeRuns:
     """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
 
-    def decode_run_list(self, n: int, decode_kv0: float, steps: int) -> list[float]:
-        """``decode_run`` in plain floats, the same operations in the same order (so bit-identical):
-        cheaper than numpy's per-call overhead for short runs."""
-        hw = self.hw
-        ac, kc, pi, beta = self.attn_coef, self.kv_coef, hw.pi_attention, hw.beta_attention
-        floor, over, fixed = self.floor_attn, self.over_layers, self._fixed_part(n, n)
-        if self._decode_memory_bound:
-            return [max(x * kc / beta, floor) + over + fixed for x in (decode_kv0 + n * j for j in range(steps))]
-        out = []
-        for j in range(steps):
-            x = decode_kv0 + n * j
-            a, m = ac * x / pi, x * kc / beta
-            t = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
-            out.append((t if t >= floor else floor) + over + fixed)
-        return out
-
     def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
-        """End times of the steps of ``decode_run_list`` started at t: t + d₀, (t + d₀) + d₁, …
-        (the same operations, fused into one loop: the replica's hottest path). With `stop`, only
-        the steps that start before it (the first always does)."""
+        """End times of the steps of ``decode_run`` started at t: t + d₀, (t + d₀) + d₁, … in plain
+        floats, the same operations in the same order (so bit-identical), cheaper than numpy's
+        per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
+        that start before it (the first always does)."""
         hw = self.hw
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
         out = []
         x = decode_kv0   # kv0 + n·j, exact: integers
-        if self._decode_memory_bound and not floor and not over:   # max(m, 0) + 0 is m, to the bit
-            for _ in range(steps):
-                t += x * kc / beta + fixed
-                out.append(t)
-                if t >= stop:
-                    break
-                x += n
-            return out
         if self._decode_memory_bound:
             for _ in range(steps):
                 m = x * kc / beta
@@ -59,14 +36,14 @@ class DecodeRuns:
                 x += n
             return out
         ac, pi = self.attn_coef, hw.pi_attention
-        for j in range(steps):
-            x = decode_kv0 + n * j
+        for _ in range(steps):
             a, m = ac * x / pi, x * kc / beta
             d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
             t += (d if d >= floor else floor) + over + fixed
             out.append(t)
             if t >= stop:
                 break
+            x += n
         return out
 
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:

@@ -95,8 +95,7 @@ class VLLMScheduler(PolicyHooks):
             num_running = s.num_running
             while waiting and budget > 0 and num_running < cfg.max_num_seqs:
                 req = waiting[0]
-                if pool.cache is not None:
-                    s.lookup(req)
+                s.lookup(req)
                 n = self._clamp(req, 1 << 62)
                 if not cfg.enable_chunked_prefill and n > budget:
                     break

@@ -50,9 +50,8 @@ class BlockPool:
         return self.blocks_held(req, tokens) - req.num_blocks
 
     def grow(self, req, tokens: int) -> bool:
-        """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free
-        (``blocks_missing``, inlined: every admission and growth comes here)."""
-        need = -(-tokens // self.block_size) - req.num_blocks - (self.cache.shared_blocks(req) if self.cache else 0)
+        """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""
+        need = self.blocks_missing(req, tokens)
         if need <= 0:
             return True
         free = self.total - self.used

@@ -130,7 +130,7 @@ class Simulation:
         if self.max_model_len and total > self.max_model_len:
             return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
         pool = replica.state.pool
-        if total > pool.total * pool.block_size:
+        if pool.blocks_for(total) > pool.total:
             return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
         return None
 

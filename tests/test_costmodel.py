@@ -177,7 +177,8 @@ def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
     for n, kv0, steps in [(1, 17, 70), (13, 13 * 40000 + 5, 30), (200, 200 * 900, 9), (300, 300 * 20000, 12)]:   # the last past the table
         step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
         assert np.array_equal(cm.decode_run(n, float(kv0), steps), np.array(step))
-        assert cm.decode_run_list(n, float(kv0), steps) == step
+        ends = [sum(step[:j + 1], 5.0) for j in range(steps)]   # stepping's clock, one addition per step
+        assert cm.decode_ends_list(n, float(kv0), steps, 5.0) == ends
 
 
 @pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"},
