@@ -79,8 +79,8 @@ class DecodeCohort:
 
     def new_blocks(self, start_tick: int, steps: int) -> int:
         """Blocks the members need for `steps` steps starting at `start_tick`."""
-        if steps <= 1:
-            return self._due[start_tick % self.bs] if steps == 1 else 0
+        if steps <= 0:
+            return 0
         full, rem = divmod(steps, self.bs)
         if not rem:
             return full * len(self.members)
