@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import reference_s   # beside this script
+from machine import one_core, reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from simcore.simulation import Simulation, fixed_workload
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=1, help="runs of the day; the best wall time is reported (noisy machines)")
     args = ap.parse_args()
+    print(f"one core: {one_core()}")
     wl, real = day(args.num_requests)
     before = reference_s()
     walls = []

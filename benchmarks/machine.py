@@ -4,6 +4,7 @@ fixed simulation stepped one event per iteration (the same kind of Python work a
 none of its fast paths); compare wall times across runs in units of it."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -15,7 +16,7 @@ from simcore.simulation import Simulation, fixed_workload
 
 def reference_s(repeats: int = 5) -> float:
     """Best of `repeats` wall times of 300 fixed Poisson requests through one vLLM H100 replica,
-    stepped (about 0.3 s when this 2-core VM is at its fastest)."""
+    stepped (0.10 s on the fastest machine seen here, 0.18-0.29 s on slower ones)."""
     rng = np.random.default_rng(0)
     wl = fixed_workload(np.cumsum(rng.exponential(0.25, 300)), rng.integers(100, 4000, 300), rng.integers(10, 400, 300))
     model, hw = load_model("llama-3.1-8b"), load_hardware("h100")
@@ -26,3 +27,13 @@ def reference_s(repeats: int = 5) -> float:
         Simulation([(sched, pool, cm)], wl, fast_forward=False, max_model_len=max_len).run()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def one_core() -> str:
+    """Pin this process to one CPU, so that a figure "on one core" is measured on one core: a second
+    core would otherwise take numpy's helper threads. Returns what was done, for the report."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned (this OS has no sched_setaffinity)"
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return f"pinned to CPU {cpu}"

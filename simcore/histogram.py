@@ -76,7 +76,10 @@ class LogHistogram:
         self._pending = 0
 
     def _bin(self, v: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Count values v (a fresh array, overwritten), each with weight w (None: 1)."""
+        """Count values v (a fresh array, overwritten), each with weight w (None: 1).
+
+        The weighted total is numpy's own sum, not a BLAS dot: OpenBLAS threads a long dot, which
+        spins a second core and makes the last bits depend on the thread count."""
         self._max = max(self._max, float(v.max()))
         if w is None:
             self._count += len(v)
@@ -84,7 +87,7 @@ class LogHistogram:
             self._counts += np.bincount(self._index(v), minlength=self.nbins)
         else:
             self._count += int(w.sum())
-            self._total += float(v @ w)
+            self._total += float(np.multiply(v, w).sum())
             self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
 
     @property
