@@ -16,7 +16,7 @@ class SchedulerState:
     pool: BlockPool
     waiting: deque = field(default_factory=deque)    # arrived, holding no KV
     running: list = field(default_factory=list)      # holding KV: prefilling or decoding (outside the cohort)
-    cohort: DecodeCohort | None = None               # running decodes advanced as a group (vLLM policy only)
+    cohort: DecodeCohort | None = None               # running decodes advanced as a group (policies with lazy_decodes)
     admitted: int = 0
     looked_up: list = field(default_factory=list)
 
@@ -37,6 +37,26 @@ class SchedulerState:
             return
         members = c.dissolve(lambda r: self.pool.blocks_held(r, r.num_computed_tokens))
         self.running[:] = sorted(self.running + members, key=lambda r: r.seq)
+
+    def cohort_rides(self, wants, budget: int) -> int:
+        """Cohort members in the next step, one token each: all of them when every running request
+        gets all it `wants(req)` this step and the blocks are free without evicting (then queue order
+        cannot matter; the members' blocks are taken here), else none and the cohort dissolves back
+        into the running queue for the caller to walk in order."""
+        c, pool = self.cohort, self.pool
+        if c is None or not c.members:
+            return 0
+        cohort_blocks = c.new_blocks(c.tick, 1)
+        tokens, blocks = c.n, cohort_blocks
+        for req in self.running:
+            n = wants(req)
+            tokens += n
+            blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
+        if tokens > budget or blocks > pool.free:
+            self.dissolve_cohort()
+            return 0
+        pool.used += cohort_blocks
+        return c.n
 
     def head_blocked(self, new_tokens) -> bool:
         """Whether the queue head, looked up as the next schedule() would, lacks the KV blocks for

@@ -29,11 +29,14 @@ class NoChunkConfig:
 
 
 class NoChunkScheduler(PolicyHooks):
+    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+
     def __init__(self, cfg: NoChunkConfig):
         self.cfg = cfg
 
     def schedule(self, s: SchedulerState) -> Plan:
         plan = Plan()
+        plan.cohort = s.cohort_rides(_remaining, 1 << 62)
         i = 0
         while i < len(s.running):
             req = s.running[i]
@@ -49,29 +52,35 @@ class NoChunkScheduler(PolicyHooks):
             i += 1
         cap = self.cfg.max_num_batched_tokens or (1 << 62)
         used = plan.num_tokens
-        while not plan.preempted and s.waiting and len(s.running) < self.cfg.max_num_seqs:
+        num_running = s.num_running
+        while not plan.preempted and s.waiting and num_running < self.cfg.max_num_seqs:
             req = s.waiting[0]
             s.lookup(req)
             n = req.remaining_tokens
-            if plan.items and used + n > cap:
+            if plan and used + n > cap:
                 break
             if not s.pool.grow(req, req.num_computed_tokens + n):
                 break
             s.waiting.popleft()
-            s.running.append(req)
+            s.admit(req)
             plan.items.append((req, n))
             used += n
+            num_running += 1
         return plan
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
-        if not s.waiting or len(s.running) >= self.cfg.max_num_seqs:
+        if not s.waiting or s.num_running >= self.cfg.max_num_seqs:
             return True
         return s.head_blocked(lambda head: head.num_tokens - head.num_computed_tokens)
 
     def check(self, plan, s) -> None:
         assert all(n == r.remaining_tokens for r, n in plan.items), "a prompt was split"
-        assert len(s.running) <= self.cfg.max_num_seqs
+        assert s.num_running <= self.cfg.max_num_seqs
 
     @property
     def prefix_caching(self) -> bool:
         return self.cfg.enable_prefix_caching
+
+
+def _remaining(req) -> int:
+    return req.remaining_tokens

@@ -70,12 +70,8 @@ class VLLMScheduler(PolicyHooks):
 
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
-        if s.cohort is not None and s.cohort.members:
-            if self._cohort_fits(s, budget):
-                plan.cohort = s.cohort.n
-                budget -= plan.cohort
-            else:
-                s.dissolve_cohort()
+        plan.cohort = s.cohort_rides(self._wants, budget)
+        budget -= plan.cohort
         scheduled = {}
         i = 0
         while i < len(s.running) and budget > 0:
@@ -110,21 +106,8 @@ class VLLMScheduler(PolicyHooks):
         plan.items = list(scheduled.items())
         return plan
 
-    def _cohort_fits(self, s: SchedulerState, budget: int) -> bool:
-        """Every running request gets all it asks for this step, and their blocks are free without
-        evicting: then queue order cannot matter and the cohort steps as a group (its blocks are
-        taken here). Otherwise the caller walks the whole queue in order."""
-        c, pool = s.cohort, s.pool
-        cohort_blocks = c.new_blocks(c.tick, 1)
-        tokens, blocks = c.n, cohort_blocks
-        for req in s.running:
-            n = self._clamp(req, 1 << 62)
-            tokens += n
-            blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
-        if tokens > budget or blocks > pool.free:
-            return False
-        pool.used += cohort_blocks
-        return True
+    def _wants(self, req) -> int:
+        return self._clamp(req, 1 << 62)
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,

@@ -9,7 +9,7 @@ pulls every request stamped up to the plan's start, and when idle it sleeps unti
 FAST-FORWARD. Most plans start a run of k steps in one event, exact to the bit against stepping:
 how long a run is and when its steps end is simcore/runs.py.
 
-DECODE COHORT. Under a policy with ``lazy_decodes`` (vLLM), plain decodes leave the running
+DECODE COHORT. Under a policy with ``lazy_decodes`` (vLLM, no chunking), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
 that change) rather than O(batch). `--no-fast-forward` keeps every request explicit, one event
 per step: the reference the tests compare against.

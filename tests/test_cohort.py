@@ -1,4 +1,4 @@
-"""The decode cohort (vLLM policy, fast-forward mode) against one-event-per-step stepping, where
+"""The decode cohort (vLLM and no-chunking policies, fast-forward mode) against one-event-per-step stepping, where
 every request is advanced explicitly: same per-request metrics to the bit, same ITL histogram."""
 import numpy as np
 import pytest
@@ -15,8 +15,8 @@ from workloads.workload import Workload
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 
 
-def run(flags, wl, ff, check=False):
-    sched, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, flags)
+def run(flags, wl, ff, check=False, policy="vllm"):
+    sched, pool, cm, max_len = build_engine(policy, MODEL, HW, 1, flags)
     sim = Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=check, max_model_len=max_len)
     return sim, sim.run()
 
@@ -38,8 +38,21 @@ def workloads(draw):
 def test_cohort_matches_stepping(wl, budget, seqs, thr, blocks, block):
     flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
                  num_gpu_blocks_override=max(blocks // block, 1), block_size=block, max_model_len=8192)
-    sim, a = run(flags, wl, True, check=True)
-    _, b = run(flags, wl, False)
+    assert_matches_stepping("vllm", flags, wl)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=workloads(), cap=st.sampled_from([0, 0, 500, 1500, 3000]), seqs=st.integers(1, 48),
+       blocks=st.integers(300, 4000), block=st.sampled_from([1, 16, 32]), caching=st.booleans())
+def test_nochunk_cohort_matches_stepping(wl, cap, seqs, blocks, block, caching):
+    flags = dict(max_num_batched_tokens=cap, max_num_seqs=seqs, num_gpu_blocks_override=max(blocks // block, 1),
+                 block_size=block, max_model_len=8192, enable_prefix_caching=caching)
+    assert_matches_stepping("nochunk", flags, wl)
+
+
+def assert_matches_stepping(policy, flags, wl):
+    sim, a = run(flags, wl, True, check=True, policy=policy)
+    _, b = run(flags, wl, False, policy=policy)
     assert sim.accounted()
     for col in ("first_token_s", "finish_s", "max_itl_s"):
         x, y = a.requests[col].to_numpy(float), b.requests[col].to_numpy(float)
@@ -50,12 +63,13 @@ def test_cohort_matches_stepping(wl, budget, seqs, thr, blocks, block):
     assert ha.count == hb.count and (ha.counts == hb.counts).all()
 
 
-def test_cohort_carries_the_decodes():
+@pytest.mark.parametrize("policy", ["vllm", "nochunk"])
+def test_cohort_carries_the_decodes(policy):
     """A busy run keeps most decodes in the cohort: far fewer events than steps."""
     rng = np.random.default_rng(2)
     n = 300
     wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(100, 1500, n), rng.integers(50, 300, n))
-    sched, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, {})
+    sched, pool, cm, max_len = build_engine(policy, MODEL, HW, 1, {})
     sim = Simulation([(sched, pool, cm)], wl, max_model_len=max_len)
     rep = sim.replicas[0]
     widths = []
