@@ -24,6 +24,10 @@ class SchedulerState:
     def num_running(self) -> int:
         return len(self.running) + (self.cohort.n if self.cohort is not None else 0)
 
+    @property
+    def num_in_cohort(self) -> int:
+        return self.cohort.n if self.cohort is not None else 0
+
     def admit(self, req: Request) -> None:
         """To the end of the running queue; the stamp keeps queue order across the cohort."""
         self.admitted += 1
@@ -38,17 +42,17 @@ class SchedulerState:
         members = c.dissolve(lambda r: self.pool.blocks_held(r, r.num_computed_tokens))
         self.running[:] = sorted(self.running + members, key=lambda r: r.seq)
 
-    def cohort_rides(self, wants, budget: int) -> int:
-        """Cohort members in the next step, one token each: all of them when every running request
-        gets all it `wants(req)` this step and the blocks are free without evicting (then queue order
-        cannot matter; the members' blocks are taken here), else none and the cohort dissolves back
-        into the running queue for the caller to walk in order."""
+    def cohort_rides(self, wants, budget: int, others=None) -> int:
+        """Cohort members in the next step, one token each: all of them when every other running
+        request (`others`, default all) gets all it `wants(req)` this step and the blocks are free
+        without evicting (then queue order cannot matter; the members' blocks are taken here), else
+        none and the cohort dissolves back into the running queue for the caller to walk in order."""
         c, pool = self.cohort, self.pool
         if c is None or not c.members:
             return 0
         cohort_blocks = c.new_blocks(c.tick, 1)
         tokens, blocks = c.n, cohort_blocks
-        for req in self.running:
+        for req in self.running if others is None else others:
             n = wants(req)
             tokens += n
             blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
@@ -77,6 +81,12 @@ class SchedulerState:
         if cache is not None and req.num_computed_tokens == 0 and req.cache_path is None:
             req.num_computed_tokens = cache.match(req)
             self.looked_up.append(req)
+
+    def unlookup(self, req: Request) -> None:
+        """Undo ``lookup`` for a request that will not be admitted this step."""
+        if req.cache_path is not None:
+            self.pool.cache.unmatch(req)
+            req.num_computed_tokens = 0
 
     def settle_lookups(self) -> None:
         """After a plan: an admitted request's prefix counts as used; a looked-up request that got no
@@ -130,8 +140,15 @@ class Plan:
 class PolicyHooks:
     """What a policy that keeps no state across fast-forwarded steps or finishes inherits."""
 
+    cohort_max_outputs_left = 1 << 62   # a decode joins the cohort only with at most this many outputs left
+
     def on_fast_forward(self, steps: int) -> None:
         pass
 
     def on_finish(self) -> None:
         pass
+
+    @staticmethod
+    def reject_reason(req, pool) -> str | None:
+        """Why this engine would refuse `req` outright, beyond max_model_len and the pool's size."""
+        return None

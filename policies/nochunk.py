@@ -75,6 +75,7 @@ class NoChunkScheduler(PolicyHooks):
 
     def check(self, plan, s) -> None:
         assert all(n == r.remaining_tokens for r, n in plan.items), "a prompt was split"
+        assert plan.cohort == s.num_in_cohort, "the decode cohort sat out a step"
         assert s.num_running <= self.cfg.max_num_seqs
 
     @property

@@ -62,13 +62,22 @@ class _PrefillAdder:
     """schedule_policy.py, PrefillAdder: the budgets of one prefill batch."""
 
     def __init__(self, cfg: SGLangConfig, s: SchedulerState, decoding: list, ratio: float):
-        mixed = len(decoding) if cfg.is_mixed_chunk else 0
+        mixed = len(decoding) + s.num_in_cohort if cfg.is_mixed_chunk else 0
         self.page = cfg.page_size
         self.rem_input = cfg.max_prefill_tokens - mixed
         self.rem_chunk = cfg.chunk - mixed if cfg.chunk is not None else None
-        reserve = sum(min(r.outputs_left, CLIP_MAX_NEW_TOKENS) for r in decoding) * ratio
-        self.rem_total = s.pool.available * s.pool.block_size - reserve - mixed
+        left = sum(min(r.outputs_left, CLIP_MAX_NEW_TOKENS) for r in decoding)
+        if s.num_in_cohort:   # members have at most CLIP_MAX_NEW_TOKENS left (cohort_max_outputs_left)
+            left += s.cohort.outputs_left()
+        self.pool = s.pool
+        self.offset = left * ratio + mixed   # rem_total_token_offset
         self.items, self.new_chunked = [], None
+
+    @property
+    def rem_total(self) -> float:
+        """Free plus evictable KV now, less the offset: read after each lookup, since a matched prefix
+        is pinned and no longer evictable (SGLang checks a request under _lock_node)."""
+        return self.pool.available * self.pool.block_size - self.offset
 
     def add_chunked(self, req) -> bool:
         """Returns True when the request is still truncated (stays the chunked request)."""
@@ -103,7 +112,7 @@ class _PrefillAdder:
 
     def _charge(self, extend: int, max_new: int) -> None:
         extend = _page_up(extend, self.page)
-        self.rem_total -= extend + max_new
+        self.offset += extend + max_new
         self.rem_input -= extend
         if self.rem_chunk is not None:
             self.rem_chunk -= extend
@@ -117,6 +126,9 @@ class _PrefillAdder:
 
 
 class SGLangScheduler:
+    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+    cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
+
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
         self.chunked_req = None
@@ -124,46 +136,61 @@ class SGLangScheduler:
         self.batch_is_full = False
 
     def _decoding(self, s: SchedulerState) -> list:
+        """The running decodes outside the cohort (the chunked request is running but not decoding)."""
         return [r for r in s.running if r is not self.chunked_req]
+
+    def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
+        """Every decode, one token each, that gets its KV block (the cohort as a group when all fit)."""
+        had = s.num_in_cohort
+        plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
+        if had and not plan.cohort:
+            decoding = self._decoding(s)   # the cohort dissolved into the running queue
+        plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
+        return plan
 
     def schedule(self, s: SchedulerState) -> Plan:
         decoding = self._decoding(s)
         plan = self._prefill(s, decoding)
         if plan:
-            if self.cfg.is_mixed_chunk and decoding:
-                plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
+            if self.cfg.is_mixed_chunk and (decoding or s.num_in_cohort):
+                return self._with_decodes(s, plan, decoding)
             return plan
-        if not s.running and not s.waiting:
+        if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         return self._decode(s, decoding)
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         if (self.batch_is_full or not s.waiting) and self.chunked_req is None:
             return Plan()
-        allocatable = self.cfg.max_running_requests - len(decoding)
+        allocatable = self.cfg.max_running_requests - len(decoding) - s.num_in_cohort
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
         adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
-        still_chunked = adder.add_chunked(self.chunked_req) if self.chunked_req is not None else False
+        resumed = self.chunked_req
+        still_chunked = adder.add_chunked(resumed) if resumed is not None else False
         if not still_chunked:
             self.chunked_req = None
-        for req in list(s.waiting):
+        for req in s.waiting:
             if len(adder.items) >= allocatable:
                 self.batch_is_full = True
                 break
             s.lookup(req)
             res = adder.add_one(req)
             if res != "continue":
+                if not adder.items or adder.items[-1][0] is not req:
+                    s.unlookup(req)   # not added: its prefix is not pinned (inc_lock_ref is on add only)
                 self.batch_is_full = res == "no_token"
                 break
         plan = Plan()
         for req, n in adder.items:
             if not s.pool.grow(req, req.num_computed_tokens + n):
+                if req is resumed:   # its last chunk did not fit: it stays the chunked request (never a decode)
+                    self.chunked_req = resumed
                 break
-            if req is not self.chunked_req and req not in s.running:
+            if req is not resumed:
                 s.waiting.remove(req)
-                s.running.append(req)
+                s.admit(req)
             plan.items.append((req, n))
         if adder.new_chunked is not None and any(r is adder.new_chunked for r, _ in plan.items):
             self.chunked_req = adder.new_chunked
@@ -171,19 +198,24 @@ class SGLangScheduler:
 
     def _decode(self, s: SchedulerState, decoding: list) -> Plan:
         plan = Plan()
-        if not decoding:
+        if not decoding and not s.num_in_cohort:
             return plan
         if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+            s.dissolve_cohort()
+            decoding = self._decoding(s)
             self._retract(s, decoding, plan)
         else:
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-        for r in decoding:
-            if s.pool.grow(r, r.num_computed_tokens + 1):
-                plan.items.append((r, 1))
-        return plan
+        return self._with_decodes(s, plan, decoding)
 
     def _decode_need(self, s, decoding) -> int:
-        return sum(s.pool.block_size for r in decoding if r.num_computed_tokens + 1 > (r.num_blocks + s.pool.shared(r)) * s.pool.block_size)
+        """Tokens of the new KV pages the decodes need this step (a whole page each)."""
+        pool, c = s.pool, s.cohort
+        bs = pool.block_size
+        n = sum(1 for r in decoding if r.num_computed_tokens + 1 > (r.num_blocks + pool.shared(r)) * bs)
+        if s.num_in_cohort:
+            n += c.new_blocks(c.tick, 1)
+        return n * bs
 
     def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
@@ -202,6 +234,17 @@ class SGLangScheduler:
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
 
+    @staticmethod
+    def reject_reason(req, pool) -> str | None:
+        """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request and
+        clips max_new_tokens to max_req_len − input_len − 1 (scheduler.py); the simulator keeps
+        output lengths as given, so a request that SGLang would cut short is rejected instead."""
+        limit = pool.total * pool.block_size - 2
+        if req.prompt_len + req.output_len > limit:
+            return (f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
+                    "(SGLang would clip max_new_tokens)")
+        return None
+
     def on_fast_forward(self, steps: int) -> None:
         for _ in range(steps):
             if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
@@ -218,8 +261,12 @@ class SGLangScheduler:
             assert sum(n for _, n in prefill) <= max(self.cfg.max_prefill_tokens, chunk) + max(n for _, n in prefill)
             assert sum(1 for r, n in prefill if n < r.remaining_tokens) <= 1, "more than one chunked request"
         if prefill and not self.cfg.is_mixed_chunk:
-            assert len(prefill) == len(plan.items), "decodes ran in a prefill batch without mixed chunk"
+            assert len(prefill) == len(plan.items) and not plan.cohort, "decodes ran in a prefill batch without mixed chunk"
 
     @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
+
+
+def _one(req) -> int:
+    return 1

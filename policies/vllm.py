@@ -121,6 +121,7 @@ class VLLMScheduler(PolicyHooks):
 
     def check(self, plan, s) -> None:
         assert plan.num_tokens <= self.cfg.max_num_batched_tokens, "token budget exceeded"
+        assert plan.cohort == s.num_in_cohort, "the decode cohort sat out a step"
         assert s.num_running <= self.cfg.max_num_seqs
         thr = self.cfg.long_prefill_token_threshold
         assert not thr or all(n <= thr for _, n in plan.items)

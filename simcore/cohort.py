@@ -10,11 +10,14 @@ crossed. The cohort keeps them as a group so that a step costs O(1) instead of O
                   (mod block_size): those whose next position starts a block
   finish heap     the tick at which each member samples its last token
   suffix maxima   (tick, largest gap of the events from that tick on) for each member's max ITL
+  left            Σ (output_len − num_output_tokens + cohort_tick) over members, so that their
+                  outputs left now sum to left − n·tick
 
 A member's Request keeps the values it joined with; ``materialize`` writes the current ones back
 (when it finishes, when the run ends, or when the scheduler needs every request explicitly).
 Every member got its last token at ``last_end``: members join at the end of a step the cohort
-took part in, and every step while the cohort is non-empty includes all of it. A folded run
+took part in (or when it is empty), and a step includes all of the cohort or none of it (an
+SGLang prefill batch, which the decodes sit out). A folded run
 (see simcore/replica.py) takes the members that finish inside it off the heap in advance and
 hands them to ``advance`` at the step they leave after.
 """
@@ -30,6 +33,7 @@ class DecodeCohort:
         self.tick = 0
         self.members: dict = {}
         self.kv = 0
+        self.left = 0
         self._due = [0] * (2 * block_size)
         self.finish: list = []
         self.last_end = 0.0
@@ -46,6 +50,7 @@ class DecodeCohort:
         req.cohort_tick = self.tick
         self.members[req] = None
         self.kv += req.num_computed_tokens
+        self.left += req.output_len - req.num_output_tokens + req.cohort_tick
         self._count_due(req, 1)
         self.put_back(req)
 
@@ -69,6 +74,10 @@ class DecodeCohort:
         r = (req.cohort_tick - req.num_computed_tokens) % self.bs
         self._due[r] += delta
         self._due[r + self.bs] += delta
+
+    def outputs_left(self) -> int:
+        """Σ output tokens the members have still to sample."""
+        return self.left - len(self.members) * self.tick
 
     def steps_to_finish(self) -> int:
         return self.finish[0][0] - self.tick
@@ -111,6 +120,7 @@ class DecodeCohort:
 
     def _leave(self, req) -> None:
         self.kv -= self.current(req)
+        self.left -= req.output_len - req.num_output_tokens + req.cohort_tick
         self._count_due(req, -1)
         del self.members[req]
         self.materialize(req)
@@ -140,6 +150,7 @@ class DecodeCohort:
         self.finish.clear()
         self._due = [0] * (2 * self.bs)
         self.kv = 0
+        self.left = 0
         self._ticks.clear()
         self._gaps.clear()
         return out

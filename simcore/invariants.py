@@ -8,9 +8,12 @@ def check_replica(replica, plan) -> None:
     pool, c = s.pool, s.cohort
     cohort_held = 0
     if c is not None and c.members:
-        assert plan.cohort == c.n, "a step left part of the cohort out"
+        assert plan.cohort in (0, c.n), "a step left part of the cohort out"
+        assert plan.cohort or plan.items, "the cohort sat out an empty step"
         assert c.kv == sum(c.current(r) for r in c.members)
-        cohort_held = sum(pool.blocks_held(r, c.current(r) + 1) for r in c.members)
+        assert c.outputs_left() == sum(r.output_len - r.num_output_tokens - c.tick + r.cohort_tick for r in c.members)
+        ahead = 1 if plan.cohort else 0   # the blocks of the planned step are held
+        cohort_held = sum(pool.blocks_held(r, c.current(r) + ahead) for r in c.members)
         assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
     cached = pool.cache.cached_blocks if pool.cache else 0
     assert 0 <= pool.used <= pool.total

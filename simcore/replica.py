@@ -9,7 +9,7 @@ pulls every request stamped up to the plan's start, and when idle it sleeps unti
 FAST-FORWARD. Most plans start a run of k steps in one event, exact to the bit against stepping:
 how long a run is and when its steps end is simcore/runs.py.
 
-DECODE COHORT. Under a policy with ``lazy_decodes`` (vLLM, no chunking), plain decodes leave the running
+DECODE COHORT. Under a policy with ``lazy_decodes`` (all three), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
 that change) rather than O(batch). `--no-fast-forward` keeps every request explicit, one event
 per step: the reference the tests compare against.
@@ -266,12 +266,16 @@ class Replica(RunPlanning):
         return done, inner_max
 
     def _join_cohort(self, plan: Plan, last: float) -> None:
-        """Planned requests that sampled a token at `last` and decode next join the cohort."""
+        """Planned requests that sampled a token at `last` and decode next join the cohort, if it
+        took part in the step (its members sampled at `last` too) or is empty."""
         c, running = self.state.cohort, self.state.running
-        joined = False
+        if c.members and not plan.cohort:
+            return
+        joined, limit = False, self.policy.cohort_max_outputs_left
         for req, _ in plan.items:
             if (req.last_token_s == last and req.num_output_tokens < req.output_len
-                    and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens):
+                    and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens
+                    and req.output_len - req.num_output_tokens <= limit):
                 if not joined:
                     c.last_end, joined = last, True
                 c.join(req)

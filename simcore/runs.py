@@ -43,7 +43,8 @@ class RunPlanning:
         if k > SHORT_RUN and stop < math.inf:   # only steps that start before the arrival run (a shorter run is as exact)
             k = min(k, SHORT_RUN + 2 * int((stop - start) / self._step_estimate))
         if k > 1:
-            k = self._kv_limited(items, k, nc) if len(items) == len(self.state.running) and self.policy.can_fast_forward(self.state) else 1
+            everyone = len(items) == len(self.state.running) and nc == self.state.num_in_cohort
+            k = self._kv_limited(items, k, nc) if everyone and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k <= 1 or not decodes:                   # the first step priced on its own
             if len(items) == 1:

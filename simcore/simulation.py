@@ -132,7 +132,7 @@ class Simulation:
         pool = replica.state.pool
         if pool.blocks_for(total) > pool.total:
             return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
-        return None
+        return replica.policy.reject_reason(req, pool)
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         """Simulate (to `until`, or until every request is done) and collect the results; once."""

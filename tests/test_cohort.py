@@ -1,4 +1,4 @@
-"""The decode cohort (vLLM and no-chunking policies, fast-forward mode) against one-event-per-step stepping, where
+"""The decode cohort (every policy, fast-forward mode) against one-event-per-step stepping, where
 every request is advanced explicitly: same per-request metrics to the bit, same ITL histogram."""
 import numpy as np
 import pytest
@@ -50,6 +50,17 @@ def test_nochunk_cohort_matches_stepping(wl, cap, seqs, blocks, block, caching):
     assert_matches_stepping("nochunk", flags, wl)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=workloads(), chunk=st.sampled_from([-1, 64, 512, 2048]), prefill=st.sampled_from([256, 4096, 16384]),
+       mixed=st.booleans(), page=st.sampled_from([1, 16, 32]), total=st.integers(2000, 60000),
+       running=st.integers(1, 48), radix=st.booleans())
+def test_sglang_cohort_matches_stepping(wl, chunk, prefill, mixed, page, total, running, radix):
+    flags = dict(chunked_prefill_size=max(chunk, page) if chunk > 0 else chunk, max_prefill_tokens=prefill,
+                 enable_mixed_chunk=mixed, page_size=page, max_total_tokens=total, max_running_requests=running,
+                 disable_radix_cache=not radix, max_model_len=8192)
+    assert_matches_stepping("sglang", flags, wl)
+
+
 def assert_matches_stepping(policy, flags, wl):
     sim, a = run(flags, wl, True, check=True, policy=policy)
     _, b = run(flags, wl, False, policy=policy)
@@ -63,7 +74,7 @@ def assert_matches_stepping(policy, flags, wl):
     assert ha.count == hb.count and (ha.counts == hb.counts).all()
 
 
-@pytest.mark.parametrize("policy", ["vllm", "nochunk"])
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
 def test_cohort_carries_the_decodes(policy):
     """A busy run keeps most decodes in the cohort: far fewer events than steps."""
     rng = np.random.default_rng(2)
