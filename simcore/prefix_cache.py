@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 @dataclass(eq=False)
 class _Node:
-    key: tuple
+    key: tuple             # (parent's serial, 0 at the root; this block's hash): a trie edge, O(1) to hash
     parent: "_Node | None"
+    depth: int             # blocks from the root, this one included
     refs: int = 0
     children: int = 0
     last_use: int = 0
-    serial: int = 0        # creation order: with depth, breaks LRU ties the same way every run
+    serial: int = 0        # creation order, never reused: with depth, breaks LRU ties the same way every run
 
 
 @dataclass
@@ -40,10 +41,8 @@ class PrefixCache:
     created: int = 0
     _lru: list = field(default_factory=list)
 
-    @property
-    def engine_blocks(self) -> int:
-        """Pool blocks one cache node holds."""
-        return -(-self.block_tokens // self.engine_block_size)
+    def __post_init__(self):
+        self.engine_blocks = -(-self.block_tokens // self.engine_block_size)   # pool blocks one cache node holds
 
     @property
     def cached_blocks(self) -> int:
@@ -55,14 +54,14 @@ class PrefixCache:
     def match(self, req) -> int:
         """Reference (pin) the cached prefix of `req`; returns its length in tokens. Nothing is touched
         for LRU until ``touch``, on admission: a lookup that is undone leaves no trace."""
-        path = []
-        for i in range(self._full_blocks(req)):
-            node = self.nodes.get(req.block_hashes[: i + 1])
+        path, nodes, parent = [], self.nodes, 0
+        limit = min(self._full_blocks(req), (req.num_tokens - 1) // self.block_tokens)
+        for h in req.block_hashes[:limit]:
+            node = nodes.get((parent, h))
             if node is None:
                 break
             path.append(node)
-        limit = (req.num_tokens - 1) // self.block_tokens
-        path = path[:limit]
+            parent = node.serial
         for node in path:
             self.unreferenced -= node.refs == 0
             node.refs += 1
@@ -97,24 +96,25 @@ class PrefixCache:
         self.clock += 1
         computed_blocks = min(self._full_blocks(req), req.num_computed_tokens // self.block_tokens)
         parent = path[-1] if path else None
-        adopted = 0
+        adopted, clock, nodes = 0, self.clock, self.nodes
         for i in range(len(path), computed_blocks):
-            key = req.block_hashes[: i + 1]
-            node = self.nodes.get(key)
+            key = (parent.serial if parent is not None else 0, req.block_hashes[i])
+            node = nodes.get(key)
             if node is None:
                 self.created += 1
-                node = _Node(key, parent, serial=self.created)
-                self.nodes[key] = node
+                node = _Node(key, parent, i + 1, serial=self.created)
+                nodes[key] = node
                 self.unreferenced += 1
                 if parent is not None:
                     parent.children += 1
                 adopted += 1
-            node.last_use = self.clock
-            self._push_if_evictable(node)
+            node.last_use = clock
             parent = node
         for node in path:
-            node.last_use = self.clock
+            node.last_use = clock
         self._unpin(path)
+        if parent is not None and len(path) < computed_blocks:   # only the chain's last node can be a leaf
+            self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 
     def _unpin(self, path) -> None:
@@ -125,7 +125,7 @@ class PrefixCache:
 
     def _push_if_evictable(self, node: _Node) -> None:
         if node.refs == 0 and node.children == 0:
-            heapq.heappush(self._lru, (node.last_use, -len(node.key), node.serial, node))
+            heapq.heappush(self._lru, (node.last_use, -node.depth, node.serial, node))
 
     def evict(self, blocks_wanted: int) -> int:
         """Evict unreferenced leaves, least recently used first; returns pool blocks freed."""

@@ -1,9 +1,13 @@
 """Prefix caching: hit rates against an independent block-reuse count, eviction, invariants."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costmodel import InputError, load_hardware, load_model
 from experiments.engines import build_engine
+from simcore.prefix_cache import PrefixCache
+from simcore.request import Request
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
@@ -154,3 +158,21 @@ def test_fast_forward_exact_with_a_blocked_cached_head():
     for col in ("first_token_s", "finish_s", "max_itl_s"):
         assert np.array_equal(a[col].to_numpy(float), b[col].to_numpy(float), equal_nan=True), col
     assert out[0].summary["prefix_cache_hit_rate"] == out[1].summary["prefix_cache_hit_rate"] > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(1, 200), st.lists(st.integers(0, 2), max_size=14)), min_size=1, max_size=25),
+       bt=st.sampled_from([8, 16]))
+def test_match_is_the_longest_cached_whole_prefix(reqs, bt):
+    """Ids drawn from {0, 1, 2}, so equal ids at one index often follow different prefixes: a hit
+    needs the whole chain of blocks before it to match, as the full-tuple oracle says."""
+    prompts = [p for p, _ in reqs]
+    hashes = [tuple(h[: -(-p // bt)]) for p, h in reqs]
+    cache = PrefixCache(bt, 1)
+    for i, (p, h) in enumerate(zip(prompts, hashes)):
+        req = Request(i, 0.0, p, 1, h)
+        hit = cache.match(req)
+        assert hit == expected_hit_tokens(prompts[: i + 1], hashes[: i + 1], bt)[-1]
+        req.num_computed_tokens = p
+        cache.release(req)
+    assert cache.evictable_blocks == cache.cached_blocks
