@@ -118,10 +118,15 @@ class PrefixCache:
         return adopted * self.engine_blocks
 
     def _unpin(self, path) -> None:
+        """Every node but a path's last has a child (the next), so only the last can become a leaf."""
+        freed = 0
         for node in path:
             node.refs -= 1
-            self.unreferenced += node.refs == 0
-            self._push_if_evictable(node)
+            if not node.refs:
+                freed += 1
+        self.unreferenced += freed
+        if path:
+            self._push_if_evictable(path[-1])
 
     def _push_if_evictable(self, node: _Node) -> None:
         if node.refs == 0 and node.children == 0:
