@@ -141,10 +141,10 @@ class SGLangScheduler:
 
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
         """Every decode, one token each, that gets its KV block (the cohort as a group when all fit)."""
-        had = s.num_in_cohort
+        members = list(s.cohort.members) if s.num_in_cohort else None
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
-        if had and not plan.cohort:
-            decoding = self._decoding(s)   # the cohort dissolved into the running queue
+        if members and not plan.cohort:   # the cohort dissolved: its members decode in queue order too
+            decoding = sorted(decoding + members, key=_seq)
         plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
         return plan
 
@@ -270,3 +270,7 @@ class SGLangScheduler:
 
 def _one(req) -> int:
     return 1
+
+
+def _seq(req) -> int:
+    return req.seq

@@ -29,7 +29,9 @@ def workloads(draw):
     outputs = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
     shared = draw(st.booleans())
     hashes = [tuple(range(p // 32)) for p in prompts]   # one long common prefix
-    return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32)
+    concurrency = draw(st.sampled_from([None, None, 2, 5]))   # closed loop: a finish sends the next request
+    return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32,
+                    closed_loop_concurrency=concurrency)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

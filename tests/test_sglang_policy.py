@@ -5,6 +5,7 @@ import pytest
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
+from experiments.sglang_chunk_study import agentic_workload
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
@@ -51,3 +52,19 @@ def test_requests_sglang_would_clip_are_rejected(total):
     rej = res.requests.rejected.tolist()
     assert not isinstance(rej[0], str) and res.requests.finish_s.notna().tolist() == [True, False, False]
     assert all("max_total_num_tokens-2" in r for r in rej[1:])
+
+
+def test_mixed_step_that_dissolves_the_cohort_matches_stepping():
+    """Closed-loop multi-turn prompts with mixed chunking: a mixed step whose decodes' pages do not
+    all fit dissolves the cohort; the decodes then walked must not include the request that the
+    same step's prefill just admitted (it ran twice in one step before)."""
+    wl = agentic_workload(60, turns=5, concurrency=6, seed=1)
+    flags = dict(chunked_prefill_size=2048, enable_mixed_chunk=True, max_total_tokens=300000, max_model_len=131072)
+    out = []
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine("sglang", MODEL, HW, 1, flags)
+        out.append(Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=True, max_model_len=max_len).run())
+    a, b = out
+    assert a.summary["completed"] == b.summary["completed"] == 60
+    for col in ("first_token_s", "finish_s", "max_itl_s"):
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
