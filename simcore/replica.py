@@ -62,7 +62,7 @@ class Replica(RunPlanning):
             return
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
-        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= req.arrival_s:
             self.process.interrupt()
 
     @property
@@ -138,7 +138,7 @@ class Replica(RunPlanning):
                     yield self.env.timeout(ends[-1] - self.env.now)
                     break
                 except simpy.Interrupt:
-                    ends = self._running_ends = ends[: steps_started(ends, self.env.now)]
+                    ends = self._running_ends = ends[: steps_started(ends, self.inbox[0].arrival_s)]
                     if self._leaving:
                         self._keep_leavers(len(ends))
             self._running_ends = None
@@ -146,7 +146,8 @@ class Replica(RunPlanning):
             self._apply(plan, start, ends)
 
     def _wait_for_work(self):
-        """Idle until a request is submitted; the clock is then the arrival's."""
+        """Idle until a request is submitted; the clock is then the arrival's stamp (exact, where
+        SimPy's now may be an ulp away from it)."""
         if self.pull is not None:
             a = self.next_arrival()
             if a == math.inf:
@@ -156,7 +157,7 @@ class Replica(RunPlanning):
             return
         self.idle = self.env.event()
         yield self.idle
-        self._clock = None
+        self._clock = self.inbox[0].arrival_s
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""

@@ -45,6 +45,7 @@ class Simulation:
         self._ran = False
         self._arriving = False
         self._slot = None
+        self._freed_s = 0.0   # planned finish of the request that last freed a closed-loop slot
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
@@ -71,20 +72,26 @@ class Simulation:
 
     def finished(self, req: Request) -> None:
         self.in_flight -= 1
+        self._freed_s = req.finish_s
         if self._slot is not None and not self._slot.triggered:
             self._slot.succeed()
 
     def arrivals(self):
-        """The arrival process: each request is created and routed at its stamped time."""
+        """The arrival process: each request is created and routed at its stamped time. The stamp is
+        the time it waited for, exactly (its send time, or the planned finish that freed its slot),
+        not SimPy's clock, which adds delays and can land an ulp away after a long wait."""
         env, arrival_s = self.env, self._arrival_s
+        t = 0.0
         for i in range(len(self.workload)):
             self._next = i
-            if arrival_s[i] > env.now:
-                yield env.timeout(arrival_s[i] - env.now)
+            if arrival_s[i] > t:
+                t = float(arrival_s[i])
+                yield env.timeout(max(0.0, t - env.now))
             while self.concurrency and self.in_flight >= self.concurrency:
                 self._slot = env.event()
                 yield self._slot
-            self._arrive(i, env.now)
+                t = max(t, self._freed_s)
+            self._arrive(i, t)
         self._next = len(self.workload)
 
     def _arrival_due(self, timeout) -> None:
@@ -93,7 +100,7 @@ class Simulation:
         not a process: no generator to resume per arrival; the same order as ``arrivals``)."""
         env = self.env
         if timeout is not None:
-            self._arrive(self._next, env.now)
+            self._arrive(self._next, float(self._arrival_s[self._next]))
             self._next += 1
         self.arrive_until(env.now)
         if self._next < self._n:
