@@ -134,6 +134,7 @@ class SGLangScheduler:
         self.chunked_req = None
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.batch_is_full = False
+        self._extends = 0
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
@@ -151,6 +152,7 @@ class SGLangScheduler:
     def schedule(self, s: SchedulerState) -> Plan:
         decoding = self._decoding(s)
         plan = self._prefill(s, decoding)
+        self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
         if plan:
             if self.cfg.is_mixed_chunk and (decoding or s.num_in_cohort):
                 return self._with_decodes(s, plan, decoding)
@@ -236,10 +238,14 @@ class SGLangScheduler:
 
     @staticmethod
     def reject_reason(req, pool) -> str | None:
-        """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request and
-        clips max_new_tokens to max_req_len − input_len − 1 (scheduler.py); the simulator keeps
-        output lengths as given, so a request that SGLang would cut short is rejected instead."""
-        limit = pool.total * pool.block_size - 2
+        """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request: it
+        refuses inputs of max_req_len − 5 tokens or more and clips max_new_tokens to max_req_len −
+        input_len − 1 (scheduler.py); the simulator keeps output lengths as given, so a request that
+        SGLang would cut short is rejected too."""
+        max_req_len = pool.total * pool.block_size - 1
+        if req.prompt_len >= max_req_len - 5:
+            return f"prompt_len={req.prompt_len} is at least SGLang's max_req_input_len={max_req_len - 5} (max_total_num_tokens-6)"
+        limit = max_req_len - 1
         if req.prompt_len + req.output_len > limit:
             return (f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
                     "(SGLang would clip max_new_tokens)")
@@ -255,13 +261,16 @@ class SGLangScheduler:
         self.batch_is_full = False
 
     def check(self, plan, s) -> None:
-        prefill = [(r, n) for r, n in plan.items if r.is_prefilling]
+        """Extends and decodes are told apart by where the plan put them, not by request state: a
+        retracted request's last re-prefill chunk can be a single token."""
+        extends, decodes = plan.items[:self._extends], plan.items[self._extends:]
+        assert all(n == 1 and r.remaining_tokens == 1 for r, n in decodes), "a decode of more than one token"
         chunk = self.cfg.chunk
-        if chunk is not None and prefill:
-            assert sum(n for _, n in prefill) <= max(self.cfg.max_prefill_tokens, chunk) + max(n for _, n in prefill)
-            assert sum(1 for r, n in prefill if n < r.remaining_tokens) <= 1, "more than one chunked request"
-        if prefill and not self.cfg.is_mixed_chunk:
-            assert len(prefill) == len(plan.items) and not plan.cohort, "decodes ran in a prefill batch without mixed chunk"
+        if chunk is not None and extends:
+            assert sum(n for _, n in extends) <= max(self.cfg.max_prefill_tokens, chunk) + max(n for _, n in extends)
+            assert sum(1 for r, n in extends if n < r.remaining_tokens) <= 1, "more than one chunked request"
+        if extends and not self.cfg.is_mixed_chunk:
+            assert not decodes and not plan.cohort, "decodes ran in a prefill batch without mixed chunk"
 
     @property
     def prefix_caching(self) -> bool:

@@ -50,16 +50,19 @@ class BlockPool:
         return self.blocks_held(req, tokens) - req.num_blocks
 
     def grow(self, req, tokens: int) -> bool:
-        """Hold enough blocks for `tokens` positions of `req`; False (and nothing held) if they are not free."""
+        """Hold enough blocks for `tokens` positions of `req`, evicting cached blocks if that makes room;
+        False (nothing held, nothing evicted) if it does not."""
         need = self.blocks_missing(req, tokens)
         if need <= 0:
             return True
         free = self.total - self.used
-        if need > free and self.cache:
+        if need > free:   # evict only when that makes room (vLLM allocate_slots checks first)
+            if not self.cache or need > free + self.cache.evictable_blocks:
+                return False
             self.used -= self.cache.evict(need - free)
             free = self.total - self.used
-        if need > free:
-            return False
+            if need > free:
+                return False
         self.used += need
         req.num_blocks += need
         return True

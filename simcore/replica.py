@@ -3,6 +3,8 @@
 ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is due now, the
 replica first yields a zero-delay timeout, which SimPy queues behind every event already due
 at t (events at equal times run in insertion order), so all arrivals of t are in the inbox.
+In closed loop it yields two: a step ending at t elsewhere may finish a request, whose freed
+slot sends the next request from the event after it.
 A sole replica in open loop (``pull``) needs no arrival events at all: before each plan it
 pulls every request stamped up to the plan's start, and when idle it sleeps until the next.
 
@@ -117,6 +119,8 @@ class Replica(RunPlanning):
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
                 yield self.env.timeout(0)
+                if self.settle:    # a finish due now frees a slot, and the arrival comes one event later
+                    yield self.env.timeout(0)
             if self.inbox:
                 state.waiting.extend(self.inbox)
                 self.inbox.clear()
@@ -135,7 +139,7 @@ class Replica(RunPlanning):
             self._running_plan, self._running_start = plan, start
             while True:
                 try:
-                    yield self.env.timeout(ends[-1] - self.env.now)
+                    yield self.env.at(float(ends[-1]))
                     break
                 except simpy.Interrupt:
                     ends = self._running_ends = ends[: steps_started(ends, self.inbox[0].arrival_s)]
@@ -152,7 +156,7 @@ class Replica(RunPlanning):
             a = self.next_arrival()
             if a == math.inf:
                 yield self.env.event()   # nothing more will come
-            yield self.env.timeout(max(0.0, a - self.env.now))
+            yield self.env.at(max(a, self.env.now))
             self._clock = a
             return
         self.idle = self.env.event()

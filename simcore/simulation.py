@@ -9,12 +9,12 @@ import math
 from dataclasses import dataclass, field
 
 import pandas as pd
-import simpy
 
 from costmodel.errors import require
 from policies.base import SchedulerState
 from workloads.workload import Workload
 
+from .clock import ExactEnvironment
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
@@ -35,7 +35,7 @@ class Simulation:
                  max_model_len: int = 0, record_iterations: bool = False, router=None):
         """engines: list of (policy, BlockPool, CostModel), one per replica."""
         require(len(engines) > 0, "replicas", len(engines), "must be at least 1")
-        self.env = simpy.Environment()
+        self.env = ExactEnvironment()
         self.workload, self.max_model_len, self.router = workload, max_model_len, router
         self.requests: list[Request] = []
         self._next = 0
@@ -86,7 +86,7 @@ class Simulation:
             self._next = i
             if arrival_s[i] > t:
                 t = float(arrival_s[i])
-                yield env.timeout(max(0.0, t - env.now))
+                yield env.at(max(t, env.now))
             while self.concurrency and self.in_flight >= self.concurrency:
                 self._slot = env.event()
                 yield self._slot
@@ -104,20 +104,20 @@ class Simulation:
             self._next += 1
         self.arrive_until(env.now)
         if self._next < self._n:
-            env.timeout(self._arrival_s[self._next] - env.now).callbacks.append(self._arrival_due)
+            env.at(float(self._arrival_s[self._next])).callbacks.append(self._arrival_due)
 
     def arrive_until(self, t: float) -> None:
         """Open loop: every request stamped ≤ t arrives now. One replica calls this before each
         plan, so an arrival costs no event of its own (a request stamped t joins the batch planned
-        at t); in front of several, the arrival timeouts do (stamped with the clock, as the closed
-        loop's process does). Not re-entered: a router reading a sole replica's load while one of
+        at t); in front of several, the arrival events do. Every request is stamped with its own
+        send time. Not re-entered: a router reading a sole replica's load while one of
         these arrivals is being routed would otherwise collect, and route, arrivals again."""
         if self._arriving:
             return
         self._arriving = True
-        arrival_s, n, pulled = self._arrival_s, self._n, self.replicas[0].pull is not None
+        arrival_s, n = self._arrival_s, self._n
         while self._next < n and arrival_s[self._next] <= t:
-            self._arrive(self._next, arrival_s[self._next] if pulled else self.env.now)
+            self._arrive(self._next, float(arrival_s[self._next]))
             self._next += 1
         self._arriving = False
 

@@ -87,6 +87,41 @@ def test_closed_loop_cluster_fast_forward_is_exact(llama8b, h100, policy):
         assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float)), col
 
 
+def assert_modes_agree(llama8b, h100, wl, policy, flags, replicas, router, check=True):
+    _, a = cluster_run(llama8b, h100, wl, router, replicas, policy, flags, ff=True, check=check)
+    _, b = cluster_run(llama8b, h100, wl, router, replicas, policy, flags, ff=False, check=check)
+    for col in ("replica", "arrival_s", "first_token_s", "finish_s", "max_itl_s", "num_cached_tokens"):
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
+
+
+def test_a_run_cut_at_an_arrival_that_ends_a_step(llama8b, h100):
+    """Equal prompts give equal step times: a closed-loop send lands exactly on a step end of the
+    other replica, whose run is cut there (fast-forward once crashed with a negative delay)."""
+    wl = Workload(np.full(3, 0.040756876840413486), [100] * 3, [50, 200, 5], block_hashes=[(1,), (2,), (2,)],
+                  block_tokens=16, closed_loop_concurrency=2)
+    assert_modes_agree(llama8b, h100, wl, "vllm", {"max_model_len": 8192}, 2, "prefix_affinity")
+
+
+def test_finishes_an_ulp_apart_free_slots_in_order(llama8b, h100):
+    """Planned finishes an ulp apart: each closed-loop send is stamped with the finish that freed it."""
+    outs = [50, 5, 50, 5, 5, 200, 200, 5, 5, 5, 20, 50, 200, 200, 50, 50, 200, 20, 50, 20, 200, 5, 50]
+    grp = [1, 3, 2, 3, 2, 1, 1, 2, 2, 3, 1, 2, 1, 1, 2, 3, 2, 1, 1, 3, 3, 2, 2]
+    wl = Workload(np.full(len(outs), 0.03838533738938911), [322] * len(outs), outs, block_hashes=[(g,) * 10 for g in grp],
+                  block_tokens=32, closed_loop_concurrency=2)
+    flags = dict(max_num_batched_tokens=585, max_num_seqs=7, long_prefill_token_threshold=100, num_gpu_blocks_override=79,
+                 block_size=32, max_model_len=8192, enable_prefix_caching=True)
+    assert_modes_agree(llama8b, h100, wl, "vllm", flags, 3, "round_robin", check=False)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
+def test_a_send_freed_at_a_step_end_joins_the_plan_made_then(llama8b, h100, policy):
+    """A finish on one replica at t frees a slot; the send (one event later) must join the plan the
+    other replica makes at t, in stepping as in fast-forward."""
+    wl = Workload(np.full(3, 0.4), [100] * 3, [200, 50, 5], block_hashes=[(2,), (1,), (2,)], block_tokens=16,
+                  closed_loop_concurrency=2)
+    assert_modes_agree(llama8b, h100, wl, policy, {"max_model_len": 8192}, 2, "prefix_affinity")
+
+
 @pytest.mark.parametrize("router", ["least_outstanding", "prefix_affinity", "round_robin"])
 def test_one_replica_behind_a_router(llama8b, h100, router):
     """A sole replica collects its own arrivals, and reading its load does too: a router reading

@@ -176,3 +176,24 @@ def test_match_is_the_longest_cached_whole_prefix(reqs, bt):
         req.num_computed_tokens = p
         cache.release(req)
     assert cache.evictable_blocks == cache.cached_blocks
+
+
+def test_a_failed_grow_evicts_nothing():
+    """A blocked queue head must not evict the cache: stepping retries it every step, fast-forward
+    skips those plans, and evictions that free too little would make the caches (and hits) differ."""
+    arr = [0.14776, 0.14776, 0.400853, 0.62055, 0.905648, 0.905648, 1.059133, 1.059133, 1.059133, 1.306037, 1.306037,
+           1.531506, 1.531506, 1.531506, 1.628192, 1.628192, 1.628192, 1.628192, 1.7248]
+    prompts = [1212, 23, 1396, 2639, 2661, 904, 1520, 1405, 2304, 926, 2079, 2130, 923, 2698, 2462, 217, 537, 2025, 257]
+    outputs = [279, 90, 151, 260, 260, 43, 179, 297, 73, 18, 42, 39, 242, 187, 96, 37, 74, 65, 281]
+    spec = [(0, 16, 37), (0, 0, 0), (1, 15, 43), (0, 19, 82), (0, 54, 83), (0, 8, 28), (0, 45, 47), (1, 27, 43), (0, 26, 72),
+            (1, 12, 28), (0, 59, 64), (1, 3, 66), (0, 27, 28), (0, 2, 84), (1, 40, 76), (1, 3, 6), (0, 16, 16), (0, 26, 63), (1, 8, 8)]
+    hashes = [tuple([1000 * g + j for j in range(k)] + [10**6 + 1000 * i + j for j in range(nb - k)]) for i, (g, k, nb) in enumerate(spec)]
+    wl = Workload(np.array(arr), prompts, outputs, block_hashes=hashes, block_tokens=32, closed_loop_concurrency=2)
+    flags = dict(max_num_batched_tokens=500, max_num_seqs=19, num_gpu_blocks_override=138, block_size=16,
+                 max_model_len=8192, enable_prefix_caching=True)
+    out = []
+    for ff in (True, False):
+        sched, pool, cm, max_len = build_engine("nochunk", load_model("llama-3.1-8b"), load_hardware("h100"), 1, flags)
+        out.append(Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=True, max_model_len=max_len).run().requests)
+    for col in ("first_token_s", "finish_s", "num_cached_tokens"):
+        assert np.array_equal(out[0][col].to_numpy(float), out[1][col].to_numpy(float), equal_nan=True), col

@@ -1,0 +1,25 @@
+"""A SimPy environment whose clock lands exactly on planned times.
+
+``env.timeout(t - now)`` fires at ``now + (t - now)``, which in floating point can miss t by an
+ulp when now < t/2 (a long fast-forward run, an early arrival); and when now sits half an ulp off
+t's grid no delay reaches t at all (ties round to even). Fast-forward and stepping take different
+paths to the same planned times, so a clock that drifts from them would make the two modes order
+events (finishes, arrivals, run cuts) differently. ``at(t)`` schedules an event at t itself.
+"""
+from __future__ import annotations
+
+from heapq import heappush
+
+import simpy
+from simpy.events import NORMAL
+
+
+class ExactEnvironment(simpy.Environment):
+    def at(self, t: float) -> simpy.Event:
+        """An event that fires with ``now == t`` exactly (a Timeout scheduled by absolute time)."""
+        if t < self._now:
+            raise ValueError(f"at({t!r}) is before now ({self._now!r})")
+        event = simpy.Event(self)
+        event._ok, event._value = True, None
+        heappush(self._queue, (t, NORMAL, next(self._eid), event))
+        return event
