@@ -5,6 +5,11 @@ ulp when now < t/2 (a long fast-forward run, an early arrival); and when now sit
 t's grid no delay reaches t at all (ties round to even). Fast-forward and stepping take different
 paths to the same planned times, so a clock that drifts from them would make the two modes order
 events (finishes, arrivals, run cuts) differently. ``at(t)`` schedules an event at t itself.
+
+ARRIVALS. Arrival events (and a replica's wait for them) run at priority LATE, after every step
+that ends at the same instant: a router then sees each replica as of its steps ended by t, in
+both modes (stepping queues a step's end when the step starts, fast-forward when the run starts,
+so insertion order alone would differ).
 """
 from __future__ import annotations
 
@@ -14,12 +19,15 @@ import simpy
 from simpy.events import NORMAL
 
 
+LATE = NORMAL + 1   # after every NORMAL event due at the same time
+
+
 class ExactEnvironment(simpy.Environment):
-    def at(self, t: float) -> simpy.Event:
+    def at(self, t: float, priority: int = NORMAL) -> simpy.Event:
         """An event that fires with ``now == t`` exactly (a Timeout scheduled by absolute time)."""
         if t < self._now:
             raise ValueError(f"at({t!r}) is before now ({self._now!r})")
         event = simpy.Event(self)
         event._ok, event._value = True, None
-        heappush(self._queue, (t, NORMAL, next(self._eid), event))
+        heappush(self._queue, (t, priority, next(self._eid), event))
         return event

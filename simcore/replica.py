@@ -1,10 +1,9 @@
 """One engine instance as a SimPy process: plan, price, wait, apply, record.
 
-ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is due now, the
-replica first yields a zero-delay timeout, which SimPy queues behind every event already due
-at t (events at equal times run in insertion order), so all arrivals of t are in the inbox.
-In closed loop it yields two: a step ending at t elsewhere may finish a request, whose freed
-slot sends the next request from the event after it.
+ORDERING. An arrival stamped t joins the batch planned at t: when an arrival is due now (or, in
+closed loop, may be freed by a finish now), the replica first waits for an event at t of
+priority LATE, queued behind the arrival events of t, which run after every step ending at t
+(simcore/clock.py), so all arrivals of t are in the inbox when it plans.
 A sole replica in open loop (``pull``) needs no arrival events at all: before each plan it
 pulls every request stamped up to the plan's start, and when idle it sleeps until the next.
 
@@ -27,6 +26,7 @@ import simpy
 from costmodel import CostModel
 from policies.base import Plan, SchedulerState
 
+from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
 from .invariants import check_replica
@@ -118,9 +118,7 @@ class Replica(RunPlanning):
                 yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
-                yield self.env.timeout(0)
-                if self.settle:    # a finish due now frees a slot, and the arrival comes one event later
-                    yield self.env.timeout(0)
+                yield self.env.at(self.env.now, LATE)
             if self.inbox:
                 state.waiting.extend(self.inbox)
                 self.inbox.clear()

@@ -14,7 +14,7 @@ from costmodel.errors import require
 from policies.base import SchedulerState
 from workloads.workload import Workload
 
-from .clock import ExactEnvironment
+from .clock import LATE, ExactEnvironment
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
@@ -86,7 +86,7 @@ class Simulation:
             self._next = i
             if arrival_s[i] > t:
                 t = float(arrival_s[i])
-                yield env.at(max(t, env.now))
+                yield env.at(max(t, env.now), LATE)
             while self.concurrency and self.in_flight >= self.concurrency:
                 self._slot = env.event()
                 yield self._slot
@@ -104,7 +104,7 @@ class Simulation:
             self._next += 1
         self.arrive_until(env.now)
         if self._next < self._n:
-            env.at(float(self._arrival_s[self._next])).callbacks.append(self._arrival_due)
+            env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
 
     def arrive_until(self, t: float) -> None:
         """Open loop: every request stamped ≤ t arrives now. One replica calls this before each

@@ -122,6 +122,28 @@ def test_a_send_freed_at_a_step_end_joins_the_plan_made_then(llama8b, h100, poli
     assert_modes_agree(llama8b, h100, wl, policy, {"max_model_len": 8192}, 2, "prefix_affinity")
 
 
+def stepped_finish(llama8b, h100, wl, policy, rid):
+    return cluster_run(llama8b, h100, wl, "least_outstanding", 2, policy, {"max_model_len": 8192}, ff=False)[1].requests.finish_s[rid]
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
+@pytest.mark.parametrize("router", ["least_outstanding", "least_kv", "prefix_affinity"])
+@pytest.mark.parametrize("folded", [True, False])
+def test_an_arrival_at_a_finishing_step_end_sees_the_finish(llama8b, h100, policy, router, folded):
+    """An arrival stamped exactly at a step end where a request finishes is routed after that step
+    has ended, in both modes (stepping queues the step's end when the step starts, fast-forward when
+    the run starts). `folded`: the finish falls inside a run that goes on past it."""
+    if folded:
+        base = Workload([0] * 5, [100] * 5, [5, 200, 50, 3, 10])
+        t = stepped_finish(llama8b, h100, base, policy, 4)
+        wl = Workload([0] * 5 + [t], [100] * 6, [5, 200, 50, 3, 10, 10])
+    else:
+        base = Workload([0, 0, 0, 0.01], [100] * 4, [10, 200, 200, 3])
+        t = stepped_finish(llama8b, h100, base, policy, 0)
+        wl = Workload([0, 0, 0, 0.01, t], [100] * 5, [10, 200, 200, 3, 10])
+    assert_modes_agree(llama8b, h100, wl, policy, {"max_model_len": 8192}, 2, router)
+
+
 @pytest.mark.parametrize("router", ["least_outstanding", "prefix_affinity", "round_robin"])
 def test_one_replica_behind_a_router(llama8b, h100, router):
     """A sole replica collects its own arrivals, and reading its load does too: a router reading
