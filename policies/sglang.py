@@ -142,10 +142,11 @@ class SGLangScheduler:
 
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
         """Every decode, one token each, that gets its KV block (the cohort as a group when all fit)."""
-        members = list(s.cohort.members) if s.num_in_cohort else None
+        had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
-        if members and not plan.cohort:   # the cohort dissolved: its members decode in queue order too
-            decoding = sorted(decoding + members, key=_seq)
+        if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
+            extends = {id(r) for r, _ in plan.items}
+            decoding = [r for r in s.running if r is not self.chunked_req and id(r) not in extends]
         plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
         return plan
 
@@ -279,7 +280,3 @@ class SGLangScheduler:
 
 def _one(req) -> int:
     return 1
-
-
-def _seq(req) -> int:
-    return req.seq

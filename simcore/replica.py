@@ -64,7 +64,7 @@ class Replica(RunPlanning):
             return
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
-        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= req.arrival_s:
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
             self.process.interrupt()
 
     @property
@@ -140,7 +140,7 @@ class Replica(RunPlanning):
                     yield self.env.at(float(ends[-1]))
                     break
                 except simpy.Interrupt:
-                    ends = self._running_ends = ends[: steps_started(ends, self.inbox[0].arrival_s)]
+                    ends = self._running_ends = ends[: steps_started(ends, self.env.now)]
                     if self._leaving:
                         self._keep_leavers(len(ends))
             self._running_ends = None
@@ -148,8 +148,7 @@ class Replica(RunPlanning):
             self._apply(plan, start, ends)
 
     def _wait_for_work(self):
-        """Idle until a request is submitted; the clock is then the arrival's stamp (exact, where
-        SimPy's now may be an ulp away from it)."""
+        """Idle until a request is submitted; the clock is then the arrival's."""
         if self.pull is not None:
             a = self.next_arrival()
             if a == math.inf:
@@ -159,7 +158,7 @@ class Replica(RunPlanning):
             return
         self.idle = self.env.event()
         yield self.idle
-        self._clock = self.inbox[0].arrival_s
+        self._clock = None
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""

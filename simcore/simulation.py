@@ -45,7 +45,6 @@ class Simulation:
         self._ran = False
         self._arriving = False
         self._slot = None
-        self._freed_s = 0.0   # planned finish of the request that last freed a closed-loop slot
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
@@ -72,26 +71,21 @@ class Simulation:
 
     def finished(self, req: Request) -> None:
         self.in_flight -= 1
-        self._freed_s = req.finish_s
         if self._slot is not None and not self._slot.triggered:
             self._slot.succeed()
 
     def arrivals(self):
-        """The arrival process: each request is created and routed at its stamped time. The stamp is
-        the time it waited for, exactly (its send time, or the planned finish that freed its slot),
-        not SimPy's clock, which adds delays and can land an ulp away after a long wait."""
+        """The arrival process: each request is created and routed at its send time, or when a
+        finish frees its slot (the clock is then exactly that finish's planned time)."""
         env, arrival_s = self.env, self._arrival_s
-        t = 0.0
         for i in range(len(self.workload)):
             self._next = i
-            if arrival_s[i] > t:
-                t = float(arrival_s[i])
-                yield env.at(max(t, env.now), LATE)
+            if arrival_s[i] > env.now:
+                yield env.at(float(arrival_s[i]), LATE)
             while self.concurrency and self.in_flight >= self.concurrency:
                 self._slot = env.event()
                 yield self._slot
-                t = max(t, self._freed_s)
-            self._arrive(i, t)
+            self._arrive(i, env.now)
         self._next = len(self.workload)
 
     def _arrival_due(self, timeout) -> None:
