@@ -9,7 +9,7 @@ from experiments.cli import main
 from experiments.engines import build_engine
 from experiments.perfetto import chrome_trace
 from experiments.scenarios import stall_scene
-from experiments.traffic import chat_with_long_prompts
+from workloads.traffic import chat_with_long_prompts
 from simcore.simulation import Simulation
 
 

@@ -10,7 +10,7 @@ from experiments.plots import itl_vs_throughput, save, ttft_vs_rate
 from experiments.run_plots import iteration_composition, itl_timeline, latency_cdfs, save_run_plots
 from experiments.scenarios import stall_scene
 from experiments.sweep import recommend, run_sweep
-from experiments.traffic import chat_with_long_prompts
+from workloads.traffic import chat_with_long_prompts
 from simcore.simulation import Simulation
 from test_sweep import small_spec
 

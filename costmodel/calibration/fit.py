@@ -26,7 +26,7 @@ MMA work. (2) Streaming the weights and the MMAs overlap only partly near the ri
 stages, kernel choice), so the two times add in quadrature instead of the larger one winning: the
 same as max far from the ridge, √2× at it. Neither adds a fitted parameter. Fitted on H100
 Llama-2-7B they cut the held-out GEMM MAPE on InternLM-20B / Qwen-72B from 10.0/11.3 % (offset) to
-8.0/9.1 % (``experiments/calibration_bench.py``).
+8.0/9.1 % (``benchmarks/calibration_bench.py``).
 Residuals are log(t_model/t_measured), so every kernel counts by its relative error whatever its
 size. Parameters are fitted as x = ln(p/p0), p0 a data-derived start: O(1), positive, and the
 covariance of x is directly the relative variance of p. Classes share no parameters, so each is

@@ -8,8 +8,8 @@ from costmodel import cost
 from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
 
-from .common_args import add_model_hardware, model_and_hardware
-from .report import table
+from .common import add_model_hardware, model_and_hardware
+from ..report import table
 
 
 def add_parser(p):

@@ -6,9 +6,9 @@ import sys
 
 from costmodel.errors import InputError
 
-from . import calibrate_cmd, cost_cmd, simulate_cmd, stall_cmd, sweep_cmd
+from . import calibrate, cost, simulate, stall, sweep
 
-VERBS = {"stall": stall_cmd, "cost": cost_cmd, "simulate": simulate_cmd, "sweep": sweep_cmd, "calibrate": calibrate_cmd}
+VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """Calibration's acceptance figures: synthetic recovery and 1σ coverage, Llama-2-7B → InternLM-20B /
 Qwen-72B prediction error per operator class (each fit form), the norm (RMSNorm) model against the
 plain B/β + floor and its sensitivity to the GPU constants it assumes, and the CPU measure → fit →
-predict pipeline. ``python -m experiments.calibration_bench [--seeds N] [--kernels DIR] [--no-cpu]``."""
+predict pipeline. ``python benchmarks/calibration_bench.py [--seeds N] [--kernels DIR] [--no-cpu]``."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,7 @@ from costmodel.calibration.fit import FORMS, H100, TILE_ROWS, Device, fit_class
 from costmodel.calibration.microbench import cpu_plan, measure, split_holdout
 from costmodel.calibration.timings import gemm_row, load_timings
 
-from .report import table
+from experiments.report import table
 
 TRUTH = {"pi": 7e14, "beta": 3e12, "floor": 6e-6}
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "vidur"

@@ -17,8 +17,8 @@ from costmodel.calibration.profile import cpu_base
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
 
-from .common_args import positive_int
-from .report import table
+from .common import positive_int
+from ..report import table
 
 FORMATS = ("vidur", "timings")
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from .common_args import add_model_hardware, model_and_hardware, positive_int
-from .report import table
-from .stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chunk_table, stall_figures
+from .common import add_model_hardware, model_and_hardware, positive_int
+from ..report import table
+from ..stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chunk_table, stall_figures
 
 
 def add_parser(p):
@@ -41,7 +41,7 @@ def run(args) -> int:
           f"at {scene.decode_context} tokens, budget {scene.budget}; counting={hw.counting}")
     print(table(rows))
     if not args.no_simulate:
-        from .stall_sim import simulated_stalls
+        from ..stall_sim import simulated_stalls
         print()
         print("simulated: decoders running, the long prompt arrives (chunksim simulate --scenario stall)")
         print(table(simulated_stalls(model, hw, scene, args.tp)))

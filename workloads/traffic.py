@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.errors import require
-from workloads import Workload, arrivals
+
+from . import arrivals
+from .workload import Workload
 
 DEFAULTS = dict(num_prompts=600, input_len=512, output_len=512, long_prompt_len=32768, long_output_len=16,
                 long_every=100)

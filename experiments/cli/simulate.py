@@ -16,10 +16,10 @@ from costmodel.calibration.profile import fitted_parameters
 from costmodel.errors import require
 from simcore.simulation import Simulation
 
-from . import experiment_file
-from .common_args import add_model_hardware, positive_int
-from .engines import build_cluster, build_engine
-from .report import table
+from .. import experiment_file
+from .common import add_model_hardware, positive_int
+from ..engines import build_cluster, build_engine
+from ..report import table
 
 BAND_METRICS = ("p99_itl_ms", "p99_ttft_ms", "output_throughput")
 BANDS = (5, 50, 95)
@@ -106,10 +106,10 @@ def run(args) -> int:
                      record_iterations=bool(args.trace or args.plots))
     res = sim.run(goodput=goodput)
     if args.trace:
-        from .perfetto import write_trace
+        from ..perfetto import write_trace
         print(f"wrote trace: {write_trace(res, args.trace)}", file=sys.stderr)
     if args.plots:
-        from .run_plots import save_run_plots
+        from ..run_plots import save_run_plots
         for path in save_run_plots(res, args.plots).values():
             print(f"wrote plot: {path}", file=sys.stderr)
     s = res.summary

@@ -14,11 +14,11 @@ import yaml
 from costmodel.errors import InputError, require
 from simcore.metrics import parse_goodput
 
-from .common_args import positive_int
-from .executors import EXECUTORS, executor_for
-from .report import table
-from .sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
-from .traffic import DEFAULTS as TRAFFIC
+from .common import positive_int
+from ..executors import EXECUTORS, executor_for
+from ..report import table
+from ..sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
+from workloads.traffic import DEFAULTS as TRAFFIC
 
 DEFAULT_GRID = {"vllm": {"max_num_batched_tokens": [512, 768, 1024, 1536, 2048, 4096, 8192]},
                 "sglang": {"chunked_prefill_size": [512, 1024, 2048, 4096], "enable_mixed_chunk": [False, True]}}
@@ -118,7 +118,7 @@ def run(args) -> int:
         df.to_csv(files["csv"], index=False)
         rec.to_csv(files["recommendation"], index=False)
         if not args.no_plots and df.error.isna().any():
-            from .plots import itl_vs_throughput, save, ttft_vs_rate
+            from ..plots import itl_vs_throughput, save, ttft_vs_rate
             files["itl_vs_throughput"], files["ttft_vs_rate"] = out / "itl_vs_throughput.png", out / "ttft_vs_rate.png"
             save(itl_vs_throughput(df, slos["itl_slo_ms"], slos["percentile"], rec, slos["objective"],
                                    slos["ttft_slo_ms"]), files["itl_vs_throughput"])

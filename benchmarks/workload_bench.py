@@ -1,6 +1,6 @@
 """Load the full public traces (../shared/data/traces) and print wall times and what was loaded.
 
-    python -m experiments.workload_bench [--traces DIR] [--repeat N]
+    python benchmarks/workload_bench.py [--traces DIR] [--repeat N]
 
 Each figure is the best of N loads (the first load also pays imports and a cold page cache).
 Traces that are absent are listed as skipped; the script needs no other data.
