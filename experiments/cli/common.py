@@ -23,5 +23,20 @@ def add_model_hardware(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    """The engine flags `simulate` takes, spelled as `vllm serve` and `sglang.launch_server` spell them."""
+    g = p.add_argument_group("engine flags (as vllm serve / sglang.launch_server spell them)")
+    for flag in ("max-num-batched-tokens", "long-prefill-token-threshold", "max-num-seqs", "chunked-prefill-size",
+                 "max-prefill-tokens", "page-size", "max-model-len", "num-gpu-blocks-override", "max-total-tokens",
+                 "max-running-requests", "block-size"):
+        g.add_argument(f"--{flag}", type=int)
+    g.add_argument("--gpu-memory-utilization", type=float)
+    g.add_argument("--mem-fraction-static", type=float)
+    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--enable-mixed-chunk", action="store_true", default=None)
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--disable-radix-cache", action="store_true", default=None)
+
+
 def model_and_hardware(args):
     return load_model(args.model), load_hardware(args.hardware)

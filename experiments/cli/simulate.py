@@ -17,7 +17,7 @@ from costmodel.errors import require
 from simcore.simulation import Simulation
 
 from .. import experiment_file
-from .common import add_model_hardware, positive_int
+from .common import add_engine_flags, add_model_hardware, positive_int
 from ..engines import build_cluster, build_engine
 from ..report import table
 
@@ -33,17 +33,7 @@ def add_parser(p):
     p.add_argument("--policy", choices=["vllm", "sglang", "nochunk"])
     p.add_argument("--replicas", type=int, help="replicas behind the router (default 1), each of --tp GPUs")
     p.add_argument("--router", help="round_robin (default), least_outstanding, least_kv, prefix_affinity")
-    g = p.add_argument_group("engine flags (as vllm serve / sglang.launch_server spell them)")
-    for flag in ("max-num-batched-tokens", "long-prefill-token-threshold", "max-num-seqs", "chunked-prefill-size",
-                 "max-prefill-tokens", "page-size", "max-model-len", "num-gpu-blocks-override", "max-total-tokens",
-                 "max-running-requests", "block-size"):
-        g.add_argument(f"--{flag}", type=int)
-    g.add_argument("--gpu-memory-utilization", type=float)
-    g.add_argument("--mem-fraction-static", type=float)
-    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--enable-mixed-chunk", action="store_true", default=None)
-    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--disable-radix-cache", action="store_true", default=None)
+    add_engine_flags(p)
     w = p.add_argument_group("workload")
     w.add_argument("--scenario", choices=["stall"], help="seed 000's scene: decoders running, one long prompt arrives")
     w.add_argument("--request-rate", type=float, help="requests/s (default inf: all at t=0)")
