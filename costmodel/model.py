@@ -161,10 +161,46 @@ class ModelSpec:
 def _field(cfg: dict, source: str, *names, default=None):
     for n in names:
         if cfg.get(n) is not None:
-            return cfg[n]
+            return _checked(cfg, source, n)
     if default is not None:
         return default
     raise InputError(f"{source}:{names[0]}", None, "missing from config.json")
+
+
+INT_FIELDS = ("hidden_size", "d_model", "num_hidden_layers", "n_layer", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "intermediate_size", "vocab_size", "num_local_experts", "num_experts", "n_routed_experts",
+              "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+              "decoder_sparse_step", "first_k_dense_replace", "max_position_embeddings", "full_attention_interval",
+              "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+              "linear_conv_kernel_dim")
+BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "attn_output_gate")
+
+
+def _checked(cfg: dict, source: str, key: str):
+    """An integer that is an integer (not a bool, string, float or NaN); a bool that is a bool."""
+    v = cfg[key]
+    if key in INT_FIELDS and v is not None:
+        require(isinstance(v, int) and not isinstance(v, bool), f"{source}:{key}", v, "must be an integer")
+        require(v >= 0, f"{source}:{key}", v, "must be >= 0")
+    if key in BOOL_FIELDS and v is not None:
+        require(isinstance(v, bool), f"{source}:{key}", v, "must be true or false")
+    return v
+
+
+def _check_types(cfg, source: str) -> dict:
+    require(isinstance(cfg, dict), source, type(cfg).__name__, "config.json must be a JSON object")
+    if "text_config" in cfg:
+        require(isinstance(cfg["text_config"], dict), f"{source}:text_config", cfg["text_config"], "must be an object")
+    merged = {**cfg, **cfg.get("text_config", {})}
+    for key in INT_FIELDS + BOOL_FIELDS:
+        if key in merged:
+            _checked(merged, source, key)
+    for key in ("mlp_only_layers", "layer_types"):
+        require(merged.get(key) is None or isinstance(merged[key], list), f"{source}:{key}", merged.get(key),
+                "must be a list")
+    require(isinstance(merged.get("torch_dtype", "bfloat16"), str), f"{source}:torch_dtype", merged.get("torch_dtype"),
+            "must be a string")
+    return merged
 
 
 def _hybrid_layers(cfg: dict, name: str, L: int) -> tuple[int, dict]:
@@ -195,10 +231,13 @@ def _hybrid_layers(cfg: dict, name: str, L: int) -> tuple[int, dict]:
 
 def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary."""
-    cfg = {**cfg, **cfg.get("text_config", {})}
+    cfg = _check_types(cfg, name)
     f = lambda *n, default=None: _field(cfg, name, *n, default=default)  # noqa: E731
     H, L, h = int(f("hidden_size", "d_model")), int(f("num_hidden_layers", "n_layer")), int(f("num_attention_heads"))
     h_kv = int(f("num_key_value_heads", default=h))
+    for key, v in (("hidden_size", H), ("num_hidden_layers", L), ("num_attention_heads", h),
+                   ("num_key_value_heads", h_kv)):
+        require(v > 0, f"{name}:{key}", v, "must be positive")
     d_h = int(cfg.get("head_dim") or H // h)
     E = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
     moe_layers = 0
@@ -233,6 +272,14 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
     return spec
 
 
+class _Constant(Exception):
+    pass
+
+
+def _no_constant(name: str):
+    raise _Constant(name)
+
+
 def known_models() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
 
@@ -241,8 +288,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A short name (``llama-3.1-8b``), a ``config.json`` path, or a folder holding one."""
     path = find("model", name_or_path, MODELS_DIR, ".json", "a config.json path", folder_file="config.json")
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise InputError("model", str(path), f"not UTF-8 text (byte {e.start})") from None
+    except _Constant as e:
+        raise InputError("model", str(path), f"{e} is not a valid config.json value") from None
     except json.JSONDecodeError as e:
         raise InputError("model", str(path), f"not valid JSON ({e.msg} at line {e.lineno})") from None
+    except OSError as e:
+        raise InputError("model", str(path), f"cannot read ({e.strerror})") from None
     name = path.stem if path.parent == MODELS_DIR else str(name_or_path)
     return model_from_config(cfg, name=name)

@@ -18,6 +18,7 @@ from costmodel.errors import InputError, require
 from simcore.metrics import parse_goodput
 from workloads.config import workload_from_config
 
+from . import datasets
 from .engines import NOCHUNK_FLAGS, POLICIES, SGLANG_FLAGS, VLLM_FLAGS
 from .scenarios import stall_scene
 
@@ -155,13 +156,19 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         fmt = o.get("trace_format") or TRACE_SUFFIX_FORMAT.get(path.suffix.lower())
         require(fmt is not None, "trace-format", None, f"cannot tell the format of {path.name}; give --trace-format")
         trace.update(path=os.path.normpath(path.expanduser().absolute()), format=fmt)
+        trace.update({k: o[k] for k in ("columns", "time_unit") if k in o})
         w = {"kind": "trace", "trace": trace, **{k: w[k] for k in ("max_concurrency",) if k in w}}
+        if "num_prompts" in o:
+            w["trace"]["max_requests"] = o["num_prompts"]
+    elif "columns" in o or "time_unit" in o:
+        key = "columns" if "columns" in o else "time_unit"
+        require(False, f"--{'trace-columns' if key == 'columns' else 'time-unit'}", o[key], "needs --workload-file")
     elif "trace_format" in o:
         require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), "trace-format", o["trace_format"],
                 "needs --workload-file or a trace workload in the experiment file")
         w["trace"] = {**w["trace"], "format": o["trace_format"]}
     for k in ("request_rate", "num_prompts", "max_concurrency", "burstiness"):
-        if k in o:
+        if k in o and not (k == "num_prompts" and w.get("kind") == "trace"):
             w[k] = o[k]
     if "burstiness" in o and w.get("kind", "poisson") == "poisson":
         w["kind"] = "gamma"
@@ -169,7 +176,7 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         lengths = dict(w.get("lengths") or {"kind": "random"})
         lengths.update({k: o[k] for k in ("input_len", "output_len") if k in o})
         w["lengths"] = lengths
-    return _finite(w)
+    return _finite(datasets.apply(w, o))
 
 
 def effective(file_cfg: dict | None, overrides: dict) -> dict:
@@ -190,7 +197,7 @@ def build_workload(cfg: dict):
     w = cfg["workload"]
     if "scenario" not in w:
         return workload_from_config(w, cfg["seed"])
-    require(w["scenario"] in SCENARIOS, "workload:scenario", w["scenario"], f"must be one of {', '.join(SCENARIOS)}")
+    require(isinstance(w["scenario"], str) and w["scenario"] in SCENARIOS, "workload:scenario", w["scenario"], f"must be one of {', '.join(SCENARIOS)}")
     args = {k: v for k, v in w.items() if k != "scenario"}
     _known(args, SCENARIOS[w["scenario"]], "workload")
     for k, v in args.items():

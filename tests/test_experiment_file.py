@@ -117,7 +117,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, text, argv, names):
 
 def test_missing_files_exit_2(tmp_path, capsys):
     assert main(["simulate", "-f", str(tmp_path / "nope.yaml")]) == 2
-    assert "no such experiment file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nope.yaml" in err and "no such file" in err
     f = write(tmp_path, "workload: {kind: trace, trace: {format: mooncake, path: gone.jsonl}}\n")
     assert main(["simulate", "-f", f]) == 2
     assert "gone.jsonl" in capsys.readouterr().err

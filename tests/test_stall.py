@@ -101,8 +101,8 @@ def test_cli_table_and_chunks(capsys):
 @pytest.mark.parametrize("argv,field", [
     (["stall", "--budget", "16"], "budget"), (["stall", "--prompt-len", "0"], "prompt-len"),
     (["stall", "--model", "nope"], "model"), (["stall", "--hardware", "tpu"], "hardware"),
-    (["stall", "--tp", "3"], "tp"), (["cost", "--q-lens", "1,2", "--kv-lens", "0"], "kv_lens"),
-    (["cost", "--q-lens", "0"], "q_lens"), (["cost", "--q-lens", "a,b"], "q-lens"),
+    (["stall", "--tp", "3"], "tp"), (["cost", "--q-lens", "1,2", "--kv-lens", "0"], "--kv-lens"),
+    (["cost", "--q-lens", "0"], "--q-lens"), (["cost", "--q-lens", "a,b"], "q-lens"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, field):
     assert main(argv) == 2
@@ -119,6 +119,5 @@ def test_cli_cost_json(capsys):
 
 
 def test_cli_help_lists_verbs(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
+    assert main(["--help"]) == 0
     assert "stall" in capsys.readouterr().out

@@ -27,7 +27,7 @@ COMMON_KEYS = {"kind", "num_prompts", "lengths", "max_concurrency"}
 LENGTH_KEYS = {
     "fixed": {"input_len", "output_len"},
     "random": {"input_len", "output_len", "range_ratio", "prefix_len", "block_tokens"},
-    "table": {"path", "columns"},
+    "table": {"path", "columns", "output_len"},
     "shared_prefix": {"num_prefixes", "prefix_len", "suffix_len", "output_len", "block_tokens"},
 }
 TRACE_KEYS = {"format", "path", "columns", "time_unit", "block_tokens", "start_s", "end_s",
@@ -41,6 +41,7 @@ def _known(d: dict, allowed: set, where: str, why: str = "") -> None:
 
 
 def _number(d: dict, key: str, where: str, default=None):
+    require(key not in d or d[key] is not None, f"{where}:{key}", None, "must be a number")
     v = d.get(key, default)
     if isinstance(v, str) and v.strip().lower() in ("inf", "infinity", ".inf"):
         return math.inf
@@ -60,7 +61,8 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
     """``d`` is the ``workload:`` section; relative paths resolve against ``base_dir``."""
     require(isinstance(d, dict), "workload", d, "must be a mapping")
     kind = d.get("kind", "poisson")
-    require(kind in ARRIVAL_KEYS, "workload:kind", kind, f"must be one of {', '.join(ARRIVAL_KEYS)}")
+    require(isinstance(kind, str) and kind in ARRIVAL_KEYS, "workload:kind", kind,
+            f"must be one of {', '.join(ARRIVAL_KEYS)}")
     allowed = COMMON_KEYS | ARRIVAL_KEYS[kind]
     if kind == "trace":
         allowed = allowed - {"num_prompts", "lengths"}
@@ -101,7 +103,8 @@ def _path(p, where: str, base_dir) -> Path:
 def _lengths(d: dict, n: int, rng: np.random.Generator, base_dir) -> lengths.Lengths:
     require(isinstance(d, dict), "lengths", d, "must be a mapping")
     kind = d.get("kind")
-    require(kind in LENGTH_KEYS, "lengths:kind", kind, f"must be one of {', '.join(LENGTH_KEYS)}")
+    require(isinstance(kind, str) and kind in LENGTH_KEYS, "lengths:kind", kind,
+            f"must be one of {', '.join(LENGTH_KEYS)}")
     _known(d, LENGTH_KEYS[kind] | {"kind"}, "lengths", f" for kind {kind!r}")
     args = {k: v for k, v in d.items() if k != "kind"}
     for k, v in args.items():
@@ -116,7 +119,7 @@ def _lengths(d: dict, n: int, rng: np.random.Generator, base_dir) -> lengths.Len
     if kind == "shared_prefix":
         return lengths.shared_prefix(n, rng, **args)
     require("path" in d, "lengths:path", None, "required for kind 'table'")
-    return lengths.table(_path(d["path"], "lengths:path", base_dir), n, rng, d.get("columns"))
+    return lengths.table(_path(d["path"], "lengths:path", base_dir), n, rng, d.get("columns"), d.get("output_len"))
 
 
 def _trace(d, rng: np.random.Generator, concurrency, base_dir) -> Workload:

@@ -109,8 +109,9 @@ def _prefix_hashes(prefix_of: np.ndarray, num_prefixes: int, prefix_len: int, pr
     return out
 
 
-def table(path, n: int, rng: np.random.Generator, columns: dict | None = None) -> Lengths:
-    """Rows drawn uniformly with replacement from a CSV length table.
+def table(path, n: int, rng: np.random.Generator, columns: dict | None = None, output_len: int | None = None) -> Lengths:
+    """Rows drawn uniformly with replacement from a CSV length table; ``output_len`` replaces every
+    row's output (vLLM's ``--sharegpt-output-len``).
 
     ``columns`` maps ``prompt_len`` and ``output_len`` to the file's names; without it the
     column pairs in ``TABLE_COLUMNS`` are recognised."""
@@ -123,7 +124,8 @@ def table(path, n: int, rng: np.random.Generator, columns: dict | None = None) -
     cols = readers.read_csv(path, columns)
     prompt, output = readers.positive_ints(cols, "prompt_len"), readers.positive_ints(cols, "output_len")
     rows = rng.integers(0, len(prompt), size=n)
-    return Lengths(prompt[rows], output[rows])
+    out = output[rows] if output_len is None else np.full(n, _int("output_len", output_len, 1), np.int64)
+    return Lengths(prompt[rows], out)
 
 
 def _detect_columns(path) -> dict:

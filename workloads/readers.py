@@ -46,6 +46,8 @@ def read_csv(path, mapping: dict) -> Columns:
         raise InputError(str(path), 0, "empty file (no header, no rows)") from None
     except pd.errors.ParserError as e:
         raise InputError(str(path), "parse", str(e).replace("Error tokenizing data. C error: ", "")) from None
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), f"byte {e.start}", "not UTF-8 text") from None
     values = {name: df[col].to_numpy() for name, col in mapping.items()}
     return _nonempty(Columns(path, dict(mapping), values, np.arange(2, len(df) + 2), True))
 
@@ -93,19 +95,22 @@ def _jsonl_arrow(path: Path, mapping: dict) -> Columns | None:
 
 def _jsonl_lines(path: Path, mapping: dict) -> Columns:
     rows, lines = {name: [] for name in mapping}, []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}", line.strip()[:60], f"not valid JSON ({e.msg})") from None
-            require(isinstance(obj, dict), f"{path}:{lineno}", line.strip()[:60], "not a JSON object")
-            for name, key in mapping.items():
-                require(key in obj, f"{path}:{lineno}:{key}", None, f"missing field; the line has {sorted(obj)}")
-                rows[name].append(obj[key])
-            lines.append(lineno)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), f"byte {e.start}", "not UTF-8 text") from None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{lineno}", line.strip()[:60], f"not valid JSON ({e.msg})") from None
+        require(isinstance(obj, dict), f"{path}:{lineno}", line.strip()[:60], "not a JSON object")
+        for name, key in mapping.items():
+            require(key in obj, f"{path}:{lineno}:{key}", None, f"missing field; the line has {sorted(obj)}")
+            rows[name].append(obj[key])
+        lines.append(lineno)
     values = {name: np.array(v + [None], dtype=object)[:-1] for name, v in rows.items()}
     return _nonempty(Columns(path, dict(mapping), values, np.array(lines, dtype=np.int64), False))
 

@@ -17,6 +17,7 @@ from costmodel.calibration.profile import cpu_base
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
 
+from ..bench_result import writable_dir
 from .common import positive_int
 from ..report import table
 
@@ -55,6 +56,8 @@ def _timings(args) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
 
 
 def calibrate(args) -> dict:
+    if args.out:
+        writable_dir(Path(args.out), "--out")
     train, held, source = _timings(args)
     if args.holdout:
         held = pd.concat([load_timings(p) for p in args.holdout], ignore_index=True)

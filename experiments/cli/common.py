@@ -1,9 +1,12 @@
-"""Flags several verbs share, and the one place where names become objects."""
+"""Flags several verbs share, their value types, and the one place where names become objects."""
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 from costmodel import load_hardware, load_model
+from costmodel.errors import InputError, require
 
 
 def positive_int(text: str) -> int:
@@ -12,31 +15,149 @@ def positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
     return v
 
 
-def add_model_hardware(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="llama-3.1-8b", help="short name or path to a Hugging Face config.json")
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return v
+
+
+def chunk_size(text: str) -> int:
+    """SGLang's --chunked-prefill-size: a positive size, or -1 for chunking off."""
+    v = int(text) if text.lstrip("-").isdigit() else None
+    if v is None or not (v > 0 or v == -1):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer, or -1 to turn chunking off")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0 (inf allowed)")
+    return v
+
+
+def fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return v
+
+
+def unit_ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a JSON dict per input/output is not "
+                                         "simulated; give one ratio)") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
+    return v
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return v
+
+
+def add_model_hardware(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    p.add_argument("--model", default="llama-3.1-8b",
+                   help="short name from costmodel/models/, or a Hugging Face config.json (or its folder)")
     p.add_argument("--hardware", default="h100", help="GPU profile name or a YAML path (e.g. from `calibrate`)")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
-    p.add_argument("--json", action="store_true", help="print a machine-readable result")
+    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, default=1,
+                   help="tensor-parallel degree")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print a machine-readable result")
+
+
+ENGINE_INTS = {  # flag: (type, help)
+    "max-num-batched-tokens": (positive_int, "vLLM token budget per step (default by GPU: 8192 on an H100)"),
+    "long-prefill-token-threshold": (nonneg_int, "vLLM: cap a prefill's tokens per step (0 = no cap, vLLM's default)"),
+    "max-num-seqs": (positive_int, "vLLM: most sequences per step (default by GPU)"),
+    "chunked-prefill-size": (chunk_size, "SGLang chunk size (default by GPU memory; -1 = chunking off)"),
+    "max-prefill-tokens": (positive_int, "SGLang prefill token budget per step (default 16384)"),
+    "page-size": (positive_int, "SGLang KV page size in tokens (default 1)"),
+    "max-model-len": (positive_int, "longest prompt + output (default: the model's max_position_embeddings)"),
+    "num-gpu-blocks-override": (positive_int, "vLLM: KV pool size in blocks instead of the memory estimate"),
+    "max-total-tokens": (positive_int, "SGLang: cap the KV pool at this many tokens"),
+    "max-running-requests": (positive_int, "SGLang: most running requests"),
+    "block-size": (positive_int, "vLLM KV block size in tokens (default 16)"),
+}
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     """The engine flags `simulate` takes, spelled as `vllm serve` and `sglang.launch_server` spell them."""
     g = p.add_argument_group("engine flags (as vllm serve / sglang.launch_server spell them)")
-    for flag in ("max-num-batched-tokens", "long-prefill-token-threshold", "max-num-seqs", "chunked-prefill-size",
-                 "max-prefill-tokens", "page-size", "max-model-len", "num-gpu-blocks-override", "max-total-tokens",
-                 "max-running-requests", "block-size"):
-        g.add_argument(f"--{flag}", type=int)
-    g.add_argument("--gpu-memory-utilization", type=float)
-    g.add_argument("--mem-fraction-static", type=float)
-    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--enable-mixed-chunk", action="store_true", default=None)
-    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--disable-radix-cache", action="store_true", default=None)
+    g.add_argument("--engine-cmd", metavar='"CMD"',
+                   help="paste a `vllm serve ...` or `python -m sglang.launch_server ...` command line: sets the "
+                        "policy, its flags, the model and --tp; explicit flags here override it")
+    for flag, (kind, text) in ENGINE_INTS.items():
+        g.add_argument(f"--{flag}", type=kind, help=text)
+    g.add_argument("--context-length", dest="max_model_len", type=positive_int,
+                   help="SGLang's spelling of --max-model-len")
+    g.add_argument("--gpu-memory-utilization", type=fraction, help="vLLM memory fraction for weights + KV (0.9)")
+    g.add_argument("--mem-fraction-static", type=fraction, help="SGLang memory fraction (default by GPU memory)")
+    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM chunked prefill (on by default in V1)")
+    g.add_argument("--enable-mixed-chunk", action="store_true", default=None,
+                   help="SGLang: run decodes in the same batch as a prefill chunk")
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM prefix caching (on by default; acts when requests carry block hashes)")
+    g.add_argument("--disable-radix-cache", action="store_true", default=None, help="SGLang: no prefix (radix) cache")
 
 
 def model_and_hardware(args):
+    check_hardware_file(args.hardware)
     return load_model(args.model), load_hardware(args.hardware)
+
+
+def read_text(path, field: str) -> str:
+    """A user's text file, or an InputError naming it: missing, a folder, unreadable, not UTF-8."""
+    p = Path(path)
+    require(p.exists(), field, str(p), "no such file")
+    require(p.is_file(), field, str(p), "is not a file")
+    try:
+        return p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(field, str(p), f"not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise InputError(field, str(p), f"cannot read ({e.strerror})") from None
+
+
+def check_hardware_file(name: str | None, field: str = "--hardware") -> None:
+    """A hardware path given (not a shipped name) must be UTF-8 YAML; load_hardware checks the rest."""
+    if name and Path(name).is_file():
+        import yaml
+        text = read_text(name, field)
+        try:
+            d = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{name}:{mark.line + 1}" if mark else name
+            raise InputError(field, where, f"not valid YAML ({getattr(e, 'problem', None) or 'parse error'})") from None
+        require(isinstance(d, dict), field, name, "must be a YAML mapping of profile fields")
+        ref = load_hardware("h100")
+        for key, v in d.items():
+            want = getattr(ref, str(key), None)
+            if isinstance(want, (int, float)) and not isinstance(want, bool):
+                require(isinstance(v, (int, float)) and not isinstance(v, bool), f"{name}:{key}", v, "must be a number")
+            elif isinstance(want, str):
+                require(isinstance(v, str), f"{name}:{key}", v, "must be a string")

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 
 from costmodel import cost
 from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
 
-from .common import add_model_hardware, model_and_hardware
+from .common import add_model_hardware, model_and_hardware, read_text
 from ..report import table
 
 
@@ -29,26 +30,37 @@ def _ints(field: str, text: str) -> list[int]:
 
 
 def read_batch_file(path: str) -> tuple[list[int], list[int]]:
+    text = read_text(path, "--batch-file")
     try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            missing = {"q_len", "kv_len"} - set(reader.fieldnames or [])
-            require(not missing, "batch-file", path, f"missing columns {sorted(missing)}")
-            q, kv = [], []
-            for i, row in enumerate(reader, start=2):
-                q.append(int(_ints(f"{path}:{i}:q_len", row["q_len"])[0]))
-                kv.append(int(_ints(f"{path}:{i}:kv_len", row["kv_len"])[0]))
-    except OSError as e:
-        raise InputError("batch-file", path, e.strerror) from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = {"q_len", "kv_len"} - set(reader.fieldnames or [])
+        require(not missing, "--batch-file", path, f"missing columns {sorted(missing)}")
+        q, kv = [], []
+        for i, row in enumerate(reader, start=2):
+            q.append(_one(f"{path}:{i}:q_len", row["q_len"]))
+            kv.append(_one(f"{path}:{i}:kv_len", row["kv_len"]))
+    except csv.Error as e:
+        raise InputError("--batch-file", path, f"not valid CSV ({e})") from None
+    require(len(q) > 0, "--batch-file", path, "has no rows")
     return q, kv
+
+
+def _one(field: str, text) -> int:
+    vals = _ints(field, text or "")
+    require(len(vals) == 1, field, text, "must be one integer")
+    return vals[0]
 
 
 def batch_from_args(args) -> tuple[list[int], list[int]]:
     if args.batch_file:
         return read_batch_file(args.batch_file)
-    require(args.q_lens is not None, "q-lens", None, "give --q-lens or --batch-file")
-    q = _ints("q-lens", args.q_lens)
-    kv = _ints("kv-lens", args.kv_lens) if args.kv_lens else [0] * len(q)
+    require(args.q_lens is not None, "--q-lens", None, "give --q-lens or --batch-file")
+    q = _ints("--q-lens", args.q_lens)
+    kv = _ints("--kv-lens", args.kv_lens) if args.kv_lens else [0] * len(q)
+    require(len(q) > 0, "--q-lens", args.q_lens, "name at least one sequence")
+    require(len(kv) == len(q), "--kv-lens", args.kv_lens, f"must list one length per --q-lens entry ({len(q)})")
+    require(all(x >= 1 for x in q), "--q-lens", args.q_lens, "every length must be >= 1")
+    require(all(x >= 0 for x in kv), "--kv-lens", args.kv_lens, "every length must be >= 0")
     return q, kv
 
 

@@ -1,132 +1,107 @@
-"""Simulate a workload through vLLM V1, SGLang or no-chunking scheduling, in simulated time."""
+"""Simulate a workload through vLLM V1, SGLang or no-chunking scheduling, in simulated time.
+
+Workload and result flags are `vllm bench serve`'s (--dataset-name, --random-*, --ramp-up-*,
+--percentile-metrics, --save-result, ...); engine flags are the engines' own, or a whole pasted
+command line with --engine-cmd. Flags given explicitly override an experiment file (-f).
+"""
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import sys
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from .. import bench_result, datasets
+from .simulate_run import run_simulation
+from .common import add_engine_flags, add_model_hardware, finite_float, nonneg_int, positive_float, positive_int, \
+    unit_ratio
 
-from costmodel import load_hardware, load_model
-from costmodel.calibration import sample_hardware
-from costmodel.calibration.profile import fitted_parameters
-from costmodel.errors import require
-from simcore.simulation import Simulation
+TIME_UNITS = ("s", "ms", "us")
 
-from .. import experiment_file
-from .common import add_engine_flags, add_model_hardware, positive_int
-from ..engines import build_cluster, build_engine
-from ..report import table
 
-BAND_METRICS = ("p99_itl_ms", "p99_ttft_ms", "output_throughput")
-BANDS = (5, 50, 95)
-UNCERTAINTY_STREAM = 1000   # spawn key of the parameter draws; the workload's streams use 0, 1, 2
+def trace_columns(text: str) -> dict:
+    import argparse
+    out = {}
+    for item in text.split(","):
+        key, eq, col = item.partition("=")
+        if not eq or not key.strip() or not col.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} is not FIELD=COLUMN")
+        if key.strip() not in ("arrival", "prompt_len", "output_len", "block_hashes"):
+            raise argparse.ArgumentTypeError(f"{key.strip()!r} is not one of arrival, prompt_len, output_len, "
+                                             "block_hashes")
+        out[key.strip()] = col.strip()
+    return out
 
 
 def add_parser(p):
     add_model_hardware(p)
     p.set_defaults(model=None, hardware=None, tp=None)
     p.add_argument("-f", "--file", metavar="EXP.yaml", help="experiment file; flags given explicitly override it")
-    p.add_argument("--policy", choices=["vllm", "sglang", "nochunk"])
-    p.add_argument("--replicas", type=int, help="replicas behind the router (default 1), each of --tp GPUs")
+    p.add_argument("--policy", choices=["vllm", "sglang", "nochunk"], help="scheduler (default vllm)")
+    p.add_argument("--replicas", type=positive_int, help="replicas behind the router (default 1), each of --tp GPUs")
     p.add_argument("--router", help="round_robin (default), least_outstanding, least_kv, prefix_affinity")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no notes on stderr")
     add_engine_flags(p)
-    w = p.add_argument_group("workload")
+    w = p.add_argument_group("workload (vllm bench serve's flags)")
+    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
+                   help="random (default), sharegpt (the shipped ShareGPT length table, or --dataset-path), "
+                        "prefix_repetition")
+    w.add_argument("--dataset-path", help="sharegpt: a CSV length table (num_prefill_tokens,num_decode_tokens)")
+    w.add_argument("--num-prompts", type=positive_int, help="requests (default 1000)")
+    w.add_argument("--input-len", type=positive_int, help="input tokens per request (default 1024)")
+    w.add_argument("--output-len", type=positive_int, help="output tokens per request (default 128)")
+    w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (vLLM default 1024)")
+    w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (vLLM default 128)")
+    w.add_argument("--random-range-ratio", type=unit_ratio,
+                   help="random dataset: lengths uniform in [len(1-r), len(1+r)], r in [0, 1)")
+    w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens (default 0)")
+    w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens (256)")
+    w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens (256)")
+    w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes (10)")
+    w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens (128)")
+    w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
+    w.add_argument("--request-rate", type=positive_float, help="requests/s (default inf: all at t=0)")
+    w.add_argument("--burstiness", type=positive_float, help="gamma arrivals: shape = burstiness (1 = Poisson)")
+    w.add_argument("--max-concurrency", type=positive_int, help="closed loop: at most this many requests in flight")
+    w.add_argument("--ramp-up-strategy", choices=["linear", "exponential"], help="ramp the rate over the requests")
+    w.add_argument("--ramp-up-start-rps", type=finite_float, help="ramp's first rate (requests/s)")
+    w.add_argument("--ramp-up-end-rps", type=finite_float, help="ramp's last rate (requests/s)")
     w.add_argument("--scenario", choices=["stall"], help="seed 000's scene: decoders running, one long prompt arrives")
-    w.add_argument("--request-rate", type=float, help="requests/s (default inf: all at t=0)")
-    w.add_argument("--burstiness", type=float, help="gamma arrivals: shape = burstiness (1 = Poisson)")
-    w.add_argument("--max-concurrency", type=int, help="closed loop: at most this many requests in flight")
-    w.add_argument("--num-prompts", type=int, help="default 1000")
-    w.add_argument("--input-len", type=int, help="default 1024")
-    w.add_argument("--output-len", type=int, help="default 128")
     w.add_argument("--workload-file", metavar="TRACE", help="replay a trace file instead of generating requests")
     w.add_argument("--trace-format", choices=["azure", "mooncake", "csv", "jsonl"],
                    help="format of --workload-file (default by suffix: .csv azure, .jsonl mooncake)")
-    w.add_argument("--seed", type=int)
-    p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs as in vllm bench serve: ttft:MS tpot:MS e2el:MS")
-    p.add_argument("--no-fast-forward", action="store_true", default=None,
+    w.add_argument("--trace-columns", dest="columns", type=trace_columns, metavar="arrival=COL,prompt_len=COL,...",
+                   help="a csv/jsonl trace's columns: arrival, prompt_len, output_len[, block_hashes]")
+    w.add_argument("--time-unit", choices=TIME_UNITS, help="unit of the trace's arrival column")
+    w.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
+    r = p.add_argument_group("results (vllm bench serve's flags)")
+    r.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
+    r.add_argument("--percentile-metrics", help="comma-separated: ttft,tpot,itl,e2el (default ttft,tpot,itl)")
+    r.add_argument("--metric-percentiles", help="comma-separated percentiles (default 99)")
+    r.add_argument("--save-result", action="store_true", help="write the benchmark client's result JSON")
+    r.add_argument("--save-detailed", action="store_true", help="also per-request input_lens, output_lens, ttfts, itls")
+    r.add_argument("--append-result", action="store_true", help="append to the result file instead of replacing it")
+    r.add_argument("--result-dir", help="folder of the result file (default: here)")
+    r.add_argument("--result-filename", help="result file name (default as vllm bench serve names it)")
+    r.add_argument("--label", help="result label (default chunksim-POLICY)")
+    r.add_argument("--metadata", nargs="*", metavar="KEY=VALUE", help="extra keys for the result JSON")
+    r.add_argument("--result-format", choices=bench_result.FORMATS, default="vllm",
+                   help="vllm: vllm bench serve's keys; sglang: sglang.bench_serving's JSON line")
+    o = p.add_argument_group("outputs")
+    o.add_argument("--no-fast-forward", action="store_true", default=None,
                    help="one event per iteration (proves fast-forward exact)")
-    p.add_argument("--uncertainty", type=positive_int, metavar="N",
+    o.add_argument("--uncertainty", type=positive_int, metavar="N",
                    help="rerun at N parameter sets drawn from a calibrated profile's covariance; report p5/p50/p95")
-    p.add_argument("--out", help="folder for requests.parquet, requests.csv, summary.json and config.yaml")
-    p.add_argument("--trace", metavar="RUN.json", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
-    p.add_argument("--plots", metavar="DIR", help="write itl_timeline.png, iteration_composition.png, latency_cdfs.png")
-
-
-def config(args) -> dict:
-    """The effective configuration: defaults <- ``-f`` file <- flags given on the command line."""
-    flags = {**vars(args), "fast_forward": False if args.no_fast_forward else None}
-    return experiment_file.effective(experiment_file.load_experiment(args.file) if args.file else None, flags)
-
-
-def uncertainty(cfg: dict, model, hw, draws: list, workload, goodput, point: dict) -> tuple[dict, list[dict]]:
-    """The same workload at each drawn parameter set: percentile bands of the key metrics.
-    Bands carry the fit's parameter uncertainty only, not its per-kernel residual scatter."""
-    drawn = [f.name for f in dataclasses.fields(hw) if any(getattr(d, f.name) != getattr(hw, f.name) for d in draws)]
-    rows = []
-    for i, d in enumerate(draws):
-        sched, pool, cm, max_len = build_engine(cfg["policy"], model, d, cfg["tp"], cfg["engine"])
-        s = Simulation([(sched, pool, cm)], workload, fast_forward=cfg["fast_forward"],
-                       max_model_len=max_len).run(goodput=goodput).summary
-        rows.append({"draw": i, **{f: getattr(d, f) for f in drawn}, **{m: s[m] for m in BAND_METRICS}})
-    bands = {m: {"point": point[m], **{f"p{q}": float(np.percentile([r[m] for r in rows], q)) for q in BANDS}}
-             for m in BAND_METRICS}
-    return {"draws": len(draws), "hardware": hw.name, "drawn_fields": drawn, "metrics": bands}, rows
+    o.add_argument("--out", help="folder for requests.parquet, requests.csv, summary.json and config.yaml")
+    o.add_argument("--trace", metavar="RUN.json", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    o.add_argument("--plots", metavar="DIR", help="write itl_timeline.png, iteration_composition.png, latency_cdfs.png")
 
 
 def run(args) -> int:
-    cfg = config(args)
-    model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
-    engines, router, max_len = build_cluster(cfg["policy"], model, hw, cfg["tp"], cfg["engine"], cfg["replicas"],
-                                             cfg["router"])
-    pool = engines[0][1]
-    workload = experiment_file.build_workload(cfg)
-    goodput = cfg.get("goodput")
-    draws = None
-    if args.uncertainty:
-        rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
-        require(len(fitted_parameters(hw)[0]) > 0, "uncertainty", args.uncertainty,
-                f"needs a calibrated hardware profile; {hw.name} has no fitted covariance "
-                "(fit one with `chunksim calibrate --out DIR`, then pass --hardware DIR/fitted.yaml)")
-        draws = sample_hardware(hw, args.uncertainty, rng)
-    sim = Simulation(engines, workload, fast_forward=cfg["fast_forward"], max_model_len=max_len, router=router,
-                     record_iterations=bool(args.trace or args.plots))
-    res = sim.run(goodput=goodput)
-    if args.trace:
-        from ..perfetto import write_trace
-        print(f"wrote trace: {write_trace(res, args.trace)}", file=sys.stderr)
-    if args.plots:
-        from ..run_plots import save_run_plots
-        for path in save_run_plots(res, args.plots).values():
-            print(f"wrote plot: {path}", file=sys.stderr)
-    s = res.summary
-    if draws:
-        s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        res.requests.to_parquet(out / "requests.parquet")
-        res.requests.to_csv(out / "requests.csv", index=False)
-        (out / "config.yaml").write_text(experiment_file.dump(cfg))
-        (out / "summary.json").write_text(json.dumps({**s, "config": cfg}, indent=2))
-        if draws:
-            pd.DataFrame(rows).to_csv(out / "uncertainty.csv", index=False)
+    out = run_simulation(args)
     if args.json:
-        print(json.dumps(s, indent=2))
+        print(json.dumps(out["summary"], indent=2, default=str))
         return 0
-    print(f"{cfg['policy']} · {model.name} on {hw.name} (tp={cfg['tp']}) · {cfg['replicas']} replica(s), router "
-          f"{cfg['router']} · KV pool {pool.total * pool.block_size:,} tokens per replica")
-    keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms",
-            "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_iterations", "num_preemptions"]
-    print(table([{"metric": k, "value": s[k]} for k in keys]))
-    if "replicas" in s:
-        print()
-        print(table([{"replica": i, **{k: r[k] for k in ("completed", "output_throughput", "p99_ttft_ms", "p99_itl_ms")}}
-                     for i, r in enumerate(s["replicas"])]))
-    if draws:
-        print(f"\nuncertainty: {len(draws)} parameter sets drawn from {hw.name}'s fitted covariance")
-        print(table([{"metric": m, **b} for m, b in s["uncertainty"]["metrics"].items()]))
+    print(out["text"])
+    for note in out["files"]:
+        print(note, file=sys.stderr)
     return 0
+

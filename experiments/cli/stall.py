@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .common import add_model_hardware, model_and_hardware, positive_int
+from .common import add_model_hardware, model_and_hardware, positive_float, positive_int
 from ..report import table
 from ..stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chunk_table, stall_figures
 
@@ -11,12 +11,13 @@ from ..stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chun
 def add_parser(p):
     add_model_hardware(p)
     d = SEED_SCENE
-    p.add_argument("--prompt-len", type=int, default=d["prompt_len"])
-    p.add_argument("--num-decodes", type=int, default=d["num_decodes"])
-    p.add_argument("--decode-context", type=int, default=d["decode_context"])
-    p.add_argument("--budget", type=int, default=d["budget"], help="vLLM max_num_batched_tokens")
-    p.add_argument("--slo-ms", type=float, default=d["slo_ms"])
-    p.add_argument("--align", type=positive_int, default=d["align"])
+    p.add_argument("--prompt-len", type=positive_int, default=d["prompt_len"], help="the long prompt's tokens (32768)")
+    p.add_argument("--num-decodes", type=positive_int, default=d["num_decodes"], help="running decoders (32)")
+    p.add_argument("--decode-context", type=positive_int, default=d["decode_context"],
+                   help="each decoder's context in tokens (2048)")
+    p.add_argument("--budget", type=positive_int, default=d["budget"], help="vLLM max_num_batched_tokens (2048)")
+    p.add_argument("--slo-ms", type=positive_float, default=d["slo_ms"], help="ITL SLO for the budget figure (ms)")
+    p.add_argument("--align", type=positive_int, default=d["align"], help="round the SLO budget down to this")
     p.add_argument("--chunks", action="store_true", help="also print the per-chunk table")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulated run of the scene through each policy")
 

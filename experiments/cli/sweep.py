@@ -7,6 +7,7 @@ point (queues growing without bound) can still win on throughput; give one to ru
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -14,7 +15,9 @@ import yaml
 from costmodel.errors import InputError, require
 from simcore.metrics import parse_goodput
 
-from .common import positive_int
+from ..bench_result import writable_dir
+from .. import datasets
+from .common import check_hardware_file, chunk_size, nonneg_int, positive_float, positive_int, read_text, unit_ratio
 from ..executors import EXECUTORS, executor_for
 from ..report import table
 from ..sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
@@ -29,50 +32,125 @@ MIXED = {"off": [False], "on": [True], "both": [False, True]}
 def add_parser(p):
     p.add_argument("--config", help="YAML experiment file: model, hardware, tp, seed, grid, flags, request_rates, "
                                     "workload, slo {itl_ms, ttft_ms, percentile, objective}, goodput")
-    p.add_argument("--model")
-    p.add_argument("--hardware")
-    p.add_argument("--tp", type=positive_int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--policies", nargs="+", choices=list(KNOBS))
+    p.add_argument("--model", help="short name from costmodel/models/, or a Hugging Face config.json")
+    p.add_argument("--hardware", help="GPU profile name or a YAML path")
+    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, help="tensor-parallel degree")
+    p.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
+    p.add_argument("--policies", nargs="+", choices=list(KNOBS), help="engines to sweep (default vllm sglang)")
     g = p.add_argument_group("grid (engine knobs, as the engines spell them)")
-    for flag in ("max-num-batched-tokens", "long-prefill-token-threshold", "chunked-prefill-size"):
-        g.add_argument(f"--{flag}", type=int, nargs="+")
+    g.add_argument("--max-num-batched-tokens", type=positive_int, nargs="+", help="vLLM token budgets to try")
+    g.add_argument("--long-prefill-token-threshold", type=nonneg_int, nargs="+", help="vLLM thresholds (0 = none)")
+    g.add_argument("--chunked-prefill-size", type=chunk_size, nargs="+", help="SGLang chunk sizes (-1 = off)")
     g.add_argument("--enable-mixed-chunk", choices=list(MIXED), help="SGLang mixing: off, on or both (default both)")
-    g.add_argument("--request-rates", type=float, nargs="+", metavar="RPS")
+    g.add_argument("--request-rates", type=positive_float, nargs="+", metavar="RPS", help="request rates to sweep")
     w = p.add_argument_group("workload (default: chat requests with a long prompt every --long-every)")
     w.add_argument("--workload-file", help="YAML file holding a workloads section (its request_rate is swept)")
     for key in TRAFFIC:
-        w.add_argument(f"--{key.replace('_', '-')}", type=positive_int)
+        w.add_argument(f"--{key.replace('_', '-')}", type=positive_int, help=f"chat traffic: {key} "
+                       f"(default {TRAFFIC[key]}); with --dataset-name, num_prompts only")
+    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
+                   help="vllm bench serve's datasets instead of the chat traffic: random, sharegpt, prefix_repetition")
+    w.add_argument("--dataset-path", help="sharegpt: a CSV length table")
+    w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (1024)")
+    w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (128)")
+    w.add_argument("--random-range-ratio", type=unit_ratio, help="random dataset: range ratio in [0, 1)")
+    w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens")
+    w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens")
+    w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens")
+    w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes")
+    w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens")
+    w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
     s = p.add_argument_group("SLOs")
-    s.add_argument("--itl-slo-ms", type=float)
-    s.add_argument("--ttft-slo-ms", type=float)
-    s.add_argument("--percentile", type=int, choices=SLO_PERCENTILES)
-    s.add_argument("--objective", choices=OBJECTIVES)
+    s.add_argument("--itl-slo-ms", type=positive_float, help="p-th percentile ITL must be at most this (required)")
+    s.add_argument("--ttft-slo-ms", type=positive_float, help="and p-th percentile TTFT at most this")
+    s.add_argument("--percentile", type=int, choices=SLO_PERCENTILES, help="the SLOs' percentile (default 99)")
+    s.add_argument("--objective", choices=OBJECTIVES, help="what the recommendation maximizes (output_throughput)")
     s.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="vllm bench serve SLOs, for request_goodput")
     x = p.add_argument_group("execution")
     x.add_argument("--jobs", type=positive_int, default=1, help="local processes, or LocalCluster workers")
-    x.add_argument("--executor", choices=EXECUTORS, default="local")
+    x.add_argument("--executor", choices=EXECUTORS, default="local", help="local (default) or dask")
     x.add_argument("--scheduler-address", help="tcp://HOST:PORT of a Dask scheduler (default: a LocalCluster)")
     x.add_argument("--out", help="folder for results.jsonl, sweep.parquet, sweep.csv, recommendation.csv, PNGs")
     x.add_argument("--resume", action="store_true", help="skip the points already finished in --out")
-    x.add_argument("--no-progress", action="store_true")
-    x.add_argument("--no-plots", action="store_true")
+    x.add_argument("--no-progress", action="store_true", help="no progress bar")
+    x.add_argument("--no-plots", action="store_true", help="no PNGs in --out")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
-def _load_config(path) -> dict:
+DATASET_FLAGS = ("dataset_name", "dataset_path", *datasets.RANDOM_KEYS, *datasets.PREFIX_KEYS, "sharegpt_output_len")
+
+
+CONFIG_KEYS = {"model", "hardware", "tp", "seed", "grid", "flags", "request_rates", "workload", "slo", "goodput"}
+SLO_KEYS = {"itl_ms", "ttft_ms", "percentile", "objective"}
+
+
+def _load_config(path, field: str = "--config") -> dict:
     if not path:
         return {}
+    text = read_text(path, field)
     try:
-        cfg = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError("config", str(path), f"cannot read: {e}") from None
-    require(isinstance(cfg, dict), "config", path, "must be a YAML mapping")
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(field, where, f"not valid YAML ({getattr(e, 'problem', None) or 'parse error'})") from None
+    cfg = {} if cfg is None else cfg
+    require(isinstance(cfg, dict), field, str(path), "must be a YAML mapping")
     return cfg
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate_config(cfg: dict, path) -> dict:
+    """A sweep file checked as experiment files are: known keys, and each value's type."""
+    unknown = sorted(set(map(str, cfg)) - CONFIG_KEYS)
+    require(not unknown, f"{path}", unknown, f"unknown keys; allowed: {', '.join(sorted(CONFIG_KEYS))}")
+    for key in ("model", "hardware"):
+        require(key not in cfg or (isinstance(cfg[key], str) and cfg[key]), f"{path}:{key}", cfg.get(key),
+                "must be a non-empty string")
+    for key, low in (("tp", 1), ("seed", 0)):
+        v = cfg.get(key, low)
+        require(isinstance(v, int) and not isinstance(v, bool) and v >= low, f"{path}:{key}", v,
+                f"must be an integer >= {low}")
+    for key in ("grid", "flags", "workload", "slo"):
+        require(cfg.get(key) is None or isinstance(cfg[key], dict), f"{path}:{key}", cfg.get(key), "must be a mapping")
+    for policy, knobs in (cfg.get("grid") or {}).items():
+        require(isinstance(knobs, dict), f"{path}:grid:{policy}", knobs, "must map knob names to lists of values")
+        for k, vals in knobs.items():
+            require(isinstance(vals, list) and vals and all(_number(x) or isinstance(x, bool) for x in vals),
+                    f"{path}:grid:{policy}:{k}", vals, "must be a non-empty list of numbers or booleans")
+    for policy, flags in (cfg.get("flags") or {}).items():
+        require(isinstance(flags, dict), f"{path}:flags:{policy}", flags, "must be a mapping of engine flags")
+    rates = cfg.get("request_rates")
+    require(rates is None or (isinstance(rates, list) and rates and all(_number(r) and r > 0 for r in rates)),
+            f"{path}:request_rates", rates, "must be a non-empty list of positive numbers")
+    slo = cfg.get("slo") or {}
+    unknown = sorted(set(map(str, slo)) - SLO_KEYS)
+    require(not unknown, f"{path}:slo", unknown, f"unknown keys; allowed: {', '.join(sorted(SLO_KEYS))}")
+    for key in ("itl_ms", "ttft_ms"):
+        require(slo.get(key) is None or (_number(slo[key]) and slo[key] > 0), f"{path}:slo:{key}", slo.get(key),
+                "must be a positive number of milliseconds")
+    return cfg
+
+
+def check_scheduler(address: str | None) -> None:
+    """An unreachable Dask scheduler fails in seconds with one line, not after Dask's 30 s timeout."""
+    if not address:
+        return
+    import socket
+    from urllib.parse import urlparse
+    u = urlparse(address if "://" in address else f"tcp://{address}")
+    require(u.hostname is not None and u.port is not None, "--scheduler-address", address, "must be tcp://HOST:PORT")
+    try:
+        socket.create_connection((u.hostname, u.port), timeout=3).close()
+    except OSError as e:
+        raise InputError("--scheduler-address", address, f"cannot connect ({e.strerror or e})") from None
+
+
 def spec_from_args(args) -> tuple[SweepSpec, dict]:
-    cfg = _load_config(args.config)
+    cfg = validate_config(_load_config(args.config), args.config)
     grid = {k: dict(v) for k, v in (cfg.get("grid") or DEFAULT_GRID).items()}
     if args.policies:
         grid = {p: grid.get(p, DEFAULT_GRID.get(p, {})) for p in args.policies}
@@ -85,9 +163,15 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
         grid["sglang"]["enable_mixed_chunk"] = MIXED[args.enable_mixed_chunk]
     workload = cfg.get("workload") or {"kind": "chat_with_long_prompts"}
     if args.workload_file:
-        workload = _load_config(args.workload_file)
+        workload = _load_config(args.workload_file, "--workload-file")
         workload = workload.get("workload", workload)
-    if workload.get("kind") == "chat_with_long_prompts":
+        require(isinstance(workload, dict), "--workload-file", args.workload_file, "workload: must be a mapping")
+    given = {k: getattr(args, k) for k in DATASET_FLAGS if getattr(args, k) is not None}
+    if given:
+        require(not args.workload_file, "--dataset-name", args.dataset_name, "not with --workload-file")
+        n = args.num_prompts or 1000
+        workload = datasets.apply({"kind": "poisson", "num_prompts": n}, given)
+    elif workload.get("kind") == "chat_with_long_prompts":
         workload = {**workload, **{k: getattr(args, k) for k in TRAFFIC if getattr(args, k) is not None}}
     slo = cfg.get("slo") or {}
     goodput = parse_goodput(args.goodput) if args.goodput else cfg.get("goodput")
@@ -99,16 +183,41 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
     slos = {"itl_slo_ms": args.itl_slo_ms or slo.get("itl_ms"), "ttft_slo_ms": args.ttft_slo_ms or slo.get("ttft_ms"),
             "percentile": args.percentile or slo.get("percentile", 99),
             "objective": args.objective or slo.get("objective", "output_throughput")}
-    require(slos["itl_slo_ms"] is not None, "itl-slo-ms", None, "give --itl-slo-ms (or slo: itl_ms: in --config)")
+    require(slos["itl_slo_ms"] is not None, "--itl-slo-ms", None, "give --itl-slo-ms (or slo: itl_ms: in --config)")
+    require(slos["percentile"] in SLO_PERCENTILES, "slo:percentile", slos["percentile"],
+            f"must be one of {SLO_PERCENTILES}")
+    require(slos["objective"] in OBJECTIVES, "slo:objective", slos["objective"], f"must be one of {', '.join(OBJECTIVES)}")
+    require(slos["objective"] != "request_goodput" or spec.goodput, "--objective", slos["objective"],
+            "needs goodput SLOs (--goodput ttft:MS ...)")
     return spec, slos
+
+
+def preflight(args, spec: SweepSpec) -> None:
+    """What would otherwise fail only after the whole grid ran: model, hardware, output folder, executor."""
+    from costmodel import load_hardware, load_model
+    check_hardware_file(spec.hardware)
+    load_model(spec.model)
+    load_hardware(spec.hardware)
+    if args.out:
+        writable_dir(Path(args.out), "--out")
+    check_scheduler(args.scheduler_address)
+    from ..sweep import build_workload
+    rate = spec.request_rates[0] if spec.request_rates else None
+    build_workload(spec.workload, rate, spec.seed)
 
 
 def run(args) -> int:
     spec, slos = spec_from_args(args)
-    require(not args.resume or args.out, "resume", True, "needs --out (the folder of the interrupted sweep)")
+    require(not args.resume or args.out, "--resume", True, "needs --out (the folder of the interrupted sweep)")
+    preflight(args, spec)
     out = Path(args.out) if args.out else None
     with executor_for(args.executor, args.jobs, args.scheduler_address) as ex:
         df = run_sweep(spec, out / "results.jsonl" if out else None, ex, args.resume, progress=not args.no_progress)
+    errors = df[df.error.notna()]
+    if len(errors) == len(df):
+        for e in errors.itertuples():
+            print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}", file=sys.stderr)
+        return _failed(errors, len(df))
     analytic = analytic_budget(spec.model, spec.hardware, spec.tp, slos["itl_slo_ms"])
     rec = recommend(df, analytic_tokens=analytic, **slos)
     files = {}
@@ -128,7 +237,7 @@ def run(args) -> int:
         print(json.dumps({"slo": slos, "points": len(df), "errors": errors[["point_id", "error"]].to_dict("records"),
                           "recommendation": rec.to_dict("records"), "files": {k: str(v) for k, v in files.items()}},
                          indent=2, default=float))
-        return 0
+        return _failed(errors, len(df))
     pct = slos["percentile"]
     print(f"{len(df)} points · {spec.model} on {spec.hardware} (tp={spec.tp}) · SLO p{pct} ITL ≤ "
           f"{slos['itl_slo_ms']:g} ms" + (f", p{pct} TTFT ≤ {slos['ttft_slo_ms']:g} ms" if slos["ttft_slo_ms"] else ""))
@@ -141,4 +250,12 @@ def run(args) -> int:
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():
         print(f"wrote {kind}: {path}")
+    return _failed(errors, len(df))
+
+
+def _failed(errors, points: int) -> int:
+    """Exit 1 when points failed (each failure is in the table and printed above)."""
+    if len(errors):
+        print(f"chunksim sweep: {len(errors)} of {points} points failed", file=sys.stderr)
+        return 1
     return 0

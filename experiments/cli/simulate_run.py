@@ -1,0 +1,252 @@
+"""`chunksim simulate` from parsed flags: everything checked first, then one run, then its files."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costmodel import load_hardware, load_model
+from costmodel.calibration import sample_hardware
+from costmodel.calibration.profile import fitted_parameters
+from costmodel.errors import require
+from simcore.simulation import Simulation
+
+from .. import bench_result as br
+from .. import engine_defaults, experiment_file
+from ..engine_cmd import parse_engine_cmd, shipped_model
+from ..engines import build_cluster, build_engine
+from ..report import table
+from .common import check_hardware_file, read_text
+
+BAND_METRICS = ("p99_itl_ms", "p99_ttft_ms", "output_throughput")
+BANDS = (5, 50, 95)
+UNCERTAINTY_STREAM = 1000   # spawn key of the parameter draws; the workload's streams use 0, 1, 2
+BYTES_PER_REQUEST = 1500    # simulator + tables, measured: ~1 KB a request at a million requests
+TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 700, 600
+TRACE_WARN_BYTES = 100 * 2 ** 20
+ENGINE_KEYS = experiment_file.ENGINE_FLAGS
+
+
+def from_engine_cmd(args) -> tuple[dict, list[str]]:
+    """The pasted command line's settings, below any flag given explicitly."""
+    if args.engine_cmd is None:
+        return {}, []
+    cmd = parse_engine_cmd(args.engine_cmd)
+    o = {"policy": cmd.policy, **cmd.flags}
+    if cmd.model and args.model is None:
+        o["model"] = shipped_model(cmd.model)
+    if cmd.tp:
+        require(cmd.tp >= 1, "--engine-cmd --tensor-parallel-size", cmd.tp, "must be >= 1")
+        o["tp"] = cmd.tp
+    return o, cmd.ignored
+
+
+def config(args) -> tuple[dict, list[str]]:
+    """defaults <- ``-f`` file <- ``--engine-cmd`` <- flags given on the command line."""
+    cmd, ignored = from_engine_cmd(args)
+    flags = {k: v for k, v in vars(args).items() if v is not None}
+    flags["fast_forward"] = False if args.no_fast_forward else None
+    flags.pop("no_fast_forward", None)
+    if args.file:
+        read_text(args.file, "-f")
+    merged = {**cmd, **{k: v for k, v in flags.items() if v is not None}}
+    return experiment_file.effective(experiment_file.load_experiment(args.file) if args.file else None, merged), ignored
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2 ** 40
+
+
+def preflight(args, cfg: dict) -> dict:
+    """Every check that needs no simulation: output paths, result options, sizes."""
+    opts = {"metrics": br.parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
+            "percentiles": br.parse_metric_percentiles(args.metric_percentiles or "99"),
+            "metadata": br.parse_metadata(args.metadata)}
+    for flag, given in (("--save-detailed", args.save_detailed), ("--result-dir", args.result_dir),
+                        ("--result-filename", args.result_filename), ("--label", args.label),
+                        ("--metadata", args.metadata), ("--append-result", args.append_result)):
+        require(not given or args.save_result, flag, given if not isinstance(given, bool) else True,
+                "needs --save-result")
+    if args.out:
+        br.writable_dir(Path(args.out), "--out")
+    if args.plots:
+        br.writable_dir(Path(args.plots), "--plots")
+    if args.trace:
+        br.writable_file(Path(args.trace), "--trace")
+    if args.result_dir:
+        br.writable_dir(Path(args.result_dir), "--result-dir")
+    if args.result_filename:
+        require(Path(args.result_filename).name == args.result_filename or not args.result_dir, "--result-filename",
+                args.result_filename, "give a file name when --result-dir is given")
+    check_hardware_file(cfg["hardware"])
+    n = cfg["workload"].get("num_prompts")
+    if isinstance(n, int):
+        need = n * BYTES_PER_REQUEST
+        require(need < _physical_memory(), "--num-prompts", n,
+                f"needs about {need / 2 ** 30:,.0f} GiB; this machine has {_physical_memory() / 2 ** 30:,.0f} GiB")
+    return opts
+
+
+class ProgressSimulation(Simulation):
+    """A Simulation that ticks a tqdm bar every 256 finished requests (no events of its own)."""
+    bar = None
+
+    def finished(self, req) -> None:
+        super().finished(req)
+        self._done = getattr(self, "_done", 0) + 1
+        if self.bar is not None and not self._done & 255:
+            self.bar.update(self._done - self.bar.n)
+
+
+def _bar(n: int, quiet: bool):
+    from tqdm import tqdm
+    return tqdm(total=n, unit="req", desc="simulate", delay=2.0, disable=quiet, file=sys.stderr, leave=False)
+
+
+def run_info(args, cfg: dict, model, hw, workload) -> dict:
+    w = cfg["workload"]
+    lengths = w.get("lengths") or {}
+    ramp = tuple(w[k] for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")) \
+        if w.get("kind") == "ramp" else None
+    rate = w.get("request_rate", "inf")
+    backend = f"chunksim-{cfg['policy']}"
+    dataset = {"fixed": "random", "random": "random", "table": "sharegpt", "shared_prefix": "prefix_repetition"}
+    return {"date": br.now_stamp(), "backend": backend, "label": args.label or backend,
+            "model_id": getattr(model, "source", None) or _model_id(model), "num_prompts": len(workload),
+            "request_rate": float(rate) if rate is not None else math.inf, "burstiness": float(w.get("burstiness", 1.0)),
+            "max_concurrency": w.get("max_concurrency"), "ramp": ramp,
+            "planned_arrival_s": workload.arrival_s, "dataset_name": dataset.get(lengths.get("kind"), "trace"),
+            "sharegpt_output_len": lengths.get("output_len") if lengths.get("kind") == "table" else None,
+            "random_input_len": lengths.get("input_len"), "random_output_len": lengths.get("output_len"),
+            "random_range_ratio": lengths.get("range_ratio", 0.0), "tag": args.label}
+
+
+def _model_id(model) -> str:
+    from costmodel.model import MODELS_DIR
+    p = MODELS_DIR / f"{model.name}.json"
+    if p.is_file():
+        return json.loads(p.read_text()).get("_source", model.name)
+    return model.name
+
+
+def uncertainty(cfg: dict, model, hw, draws: list, workload, goodput, point: dict) -> tuple[dict, list[dict]]:
+    """The same workload at each drawn parameter set: percentile bands of the key metrics.
+    Bands carry the fit's parameter uncertainty only, not its per-kernel residual scatter."""
+    drawn = [f.name for f in dataclasses.fields(hw) if any(getattr(d, f.name) != getattr(hw, f.name) for d in draws)]
+    rows = []
+    for i, d in enumerate(draws):
+        sched, pool, cm, max_len = build_engine(cfg["policy"], model, d, cfg["tp"], cfg["engine"])
+        s = Simulation([(sched, pool, cm)], workload, fast_forward=cfg["fast_forward"],
+                       max_model_len=max_len).run(goodput=goodput).summary
+        rows.append({"draw": i, **{f: getattr(d, f) for f in drawn}, **{m: s[m] for m in BAND_METRICS}})
+    bands = {m: {"point": point[m], **{f"p{q}": float(np.percentile([r[m] for r in rows], q)) for q in BANDS}}
+             for m in BAND_METRICS}
+    return {"draws": len(draws), "hardware": hw.name, "drawn_fields": drawn, "metrics": bands}, rows
+
+
+def _trace_bytes(res) -> int:
+    steps = sum(e[3] for e in res.iterations or [])
+    return steps * TRACE_BYTES_PER_STEP + len(res.requests) * TRACE_BYTES_PER_REQUEST
+
+
+def run_simulation(args) -> dict:
+    cfg, ignored = config(args)
+    opts = preflight(args, cfg)
+    model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
+    engines, router, max_len = build_cluster(cfg["policy"], model, hw, cfg["tp"], cfg["engine"], cfg["replicas"],
+                                             cfg["router"])
+    sched, pool = engines[0][0], engines[0][1]
+    resolved = engine_defaults.resolved(cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"])
+    workload = experiment_file.build_workload(cfg)
+    goodput = cfg.get("goodput")
+    notes = []
+    quiet = args.quiet or args.json
+    if ignored:
+        notes.append(f"warning: --engine-cmd flags chunksim does not model (ignored): {' '.join(ignored)}")
+    draws = None
+    if args.uncertainty:
+        rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
+        require(len(fitted_parameters(hw)[0]) > 0, "--uncertainty", args.uncertainty,
+                f"needs a calibrated hardware profile; {hw.name} has no fitted covariance "
+                "(fit one with `chunksim calibrate --out DIR`, then pass --hardware DIR/fitted.yaml)")
+        draws = sample_hardware(hw, args.uncertainty, rng)
+    for n in notes:
+        print(n, file=sys.stderr)
+    sim = ProgressSimulation(engines, workload, fast_forward=cfg["fast_forward"], max_model_len=max_len,
+                             router=router, record_iterations=bool(args.trace or args.plots or args.save_result))
+    with _bar(len(workload), quiet) as bar:
+        sim.bar = bar
+        res = sim.run(goodput=goodput)
+    files = []
+    if args.trace:
+        size = _trace_bytes(res)
+        if size > TRACE_WARN_BYTES and not args.quiet:
+            print(f"warning: the trace will be about {size / 2 ** 20:,.0f} MB ({args.trace}); "
+                  "simulate fewer requests for a smaller one", file=sys.stderr)
+        from ..perfetto import write_trace
+        files.append(f"wrote trace: {write_trace(res, args.trace)}")
+    if args.plots:
+        from ..run_plots import save_run_plots
+        files += [f"wrote plot: {p}" for p in save_run_plots(res, args.plots).values()]
+    s = res.summary
+    s["engine_config"] = engine_defaults.as_mapping(resolved)
+    if draws:
+        s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
+    if args.save_result:
+        info = {**run_info(args, cfg, model, hw, workload), "metadata": opts["metadata"],
+                "config": {**cfg, "engine_config": s["engine_config"]}}
+        if args.result_format == "sglang":
+            result = br.sglang_result(res, info, args.save_detailed)
+        else:
+            result = br.vllm_result(res, info, opts["metrics"], opts["percentiles"], args.save_detailed, goodput)
+        path = br.result_path(args.result_format, args.result_dir, args.result_filename, info)
+        append = args.append_result or args.result_format == "sglang"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
+            if append and f.tell() and args.result_format == "vllm":
+                f.write("\n")
+            f.write(json.dumps(result, default=_plain) + ("\n" if args.result_format == "sglang" else ""))
+        files.append(f"wrote result: {path}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        res.requests.to_parquet(out / "requests.parquet")
+        res.requests.to_csv(out / "requests.csv", index=False)
+        (out / "config.yaml").write_text(experiment_file.dump(cfg) + engine_defaults.yaml_comment(resolved, hw.name))
+        (out / "summary.json").write_text(json.dumps({**s, "config": cfg}, indent=2, default=_plain))
+        if draws:
+            pd.DataFrame(rows).to_csv(out / "uncertainty.csv", index=False)
+        files.append(f"wrote run: {out}")
+    return {"summary": s, "text": _text(cfg, model, hw, pool, s, resolved, draws), "files": files}
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else str(x)
+
+
+def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
+    lines = [f"{cfg['policy']} · {model.name} on {hw.name} (tp={cfg['tp']}) · {cfg['replicas']} replica(s), router "
+             f"{cfg['router']} · KV pool {pool.total * pool.block_size:,} tokens per replica"]
+    lines.append(table([{"engine flag": r["flag"], "value": "-" if r["value"] is None else str(r["value"]),
+                         "why": r["why"]} for r in resolved]))
+    lines.append("")
+    keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms",
+            "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_iterations", "num_preemptions"]
+    lines.append(table([{"metric": k, "value": s[k]} for k in keys]))
+    if "replicas" in s:
+        lines.append("")
+        lines.append(table([{"replica": i, **{k: r[k] for k in ("completed", "output_throughput", "p99_ttft_ms",
+                                                                "p99_itl_ms")}} for i, r in enumerate(s["replicas"])]))
+    if draws:
+        lines.append(f"\nuncertainty: {len(draws)} parameter sets drawn from {hw.name}'s fitted covariance")
+        lines.append(table([{"metric": m, **b} for m, b in s["uncertainty"]["metrics"].items()]))
+    return "\n".join(lines)

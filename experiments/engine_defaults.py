@@ -1,0 +1,66 @@
+"""The engine configuration actually in force, flag by flag, and why: given by the user, or the
+engine's default for this GPU (vLLM: ``EngineArgs._set_default_args`` in vllm/engine/arg_utils.py
+by device memory and usage context; SGLang: ``ServerArgs._handle_gpu_memory_settings`` in
+sglang/srt/server_args.py by GPU memory), or a plain default of the engine's dataclass."""
+from __future__ import annotations
+
+import dataclasses
+
+GiB = 1024 ** 3
+
+
+def _vllm_why(key: str, value, hw, usage: str, chunked: bool, user: dict) -> str:
+    gib = hw.memory_bytes / GiB
+    if key == "max_num_seqs" and user.get("max_num_batched_tokens") == value:
+        return "vLLM default, capped at the given max_num_batched_tokens"
+    if key == "max_num_batched_tokens" and not chunked:
+        return "max(max_model_len, vLLM default) with chunked prefill off"
+    if gib >= 160:
+        tier = "≥ 160 GiB"
+    elif gib >= 70 and "a100" not in hw.name.lower():
+        tier = "≥ 70 GiB"
+    else:
+        tier = "< 70 GiB or A100"
+    return f"vLLM default for {tier} ({hw.name}: {gib:.0f} GiB), {usage}"
+
+
+def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int, tp: int = 1) -> list[dict]:
+    """Rows (flag, value, why), one per engine field, plus the KV pool it gives."""
+    user = {k: v for k, v in (user_flags or {}).items() if v is not None}
+    cfg = sched.cfg
+    rows = []
+    for f in dataclasses.fields(cfg):
+        key, value = f.name, getattr(cfg, f.name)
+        if key in user:
+            why = "given"
+        elif key == "max_model_len":
+            why = f"the model's max_position_embeddings ({model.name})"
+        elif policy == "vllm" and key in ("max_num_batched_tokens", "max_num_seqs"):
+            why = _vllm_why(key, value, hw, user.get("usage_context", "api_server"), cfg.enable_chunked_prefill, user)
+        elif policy == "sglang" and key == "chunked_prefill_size":
+            why = f"SGLang default for {hw.memory_bytes / 1e9:.0f} GB of GPU memory"
+        elif policy == "sglang" and key == "mem_fraction_static":
+            from simcore.kv import sglang_mem_fraction_static
+            value = sglang_mem_fraction_static(hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp)
+            why = "SGLang default: (GPU memory − reserved) / GPU memory"
+        else:
+            why = f"{policy} default"
+        rows.append({"flag": key, "value": value, "why": why})
+    if max_len and not any(r["flag"] == "max_model_len" for r in rows):
+        rows.append({"flag": "max_model_len", "value": max_len,
+                     "why": "given" if "max_model_len" in user else f"the model's max_position_embeddings ({model.name})"})
+    rows.append({"flag": "kv_pool_tokens", "value": pool.total * pool.block_size,
+                 "why": "given (num_gpu_blocks_override)" if "num_gpu_blocks_override" in user else
+                 "given (max_total_tokens)" if "max_total_tokens" in user else
+                 f"from {hw.name}'s memory, the weights and the memory fraction"})
+    return rows
+
+
+def as_mapping(rows: list[dict]) -> dict:
+    return {r["flag"]: {"value": r["value"], "why": r["why"]} for r in rows}
+
+
+def yaml_comment(rows: list[dict], hw_name: str) -> str:
+    lines = [f"# engine configuration in force on {hw_name} (informational; `engine:` above is what was given)"]
+    lines += [f"#   {r['flag']}: {r['value']}  ({r['why']})" for r in rows]
+    return "\n".join(lines) + "\n"
