@@ -28,7 +28,8 @@ BAND_METRICS = ("p99_itl_ms", "p99_ttft_ms", "output_throughput")
 BANDS = (5, 50, 95)
 UNCERTAINTY_STREAM = 1000   # spawn key of the parameter draws; the workload's streams use 0, 1, 2
 BYTES_PER_REQUEST = 1500    # simulator + tables, measured: ~1 KB a request at a million requests
-TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 700, 600
+TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 450, 600   # measured on chrome_trace output
+PROGRESS_DELAY_S = 2.0      # the bar shows only on runs longer than this
 TRACE_WARN_BYTES = 100 * 2 ** 20
 ENGINE_KEYS = experiment_file.ENGINE_FLAGS
 
@@ -109,7 +110,8 @@ class ProgressSimulation(Simulation):
 
 def _bar(n: int, quiet: bool):
     from tqdm import tqdm
-    return tqdm(total=n, unit="req", desc="simulate", delay=2.0, disable=quiet, file=sys.stderr, leave=False)
+    return tqdm(total=n, unit="req", desc="simulate", delay=PROGRESS_DELAY_S, disable=quiet, file=sys.stderr,
+                leave=False)
 
 
 def run_info(args, cfg: dict, model, hw, workload) -> dict:
@@ -190,7 +192,7 @@ def run_simulation(args) -> dict:
     if args.trace:
         size = _trace_bytes(res)
         if size > TRACE_WARN_BYTES and not args.quiet:
-            print(f"warning: the trace will be about {size / 2 ** 20:,.0f} MB ({args.trace}); "
+            print(f"warning: the trace will be about {size / 2 ** 20:,.1f} MB ({args.trace}); "
                   "simulate fewer requests for a smaller one", file=sys.stderr)
         from ..perfetto import write_trace
         files.append(f"wrote trace: {write_trace(res, args.trace)}")
