@@ -58,6 +58,10 @@ def parse_metadata(items: list[str] | None) -> dict:
     return out
 
 
+def _errors(df) -> list[str]:
+    return [e if isinstance(e, str) else "" for e in df.rejected.tolist()]
+
+
 def _p_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
@@ -160,7 +164,7 @@ def vllm_result(res, run: dict, percentile_metrics: list[str], percentiles: list
          "ttfts": df.ttft_s.fillna(0.0).tolist(), "itls": per_request_itls(res) if detailed else None,
          "latencies": df.e2el_s.fillna(0.0).tolist(), "start_times": df.arrival_s.tolist(),
          "queue_times": queue.tolist(), "generated_texts": [""] * len(df),
-         "errors": [e if isinstance(e, str) else "" for e in df.rejected.tolist()],
+         "errors": _errors(df),
          "max_output_tokens_per_s": max_tok, "max_concurrent_requests": max_conc, "rtfx": 0.0}
     if run["ramp"]:
         r["rps_change_events"] = _rps_events(*run["ramp"], run["num_prompts"], run["date"])
@@ -229,7 +233,7 @@ def sglang_result(res, run: dict, detailed: bool) -> dict:
         out.update({"input_lens": df.prompt_len.tolist(),
                     "output_lens": np.where(ok, df.num_output_tokens.to_numpy(), 0).tolist(),
                     "ttfts": df.ttft_s.fillna(0.0).tolist(), "itls": per_request_itls(res),
-                    "generated_texts": [""] * len(df), "errors": [e if isinstance(e, str) else "" for e in df.rejected.tolist()]})
+                    "generated_texts": [""] * len(df), "errors": _errors(df)})
     return out
 
 

@@ -197,7 +197,8 @@ def build_workload(cfg: dict):
     w = cfg["workload"]
     if "scenario" not in w:
         return workload_from_config(w, cfg["seed"])
-    require(isinstance(w["scenario"], str) and w["scenario"] in SCENARIOS, "workload:scenario", w["scenario"], f"must be one of {', '.join(SCENARIOS)}")
+    require(isinstance(w["scenario"], str) and w["scenario"] in SCENARIOS, "workload:scenario", w["scenario"],
+            f"must be one of {', '.join(SCENARIOS)}")
     args = {k: v for k, v in w.items() if k != "scenario"}
     _known(args, SCENARIOS[w["scenario"]], "workload")
     for k, v in args.items():

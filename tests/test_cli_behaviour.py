@@ -43,6 +43,9 @@ def test_help_on_every_flag_and_whole_verb_summaries():
         assert choice.help.rstrip().endswith("."), choice.help
     rc, out, _ = run_cli(["--help"])
     assert rc == 0 and "stall" in out
+    for name in sub.choices:
+        rc, out, _ = run_cli([name, "--help"])
+        assert rc == 0 and out.startswith("usage: chunksim " + name)
 
 
 def test_usage_error_is_one_line_with_a_pointer():
