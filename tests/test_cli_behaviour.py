@@ -54,7 +54,7 @@ def test_usage_error_is_one_line_with_a_pointer():
 
 
 def test_closed_stdout_pipe_exits_quietly():
-    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", "stall", "--chunks"], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", "stall", "--chunks", "--no-simulate"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()
     err = p.stderr.read().decode()

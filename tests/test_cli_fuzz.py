@@ -404,3 +404,16 @@ def test_corrupt_trace(tmp_path_factory, cut, junk, where):
     p = tmp_path_factory.mktemp("tr") / "trace.jsonl"
     p.write_bytes(raw)
     _verdict(["simulate", "--workload-file", str(p), "--quiet", "--json", "--max-model-len", "200000"])
+
+
+AZURE = ROOT / "workloads" / "fixtures" / "azure_conv_120.csv"
+
+
+@SETTINGS
+@given(cut=st.integers(0, 6000), junk=st.binary(max_size=20), where=st.integers(0, 6000))
+def test_corrupt_csv_trace(tmp_path_factory, cut, junk, where):
+    raw = AZURE.read_bytes()[:cut]
+    raw = raw[:where] + junk + raw[where:]
+    p = tmp_path_factory.mktemp("az") / "trace.csv"
+    p.write_bytes(raw)
+    _verdict(["simulate", "--workload-file", str(p), "--quiet", "--json"])
