@@ -168,19 +168,26 @@ def vllm_result(res, run: dict, percentile_metrics: list[str], percentiles: list
          "max_output_tokens_per_s": max_tok, "max_concurrent_requests": max_conc, "rtfx": 0.0}
     if run["ramp"]:
         r["rps_change_events"] = _rps_events(*run["ramp"], run["num_prompts"], run["date"])
-    values = {"ttft": done.ttft_s.to_numpy(), "tpot": done.tpot_s.dropna().to_numpy(),
-              "e2el": done.e2el_s.to_numpy()}
-    for m in VLLM_METRICS:
-        if m not in percentile_metrics:
-            continue
-        st = _itl_stats(run_itl_histogram(res), percentiles) if m == "itl" else _stats(values[m], percentiles)
-        r.update({f"mean_{m}_ms": st["mean"], f"median_{m}_ms": st["median"], f"std_{m}_ms": st["std"]})
-        r.update({f"p{_p_word(p)}_{m}_ms": st[p] for p in percentiles})
+    r.update(percentile_keys(res, percentile_metrics, percentiles))
     result = {**head, **r, "chunksim": run["config"]}
     if not detailed:
         for k in VLLM_DROPPED:
             result.pop(k, None)
     return result
+
+
+def percentile_keys(res, metrics: list[str], percentiles: list[float]) -> dict:
+    """mean/median/std/p{N} of each selected metric, in ms, as vLLM's ``process_one_metric`` names them."""
+    done = res.requests[res.requests.finish_s.notna()]
+    values = {"ttft": done.ttft_s.to_numpy(), "tpot": done.tpot_s.dropna().to_numpy(), "e2el": done.e2el_s.to_numpy()}
+    out = {}
+    for m in VLLM_METRICS:
+        if m not in metrics:
+            continue
+        st = _itl_stats(run_itl_histogram(res), percentiles) if m == "itl" else _stats(values[m], percentiles)
+        out.update({f"mean_{m}_ms": st["mean"], f"median_{m}_ms": st["median"], f"std_{m}_ms": st["std"]})
+        out.update({f"p{_p_word(p)}_{m}_ms": st[p] for p in percentiles})
+    return out
 
 
 def _good(done, slos_ms: dict) -> np.ndarray:

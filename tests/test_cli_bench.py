@@ -171,3 +171,15 @@ def test_percentile_keys_follow_vllm_naming():
     from experiments.bench_result import _p_word
     assert [_p_word(p) for p in (99.0, 99.9, 50.0, 0.5)] == ["99", "99.9", "50", "0.5"]
     assert not math.isnan(float(_p_word(12.25)))
+
+
+def test_percentile_flags_in_the_printed_summary(tmp_path):
+    rc, out, _ = run_cli(["simulate", "--num-prompts", "80", "--request-rate", "10", "--random-range-ratio", "0.4",
+                          "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "90,99.5", "--json",
+                          "--out", tmp_path])
+    s = json.loads(out)
+    df = pd.read_csv(tmp_path / "requests.csv")
+    assert rc == 0
+    assert s["p90_ttft_ms"] == pytest.approx(np.percentile(df.ttft_s * 1e3, 90))
+    assert s["p99.5_e2el_ms"] == pytest.approx(np.percentile(df.e2el_s * 1e3, 99.5))
+    assert s["std_e2el_ms"] == pytest.approx(np.std(df.e2el_s * 1e3))

@@ -200,6 +200,8 @@ def run_simulation(args) -> dict:
         from ..run_plots import save_run_plots
         files += [f"wrote plot: {p}" for p in save_run_plots(res, args.plots).values()]
     s = res.summary
+    if args.percentile_metrics or args.metric_percentiles:
+        s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
     s["engine_config"] = engine_defaults.as_mapping(resolved)
     if draws:
         s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
