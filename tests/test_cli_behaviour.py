@@ -129,3 +129,15 @@ def test_sweep_with_failed_points_exits_1(tmp_path):
                             "--no-progress"])
     assert rc == 1 and "1 of 2 points failed" in err
     assert "recommend" not in err and "vllm" in out
+
+
+def test_sweep_takes_vllm_dataset_flags(tmp_path):
+    rc, out, err = run_cli(["sweep", "--itl-slo-ms", "100", "--policies", "vllm", "--max-num-batched-tokens", "512",
+                            "--request-rates", "5", "--dataset-name", "random", "--random-input-len", "256",
+                            "--random-output-len", "16", "--random-range-ratio", "0.5", "--num-prompts", "30",
+                            "--no-progress", "--out", tmp_path, "--no-plots", "--json"])
+    assert rc == 0, err
+    row = pd.read_csv(tmp_path / "sweep.csv").iloc[0]
+    w = json.loads(row.workload)
+    assert w["lengths"] == {"kind": "random", "input_len": 256, "output_len": 16, "range_ratio": 0.5}
+    assert row.completed == 30 and json.loads(out)["points"] == 1
