@@ -45,6 +45,7 @@ class SweepSpec:
     seed: int = 0
     flags: dict = field(default_factory=dict)
     goodput: dict | None = None   # vllm bench serve --goodput SLOs (ttft/tpot/e2el ms) for request_goodput
+    bench: dict | None = None     # vllm bench serve result options: metrics, percentiles, result_dir, detailed
 
     def __post_init__(self):
         require(bool(self.grid), "grid", self.grid, "name at least one policy")
@@ -78,6 +79,8 @@ def points(spec: SweepSpec) -> list[dict]:
                      "tp": spec.tp, "seed": spec.seed, "flags": json.dumps(spec.flags.get(policy, {}), sort_keys=True),
                      "workload": json.dumps(spec.workload, sort_keys=True),
                      "goodput": json.dumps(spec.goodput, sort_keys=True) if spec.goodput else None}
+                if spec.bench:
+                    p["bench"] = json.dumps(spec.bench, sort_keys=True)
                 p = {"point_id": hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()[:16], **p}
                 out.append(p)
     return out
@@ -111,8 +114,32 @@ def run_point(point: dict) -> dict:
     sched, pool, cm, max_len = build_engine(point["policy"], model, hw, point["tp"], flags)
     wl = build_workload(json.loads(point["workload"]), point["request_rate"], point["seed"])
     goodput = json.loads(point.get("goodput") or "null")
-    res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len).run(goodput=goodput)
-    return dict(res.summary)
+    bench = json.loads(point.get("bench") or "null")
+    res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len,
+                     record_iterations=bool(bench and bench.get("result_dir"))).run(goodput=goodput)
+    out = dict(res.summary)
+    if bench:
+        out.update(_bench_outputs(point, bench, res, wl, goodput))
+    return out
+
+
+def _bench_outputs(point: dict, bench: dict, res, wl, goodput) -> dict:
+    """`vllm bench serve`'s percentile keys for the point and, with a result folder, its result file."""
+    from .bench_result import now_stamp, percentile_keys, vllm_result
+    out = percentile_keys(res, bench["metrics"], bench["percentiles"])
+    if bench.get("result_dir"):
+        w = json.loads(point["workload"])
+        rate = point["request_rate"] if point["request_rate"] is not None else w.get("request_rate", math.inf)
+        info = {"date": now_stamp(), "backend": f"chunksim-{point['policy']}", "label": point["engine"],
+                "model_id": point["model"], "num_prompts": len(wl), "request_rate": float(rate),
+                "burstiness": float(w.get("burstiness", 1.0)), "max_concurrency": w.get("max_concurrency"),
+                "ramp": None, "metadata": {}, "planned_arrival_s": wl.arrival_s,
+                "config": {k: point[k] for k in CONFIG_COLUMNS if k in point}}
+        result = vllm_result(res, info, bench["metrics"], bench["percentiles"], bench.get("detailed", False), goodput)
+        path = Path(bench["result_dir"]) / f"{point['engine']}-{float(rate)}qps-{point['point_id']}.json"
+        path.write_text(json.dumps(result, default=_plain))
+        out["result_file"] = str(path)
+    return out
 
 
 def safe_run_point(point: dict) -> dict:

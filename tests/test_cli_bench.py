@@ -183,3 +183,19 @@ def test_percentile_flags_in_the_printed_summary(tmp_path):
     assert s["p90_ttft_ms"] == pytest.approx(np.percentile(df.ttft_s * 1e3, 90))
     assert s["p99.5_e2el_ms"] == pytest.approx(np.percentile(df.e2el_s * 1e3, 99.5))
     assert s["std_e2el_ms"] == pytest.approx(np.std(df.e2el_s * 1e3))
+
+
+def test_sweep_writes_vllm_results_per_point(tmp_path):
+    argv = ["sweep", "--itl-slo-ms", "100", "--policies", "vllm", "--max-num-batched-tokens", "512", "2048",
+            "--request-rates", "5", "--dataset-name", "random", "--random-input-len", "256", "--num-prompts", "40",
+            "--save-result", "--no-progress", "--no-plots", "--out", tmp_path, "--json"]
+    rc, out, err = run_cli(argv)
+    assert rc == 0, err
+    files = sorted(tmp_path.glob("vllm-5.0qps-*.json"))
+    assert len(files) == 2
+    for f in files:
+        assert set(json.loads(f.read_text())) - {"chunksim"} == set(VLLM_KEYS["keys"])
+    df = pd.read_csv(tmp_path / "sweep.csv")
+    assert sorted(df.result_file) == [str(f) for f in files] and df.std_ttft_ms.notna().all()
+    rc, _, _ = run_cli(argv[:-1] + ["--percentile-metrics", "e2el", "--metric-percentiles", "50"])
+    assert "p50_e2el_ms" in pd.read_csv(tmp_path / "sweep.csv")

@@ -66,6 +66,12 @@ def add_parser(p):
     s.add_argument("--percentile", type=int, choices=SLO_PERCENTILES, help="the SLOs' percentile (default 99)")
     s.add_argument("--objective", choices=OBJECTIVES, help="what the recommendation maximizes (output_throughput)")
     s.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="vllm bench serve SLOs, for request_goodput")
+    r = p.add_argument_group("results (vllm bench serve's flags, per point)")
+    r.add_argument("--percentile-metrics", help="add mean/median/std/p{N} keys of ttft,tpot,itl,e2el to each point")
+    r.add_argument("--metric-percentiles", help="comma-separated percentiles for --percentile-metrics (default 99)")
+    r.add_argument("--save-result", action="store_true", help="write each point's vllm bench serve result JSON")
+    r.add_argument("--save-detailed", action="store_true", help="with per-request lists")
+    r.add_argument("--result-dir", help="folder of the result files (default: --out, else here)")
     x = p.add_argument_group("execution")
     x.add_argument("--jobs", type=positive_int, default=1, help="local processes, or LocalCluster workers")
     x.add_argument("--executor", choices=EXECUTORS, default="local", help="local (default) or dask")
@@ -75,6 +81,21 @@ def add_parser(p):
     x.add_argument("--no-progress", action="store_true", help="no progress bar")
     x.add_argument("--no-plots", action="store_true", help="no PNGs in --out")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
+
+
+def _bench(args) -> dict | None:
+    from ..bench_result import parse_metric_percentiles, parse_percentile_metrics
+    for flag, given in (("--save-detailed", args.save_detailed), ("--result-dir", args.result_dir)):
+        require(not given or args.save_result, flag, given, "needs --save-result")
+    if not (args.percentile_metrics or args.metric_percentiles or args.save_result):
+        return None
+    out = {"metrics": parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
+           "percentiles": parse_metric_percentiles(args.metric_percentiles or "99")}
+    if args.save_result:
+        folder = Path(args.result_dir or args.out or ".")
+        writable_dir(folder, "--result-dir")
+        out.update(result_dir=str(folder.absolute()), detailed=bool(args.save_detailed))
+    return out
 
 
 DATASET_FLAGS = ("dataset_name", "dataset_path", *datasets.RANDOM_KEYS, *datasets.PREFIX_KEYS, "sharegpt_output_len")
@@ -175,7 +196,7 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
         workload = {**workload, **{k: getattr(args, k) for k in TRAFFIC if getattr(args, k) is not None}}
     slo = cfg.get("slo") or {}
     goodput = parse_goodput(args.goodput) if args.goodput else cfg.get("goodput")
-    spec = SweepSpec(grid=grid, request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
+    spec = SweepSpec(bench=_bench(args), grid=grid, request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
                      workload=workload, model=args.model or cfg.get("model", "llama-3.1-8b"),
                      hardware=args.hardware or cfg.get("hardware", "h100"), tp=args.tp or cfg.get("tp", 1),
                      seed=args.seed if args.seed is not None else cfg.get("seed", 0), flags=cfg.get("flags") or {},
