@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError, require
-from .timings import DTYPE_BYTES, gemm_row, layer_gemm_shapes, validate
+from .timings import DTYPE_BYTES, attention_row, gemm_row, layer_gemm_shapes, validate
 
 DEVICES = ("cpu", "cuda")
 
@@ -50,9 +50,7 @@ def _row(k: Kernel, b: int) -> dict:
         (e,) = k.shape
         return dict(op_class="copy", op=k.op, tokens=0, m=e, k=0, n=0, flops=0.0, bytes=2.0 * b * e, time_s=np.nan)
     h, hkv, d, q, kv = k.shape
-    pairs = q * kv + q * (q + 1) / 2
-    return dict(op_class=k.op_class, op=k.op, tokens=q, m=q, k=kv, n=d, flops=4.0 * h * d * pairs,
-                bytes=b * d * (2 * hkv * (kv + q) + 2 * h * q), time_s=np.nan)
+    return attention_row(k.op_class, 1, q, kv, h, hkv, d, b, np.nan)
 
 
 def plan_table(plan: Plan) -> pd.DataFrame:
