@@ -26,6 +26,16 @@ class DecodeRuns:
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
         out = []
         x = decode_kv0   # kv0 + n·j, exact: integers
+        if self.attn_fitted:
+            ac, pi, per_n = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over
+            for _ in range(steps):
+                a, m = ac * x / pi, (kc * x) / beta
+                t += (math.sqrt(a * a + m * m) + per_n) + fixed
+                out.append(t)
+                if t >= stop:
+                    break
+                x += n
+            return out
         if self._decode_memory_bound:
             for _ in range(steps):
                 m = x * kc / beta
@@ -55,9 +65,13 @@ class DecodeRuns:
         lo = int(decode_kv0)
         hi = lo + n * steps
         if hi > DECODE_TABLE_CAP:
-            return self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
-        table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
-        return table[lo:hi:n] + self._fixed_part(n, n)
+            att = self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64))
+        else:
+            table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+            att = table[lo:hi:n]
+        if self.attn_fitted:      # fitted decode attention also pays per sequence: (d + per_n) + fixed, as time() adds
+            return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)
+        return att + self._fixed_part(n, n)
 
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
         """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""
@@ -69,6 +83,12 @@ class DecodeRuns:
         """The attention time of decode-only passes with Σ(kv + 1) = x, priced as ``_attention_time``
         does (x is overwritten)."""
         hw = self.hw
+        if self.attn_fitted:        # √(a² + m²) only; the per-sequence part depends on n (decode_run adds it)
+            a = self.attn_coef * x
+            a /= hw.attn_decode_pi
+            m = self.kv_coef * x
+            m /= hw.beta_attention
+            return np.sqrt(a * a + m * m)
         if self._decode_memory_bound:
             x *= self.kv_coef
             x /= hw.beta_attention

@@ -70,6 +70,8 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
                          ("kv_heads", 0), ("decode_flops", 0.0), ("decode_bytes", 0.0)):
         if col not in out.columns:
             out[col] = default
+        elif not isinstance(default, pd.Series) and out[col].isna().any():
+            out[col] = out[col].fillna(default)
     return out[COLUMNS].reset_index(drop=True)
 
 
