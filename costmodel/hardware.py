@@ -41,7 +41,7 @@ class Hardware:
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
     sampler_seq_s: float = 0.0      # ... and per sampled sequence
-    allreduce_regimes: dict = field(default_factory=dict)   # tp -> [lat_small, bw_small, lat_large, bw_large]
+    allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
     interconnect_bandwidth: float = 0.0   # bytes/s per direction per GPU, for tensor parallelism
     interconnect_latency_s: float = 0.0   # per ring step
     gpus_per_node: int = 8
@@ -102,10 +102,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
     for tp, v in regimes.items():
-        ok = isinstance(tp, int) and tp > 1 and isinstance(v, (list, tuple)) and len(v) == 4 and all(
+        ok = isinstance(tp, int) and tp > 1 and isinstance(v, (list, tuple)) and len(v) >= 2 and len(v) % 2 == 0 and all(
             isinstance(x, (int, float)) and x > 0 for x in v)
         require(ok, f"{source}:allreduce_regimes:{tp}", v,
-                "must be tp (> 1) -> [latency_small_s, bandwidth_small, latency_large_s, bandwidth_large], all > 0")
+                "must be tp (> 1) -> [latency_s, bandwidth, latency_s, bandwidth, ...] (one pair per regime), all > 0")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

@@ -25,14 +25,14 @@ Operators (each one kernel family, summed over layers):
                     fixed state read and written once per pass (recurrent state in float32, SGLang's
                     default mamba_ssm_dtype; conv state in b)
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
-                    profiles with allreduce_regimes for this tp: min(ℓ₁ + B/bw₁, ℓ₂ + B/bw₂) each
+                    profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/operator_models.py``: the engine's faster algorithm by size)
   sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
 
 Profiles with attn_form "separate" or "varlen" price attention with the fitted kernel models of
 ``calibration/operator_models.py`` instead (L layers, per layer): prefill chunks (q > 1)
-F/π_attn + B/attn_prefill_beta + overhead; decodes (q = 1) √((F/attn_decode_pi)² + (B/β_attn)²)
+F/π_attn + B/attn_prefill_beta + overhead (B: KV read and written, Q read and O written); decodes (q = 1) √((F/attn_decode_pi)² + (B/β_attn)²)
 + attn_decode_seq_s per sequence + overhead; "varlen" (one FlashAttention call for the batch):
 beside a prefill chunk, decodes cost F/attn_mixed_pi + attn_mixed_seq_s each, in the prefill kernel.
 
@@ -136,6 +136,7 @@ class CostModel(DecodeRuns):
             self.varlen = hw.attn_form == "varlen"
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
+            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
@@ -222,10 +223,11 @@ class CostModel(DecodeRuns):
         hw, n = self.hw, s.seqs - s.prefill_seqs
         out = []
         if s.prefill_kv:
-            t = (self.attn_coef * s.prefill_pairs) / hw.pi_attention + (self.kv_coef * s.prefill_kv) / hw.attn_prefill_beta
-            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, self.kv_coef * s.prefill_kv, t + self.pre_over))
+            by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
+            t = (self.attn_coef * s.prefill_pairs) / hw.pi_attention + by / hw.attn_prefill_beta
+            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
-            fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv
+            fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
             if self.varlen and s.prefill_kv:
                 t = fl / hw.attn_mixed_pi + self.mix_seq * n
             else:
@@ -238,9 +240,8 @@ class CostModel(DecodeRuns):
         if self.tp == 1:
             return 0.0
         if self.ar_regimes:
-            l1, b1, l2, b2 = self.ar_regimes
-            size = self.ar_bytes_per_call_row * rows
-            return self.ar_calls * min(l1 + size / b1, l2 + size / b2)
+            size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
+            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(0, len(r), 2))
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
@@ -262,21 +263,22 @@ class CostModel(DecodeRuns):
         return t
 
     def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
-                        decodes: int = 0) -> float:
+                        decodes: int = 0, rows: int = 0) -> float:
         """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined);
-        `decodes` (memory-bound sequences) matters to fitted attention only."""
+        `decodes` (memory-bound sequences) and the pass's `rows` matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
         t = 0.0
         if self.attn_fitted:
             hw = self.hw
             if prefill_kv:
-                t += (self.attn_coef * prefill_pairs) / pi + (self.kv_coef * prefill_kv) / hw.attn_prefill_beta + self.pre_over
+                by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
+                t += (self.attn_coef * prefill_pairs) / pi + by / hw.attn_prefill_beta + self.pre_over
             if decode_kv:
                 fl = self.attn_coef * decode_pairs
                 if self.varlen and prefill_kv:
                     t += fl / hw.attn_mixed_pi + self.mix_seq * decodes
                 else:
-                    a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv) / beta
+                    a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * decodes) / beta
                     t += math.sqrt(a * a + m * m) + (self.dec_seq * decodes + self.dec_over)
             return t
         if prefill_kv:
@@ -291,7 +293,7 @@ class CostModel(DecodeRuns):
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
         return self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
                                                                      s.memory_bound_pairs, s.decode_kv,
-                                                                     s.seqs - s.prefill_seqs)
+                                                                     s.seqs - s.prefill_seqs, s.rows)
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
@@ -301,7 +303,7 @@ class CostModel(DecodeRuns):
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes
         return self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
-                                                                  seqs - pseqs)
+                                                                  seqs - pseqs, rows)
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []

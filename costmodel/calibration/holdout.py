@@ -35,3 +35,23 @@ def split_by_shape(df: pd.DataFrame, fraction: float = 0.25, seed: int = 0) -> t
         pick = rng.choice(uniq, size=max(1, int(round(fraction * len(uniq)))), replace=False)
         held[idx] = np.isin(key, pick)
     return df[~held].reset_index(drop=True), df[held].reset_index(drop=True)
+
+
+def group_of(df: pd.DataFrame) -> pd.Series:
+    """The row's report group: attention by kernel (prefill, decode, mixed), all-reduce by GPU
+    count, everything else by operator class."""
+    g = df["op_class"].astype(str).copy()
+    att, ar = (df["op_class"] == "attention").to_numpy(), (df["op_class"] == "allreduce").to_numpy()
+    g[att] = df.loc[att, "op"].astype(str)
+    g[ar] = "allreduce@" + df.loc[ar, "workers"].astype(int).astype(str)
+    return g
+
+
+def error_table(fit, df: pd.DataFrame) -> pd.DataFrame:
+    """APE statistics (n, MAPE, median, p90; percent) per report group of ``df``."""
+    from .fit import ape_stats
+    pred, meas = fit.predict(df), df["time_s"].to_numpy(float)
+    ok = np.isfinite(pred)
+    g = group_of(df).to_numpy()
+    return pd.DataFrame([{"group": k, **ape_stats(pred[(g == k) & ok], meas[(g == k) & ok])}
+                         for k in sorted(set(g[ok]))])

@@ -20,10 +20,11 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             tokens (loading Q, K, V tiles, the softmax rescaling, the epilogue), which a long prompt
             amortises over its quadratic FLOPs. Decode streams the KV cache (β_d) and pays a fixed
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
-allreduce   per GPU count n, the faster of two algorithms, as engines choose by message size:
-              t = min(ℓ₁ + B/bw₁, ℓ₂ + B/bw₂),  B = 2(n-1)/n · size
-            (one-shot custom all-reduce for small messages: low latency; ring/two-shot for large
-            ones: higher latency, higher bandwidth).
+allreduce   per GPU count n, the fastest of three regimes, as engines choose by message size:
+              t = min_i(ℓ_i + B/bw_i),  B = 2(n-1)/n · size
+            (one-shot custom all-reduce for small messages: low latency; two-shot, then NCCL's ring
+            for large ones: higher latency, higher bandwidth; the minimum of lines is concave in
+            B, as the measured curves are).
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
 from __future__ import annotations
@@ -39,12 +40,13 @@ from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 SAMPLER = ("floor", "per_seq")
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_large", "bandwidth_large")
+ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
+R = len(ALLREDUCE_REGIME)
 UNITS = {"pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
-         "latency_large": "s", "bandwidth_large": "B/s"}
+         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
-              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect"}
+              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
 
 
@@ -85,10 +87,10 @@ def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
 def allreduce_times(v: np.ndarray, df: pd.DataFrame, params) -> np.ndarray:
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
     out = np.full(len(df), np.nan)
-    for i in range(0, len(params), 4):
+    for i in range(0, len(params), R):
         sel = w == int(params[i].split("@")[1])
-        l1, b1, l2, b2 = v[i:i + 4]
-        out[sel] = np.minimum(l1 + B[sel] / b1, l2 + B[sel] / b2)
+        lat, bw = v[i:i + R:2], v[i + 1:i + R:2]
+        out[sel] = np.min(lat[None, :] + B[sel, None] / bw[None, :], axis=1)
     return out
 
 
@@ -105,10 +107,13 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
     out = []
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
-    for i in range(0, len(params), 4):
+    for i in range(0, len(params), R):
         sel = w == int(params[i].split("@")[1])
-        tt, bb = t[sel], B[sel]
-        out += [0.9 * tt.min(), bb.max() / tt.max() * 0.3, 2 * tt.min(), bb.max() / tt.max()]
+        order = np.argsort(B[sel])
+        for part in np.array_split(order, R // 2):       # a line through each third of the sizes
+            bb, tt = B[sel][part], t[sel][part]
+            slope = max(float(np.polyfit(bb, tt, 1)[0]), 1e-15) if len(part) > 1 else tt[0] / bb[0]
+            out += [max(float(tt.min() - slope * bb.min()), 0.5 * float(tt.min())), 1.0 / slope]
     return np.array(out)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..hardware import Hardware
 from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
+from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -89,11 +90,12 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
-        changes["allreduce_regimes"] = {int(ar.params[i].split("@")[1]): [float(v) for v in ar.values[i:i + 4]]
-                                        for i in range(0, len(ar.params), 4)}
+        r = len(ALLREDUCE_REGIME)
+        changes["allreduce_regimes"] = {int(ar.params[i].split("@")[1]): [float(v) for v in ar.values[i:i + r]]
+                                        for i in range(0, len(ar.params), r)}
         big = max(changes["allreduce_regimes"])
-        changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][3]
-        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][2] / (2 * (big - 1))
+        changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
+        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
     other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
     return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),

@@ -10,7 +10,7 @@ of the batch make; seqs then counts those sequences).
   norm, rope, activation, residual_add, embedding, copy: memory-bound, bytes as the importer says
               (norm: m rows of n = h elements, bytes = b·(2·m·h + h): input, output, weight)
   attention_prefill / attention_decode: 4·h·d·pairs FLOPs, pairs = Σ q·kv + q(q+1)/2; bytes =
-              2·h_kv·d·b·Σ(kv + q), the KV the kernel reads and writes (what the roofline prices)
+              2·d·b·Σ(h_kv·(kv + q) + h·q): the KV read and written, and Q read and O written
   attention   one attention kernel over a batch of prefill chunks (q > 1) and decodes (q = 1): the
               fitted form of ``fit.attention_times``; op says prefill, decode or mixed
   sampler     per-sequence GPU work after the LM head (m = sequences)
@@ -79,7 +79,8 @@ def attention_row(op_class: str, seqs, q, kv, heads, kv_heads, d, b: int, time_s
     """``seqs`` sequences of q new tokens over kv cached ones each (scalars or arrays)."""
     pairs = seqs * (q * kv + q * (q + 1) / 2)
     return dict(op_class=op_class, op=op_class, tokens=seqs * q, m=seqs * q, k=kv, n=d, seqs=seqs, heads=heads,
-                kv_heads=kv_heads, flops=4.0 * heads * d * pairs, bytes=2.0 * kv_heads * d * b * seqs * (kv + q),
+                kv_heads=kv_heads, flops=4.0 * heads * d * pairs,
+                bytes=2.0 * d * b * seqs * (kv_heads * (kv + q) + heads * q),
                 time_s=time_s, **extra)
 
 

@@ -6,7 +6,9 @@ heads per GPU; generation attention is one decode step of ``batch_size`` sequenc
 length is ``s = isl + step`` (the table's lookup key; its speed-of-light model reads s - 1 cached
 tokens plus the new one); all-reduce message sizes are in elements of the dtype.
 All-reduce: for each (GPUs, size) the faster of the custom (engine) and NCCL tables is kept, as the
-engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond).
+engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond). Rows faster
+than the spec sheet's float16 peak (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped
+and reported: no 16-bit kernel can do that.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from ...errors import require
 from ..timings import attention_row, gemm_row, validate
@@ -114,9 +117,28 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
         df = pd.concat([df[~ar], _envelope(df[ar])], ignore_index=True)
         notes.append(f"{p}: all-reduce: kept the faster of custom and NCCL per (GPUs, size), "
                      f"{int((df['op_class'] == 'allreduce').sum())} of {before} rows")
+    peak = spec_peak_flops(p)
+    if peak:
+        fast = (df["flops"] / df["time_s"] > peak).to_numpy()
+        for cls in sorted(set(df.loc[fast, "op_class"])):
+            notes.append(f"{p}: skipped {int((fast & (df['op_class'] == cls)).sum())} {cls} rows faster than the "
+                         f"spec sheet's {peak / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)")
+        df = df[~fast]
     if classes is not None:
         df = df[df["op_class"].isin(classes)]
     return validate(df.reset_index(drop=True), str(p)), notes
+
+
+def spec_peak_flops(path) -> float | None:
+    """``gpu.float16_tc_flops`` of the AIConfigurator spec sheet next to the folder, if any."""
+    y = spec_yaml(path)
+    if y is None:
+        return None
+    try:
+        v = ((yaml.safe_load(y.read_text()) or {}).get("gpu") or {}).get("float16_tc_flops")
+    except yaml.YAMLError:
+        return None
+    return float(v) if v else None
 
 
 def spec_yaml(path) -> Path | None:
