@@ -32,7 +32,11 @@ SPEC = "AIConfigurator 0.4.0 systems/<gpu>.yaml (float16_tc_flops, mem_bw, intra
 GPUS = {   # shipped name: (AIConfigurator folder, base profile or spec fields)
     "h100-sxm": ("h100_sxm", "h100"),
     "a100-sxm": ("a100_sxm", "a100-80gb"),
-    "l40s-calibrated": ("l40s", "l40s"),
+    "l40s": ("l40s", dict(name="l40s", description="NVIDIA L40S 48GB GDDR6 (PCIe Gen4 x16, no NVLink)",
+                          memory_bytes=48e9, peak_flops=362.05e12, peak_bandwidth=864e9, pi_eff=183.0e12,
+                          beta_eff=670.6e9, interconnect_bandwidth=32e9, interconnect_latency_s=5.7e-6, gpus_per_node=8,
+                          sources=[SPEC, "https://www.nvidia.com/en-us/data-center/l40s/ (48GB GDDR6, 864GB/s, "
+                                         "PCIe Gen4 x16, BF16 Tensor Core 362.05 TFLOPS dense)"])),
     "b200": ("b200_sxm", dict(name="b200", description="NVIDIA B200 SXM (HBM3e)", memory_bytes=193273528320.0,
                                peak_flops=2250e12, peak_bandwidth=8.0e12, pi_eff=2250e12 * 500 / 989,
                                beta_eff=8.0e12 * 2.6 / 3.35, interconnect_bandwidth=900e9,
