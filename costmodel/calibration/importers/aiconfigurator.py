@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from ...errors import require
+from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
 from .tables import drop_failed, keep_dtype, read_table
 
@@ -129,16 +130,35 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
     return validate(df.reset_index(drop=True), str(p)), notes
 
 
-def spec_peak_flops(path) -> float | None:
-    """``gpu.float16_tc_flops`` of the AIConfigurator spec sheet next to the folder, if any."""
+def _spec(path) -> dict:
     y = spec_yaml(path)
     if y is None:
-        return None
+        return {}
     try:
-        v = ((yaml.safe_load(y.read_text()) or {}).get("gpu") or {}).get("float16_tc_flops")
+        return yaml.safe_load(y.read_text()) or {}
     except yaml.YAMLError:
-        return None
+        return {}
+
+
+def spec_peak_flops(path) -> float | None:
+    """``gpu.float16_tc_flops`` of the AIConfigurator spec sheet next to the folder, if any."""
+    v = (_spec(path).get("gpu") or {}).get("float16_tc_flops")
     return float(v) if v else None
+
+
+def spec_hardware(path) -> Hardware | None:
+    """A base profile from the spec sheet beside the folder (peaks, memory, NVLink per direction);
+    its effective fields start at the peaks and are what a fit replaces."""
+    d = _spec(path)
+    gpu, node = d.get("gpu") or {}, d.get("node") or {}
+    try:
+        flops, bw, mem = float(gpu["float16_tc_flops"]), float(gpu["mem_bw"]), float(gpu["mem_capacity"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    name = spec_yaml(path).stem
+    return Hardware(name, mem, flops, bw, flops, bw, interconnect_bandwidth=float(node.get("intra_node_bw") or 0.0),
+                    gpus_per_node=int(node.get("num_gpus_per_node") or 8),
+                    description=f"{name} (AIConfigurator spec sheet)", sources=[str(spec_yaml(path))])
 
 
 def spec_yaml(path) -> Path | None:
