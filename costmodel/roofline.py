@@ -27,6 +27,9 @@ Operators (each one kernel family, summed over layers):
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/operator_models.py``: the engine's faster algorithm by size)
+  elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
+                    SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
+                    read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
   sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
 
@@ -149,6 +152,9 @@ class CostModel(DecodeRuns):
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
+        qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
+        self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
+        self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
         self.ar_calls, self.ar_bytes_per_call_row = 2 * m.L, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
@@ -194,6 +200,8 @@ class CostModel(DecodeRuns):
             out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
             out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
                         beta, hw.kernel_floor_s, over))
+        if hw.elementwise_beta:
+            out.append(("elementwise", 0.0, self.elem_bytes_per_row * rows, pi, hw.elementwise_beta, 0.0, self.elem_over))
         if hw.sampler_s or hw.sampler_seq_s:
             out.append(("sampler", 0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * seqs))
         if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it

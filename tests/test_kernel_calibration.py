@@ -277,3 +277,20 @@ def test_split_by_shape_holds_out_whole_shapes(aic):
         b = set(map(tuple, held[held.op_class == cls][cols].to_numpy()))
         assert b and not (a & b)
     assert math.isclose(len(train) + len(held), len(df))
+
+
+def test_elementwise_operator_prices_the_fitted_kernels(fitted_hw, lss):
+    hw, f = fitted_hw
+    assert hw.elementwise_beta > 0
+    m = load_model("llama-3.1-8b")
+    cm = CostModel(m, hw)
+    df = lss[0]
+    el = df[df.op_class == "elementwise"]
+    common = set.intersection(*(set(el[el.op == op].m) for op in ("layernorm", "act_fn", "rotary_emb")))
+    assert len(common) >= 2
+    for T in sorted(common)[::max(1, len(common) // 4)]:
+        rows = el[el.m == T]
+        per_layer = sum(f.classes["elementwise"].predict(rows[rows.op == op])[0] * (2 if op == "layernorm" else 1)
+                        for op in ("layernorm", "act_fn", "rotary_emb"))
+        op = cm.breakdown(cm.shape([T], [0])).op("elementwise")
+        assert op.time_s == pytest.approx(m.L * per_layer, rel=1e-9)

@@ -24,8 +24,10 @@ from .tables import read_table
 
 GEMMS = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "gate_up_proj": "mlp_up_proj",
          "down_proj": "mlp_down_proj"}
-ELEMENTWISE = {"layernorm": "norm", "final_layernorm": "norm", "qk_norm": "norm", "act_fn": "activation",
-               "rotary_emb": "rope", "embedding": "embedding"}
+ELEMENTWISE = {"layernorm": "elementwise", "final_layernorm": "norm", "qk_norm": "norm", "act_fn": "elementwise",
+               "rotary_emb": "elementwise", "embedding": "embedding"}
+# the per-layer kernels the roofline's "elementwise" operator prices (two RMSNorms, SiLU-and-mul,
+# rotary embedding); final and q/k norms stay "norm" (once per pass / Qwen3 only)
 US = 1e-6
 
 
