@@ -59,7 +59,8 @@ def _attention(path: Path, m: ModelSpec, tp: int) -> pd.DataFrame:
     df = pd.DataFrame(dict(op_class="attention", op=op, tokens=c + n, m=c + n, k=np.maximum(p, k), n=m.d_h, tp=tp,
                            workers=tp, dtype="bfloat16", flops=pre["flops"] + dec["flops"],
                            bytes=pre["bytes"] + dec["bytes"], seqs=n, heads=h, kv_heads=hkv,
-                           decode_flops=dec["flops"], decode_bytes=dec["bytes"], time_s=t, source=str(path)))
+                           decode_flops=dec["flops"], decode_bytes=dec["bytes"], prefill_seqs=(c > 0).astype(int),
+                           prefill_q=c, prefill_kv=p, time_s=t, source=str(path)))
     return df[(c > 0) | (n > 0)]
 
 
