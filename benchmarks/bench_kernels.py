@@ -49,7 +49,7 @@ def main() -> None:
         df, _ = load(folder)
         tables.append(df)
         print(f"\n{name} ({folder}): held out by shape, mean of {len(SEEDS)} draws (percent)")
-        print(held_out(df, base_of(spec)).to_string(index=False))
+        print(held_out(df, base_of(spec, name)).to_string(index=False))
     for label, (folder, base) in FOLDERS.items():
         df, _ = read_llmservingsim(LSS / folder)
         print(f"\nLLMServingSim {label}: held out by shape (percent)")
