@@ -24,8 +24,20 @@ Operators (each one kernel family, summed over layers):
                     element each, plus the short convolution's 2·K per channel; bytes: each sequence's
                     fixed state read and written once per pass (recurrent state in float32, SGLang's
                     default mamba_ssm_dtype; conv state in b)
-  allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each
+  allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
+                    profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
+                    (``calibration/operator_models.py``: the engine's faster algorithm by size)
+  elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
+                    SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
+                    read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
+  sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
+
+Profiles with attn_form "separate" or "varlen" price attention with the fitted kernel models of
+``calibration/operator_models.py`` instead (L layers, per layer): prefill chunks (q > 1)
+F/π_attn + B/attn_prefill_beta + overhead (B: KV read and written, Q read and O written); decodes (q = 1) √((F/attn_decode_pi)² + (B/β_attn)²)
++ attn_decode_seq_s per sequence + overhead; "varlen" (one FlashAttention call for the batch):
+beside a prefill chunk, decodes cost F/attn_mixed_pi + attn_mixed_seq_s each, in the prefill kernel.
 
 Each operator costs combine(F/π, B/β), at least kernel_floor_s per kernel, plus kernel_overhead_s per
 kernel: combine is max (the seed's roofline) or, for profiles calibrated with the "smooth" form,
@@ -43,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode_runs import DecodeRuns
+from .fitted_attention import FittedAttention
 from .errors import require
 from .hardware import Hardware
 from .model import ModelSpec
@@ -85,7 +98,7 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
-class CostModel(DecodeRuns):
+class CostModel(DecodeRuns, FittedAttention):
     """One (model, hardware, tp, counting) bound once; prices many batch shapes."""
 
     def __init__(self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None):
@@ -121,21 +134,28 @@ class CostModel(DecodeRuns):
         self.tile = hw.gemm_tile_rows
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
+        self._init_fitted_attention(m, hw, tp, La, b)
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
-        self._decode_memory_bound = (not self.quadrature and
+        self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
         self._decode_attention = np.empty(0)
-        self._fixed_uses_seqs = self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
+        self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
+                                 or bool(hw.sampler_seq_s))
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
+        self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
+        qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
+        self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
+        self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
+        self.ar_calls, self.ar_bytes_per_call_row = 2 * m.L, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
         (plus `decodes` sequences of one new token given by their Σ(kv + 1), `decode_tokens`)."""
-        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
+        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens, self.q_tile)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -175,6 +195,10 @@ class CostModel(DecodeRuns):
             out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
             out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
                         beta, hw.kernel_floor_s, over))
+        if hw.elementwise_beta:
+            out.append(("elementwise", 0.0, self.elem_bytes_per_row * rows, pi, hw.elementwise_beta, 0.0, self.elem_over))
+        if hw.sampler_s or hw.sampler_seq_s:
+            out.append(("sampler", 0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * seqs))
         if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
             out.append(("linear_attention", self.lin_attn_flops_per_row * rows, 2 * self.lin_state_bytes_per_seq * seqs,
                         hw.pi_attention, hw.beta_attention, self.floor_lin_attn, self.over_lin_attn))
@@ -198,7 +222,12 @@ class CostModel(DecodeRuns):
         return (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
 
     def allreduce_s(self, rows: int) -> float:
-        return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency if self.tp > 1 else 0.0
+        if self.tp == 1:
+            return 0.0
+        if self.ar_regimes:
+            size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
+            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(0, len(r), 2))
+        return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
@@ -218,9 +247,14 @@ class CostModel(DecodeRuns):
             t = self._fixed[key] = self._fixed_time(rows, seqs)
         return t
 
-    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float) -> float:
-        """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined)."""
+    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
+                        decodes: int = 0, rows: int = 0, compute: float | None = None) -> float:
+        """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined);
+        `decodes` (memory-bound sequences), the pass's `rows` and prefill's `compute` time (the wave
+        model's, from ``_prefill_compute``) matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
+        if self.attn_fitted:
+            return self._fitted_attention_time(prefill_pairs, prefill_kv, decode_pairs, decode_kv, decodes, rows, compute)
         t = 0.0
         if prefill_kv:
             a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
@@ -233,23 +267,28 @@ class CostModel(DecodeRuns):
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
         return self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
-                                                                     s.memory_bound_pairs, s.decode_kv)
+                                                                     s.memory_bound_pairs, s.decode_kv,
+                                                                     s.seqs - s.prefill_seqs, s.rows,
+                                                                     self._prefill_compute(s) if self.q_tile else None)
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
-        if len(q_lens) > 48:
+        if len(q_lens) > 48 or self.q_tile:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
-        rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
-        return self._fixed_part(rows, len(q_lens) + decodes) + self._attention_time(float(pairs), float(pkv),
-                                                                                   float(dpairs), float(dkv))
+        rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
+        seqs = len(q_lens) + decodes
+        return self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
+                                                                  seqs - pseqs, rows)
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
-        for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + self.attention_terms(s):
+        fitted = self._fitted_attention_terms(s) if self.attn_fitted else []
+        for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + ([] if fitted else self.attention_terms(s)):
             tc, tm = fl / pi, by / beta
             ops.append(Operator(name, fl, by, self._op_time(fl, by, pi, beta, floor, over),
                                 "compute" if tc >= tm else "memory"))
+        ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]
         if self.tp > 1:
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
         if self.hw.step_overhead_s:
