@@ -46,14 +46,22 @@ class SchedulerState:
         """Cohort members in the next step, one token each: all of them when every other running
         request (`others`, default all) gets all it `wants(req)` this step and the blocks are free
         without evicting (then queue order cannot matter; the members' blocks are taken here), else
-        none and the cohort dissolves back into the running queue for the caller to walk in order."""
+        none and the cohort dissolves back into the running queue for the caller to walk in order.
+        The budget may run out at requests queued after every member (a partial prefill at the
+        queue's tail): they take what is left, min(wants, left), as an in-order walk gives them."""
         c, pool = self.cohort, self.pool
         if c is None or not c.members:
             return 0
         cohort_blocks = c.new_blocks(c.tick, 1)
-        tokens, blocks = c.n, cohort_blocks
+        tokens, blocks, left = c.n, cohort_blocks, budget - c.n
         for req in self.running if others is None else others:
             n = wants(req)
+            if n > left:
+                if left < 0 or req.seq < c.top_seq:
+                    tokens = budget + 1
+                    break
+                n = left
+            left -= n
             tokens += n
             blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
         if tokens > budget or blocks > pool.free:
