@@ -109,6 +109,29 @@ class VLLMScheduler(PolicyHooks):
     def _wants(self, req) -> int:
         return self._clamp(req, 1 << 62)
 
+    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> list[int]:
+        """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
+        walked before it, one token each) takes ``_clamp`` of the budget the decodes leave; the
+        waiting queue is reached only when budget is left after P, so with a request waiting
+        (and max_num_seqs not reached) the chunks stop before the first that leaves budget over."""
+        req, q = plan.items[-1]
+        if any(r.seq > req.seq for r, _ in plan.items[:-1]) or (plan.cohort and s.cohort.top_seq > req.seq):
+            return []
+        budget = self.cfg.max_num_batched_tokens - (len(plan.items) - 1 + plan.cohort)
+        admits = bool(s.waiting) and s.num_running < self.cfg.max_num_seqs
+        out, done, now = [], req.num_computed_tokens + q, req.num_computed_tokens
+        try:
+            while done < req.num_tokens:
+                req.num_computed_tokens = done   # _clamp reads the request as it would stand then
+                n = self._clamp(req, budget)
+                if n <= 0 or (admits and n < budget):
+                    break
+                out.append(n)
+                done += n
+        finally:
+            req.num_computed_tokens = now
+        return out
+
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,
         or max_num_seqs is reached, or its head cannot get blocks (free blocks only shrink)."""

@@ -40,6 +40,7 @@ class Replica(RunPlanning):
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
+        self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/chunked.py)
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
@@ -103,6 +104,10 @@ class Replica(RunPlanning):
             bs = pool.block_size
             used += sum(-(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
                         for r, q in self._running_plan.items)
+            if self._lead is not None:   # P grows by its chunks, not by one a step: replace its term
+                r, qs = self._lead
+                used += (-(-self._lead_positions(j) // bs) + (r.num_computed_tokens + qs[0]) // -bs
+                         + -(-(r.num_computed_tokens + qs[0]) // bs) - -(-(r.num_computed_tokens + qs[0] - 1 + j) // bs))
             if self._running_plan.cohort:
                 c = self.state.cohort
                 used += c.new_blocks(c.tick + 1, j - 1)
@@ -171,6 +176,10 @@ class Replica(RunPlanning):
         pool, c = s.pool, s.cohort
         inner, inner_max, done = None, 0.0, ()
         left_at = {req: f for f, req in self._leaving if req.cohort_tick < 0} if self._leaving else None   # planned, leaving early
+        lead, quiet = self._lead, 0   # quiet: inner gaps before the lead's P samples (it is not in them)
+        if lead is not None:
+            lead[0].num_computed_tokens += sum(lead[1][1:steps])   # the loop below adds its first chunk
+            quiet = min(len(lead[1]), steps) - 1
         if steps > 1:
             self.policy.on_fast_forward(steps - 1)
             inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
@@ -178,38 +187,47 @@ class Replica(RunPlanning):
             gap = first - c.last_end
             itl.add(gap, weight=plan.cohort)
             if self._leaving:
-                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items))
+                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items), quiet)
             else:
                 if inner is not None:
                     inner_max = _max(inner)
-                    itl.add_many(inner, weight=len(plan.items) + plan.cohort)
+                    _add_gaps(itl, inner, len(plan.items) + plan.cohort, quiet)
                 pool.used += c.new_blocks(c.tick + 1, steps - 1)
                 done = c.advance(steps, max(gap, inner_max), last)
         elif inner is not None:
             inner_max = _max(inner)
-            itl.add_many(inner, weight=len(plan.items))
+            _add_gaps(itl, inner, len(plan.items), quiet)
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
+                if steps > 1 and lead is not None and req is lead[0]:
+                    held = pool.blocks_held(req, req.num_computed_tokens)
+                    pool.used += held - req.num_blocks
+                    req.num_blocks = held
                 continue
-            mine, top = steps, inner_max    # steps this request takes part in, its largest inner gap
-            if left_at and req in left_at:
+            s0, mine, top, at = 0, steps, inner_max, first   # its first sampling step, steps it samples in, largest inner gap, first sample
+            if lead is not None and req is lead[0]:
+                s0 = quiet
+                at = float(ends[s0])
+                mine = (left_at[req] if left_at and req in left_at else steps) - s0
+                top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0
+            elif left_at and req in left_at:
                 mine = left_at[req]
                 top = _max(inner[:mine - 1]) if mine > 1 else 0.0
             if req.first_token_s is None:
-                req.first_token_s = first
+                req.first_token_s = at
                 if top > req.max_itl_s:
                     req.max_itl_s = top
             else:
-                gap = first - req.last_token_s
+                gap = at - req.last_token_s
                 gaps.append(gap)
                 req.max_itl_s = max(req.max_itl_s, gap, top)
             req.num_computed_tokens += mine - 1
             req.num_output_tokens += mine
-            req.last_token_s = last if mine == steps else float(ends[mine - 1])
+            req.last_token_s = last if s0 + mine == steps else float(ends[s0 + mine - 1])
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
             if steps > 1:
@@ -234,10 +252,11 @@ class Replica(RunPlanning):
             self.policy.on_finish()
             self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int) -> tuple[list, float]:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
-        present, and its largest gap goes to the members' max ITL. Returns the members that
+        present (less the lead's P in the first `quiet` gaps, before it samples; nobody leaves
+        before), and its largest gap goes to the members' max ITL. Returns the members that
         finished and the run's largest inner gap."""
         c, pool, itl = self.state.cohort, self.state.pool, self.itl
         leaving, self._leaving = self._leaving, []
@@ -248,7 +267,7 @@ class Replica(RunPlanning):
             if f > 1:
                 seg = inner[max(s0 - 1, 0): f - 1]
                 if len(seg):
-                    itl.add_many(seg, weight=c.n + riders)
+                    _add_gaps(itl, seg, c.n + riders, quiet if s0 == 0 else 0)
                     m = _max(seg)
                     if m > inner_max:
                         inner_max = m
@@ -296,6 +315,16 @@ class Replica(RunPlanning):
 def outstanding_counts(replicas) -> list[int]:
     """``[r.outstanding for r in replicas]``: the property only where a folded run has leavers (a router's hot path)."""
     return [r.outstanding if r._leaving else r._outstanding for r in replicas]
+
+
+def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:
+    """The run's inner gaps, each once per request sampling at both its ends: one fewer in the
+    first `quiet` (the lead's P samples from the end of its last chunk on)."""
+    if quiet:
+        if weight > 1:
+            itl.add_many(inner[:quiet], weight=weight - 1)
+        inner = inner[quiet:]
+    itl.add_many(inner, weight=weight)
 
 
 def _max(values) -> float:

@@ -1,0 +1,113 @@
+"""Runs that start with a chunked prefill (mixed into Replica through RunPlanning).
+
+A plan whose last item P is a partial prefill, beside requests that all catch up in this step,
+starts a run of P's chunks when the policy can tell them in advance (``prefill_chunks``, its
+fast-forward hook): step j of the lead is P's chunk q_j over its prefix plus every other request
+and the cohort decoding one token. Each lead step is priced on its own (its prefix-aware
+attention differs), with the same integer sums and float additions stepping makes. The lead is
+cut where a decode finishes (the batch changes), where the KV blocks run out, and after the
+step that ends at or past the next arrival (a sole replica). When P's prompt completes in the
+lead and the policy lets decodes repeat, the run goes on as a decode run of everyone, folded
+through finishes as any other (simcore/runs.py).
+
+  P's positions:  [0, c) cached | [c, c + q_0) step 0 | … | [c + Σ_{i<j} q_i, + q_j) step j
+  its first token: the end of step L − 1 (L = len(lead)), then one a step.
+
+``_apply`` reads ``self._lead = (P, [q_0, …, q_{L−1}])``: P's tokens and sample times come from
+it; every other request is advanced as in any run.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class ChunkedRuns:
+    """Needs the Replica's state, cost model, policy, flags and RunPlanning's run pieces."""
+
+    def _chunked_run(self, plan, start: float):
+        """End times of a run that starts with P's chunks (see the module), or None: one step."""
+        items, nc, s = plan.items, plan.cohort, self.state
+        c = s.cohort
+        if len(items) != len(s.running) or nc != s.num_in_cohort:
+            return None
+        req, q0 = items[-1]
+        if req.num_computed_tokens + q0 >= req.num_tokens:
+            return None
+        others = items[:-1]
+        first_finish, longest = 1 << 62, 0
+        for r, q in others:
+            if r.num_computed_tokens + q != r.num_tokens:
+                return None
+            left = r.output_len - r.num_output_tokens
+            first_finish = min(first_finish, left)
+            longest = max(longest, left)
+        if nc:
+            first_finish = min(first_finish, c.steps_to_finish())
+        chunks = self.policy.prefill_chunks(s, plan)
+        if not chunks:
+            return None
+        qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
+        L, total = len(qs), sum(qs)
+        completes = req.num_computed_tokens + total == req.num_tokens
+        fold = False
+        k = L
+        if completes and self.policy.can_fast_forward(s):
+            mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
+            if nc and self.fold and not s.waiting:
+                fold = True
+                k = max(c.steps_to_empty(), longest, mine)
+            else:
+                k = min(first_finish, mine, c.steps_to_finish() if nc else 1 << 62)
+        stop = self.next_arrival() if self.pull is not None else math.inf
+        if k > L + 64 and stop < math.inf:
+            k = min(k, L + 64 + 2 * int((stop - start) / self._step_estimate))
+        kv_items = others + [(req, total - L + 1)]   # P holds c + total + (j − L) positions after step j ≥ L
+        k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
+        if k < L:
+            qs, L, completes = qs[:k], k, False
+        ends = self._lead_ends(plan, start, qs, stop)
+        self._lead = (req, qs[:len(ends)])
+        if len(ends) < L or k == L or not completes:
+            return ends
+        m = len(others) + nc
+        n = m + 1
+        kv = sum(r.num_computed_tokens + q for r, q in others) + (c.kv + nc if nc else 0) + n * L \
+            + req.num_computed_tokens + total - L + 1   # Σ(kv + 1) of everyone in step L
+        if fold and min(first_finish, mine) < k:
+            riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others]
+            riders.append((mine, req.seq, req.num_computed_tokens + total - L + 1, req))
+            return self._folded_run(start, ends, n, kv, k, riders)
+        t = ends[-1]
+        if t >= stop:
+            return ends
+        e = self._decode_ends(t, n, kv, k - L, stop)
+        return ends + e if type(e) is list else np.concatenate([ends, e])
+
+    def _lead_ends(self, plan, start: float, qs: list, stop: float) -> list:
+        """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
+        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j; only the steps that
+        start before `stop`."""
+        items, nc, cm = plan.items, plan.cohort, self.cm
+        c = self.state.cohort
+        cohort_kv = c.kv + nc if nc else 0
+        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+        ends = [t]
+        req = items[-1][0]
+        m = len(items) - 1 + nc
+        base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
+        kv = req.num_computed_tokens + qs[0]
+        for j in range(1, len(qs)):
+            if t >= stop:
+                break
+            t += cm.step_time((qs[j],), (kv,), m, base + m * j)
+            ends.append(t)
+            kv += qs[j]
+        return ends
+
+    def _lead_positions(self, steps: int) -> int:
+        """Positions the lead's P holds once `steps` steps of the run have been taken (≥ 1)."""
+        req, qs = self._lead
+        L = len(qs)
+        return req.num_computed_tokens + sum(qs[:steps]) + max(0, steps - L)
