@@ -237,11 +237,11 @@ class SGLangScheduler:
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
 
-    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> list[int]:
+    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py): none told in advance. A chunk's length reads
         rem_total_tokens (free KV less the reserved outputs), and the decodes sit out a prefill
         batch unless mixed, so the replica steps through SGLang's chunks."""
-        return []
+        return [], 0
 
     @staticmethod
     def reject_reason(req, pool) -> str | None:

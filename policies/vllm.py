@@ -109,17 +109,18 @@ class VLLMScheduler(PolicyHooks):
     def _wants(self, req) -> int:
         return self._clamp(req, 1 << 62)
 
-    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> list[int]:
+    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
         walked before it, one token each) takes ``_clamp`` of the budget the decodes leave; the
         waiting queue is reached only when budget is left after P, so with a request waiting
-        (and max_num_seqs not reached) the chunks stop before the first that leaves budget over."""
+        (and max_num_seqs not reached) the chunks stop before the first that leaves budget over,
+        and the chunks that use the whole budget are the ones an arrival cannot change."""
         req, q = plan.items[-1]
         if any(r.seq > req.seq for r, _ in plan.items[:-1]) or (plan.cohort and s.cohort.top_seq > req.seq):
-            return []
+            return [], 0
         budget = self.cfg.max_num_batched_tokens - (len(plan.items) - 1 + plan.cohort)
         admits = bool(s.waiting) and s.num_running < self.cfg.max_num_seqs
-        out, done, now = [], req.num_computed_tokens + q, req.num_computed_tokens
+        out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         try:
             while done < req.num_tokens:
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
@@ -127,10 +128,12 @@ class VLLMScheduler(PolicyHooks):
                 if n <= 0 or (admits and n < budget):
                     break
                 out.append(n)
+                if n == budget and sealed == len(out) - 1:
+                    sealed += 1
                 done += n
         finally:
             req.num_computed_tokens = now
-        return out
+        return out, sealed
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,

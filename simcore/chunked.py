@@ -45,7 +45,7 @@ class ChunkedRuns:
             longest = max(longest, left)
         if nc:
             first_finish = min(first_finish, c.steps_to_finish())
-        chunks = self.policy.prefill_chunks(s, plan)
+        chunks, sealed = self.policy.prefill_chunks(s, plan)
         if not chunks:
             return None
         qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
@@ -67,9 +67,9 @@ class ChunkedRuns:
         k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
         if k < L:
             qs, L, completes = qs[:k], k, False
-        ends = self._lead_ends(plan, start, qs, stop)
+        ends = self._lead_ends(plan, start, qs, stop, sealed)
         self._lead = (req, qs[:len(ends)])
-        if len(ends) < L or k == L or not completes:
+        if len(ends) < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
             return ends
         m = len(others) + nc
         n = m + 1
@@ -85,10 +85,11 @@ class ChunkedRuns:
         e = self._decode_ends(t, n, kv, k - L, stop)
         return ends + e if type(e) is list else np.concatenate([ends, e])
 
-    def _lead_ends(self, plan, start: float, qs: list, stop: float) -> list:
+    def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int) -> list:
         """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
-        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j; only the steps that
-        start before `stop`."""
+        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j; a step that starts
+        at or after `stop` (an arrival, then waiting) only if it is one of the first `sealed`
+        after step 0, which the waiting queue cannot change (``prefill_chunks``)."""
         items, nc, cm = plan.items, plan.cohort, self.cm
         c = self.state.cohort
         cohort_kv = c.kv + nc if nc else 0
@@ -99,7 +100,7 @@ class ChunkedRuns:
         base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
         kv = req.num_computed_tokens + qs[0]
         for j in range(1, len(qs)):
-            if t >= stop:
+            if t >= stop and j > sealed:
                 break
             t += cm.step_time((qs[j],), (kv,), m, base + m * j)
             ends.append(t)
