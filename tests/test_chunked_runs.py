@@ -1,0 +1,138 @@
+"""Runs that fold chunked prefills (simcore/chunked.py) against one-event-per-step stepping: every
+policy under chunk-sized budgets, open and closed loop, prefix caching, tight KV pools and
+several replicas behind every router; per-request metrics and ITL histograms equal to the bit.
+The folds must actually happen: the tests count the runs that take a chunked prefill's chunks
+in one event."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel import load_hardware, load_model
+from experiments.engines import build_cluster
+from simcore.chunked import ChunkedRuns
+from simcore.simulation import Simulation
+from workloads.workload import Workload
+
+MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
+ROUTERS = ["round_robin", "least_outstanding", "least_kv", "prefix_affinity"]
+COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s")
+
+
+class LeadCounter:
+    """Counts the chunked leads of more than one step that fast-forward runs take."""
+
+    def __init__(self, monkeypatch):
+        self.folded = 0
+        lead_ends = ChunkedRuns._lead_ends
+
+        def counted(replica, *a):
+            ends = lead_ends(replica, *a)
+            self.folded += len(ends) > 1
+            return ends
+        monkeypatch.setattr(ChunkedRuns, "_lead_ends", counted)
+
+
+def run(policy, flags, wl, ff, replicas=1, router="round_robin", until=None):
+    engines, route, max_len = build_cluster(policy, MODEL, HW, 1, flags, replicas, router)
+    sim = Simulation(engines, wl, router=route if replicas > 1 else None, fast_forward=ff, check=ff, max_model_len=max_len)
+    return sim, sim.run(until=until)
+
+
+def assert_modes_agree(policy, flags, wl, replicas=1, router="round_robin", until=None):
+    sim, a = run(policy, flags, wl, True, replicas, router, until)
+    _, b = run(policy, flags, wl, False, replicas, router, until)
+    assert sim.accounted()
+    for col in COLUMNS:
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
+    for col in ("num_output_tokens", "num_preemptions", "num_cached_tokens", "rejected"):
+        assert a.requests[col].equals(b.requests[col]), col
+    for ra, rb in zip(a.replicas, b.replicas):
+        assert ra.itl.count == rb.itl.count and (ra.itl.counts == rb.itl.counts).all()
+    return a
+
+
+@st.composite
+def chunky(draw):
+    """Prompts of several chunks at the budgets drawn below, some sharing a prefix."""
+    n = draw(st.integers(2, 30))
+    gaps = draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
+    groups = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    shared = draw(st.booleans())
+    hashes = [(g,) * (p // 32) for g, p in zip(groups, prompts)]
+    concurrency = draw(st.sampled_from([None, None, 1, 3]))
+    return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32,
+                    closed_loop_concurrency=concurrency)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), budget=st.integers(32, 1024), seqs=st.integers(1, 40), thr=st.sampled_from([0, 0, 0, 48, 300]),
+       blocks=st.integers(150, 3000), block=st.sampled_from([1, 16, 32]), replicas=st.sampled_from([1, 1, 2, 3]),
+       router=st.sampled_from(ROUTERS), caching=st.booleans())
+def test_vllm_chunked_runs_match_stepping(wl, budget, seqs, thr, blocks, block, replicas, router, caching):
+    flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
+                 num_gpu_blocks_override=max(blocks // block, 1), block_size=block, max_model_len=8192,
+                 enable_prefix_caching=caching)
+    assert_modes_agree("vllm", flags, wl, replicas, router)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), chunk=st.sampled_from([64, 256, 512]), mixed=st.booleans(), page=st.sampled_from([1, 16]),
+       total=st.integers(3000, 40000), running=st.integers(1, 40), radix=st.booleans(), replicas=st.sampled_from([1, 2]),
+       router=st.sampled_from(ROUTERS))
+def test_sglang_chunked_runs_match_stepping(wl, chunk, mixed, page, total, running, radix, replicas, router):
+    flags = dict(chunked_prefill_size=chunk, max_prefill_tokens=chunk, enable_mixed_chunk=mixed, page_size=page,
+                 max_total_tokens=total, max_running_requests=running, disable_radix_cache=not radix, max_model_len=8192)
+    assert_modes_agree("sglang", flags, wl, replicas, router)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), cap=st.sampled_from([0, 600, 2000]), seqs=st.integers(1, 40), blocks=st.integers(300, 3000),
+       caching=st.booleans(), replicas=st.sampled_from([1, 2]))
+def test_nochunk_runs_match_stepping(wl, cap, seqs, blocks, caching, replicas):
+    flags = dict(max_num_batched_tokens=cap, max_num_seqs=seqs, num_gpu_blocks_override=blocks // 16, block_size=16,
+                 max_model_len=8192, enable_prefix_caching=caching)
+    assert_modes_agree("nochunk", flags, wl, replicas, "least_outstanding")
+
+
+def busy(n=160, rate=4.0, seed=3, concurrency=None, shared=False):
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(300, 3000, n)
+    hashes = [(int(g),) * min(p // 32, 12) + tuple(range(1000 * i, 1000 * i + p // 32 - 12))   # a 384-token shared prefix
+              for i, (g, p) in enumerate(zip(rng.integers(0, 4, n), prompts))] if shared else None
+    return Workload(np.cumsum(rng.exponential(1 / rate, n)), prompts, rng.integers(20, 300, n),
+                    block_hashes=hashes, block_tokens=32, closed_loop_concurrency=concurrency)
+
+
+CASES = {
+    "open loop": (dict(), busy(), 1, "round_robin"),
+    "closed loop": (dict(), busy(concurrency=6), 1, "round_robin"),
+    "prefix caching": (dict(enable_prefix_caching=True), busy(shared=True), 1, "round_robin"),
+    "tight pool": (dict(num_gpu_blocks_override=400), busy(rate=8.0), 1, "round_robin"),
+    "threshold": (dict(long_prefill_token_threshold=200), busy(), 1, "round_robin"),
+    "replicas, least_kv": (dict(), busy(rate=10.0), 3, "least_kv"),
+    "replicas, closed loop, caching": (dict(enable_prefix_caching=True), busy(concurrency=8, shared=True), 2,
+                                       "least_outstanding"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vllm_folds_chunked_prefills_exactly(case, monkeypatch):
+    """Each kind of run takes chunked prefills in one event many times, and agrees with stepping."""
+    extra, wl, replicas, router = CASES[case]
+    leads = LeadCounter(monkeypatch)
+    flags = dict(max_num_batched_tokens=512, max_num_seqs=64, max_model_len=8192, **extra)
+    res = assert_modes_agree("vllm", flags, wl, replicas, router)
+    assert res.summary["completed"] == len(wl)
+    assert leads.folded > len(wl) // 4, leads.folded
+
+
+@pytest.mark.parametrize("until", [5.0, 13.37, 30.0])
+def test_stopping_inside_a_chunked_lead(until):
+    """run(until=t) cuts a lead in flight where stepping stands at t, chunks and first tokens alike."""
+    flags = dict(max_num_batched_tokens=256, max_num_seqs=64, max_model_len=8192)
+    for replicas in (1, 3):
+        a = assert_modes_agree("vllm", flags, busy(rate=6.0), replicas, "least_kv", until=until)
+        assert a.requests.num_output_tokens.sum() > 100
