@@ -2,7 +2,9 @@
 at QPS 2, splitwise-conversation lengths; ../shared/data/traces/PROVENANCE.md), CodeLlama-34B on
 one A100 replica of tp 2, vLLM V1 with max_num_batched_tokens 512 and max_num_seqs 128 (Vidur's
 Sarathi chunk 512 and batch cap 128), block size 16. Prints wall time, simulated requests/s,
-SimPy events, iterations and peak RSS on one pinned core, and the machine reference.
+SimPy events, plans (runs), iterations and peak RSS on one pinned core, and the machine
+reference (best of readings taken between the runs, as the best wall time is: shared machines
+drift by 2x within minutes).
 
     python benchmarks/bench_vidur_workload.py [--repeat 3] [--policy vllm] [--no-fast-forward]
                                               [--compare] [--profile N]
@@ -39,17 +41,26 @@ def workload():
 
 
 class CountingSim(Simulation):
-    """Counts the SimPy events the run processes (one Environment.step each)."""
+    """Counts the SimPy events the run processes (one Environment.step each) and the replica's
+    runs (one plan each: a step, or a fast-forwarded run of steps; a sole fast-forwarding replica
+    takes most runs without an event, see Replica._skip_to)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
-        env, self.events = self.env, 0
+        env, self.events, self.runs = self.env, 0, 0
         step = env.step
 
         def counted():
             self.events += 1
             step()
         env.step = counted
+        for rep in self.replicas:
+            schedule = rep.policy.schedule
+
+            def planned(state, schedule=schedule):
+                self.runs += 1
+                return schedule(state)
+            rep.policy.schedule = planned
 
 
 def simulate(policy: str, wl, ff: bool, count: bool = False):
@@ -57,7 +68,7 @@ def simulate(policy: str, wl, ff: bool, count: bool = False):
     sim = (CountingSim if count else Simulation)([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len)
     t0 = time.perf_counter()
     res = sim.run()
-    return res, time.perf_counter() - t0, getattr(sim, "events", None)
+    return res, time.perf_counter() - t0, (sim.events, sim.runs) if count else None
 
 
 def main() -> None:
@@ -73,28 +84,28 @@ def main() -> None:
     print(f"one core: {one_core()}")
     wl = workload()
     ff = not args.no_fast_forward
-    before = reference_s()
-    walls = []
-    for _ in range(max(1, args.repeat)):
+    walls, refs = [], [reference_s()]
+    for _ in range(max(1, args.repeat)):   # the reference between runs: both best-of over the same minutes
         res = None
         res, wall, _ = simulate(args.policy, wl, ff)
         walls.append(wall)
-    _, _, events = simulate(args.policy, wl, ff, count=True)
+        refs.append(reference_s(3))
+    _, _, (events, runs) = simulate(args.policy, wl, ff, count=True)
     wall, s, n = min(walls), res.summary, len(wl)
     print(f"{n:,} requests, CodeLlama-34B, A100 tp 2, {args.policy} {FLAGS[args.policy]}, fast_forward={ff}")
     print(f"wall {wall:.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  {n / wall:,.0f} simulated req/s  "
-          f"{events:,} events  {s['num_iterations']:,} iterations  completed {s['completed']:,}  "
+          f"{events:,} SimPy events  {runs:,} plans  {s['num_iterations']:,} iterations  completed {s['completed']:,}  "
           f"p99 TTFT {s['p99_ttft_ms']:.0f} ms  p99 ITL {s['p99_itl_ms']:.1f} ms")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    ref = (before + reference_s()) / 2
-    print(f"machine: reference {ref:.3f} s (benchmarks/machine.py, mean of before and after); "
-          f"at reference 0.105 s: {n / wall * ref / 0.105:,.0f} simulated req/s")
+    ref = min(refs)
+    print(f"machine: reference {ref:.3f} s (benchmarks/machine.py, best of {len(refs)} readings between the runs; "
+          f"{', '.join(f'{r:.3f}' for r in refs)}); at reference 0.105 s: {n / wall * ref / 0.105:,.0f} simulated req/s")
     if args.compare:
         a = res.requests
-        b, tb, ev = simulate(args.policy, wl, not ff, count=True)
+        b, tb, (ev, pl) = simulate(args.policy, wl, not ff, count=True)
         b = b.requests
         same = all(np.array_equal(a[c].to_numpy(), b[c].to_numpy(), equal_nan=True) for c in COLUMNS)
-        print(f"{'stepping' if ff else 'fast-forward'}: wall {tb:.2f} s, {ev:,} events; "
+        print(f"{'stepping' if ff else 'fast-forward'}: wall {tb:.2f} s, {ev:,} SimPy events, {pl:,} plans; "
               f"every request's {', '.join(COLUMNS)} bit-identical: {same}")
     if args.profile:
         import cProfile

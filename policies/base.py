@@ -162,8 +162,14 @@ class PolicyHooks:
         beside P; it may stop early (the replica steps on from there). And how many of those
         steps, from the first, would be planned the same with more requests waiting (they never
         reach the waiting queue), so that a run may go on past an arrival. ([], 0) when the
-        following steps cannot be told in advance: the replica then takes one step."""
+        following steps cannot be told in advance: the replica then takes one step. During the
+        lead exactly the plan's other items and its cohort riders decode; every other running
+        request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
+
+    def on_lead(self, req, steps: int) -> None:
+        """FAST-FORWARD HOOK: the replica took `steps` steps of a lead (``prefill_chunks``) of `req`,
+        whose num_computed_tokens is now as stepping would leave it (schedule() was not called)."""
 
     def on_finish(self) -> None:
         pass

@@ -116,7 +116,8 @@ class VLLMScheduler(PolicyHooks):
         (and max_num_seqs not reached) the chunks stop before the first that leaves budget over,
         and the chunks that use the whole budget are the ones an arrival cannot change."""
         req, q = plan.items[-1]
-        if any(r.seq > req.seq for r, _ in plan.items[:-1]) or (plan.cohort and s.cohort.top_seq > req.seq):
+        if len(plan.items) != len(s.running) or plan.cohort != s.num_in_cohort or s.running[-1] is not req \
+                or any(r.seq > req.seq for r, _ in plan.items[:-1]) or (plan.cohort and s.cohort.top_seq > req.seq):
             return [], 0
         budget = self.cfg.max_num_batched_tokens - (len(plan.items) - 1 + plan.cohort)
         admits = bool(s.waiting) and s.num_running < self.cfg.max_num_seqs

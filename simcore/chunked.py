@@ -30,8 +30,7 @@ class ChunkedRuns:
         """End times of a run that starts with P's chunks (see the module), or None: one step."""
         items, nc, s = plan.items, plan.cohort, self.state
         c = s.cohort
-        if len(items) != len(s.running) or nc != s.num_in_cohort:
-            return None
+        everyone = len(items) == len(s.running) and nc == s.num_in_cohort   # else the rest sit the lead out
         req, q0 = items[-1]
         if req.num_computed_tokens + q0 >= req.num_tokens:
             return None
@@ -53,7 +52,7 @@ class ChunkedRuns:
         completes = req.num_computed_tokens + total == req.num_tokens
         fold = False
         k = L
-        if completes and self.policy.can_fast_forward(s):
+        if completes and everyone and self.policy.can_fast_forward(s):
             mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
             if nc and self.fold and not s.waiting:
                 fold = True

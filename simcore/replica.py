@@ -141,6 +141,8 @@ class Replica(RunPlanning):
             self._running_ends = ends
             self._running_plan, self._running_start = plan, start
             while True:
+                if self.pull is not None and self.fast_forward and self._skip_to(float(ends[-1])):
+                    break
                 try:
                     yield self.env.at(float(ends[-1]))
                     break
@@ -158,12 +160,25 @@ class Replica(RunPlanning):
             a = self.next_arrival()
             if a == math.inf:
                 yield self.env.event()   # nothing more will come
-            yield self.env.at(max(a, self.env.now))
+            if not (self.fast_forward and self._skip_to(max(a, self.env.now))):
+                yield self.env.at(max(a, self.env.now))
             self._clock = a
             return
         self.idle = self.env.event()
         yield self.idle
         self._clock = None
+
+    def _skip_to(self, t: float) -> bool:
+        """A sole replica in open loop, fast-forwarding, moves the clock to t itself, without an
+        event, when nothing else is due by t (no other process, no stop): nobody could have looked
+        in between, so this is what the event would have done (the same ``now``, exactly).
+        Stepping keeps its event per step: it is the reference (and benchmarks/machine.py's)."""
+        env = self.env
+        queue = env._queue
+        if queue and queue[0][0] <= t:
+            return False
+        env._now = t
+        return True
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
@@ -181,7 +196,7 @@ class Replica(RunPlanning):
             lead[0].num_computed_tokens += sum(lead[1][1:steps])   # the loop below adds its first chunk
             quiet = min(len(lead[1]), steps) - 1
         if steps > 1:
-            self.policy.on_fast_forward(steps - 1)
+            self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
             inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
@@ -202,6 +217,8 @@ class Replica(RunPlanning):
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
+            if lead is not None and req is lead[0]:
+                self.policy.on_lead(req, steps)
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 if steps > 1 and lead is not None and req is lead[0]:
                     held = pool.blocks_held(req, req.num_computed_tokens)

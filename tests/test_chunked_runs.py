@@ -129,6 +129,25 @@ def test_vllm_folds_chunked_prefills_exactly(case, monkeypatch):
     assert leads.folded > len(wl) // 4, leads.folded
 
 
+SGLANG_CASES = {
+    "open loop": (dict(), busy(rate=2.0), 1, "round_robin"),
+    "closed loop, radix cache": (dict(), busy(concurrency=4, shared=True), 1, "round_robin"),
+    "tight pool": (dict(max_total_tokens=12000), busy(rate=3.0), 1, "round_robin"),
+    "replicas, least_kv": (dict(), busy(rate=5.0), 3, "least_kv"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SGLANG_CASES))
+def test_sglang_folds_prefill_batches_exactly(case, monkeypatch):
+    """SGLang's chunked request alone, batch after batch while the decodes sit out: one event."""
+    extra, wl, replicas, router = SGLANG_CASES[case]
+    leads = LeadCounter(monkeypatch)
+    flags = dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192, **extra)
+    res = assert_modes_agree("sglang", flags, wl, replicas, router)
+    assert res.summary["completed"] == len(wl)
+    assert leads.folded > len(wl) // 4, leads.folded
+
+
 @pytest.mark.parametrize("until", [5.0, 13.37, 30.0])
 def test_stopping_inside_a_chunked_lead(until):
     """run(until=t) cuts a lead in flight where stepping stands at t, chunks and first tokens alike."""
