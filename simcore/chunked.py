@@ -94,16 +94,10 @@ class ChunkedRuns:
         cohort_kv = c.kv + nc if nc else 0
         t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
         ends = [t]
-        req = items[-1][0]
-        m = len(items) - 1 + nc
-        base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
-        kv = req.num_computed_tokens + qs[0]
-        for j in range(1, len(qs)):
-            if t >= stop and j > sealed:
-                break
-            t += cm.step_time((qs[j],), (kv,), m, base + m * j)
-            ends.append(t)
-            kv += qs[j]
+        if len(qs) > 1:
+            base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
+            ends += cm.prefill_lead_ends(len(items) - 1 + nc, base, qs, items[-1][0].num_computed_tokens + qs[0], t,
+                                         stop, sealed)
         return ends
 
     def _lead_positions(self, steps: int) -> int:

@@ -52,6 +52,31 @@ def assert_modes_agree(policy, flags, wl, replicas=1, router="round_robin", unti
     return a
 
 
+@settings(max_examples=80, deadline=None)
+@given(m=st.integers(0, 60), qs=st.lists(st.integers(1, 2048), min_size=1, max_size=8), kv=st.integers(0, 30000),
+       decode_kv=st.integers(0, 200), variant=st.sampled_from([{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
+                                                                {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
+                                                                {"beta_attn": 1e16}]),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b"]), stop_at=st.integers(0, 8), sealed=st.integers(0, 8))
+def test_prefill_lead_ends_are_stepping_sums(m, qs, kv, decode_kv, variant, model, stop_at, sealed):
+    """A lead's step j priced as stepping prices it, every decode an explicit sequence of one new
+    token: the clock after each step, to the bit; steps past `sealed` only if they start before stop."""
+    from costmodel import CostModel
+    cm = CostModel(load_model(model), HW.replace(**variant))
+    kvs = [decode_kv + 3 * i for i in range(m)]   # the decodes' KV at step 0 (Σ(kv + 1) grows by m a step)
+    t, want, p = 7.5, [7.5], kv
+    for j in range(1, len(qs)):
+        t += cm.time(cm.shape([1] * m + [qs[j]], [x + j for x in kvs] + [p]))
+        want.append(t)
+        p += qs[j]
+    base = sum(kvs) + m
+    assert cm.prefill_lead_ends(m, base, qs, kv, 7.5) == want[1:]
+    stop = want[min(stop_at, len(want) - 1)]
+    got = cm.prefill_lead_ends(m, base, qs, kv, 7.5, stop, sealed)
+    started = [j for j in range(1, len(qs)) if want[j - 1] < stop or j <= sealed]
+    assert got == want[1:1 + len(got)] and len(got) == next((j - 1 for j in range(1, len(qs)) if j not in started), len(qs) - 1)
+
+
 @st.composite
 def chunky(draw):
     """Prompts of several chunks at the budgets drawn below, some sharing a prefix."""
