@@ -66,9 +66,10 @@ class CountingSim(Simulation):
 def simulate(policy: str, wl, ff: bool, count: bool = False):
     sched, pool, cm, max_len = build_engine(policy, load_model(str(CONFIG)), load_hardware("a100-80gb"), 2, FLAGS[policy])
     sim = (CountingSim if count else Simulation)([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = sim.run()
-    return res, time.perf_counter() - t0, (sim.events, sim.runs) if count else None
+    sim_time = (time.perf_counter() - t0, time.process_time() - c0)
+    return res, sim_time, (sim.events, sim.runs) if count else None
 
 
 def main() -> None:
@@ -84,25 +85,29 @@ def main() -> None:
     print(f"one core: {one_core()}")
     wl = workload()
     ff = not args.no_fast_forward
-    walls, refs = [], [reference_s()]
+    walls, cpus, refs, cpu_refs = [], [], [reference_s()], [reference_s(3, time.process_time)]
     for _ in range(max(1, args.repeat)):   # the reference between runs: both best-of over the same minutes
         res = None
-        res, wall, _ = simulate(args.policy, wl, ff)
+        res, (wall, cpu), _ = simulate(args.policy, wl, ff)
         walls.append(wall)
+        cpus.append(cpu)
         refs.append(reference_s(3))
+        cpu_refs.append(reference_s(3, time.process_time))
     _, _, (events, runs) = simulate(args.policy, wl, ff, count=True)
-    wall, s, n = min(walls), res.summary, len(wl)
+    wall, cpu, s, n = min(walls), min(cpus), res.summary, len(wl)
     print(f"{n:,} requests, CodeLlama-34B, A100 tp 2, {args.policy} {FLAGS[args.policy]}, fast_forward={ff}")
     print(f"wall {wall:.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  {n / wall:,.0f} simulated req/s  "
           f"{events:,} SimPy events  {runs:,} plans  {s['num_iterations']:,} iterations  completed {s['completed']:,}  "
           f"p99 TTFT {s['p99_ttft_ms']:.0f} ms  p99 ITL {s['p99_itl_ms']:.1f} ms")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    ref = min(refs)
-    print(f"machine: reference {ref:.3f} s (benchmarks/machine.py, best of {len(refs)} readings between the runs; "
+    ref, cpu_ref = min(refs), min(cpu_refs)
+    print(f"machine: reference {ref:.3f} s (benchmarks/machine.py, best of {len(refs)} readings between the runs: "
           f"{', '.join(f'{r:.3f}' for r in refs)}); at reference 0.105 s: {n / wall * ref / 0.105:,.0f} simulated req/s")
+    print(f"CPU time (steadier on a shared machine): {cpu:.3f} s, reference {cpu_ref:.3f} s CPU; "
+          f"at reference 0.105 s: {n / cpu * cpu_ref / 0.105:,.0f} simulated req/s")
     if args.compare:
         a = res.requests
-        b, tb, (ev, pl) = simulate(args.policy, wl, not ff, count=True)
+        b, (tb, _), (ev, pl) = simulate(args.policy, wl, not ff, count=True)
         b = b.requests
         same = all(np.array_equal(a[c].to_numpy(), b[c].to_numpy(), equal_nan=True) for c in COLUMNS)
         print(f"{'stepping' if ff else 'fast-forward'}: wall {tb:.2f} s, {ev:,} SimPy events, {pl:,} plans; "

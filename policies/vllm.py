@@ -115,12 +115,16 @@ class VLLMScheduler(PolicyHooks):
         waiting queue is reached only when budget is left after P, so with a request waiting
         (and max_num_seqs not reached) the chunks stop before the first that leaves budget over,
         and the chunks that use the whole budget are the ones an arrival cannot change."""
-        req, q = plan.items[-1]
-        if len(plan.items) != len(s.running) or plan.cohort != s.num_in_cohort or s.running[-1] is not req \
-                or any(r.seq > req.seq for r, _ in plan.items[:-1]) or (plan.cohort and s.cohort.top_seq > req.seq):
+        items, nc = plan.items, plan.cohort
+        req, q = items[-1]
+        if len(items) != len(s.running) or nc != s.num_in_cohort or s.running[-1] is not req \
+                or (nc and s.cohort.top_seq > req.seq):
             return [], 0
-        budget = self.cfg.max_num_batched_tokens - (len(plan.items) - 1 + plan.cohort)
-        admits = bool(s.waiting) and s.num_running < self.cfg.max_num_seqs
+        for r, _ in items:
+            if r.seq > req.seq:
+                return [], 0
+        budget = self.cfg.max_num_batched_tokens - (len(items) - 1 + nc)
+        admits = bool(s.waiting) and len(items) + nc < self.cfg.max_num_seqs
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         try:
             while done < req.num_tokens:

@@ -37,13 +37,15 @@ class ChunkedRuns:
         others = items[:-1]
         first_finish, longest = 1 << 62, 0
         for r, q in others:
-            if r.num_computed_tokens + q != r.num_tokens:
+            if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
                 return None
             left = r.output_len - r.num_output_tokens
-            first_finish = min(first_finish, left)
-            longest = max(longest, left)
-        if nc:
-            first_finish = min(first_finish, c.steps_to_finish())
+            if left < first_finish:
+                first_finish = left
+            if left > longest:
+                longest = left
+        if nc and c.finish[0][0] - c.tick < first_finish:
+            first_finish = c.finish[0][0] - c.tick
         chunks, sealed = self.policy.prefill_chunks(s, plan)
         if not chunks:
             return None
@@ -62,8 +64,12 @@ class ChunkedRuns:
         stop = self.next_arrival() if self.pull is not None else math.inf
         if k > L + 64 and stop < math.inf:
             k = min(k, L + 64 + 2 * int((stop - start) / self._step_estimate))
-        kv_items = others + [(req, total - L + 1)]   # P holds c + total + (j − L) positions after step j ≥ L
-        k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
+        pool = s.pool
+        bs = pool.block_size
+        grows = (req.num_computed_tokens + total + k - L + bs - 1) // bs - (req.num_computed_tokens + q0 + bs - 1) // bs
+        if (len(others) + nc) * (k // bs + 1) + grows > pool.total - pool.used:   # else every block is free
+            kv_items = others + [(req, total - L + 1)]   # P holds c + total + (j − L) positions after step j ≥ L
+            k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
         if k < L:
             qs, L, completes = qs[:k], k, False
         ends = self._lead_ends(plan, start, qs, stop, sealed)
