@@ -3,7 +3,10 @@ policy under chunk-sized budgets, open and closed loop, prefix caching, tight KV
 several replicas behind every router; per-request metrics and ITL histograms equal to the bit.
 The folds must actually happen: the tests count the runs that take a chunked prefill's chunks
 in one event."""
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,3 +183,23 @@ def test_stopping_inside_a_chunked_lead(until):
     for replicas in (1, 3):
         a = assert_modes_agree("vllm", flags, busy(rate=6.0), replicas, "least_kv", until=until)
         assert a.requests.num_output_tokens.sum() > 100
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared/data/traces"
+
+
+@pytest.mark.skipif(not (SHARED / "vidur_splitwise_conv_10k_qps2.csv").is_file(), reason="needs the shared traces")
+def test_vidur_workload_example_is_the_benchmark_workload():
+    """experiments/examples/vidur_workload.yaml builds the stream, model and engine the benchmark
+    times: the same 10,000 requests with the trace's own lengths and arrival gaps (a replayed
+    trace starts at 0; the benchmark keeps Vidur's stamps, 0.51 s later)."""
+    from experiments.experiment_file import build_workload, effective, load_experiment
+    cfg = effective(load_experiment(Path(__file__).parents[1] / "experiments/examples/vidur_workload.yaml"), {})
+    wl = build_workload(cfg)
+    t = pd.read_csv(SHARED / "vidur_splitwise_conv_10k_qps2.csv")
+    stamps = t.arrived_at.to_numpy()
+    assert len(wl) == 10_000 and np.allclose(wl.arrival_s, stamps - stamps[0], rtol=0, atol=1e-9)
+    assert np.array_equal(wl.prompt_len, t.num_prefill_tokens) and np.array_equal(wl.output_len, t.num_decode_tokens)
+    assert (cfg["hardware"], cfg["tp"], cfg["policy"]) == ("a100-80gb", 2, "vllm")
+    assert cfg["engine"]["max_num_batched_tokens"] == 512 and cfg["engine"]["max_num_seqs"] == 128
+    assert load_model(cfg["model"]).L == 48
