@@ -18,7 +18,7 @@ per step: the reference the tests compare against.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 import simpy
@@ -46,6 +46,7 @@ class Replica(RunPlanning):
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
+        self._leave_times = None   # their last steps' end times, once read (``outstanding``)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
@@ -78,8 +79,11 @@ class Replica(RunPlanning):
             self.pull(self.env.now)
         n = self._outstanding
         if self._leaving and self._running_ends is not None:
-            ends, now = self._running_ends, self.env.now
-            n -= sum(1 for f, _ in self._leaving if ends[f - 1] <= now)
+            times = self._leave_times   # when each leaver's last step ends: leavers are in step order
+            if times is None:
+                ends = self._running_ends
+                times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
+            n -= bisect_right(times, self.env.now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -138,7 +142,7 @@ class Replica(RunPlanning):
                 continue
             start = now
             ends = self._step_ends(plan, start)
-            self._running_ends = ends
+            self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             while True:
                 if self.pull is not None and self.fast_forward and self._skip_to(float(ends[-1])):

@@ -141,7 +141,7 @@ class RunPlanning(ChunkedRuns):
     def _keep_leavers(self, steps: int) -> None:
         """The run was cut to `steps`: members that would have left later stay on the finish heap
         (planned requests that would have left later simply have not)."""
-        leaving = self._leaving
+        leaving, self._leave_times = self._leaving, None
         while leaving and leaving[-1][0] > steps:
             req = leaving.pop()[1]
             if req.cohort_tick >= 0:
