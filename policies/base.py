@@ -153,13 +153,14 @@ class PolicyHooks:
     def on_fast_forward(self, steps: int) -> None:
         pass
 
-    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> tuple[list[int], int]:
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (simcore/chunked.py). The plan's last item P is a partial prefill and
         every other item catches up in this step. Returns P's new tokens in each of the steps
         that would follow, up to the one that completes its prompt, as this policy's schedule()
         would plan them while nothing arrives, finishes, is preempted or lacks a KV block (the
         replica checks those), with every other item and the cohort decoding one token a step
-        beside P; it may stop early (the replica steps on from there). And how many of those
+        beside P, one decode fewer from each step in `leaves` on (a decode that finished, in
+        step order); it may stop early (the replica steps on from there). And how many of those
         steps, from the first, would be planned the same with more requests waiting (they never
         reach the waiting queue), so that a run may go on past an arrival. ([], 0) when the
         following steps cannot be told in advance: the replica then takes one step. During the

@@ -237,7 +237,7 @@ class SGLangScheduler:
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
 
-    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> tuple[list[int], int]:
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,
         nobody waiting, not mixed: the decodes sit out and each next batch is the chunked
         request's next chunk, as PrefillAdder.add_chunked cuts it with the KV it holds by then

@@ -109,7 +109,7 @@ class VLLMScheduler(PolicyHooks):
     def _wants(self, req) -> int:
         return self._clamp(req, 1 << 62)
 
-    def prefill_chunks(self, s: SchedulerState, plan: Plan) -> tuple[list[int], int]:
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
         walked before it, one token each) takes ``_clamp`` of the budget the decodes leave; the
         waiting queue is reached only when budget is left after P, so with a request waiting
@@ -126,8 +126,12 @@ class VLLMScheduler(PolicyHooks):
         budget = self.cfg.max_num_batched_tokens - (len(items) - 1 + nc)
         admits = bool(s.waiting) and len(items) + nc < self.cfg.max_num_seqs
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
+        li, nl = 0, len(leaves)
         try:
             while done < req.num_tokens:
+                while li < nl and leaves[li] <= len(out) + 1:   # a decode fewer from this step on
+                    budget += 1
+                    li += 1
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
                 n = self._clamp(req, budget)
                 if n <= 0 or (admits and n < budget):

@@ -49,15 +49,19 @@ class ChunkedRuns:
         chunks, sealed = self.policy.prefill_chunks(s, plan)
         if not chunks:
             return None
-        qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
+        fold = everyone and nc and self.fold and not s.waiting   # decodes may finish inside the run
+        leaves = ()
+        if fold and first_finish <= len(chunks):
+            chunks, sealed, leaves = self._lead_leavers(plan, chunks)
+            qs = [q0] + chunks
+        else:
+            qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
         L, total = len(qs), sum(qs)
         completes = req.num_computed_tokens + total == req.num_tokens
-        fold = False
         k = L
         if completes and everyone and self.policy.can_fast_forward(s):
             mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
-            if nc and self.fold and not s.waiting:
-                fold = True
+            if fold:
                 k = max(c.steps_to_empty(), longest, mine)
             else:
                 k = min(first_finish, mine, c.steps_to_finish() if nc else 1 << 62)
@@ -72,16 +76,23 @@ class ChunkedRuns:
             k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
         if k < L:
             qs, L, completes = qs[:k], k, False
-        ends = self._lead_ends(plan, start, qs, stop, sealed)
-        self._lead = (req, qs[:len(ends)])
-        if len(ends) < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
+        ends = self._lead_ends(plan, start, qs, stop, sealed, leaves)
+        ran = len(ends)
+        self._lead = (req, qs[:ran])
+        gone = [x for x in leaves if x[0] < ran]   # left inside the lead as run; the others are still in
+        for f, _, _, r in leaves:
+            if f >= ran and r.cohort_tick >= 0:
+                c.put_back(r)
+        self._leaving += [(f, r) for f, _, _, r in gone]
+        if ran < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
             return ends
-        m = len(others) + nc
-        n = m + 1
-        kv = sum(r.num_computed_tokens + q for r, q in others) + (c.kv + nc if nc else 0) + n * L \
-            + req.num_computed_tokens + total - L + 1   # Σ(kv + 1) of everyone in step L
-        if fold and min(first_finish, mine) < k:
-            riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others]
+        n = len(others) + nc + 1 - len(gone)
+        kv = sum(r.num_computed_tokens + q for r, q in others) + (c.kv + nc if nc else 0) + (len(others) + nc + 1) * L \
+            + req.num_computed_tokens + total - L + 1 - sum(b + L for _, _, b, _ in gone)   # Σ(kv + 1) of everyone in step L
+        if fold:
+            left = {id(r) for _, _, _, r in gone}
+            riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others
+                      if id(r) not in left]
             riders.append((mine, req.seq, req.num_computed_tokens + total - L + 1, req))
             return self._folded_run(start, ends, n, kv, k, riders)
         t = ends[-1]
@@ -90,11 +101,32 @@ class ChunkedRuns:
         e = self._decode_ends(t, n, kv, k - L, stop)
         return ends + e if type(e) is list else np.concatenate([ends, e])
 
-    def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int) -> list:
+    def _lead_leavers(self, plan, chunks: list):
+        """Folding finishes into the lead: the decodes (planned requests, cohort members taken off
+        the finish heap) whose last token comes before P's last chunk, and P's chunks asked again
+        with one decode fewer from each of their leaving steps on. Returns (chunks, sealed,
+        leaves), leaves as (f, seq, base, request), f the first step it is not in, Σ(kv + 1) of
+        it at step j being base + j, in step then queue order."""
+        c = self.state.cohort
+        L0 = 1 + len(chunks)
+        leaves = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in plan.items[:-1]
+                  if r.output_len - r.num_output_tokens < L0]
+        for pos in range(1, L0):
+            leaves += [(pos, r.seq, c.current(r) + 1, r) for r in c.take_finishing(pos)]
+        leaves.sort(key=_step_and_seq)
+        chunks, sealed = self.policy.prefill_chunks(self.state, plan, [f for f, _, _, _ in leaves])
+        L = 1 + len(chunks)
+        for f, _, _, r in leaves:
+            if f >= L and r.cohort_tick >= 0:
+                c.put_back(r)
+        return chunks, sealed, [x for x in leaves if x[0] < L]
+
+    def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int, leaves=()) -> list:
         """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
-        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j; a step that starts
-        at or after `stop` (an arrival, then waiting) only if it is one of the first `sealed`
-        after step 0, which the waiting queue cannot change (``prefill_chunks``)."""
+        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j (less the
+        `leaves` from their step on); a step that starts at or after `stop` (an arrival, then
+        waiting) only if it is one of the first `sealed` after step 0, which the waiting queue
+        cannot change (``prefill_chunks``)."""
         items, nc, cm = plan.items, plan.cohort, self.cm
         c = self.state.cohort
         cohort_kv = c.kv + nc if nc else 0
@@ -103,7 +135,7 @@ class ChunkedRuns:
         if len(qs) > 1:
             base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
             ends += cm.prefill_lead_ends(len(items) - 1 + nc, base, qs, items[-1][0].num_computed_tokens + qs[0], t,
-                                         stop, sealed)
+                                         stop, sealed, [(f, b) for f, _, b, _ in leaves])
         return ends
 
     def _lead_positions(self, steps: int) -> int:
@@ -111,3 +143,7 @@ class ChunkedRuns:
         req, qs = self._lead
         L = len(qs)
         return req.num_computed_tokens + sum(qs[:steps]) + max(0, steps - L)
+
+
+def _step_and_seq(leaver):
+    return leaver[0], leaver[1]

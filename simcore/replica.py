@@ -276,9 +276,9 @@ class Replica(RunPlanning):
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
-        present (less the lead's P in the first `quiet` gaps, before it samples; nobody leaves
-        before), and its largest gap goes to the members' max ITL. Returns the members that
-        finished and the run's largest inner gap."""
+        present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
+        gap goes to the members' max ITL. Returns the members that finished and the run's largest
+        inner gap."""
         c, pool, itl = self.state.cohort, self.state.pool, self.itl
         leaving, self._leaving = self._leaving, []
         done, s0, i, inner_max = [], 0, 0, 0.0
@@ -286,9 +286,10 @@ class Replica(RunPlanning):
             f = leaving[i][0] if i < len(leaving) else steps
             top = gap if s0 == 0 else -math.inf
             if f > 1:
-                seg = inner[max(s0 - 1, 0): f - 1]
+                a = max(s0 - 1, 0)
+                seg = inner[a: f - 1]
                 if len(seg):
-                    _add_gaps(itl, seg, c.n + riders, quiet if s0 == 0 else 0)
+                    _add_gaps(itl, seg, c.n + riders, max(0, min(quiet, f - 1) - a))
                     m = _max(seg)
                     if m > inner_max:
                         inner_max = m
