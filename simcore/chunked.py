@@ -1,20 +1,26 @@
 """Runs that start with a chunked prefill (mixed into Replica through RunPlanning).
 
 A plan whose last item P is a partial prefill, beside requests that all catch up in this step,
-starts a run of P's chunks when the policy can tell them in advance (``prefill_chunks``, its
-fast-forward hook): step j of the lead is P's chunk q_j over its prefix plus every other request
-and the cohort decoding one token. Each lead step is priced on its own (its prefix-aware
-attention differs), with the same integer sums and float additions stepping makes. The lead is
-cut where a decode finishes (the batch changes), where the KV blocks run out, and after the
-step that ends at or past the next arrival (a sole replica). When P's prompt completes in the
-lead and the policy lets decodes repeat, the run goes on as a decode run of everyone, folded
-through finishes as any other (simcore/runs.py).
+starts a run of P's chunks (its lead) when the policy can tell them in advance: its
+fast-forward hook ``prefill_chunks`` (policies/base.py) returns them, or nothing, and the
+replica then steps. Step j of the lead is P's chunk q_j over its prefix beside the plan's other
+requests and the cohort, one token each (under SGLang nobody else: the decodes sit out a prefill
+batch). Each lead step is priced on its own (its prefix-aware attention differs) with the same
+integer sums and float additions stepping makes (``CostModel.prefill_lead_ends``).
+
+The lead is cut where the KV blocks run out and, for a sole replica, before the first step that
+starts at or after its next arrival unless the hook says the waiting queue cannot change that
+step (vLLM: a chunk that takes the whole budget). A decode that finishes inside the lead leaves
+it where folding is allowed (open loop, nobody waiting, no router reading KV usage; the hook
+is told from which steps one decode fewer runs), else the lead ends there. When P's prompt
+completes and the policy lets decodes repeat, the run goes on as a decode run of everyone,
+folded through finishes as any other (simcore/runs.py).
 
   P's positions:  [0, c) cached | [c, c + q_0) step 0 | … | [c + Σ_{i<j} q_i, + q_j) step j
   its first token: the end of step L − 1 (L = len(lead)), then one a step.
 
 ``_apply`` reads ``self._lead = (P, [q_0, …, q_{L−1}])``: P's tokens and sample times come from
-it; every other request is advanced as in any run.
+it; every other request is advanced as in any run; ``policy.on_lead`` is told what P got.
 """
 from __future__ import annotations
 
