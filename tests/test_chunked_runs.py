@@ -26,14 +26,20 @@ class LeadCounter:
     """Counts the chunked leads of more than one step that fast-forward runs take."""
 
     def __init__(self, monkeypatch):
-        self.folded = 0
-        lead_ends = ChunkedRuns._lead_ends
+        self.folded = self.with_finishes = 0
+        lead_ends, lead_leavers = ChunkedRuns._lead_ends, ChunkedRuns._lead_leavers
 
         def counted(replica, *a):
             ends = lead_ends(replica, *a)
             self.folded += len(ends) > 1
             return ends
+
+        def leavers(replica, *a):
+            out = lead_leavers(replica, *a)
+            self.with_finishes += bool(out[2])
+            return out
         monkeypatch.setattr(ChunkedRuns, "_lead_ends", counted)
+        monkeypatch.setattr(ChunkedRuns, "_lead_leavers", leavers)
 
 
 def run(policy, flags, wl, ff, replicas=1, router="round_robin", until=None):
@@ -155,6 +161,8 @@ def test_vllm_folds_chunked_prefills_exactly(case, monkeypatch):
     res = assert_modes_agree("vllm", flags, wl, replicas, router)
     assert res.summary["completed"] == len(wl)
     assert leads.folded > len(wl) // 4, leads.folded
+    if replicas == 1 and not wl.closed_loop_concurrency:   # open loop: decodes finishing inside a lead fold too
+        assert leads.with_finishes > 0
 
 
 SGLANG_CASES = {
