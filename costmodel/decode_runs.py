@@ -56,6 +56,45 @@ class DecodeRuns:
             x += n
         return out
 
+    def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
+                          sealed: int = 0, leaves=()) -> list[float]:
+        """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes
+        qs[j] new tokens over kv + Σ qs[1:j] cached, beside m decodes whose Σ(kv + 1) is
+        decode_kv0 + m·j. Each is ``step_time((qs[j],), (kv_j,), m, decode_kv0 + m·j)`` with its
+        integer sums and float operations, unrolled (the same bits). `leaves`: (f, base) in step
+        order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
+        `stop`, step j > sealed is taken only if it starts before stop."""
+        bound, fixed, attention = self.attn_bound, self._fixed_part, self._attention_time
+        decodes_compute_bound = 1 > bound
+        out = []
+        d = decode_kv0
+        li, nl = 0, len(leaves)
+        for j in range(1, len(qs)):
+            if t >= stop and j > sealed:
+                break
+            while li < nl and leaves[li][0] == j:
+                d -= leaves[li][1] + j - 1
+                m -= 1
+                li += 1
+            q = qs[j]
+            d += m
+            p = q * kv + q * (q + 1) // 2
+            pairs = pkv = dkv = dpairs = 0
+            if decodes_compute_bound:
+                pairs = pkv = d
+            else:
+                dkv = dpairs = d
+            if p > bound * (kv + q):
+                pairs += p
+                pkv += kv + q
+            else:
+                dpairs += p
+                dkv += kv + q
+            t += fixed(m + q, m + 1) + attention(float(pairs), float(pkv), float(dpairs), float(dkv))
+            out.append(t)
+            kv += q
+        return out
+
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn: the

@@ -46,14 +46,22 @@ class SchedulerState:
         """Cohort members in the next step, one token each: all of them when every other running
         request (`others`, default all) gets all it `wants(req)` this step and the blocks are free
         without evicting (then queue order cannot matter; the members' blocks are taken here), else
-        none and the cohort dissolves back into the running queue for the caller to walk in order."""
+        none and the cohort dissolves back into the running queue for the caller to walk in order.
+        The budget may run out at requests queued after every member (a partial prefill at the
+        queue's tail): they take what is left, min(wants, left), as an in-order walk gives them."""
         c, pool = self.cohort, self.pool
         if c is None or not c.members:
             return 0
         cohort_blocks = c.new_blocks(c.tick, 1)
-        tokens, blocks = c.n, cohort_blocks
+        tokens, blocks, left = c.n, cohort_blocks, budget - c.n
         for req in self.running if others is None else others:
             n = wants(req)
+            if n > left:
+                if left < 0 or req.seq < c.top_seq:
+                    tokens = budget + 1
+                    break
+                n = left
+            left -= n
             tokens += n
             blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
         if tokens > budget or blocks > pool.free:
@@ -144,6 +152,25 @@ class PolicyHooks:
 
     def on_fast_forward(self, steps: int) -> None:
         pass
+
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
+        """FAST-FORWARD HOOK (simcore/chunked.py). The plan's last item P is a partial prefill and
+        every other item catches up in this step. Returns P's new tokens in each of the steps
+        that would follow, up to the one that completes its prompt, as this policy's schedule()
+        would plan them while nothing arrives, finishes, is preempted or lacks a KV block (the
+        replica checks those), with every other item and the cohort decoding one token a step
+        beside P, one decode fewer from each step in `leaves` on (a decode that finished, in
+        step order); it may stop early (the replica steps on from there). And how many of those
+        steps, from the first, would be planned the same with more requests waiting (they never
+        reach the waiting queue), so that a run may go on past an arrival. ([], 0) when the
+        following steps cannot be told in advance: the replica then takes one step. During the
+        lead exactly the plan's other items and its cohort riders decode; every other running
+        request sits it out (the hook refuses a plan where that is not what schedule() does)."""
+        return [], 0
+
+    def on_lead(self, req, steps: int) -> None:
+        """FAST-FORWARD HOOK: the replica took `steps` steps of a lead (``prefill_chunks``) of `req`,
+        whose num_computed_tokens is now as stepping would leave it (schedule() was not called)."""
 
     def on_finish(self) -> None:
         pass

@@ -237,6 +237,41 @@ class SGLangScheduler:
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
 
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
+        """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,
+        nobody waiting, not mixed: the decodes sit out and each next batch is the chunked
+        request's next chunk, as PrefillAdder.add_chunked cuts it with the KV it holds by then
+        (the new-token ratio and the decodes' outputs left stand still in prefill batches). An
+        arrival would join the next prefill batch, so no chunk is sealed."""
+        if self.cfg.is_mixed_chunk or s.waiting or plan.cohort or len(plan.items) != 1:
+            return [], 0
+        req, q = plan.items[0]
+        if req is not self.chunked_req:
+            return [], 0
+        pool, decoding = s.pool, self._decoding(s)
+        out, done = [], req.num_computed_tokens + q
+        now, used, blocks = req.num_computed_tokens, pool.used, req.num_blocks
+        try:
+            while done < req.num_tokens:
+                held = pool.blocks_held(req, done)   # the request as it would stand then
+                req.num_computed_tokens, req.num_blocks, pool.used = done, held, used + held - blocks
+                adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
+                adder.add_chunked(req)
+                n = adder.items[-1][1]
+                if n <= 0:
+                    break
+                out.append(n)
+                done += n
+        finally:
+            req.num_computed_tokens, req.num_blocks, pool.used = now, blocks, used
+        return out, 0
+
+    def on_lead(self, req, steps: int) -> None:
+        """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
+        as add_chunked returning False does."""
+        if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
+            self.chunked_req = None
+
     @staticmethod
     def reject_reason(req, pool) -> str | None:
         """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request: it

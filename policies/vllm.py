@@ -109,6 +109,41 @@ class VLLMScheduler(PolicyHooks):
     def _wants(self, req) -> int:
         return self._clamp(req, 1 << 62)
 
+    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
+        """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
+        walked before it, one token each) takes ``_clamp`` of the budget the decodes leave; the
+        waiting queue is reached only when budget is left after P, so with a request waiting
+        (and max_num_seqs not reached) the chunks stop before the first that leaves budget over,
+        and the chunks that use the whole budget are the ones an arrival cannot change."""
+        items, nc = plan.items, plan.cohort
+        req, q = items[-1]
+        if len(items) != len(s.running) or nc != s.num_in_cohort or s.running[-1] is not req \
+                or (nc and s.cohort.top_seq > req.seq):
+            return [], 0
+        for r, _ in items:
+            if r.seq > req.seq:
+                return [], 0
+        budget = self.cfg.max_num_batched_tokens - (len(items) - 1 + nc)
+        admits = bool(s.waiting) and len(items) + nc < self.cfg.max_num_seqs
+        out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
+        li, nl = 0, len(leaves)
+        try:
+            while done < req.num_tokens:
+                while li < nl and leaves[li] <= len(out) + 1:   # a decode fewer from this step on
+                    budget += 1
+                    li += 1
+                req.num_computed_tokens = done   # _clamp reads the request as it would stand then
+                n = self._clamp(req, budget)
+                if n <= 0 or (admits and n < budget):
+                    break
+                out.append(n)
+                if n == budget and sealed == len(out) - 1:
+                    sealed += 1
+                done += n
+        finally:
+            req.num_computed_tokens = now
+        return out, sealed
+
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,
         or max_num_seqs is reached, or its head cannot get blocks (free blocks only shrink)."""

@@ -40,15 +40,25 @@ class DecodeCohort:
         self.last_finish = 0
         self._ticks: list[int] = []
         self._gaps: list[float] = []
+        self._top = 0   # the largest seq among members; -1: not known (it left)
 
     @property
     def n(self) -> int:
         return len(self.members)
 
+    @property
+    def top_seq(self) -> int:
+        """The latest-admitted member's running-queue stamp (members are all before any later request)."""
+        if self._top < 0:
+            self._top = max((r.seq for r in self.members), default=0)
+        return self._top
+
     def join(self, req) -> None:
         """`req` has just sampled a token at ``last_end`` and decodes next step."""
         req.cohort_tick = self.tick
         self.members[req] = None
+        if 0 <= self._top < req.seq:
+            self._top = req.seq
         self.kv += req.num_computed_tokens
         self.left += req.output_len - req.num_output_tokens + req.cohort_tick
         self._count_due(req, 1)
@@ -123,6 +133,8 @@ class DecodeCohort:
         self.left -= req.output_len - req.num_output_tokens + req.cohort_tick
         self._count_due(req, -1)
         del self.members[req]
+        if req.seq == self._top:
+            self._top = -1
         self.materialize(req)
         if not self.members:
             self._ticks.clear()
@@ -147,6 +159,7 @@ class DecodeCohort:
             self.materialize(req)
             req.num_blocks = blocks_held(req)
         self.members.clear()
+        self._top = 0
         self.finish.clear()
         self._due = [0] * (2 * self.bs)
         self.kv = 0

@@ -18,7 +18,7 @@ per step: the reference the tests compare against.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 import simpy
@@ -40,11 +40,13 @@ class Replica(RunPlanning):
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
+        self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/chunked.py)
         self.fast_forward, self.checking = fast_forward, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
+        self._leave_times = None   # their last steps' end times, once read (``outstanding``)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
@@ -77,8 +79,11 @@ class Replica(RunPlanning):
             self.pull(self.env.now)
         n = self._outstanding
         if self._leaving and self._running_ends is not None:
-            ends, now = self._running_ends, self.env.now
-            n -= sum(1 for f, _ in self._leaving if ends[f - 1] <= now)
+            times = self._leave_times   # when each leaver's last step ends: leavers are in step order
+            if times is None:
+                ends = self._running_ends
+                times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
+            n -= bisect_right(times, self.env.now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -103,6 +108,10 @@ class Replica(RunPlanning):
             bs = pool.block_size
             used += sum(-(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
                         for r, q in self._running_plan.items)
+            if self._lead is not None:   # P grows by its chunks, not by one a step: replace its term
+                r, qs = self._lead
+                used += (-(-self._lead_positions(j) // bs) + (r.num_computed_tokens + qs[0]) // -bs
+                         + -(-(r.num_computed_tokens + qs[0]) // bs) - -(-(r.num_computed_tokens + qs[0] - 1 + j) // bs))
             if self._running_plan.cohort:
                 c = self.state.cohort
                 used += c.new_blocks(c.tick + 1, j - 1)
@@ -133,9 +142,11 @@ class Replica(RunPlanning):
                 continue
             start = now
             ends = self._step_ends(plan, start)
-            self._running_ends = ends
+            self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             while True:
+                if self.pull is not None and self.fast_forward and self._skip_to(float(ends[-1])):
+                    break
                 try:
                     yield self.env.at(float(ends[-1]))
                     break
@@ -153,12 +164,25 @@ class Replica(RunPlanning):
             a = self.next_arrival()
             if a == math.inf:
                 yield self.env.event()   # nothing more will come
-            yield self.env.at(max(a, self.env.now))
+            if not (self.fast_forward and self._skip_to(max(a, self.env.now))):
+                yield self.env.at(max(a, self.env.now))
             self._clock = a
             return
         self.idle = self.env.event()
         yield self.idle
         self._clock = None
+
+    def _skip_to(self, t: float) -> bool:
+        """A sole replica in open loop, fast-forwarding, moves the clock to t itself, without an
+        event, when nothing else is due by t (no other process, no stop): nobody could have looked
+        in between, so this is what the event would have done (the same ``now``, exactly).
+        Stepping keeps its event per step: it is the reference (and benchmarks/machine.py's)."""
+        env = self.env
+        queue = env._queue
+        if queue and queue[0][0] <= t:
+            return False
+        env._now = t
+        return True
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
@@ -171,45 +195,60 @@ class Replica(RunPlanning):
         pool, c = s.pool, s.cohort
         inner, inner_max, done = None, 0.0, ()
         left_at = {req: f for f, req in self._leaving if req.cohort_tick < 0} if self._leaving else None   # planned, leaving early
+        lead, quiet = self._lead, 0   # quiet: inner gaps before the lead's P samples (it is not in them)
+        if lead is not None:
+            lead[0].num_computed_tokens += sum(lead[1][1:steps])   # the loop below adds its first chunk
+            quiet = min(len(lead[1]), steps) - 1
         if steps > 1:
-            self.policy.on_fast_forward(steps - 1)
+            self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
             inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
             itl.add(gap, weight=plan.cohort)
             if self._leaving:
-                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items))
+                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items), quiet)
             else:
                 if inner is not None:
                     inner_max = _max(inner)
-                    itl.add_many(inner, weight=len(plan.items) + plan.cohort)
+                    _add_gaps(itl, inner, len(plan.items) + plan.cohort, quiet)
                 pool.used += c.new_blocks(c.tick + 1, steps - 1)
                 done = c.advance(steps, max(gap, inner_max), last)
         elif inner is not None:
             inner_max = _max(inner)
-            itl.add_many(inner, weight=len(plan.items))
+            _add_gaps(itl, inner, len(plan.items), quiet)
         gaps, finished = [], []
         for req, n in plan.items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
+            if lead is not None and req is lead[0]:
+                self.policy.on_lead(req, steps)
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
+                if steps > 1 and lead is not None and req is lead[0]:
+                    held = pool.blocks_held(req, req.num_computed_tokens)
+                    pool.used += held - req.num_blocks
+                    req.num_blocks = held
                 continue
-            mine, top = steps, inner_max    # steps this request takes part in, its largest inner gap
-            if left_at and req in left_at:
+            s0, mine, top, at = 0, steps, inner_max, first   # its first sampling step, steps it samples in, largest inner gap, first sample
+            if lead is not None and req is lead[0]:
+                s0 = quiet
+                at = float(ends[s0])
+                mine = (left_at[req] if left_at and req in left_at else steps) - s0
+                top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0
+            elif left_at and req in left_at:
                 mine = left_at[req]
                 top = _max(inner[:mine - 1]) if mine > 1 else 0.0
             if req.first_token_s is None:
-                req.first_token_s = first
+                req.first_token_s = at
                 if top > req.max_itl_s:
                     req.max_itl_s = top
             else:
-                gap = first - req.last_token_s
+                gap = at - req.last_token_s
                 gaps.append(gap)
                 req.max_itl_s = max(req.max_itl_s, gap, top)
             req.num_computed_tokens += mine - 1
             req.num_output_tokens += mine
-            req.last_token_s = last if mine == steps else float(ends[mine - 1])
+            req.last_token_s = last if s0 + mine == steps else float(ends[s0 + mine - 1])
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
             if steps > 1:
@@ -234,11 +273,12 @@ class Replica(RunPlanning):
             self.policy.on_finish()
             self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int) -> tuple[list, float]:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
-        present, and its largest gap goes to the members' max ITL. Returns the members that
-        finished and the run's largest inner gap."""
+        present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
+        gap goes to the members' max ITL. Returns the members that finished and the run's largest
+        inner gap."""
         c, pool, itl = self.state.cohort, self.state.pool, self.itl
         leaving, self._leaving = self._leaving, []
         done, s0, i, inner_max = [], 0, 0, 0.0
@@ -246,9 +286,10 @@ class Replica(RunPlanning):
             f = leaving[i][0] if i < len(leaving) else steps
             top = gap if s0 == 0 else -math.inf
             if f > 1:
-                seg = inner[max(s0 - 1, 0): f - 1]
+                a = max(s0 - 1, 0)
+                seg = inner[a: f - 1]
                 if len(seg):
-                    itl.add_many(seg, weight=c.n + riders)
+                    _add_gaps(itl, seg, c.n + riders, max(0, min(quiet, f - 1) - a))
                     m = _max(seg)
                     if m > inner_max:
                         inner_max = m
@@ -296,6 +337,16 @@ class Replica(RunPlanning):
 def outstanding_counts(replicas) -> list[int]:
     """``[r.outstanding for r in replicas]``: the property only where a folded run has leavers (a router's hot path)."""
     return [r.outstanding if r._leaving else r._outstanding for r in replicas]
+
+
+def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:
+    """The run's inner gaps, each once per request sampling at both its ends: one fewer in the
+    first `quiet` (the lead's P samples from the end of its last chunk on)."""
+    if quiet:
+        if weight > 1:
+            itl.add_many(inner[:quiet], weight=weight - 1)
+        inner = inner[quiet:]
+    itl.add_many(inner, weight=weight)
 
 
 def _max(values) -> float:

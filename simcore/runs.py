@@ -24,17 +24,24 @@ import numpy as np
 
 from policies.base import Plan
 
+from .chunked import ChunkedRuns
+
 SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
-class RunPlanning:
+class RunPlanning(ChunkedRuns):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
 
     def _step_ends(self, plan: Plan, start: float):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
+        self._lead = None
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
+        if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
+            ends = self._chunked_run(plan, start)
+            if ends is not None:
+                return ends
         first_finish, fold = k, False
         if nc and k:
             fold = self.fold and not self.state.waiting
@@ -57,27 +64,29 @@ class RunPlanning:
         n = len(items) + nc
         kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
         if fold and min(c.steps_to_finish(), first_finish) < k:
-            return self._folded_run(start, None if decodes else first, n, kv if decodes else kv + n, k, items)
+            riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items]
+            return self._folded_run(start, [] if decodes else [start + first], n, kv if decodes else kv + n, k, riders)
         if decodes:
             return self._decode_ends(start, n, kv, k, stop)
         t = start + first
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
-    def _folded_run(self, start: float, first: float | None, n: int, kv: int, k: int, items):
+    def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list):
         """A run of at most k steps (for a sole replica, only those that start before its next
         arrival) through which cohort members and planned requests finish: the batch shrinks at
         each finish. Only with nobody waiting, where a finish changes nothing but the batch until
-        the run's end. The leavers (members taken off the finish heap, planned requests) are kept
-        with the step they leave after, for ``_apply``."""
+        the run's end. `lead`: the end times of its first steps, priced already (nobody leaves
+        before the last of them); kv: Σ(kv + 1) in the step after them. `riders`: (the step it
+        leaves after, seq, base, request) for each planned request, Σ(kv + 1) of one at step j ≥
+        len(lead) being base + j. The leavers (members taken off the finish heap, planned
+        requests) are kept with the step they leave after, for ``_apply``."""
         c = self.state.cohort
         arrival = self.next_arrival() if self.pull is not None else math.inf
-        # planned requests by the step they leave after; Σ(kv + 1) of one at step j ≥ 1 is base + j
-        riders = sorted((r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items)
+        riders.sort()   # by the step each leaves after, then queue order (seq is unique)
         i = 0
-        ends, arrays, t, pos = [], [], start, 0   # arrays: long pieces, concatenated after `ends` at the end
-        if first is not None:
-            t, pos = start + first, 1
-            ends.append(t)
+        ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
+        if lead:
+            t = lead[-1]
         leaving = self._leaving
         while pos < k and n > 0 and t < arrival:
             f = min(c.steps_to_finish() if c.finish else k, riders[i][0] if i < len(riders) else k, k)
@@ -132,7 +141,7 @@ class RunPlanning:
     def _keep_leavers(self, steps: int) -> None:
         """The run was cut to `steps`: members that would have left later stay on the finish heap
         (planned requests that would have left later simply have not)."""
-        leaving = self._leaving
+        leaving, self._leave_times = self._leaving, None
         while leaving and leaving[-1][0] > steps:
             req = leaving.pop()[1]
             if req.cohort_tick >= 0:
@@ -155,11 +164,13 @@ class RunPlanning:
                 longest = left
         return k, longest, decodes
 
-    def _kv_limited(self, items, k: int, cohort: int) -> int:
-        """Most of k steps whose KV blocks are free now (the first step's blocks are already held)."""
+    def _kv_limited(self, items, k: int, cohort: int, decoding: bool = True) -> int:
+        """Most of k steps whose KV blocks are free now (the first step's blocks are already held).
+        An item (r, q) holds r.num_computed_tokens + q − 1 + j positions after step j; with
+        `decoding` False an item may grow by more than one a step before that (a chunked lead)."""
         pool, c = self.state.pool, self.state.cohort
         bs, free, cache = pool.block_size, pool.total - pool.used, pool.cache
-        if (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
+        if decoding and (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
             return k
         held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
         for r, q in items:   # blocks: what k steps need, held: what the items hold (the common answer is k)

@@ -1,0 +1,155 @@
+"""Runs that start with a chunked prefill (mixed into Replica through RunPlanning).
+
+A plan whose last item P is a partial prefill, beside requests that all catch up in this step,
+starts a run of P's chunks (its lead) when the policy can tell them in advance: its
+fast-forward hook ``prefill_chunks`` (policies/base.py) returns them, or nothing, and the
+replica then steps. Step j of the lead is P's chunk q_j over its prefix beside the plan's other
+requests and the cohort, one token each (under SGLang nobody else: the decodes sit out a prefill
+batch). Each lead step is priced on its own (its prefix-aware attention differs) with the same
+integer sums and float additions stepping makes (``CostModel.prefill_lead_ends``).
+
+The lead is cut where the KV blocks run out and, for a sole replica, before the first step that
+starts at or after its next arrival unless the hook says the waiting queue cannot change that
+step (vLLM: a chunk that takes the whole budget). A decode that finishes inside the lead leaves
+it where folding is allowed (open loop, nobody waiting, no router reading KV usage; the hook
+is told from which steps one decode fewer runs), else the lead ends there. When P's prompt
+completes and the policy lets decodes repeat, the run goes on as a decode run of everyone,
+folded through finishes as any other (simcore/runs.py).
+
+  P's positions:  [0, c) cached | [c, c + q_0) step 0 | … | [c + Σ_{i<j} q_i, + q_j) step j
+  its first token: the end of step L − 1 (L = len(lead)), then one a step.
+
+``_apply`` reads ``self._lead = (P, [q_0, …, q_{L−1}])``: P's tokens and sample times come from
+it; every other request is advanced as in any run; ``policy.on_lead`` is told what P got.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class ChunkedRuns:
+    """Needs the Replica's state, cost model, policy, flags and RunPlanning's run pieces."""
+
+    def _chunked_run(self, plan, start: float):
+        """End times of a run that starts with P's chunks (see the module), or None: one step."""
+        items, nc, s = plan.items, plan.cohort, self.state
+        c = s.cohort
+        everyone = len(items) == len(s.running) and nc == s.num_in_cohort   # else the rest sit the lead out
+        req, q0 = items[-1]
+        if req.num_computed_tokens + q0 >= req.num_tokens:
+            return None
+        others = items[:-1]
+        first_finish, longest = 1 << 62, 0
+        for r, q in others:
+            if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
+                return None
+            left = r.output_len - r.num_output_tokens
+            if left < first_finish:
+                first_finish = left
+            if left > longest:
+                longest = left
+        if nc and c.finish[0][0] - c.tick < first_finish:
+            first_finish = c.finish[0][0] - c.tick
+        chunks, sealed = self.policy.prefill_chunks(s, plan)
+        if not chunks:
+            return None
+        fold = everyone and nc and self.fold and not s.waiting   # decodes may finish inside the run
+        leaves = ()
+        if fold and first_finish <= len(chunks):
+            chunks, sealed, leaves = self._lead_leavers(plan, chunks)
+            qs = [q0] + chunks
+        else:
+            qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
+        L, total = len(qs), sum(qs)
+        completes = req.num_computed_tokens + total == req.num_tokens
+        k = L
+        if completes and everyone and self.policy.can_fast_forward(s):
+            mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
+            if fold:
+                k = max(c.steps_to_empty(), longest, mine)
+            else:
+                k = min(first_finish, mine, c.steps_to_finish() if nc else 1 << 62)
+        stop = self.next_arrival() if self.pull is not None else math.inf
+        if k > L + 64 and stop < math.inf:
+            k = min(k, L + 64 + 2 * int((stop - start) / self._step_estimate))
+        pool = s.pool
+        bs = pool.block_size
+        grows = (req.num_computed_tokens + total + k - L + bs - 1) // bs - (req.num_computed_tokens + q0 + bs - 1) // bs
+        if (len(others) + nc) * (k // bs + 1) + grows > pool.total - pool.used:   # else every block is free
+            kv_items = others + [(req, total - L + 1)]   # P holds c + total + (j − L) positions after step j ≥ L
+            k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
+        if k < L:
+            qs, L, completes = qs[:k], k, False
+        ends = self._lead_ends(plan, start, qs, stop, sealed, leaves)
+        ran = len(ends)
+        self._lead = (req, qs[:ran])
+        gone = [x for x in leaves if x[0] < ran]   # left inside the lead as run; the others are still in
+        for f, _, _, r in leaves:
+            if f >= ran and r.cohort_tick >= 0:
+                c.put_back(r)
+        self._leaving += [(f, r) for f, _, _, r in gone]
+        if ran < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
+            return ends
+        n = len(others) + nc + 1 - len(gone)
+        kv = sum(r.num_computed_tokens + q for r, q in others) + (c.kv + nc if nc else 0) + (len(others) + nc + 1) * L \
+            + req.num_computed_tokens + total - L + 1 - sum(b + L for _, _, b, _ in gone)   # Σ(kv + 1) of everyone in step L
+        if fold:
+            left = {id(r) for _, _, _, r in gone}
+            riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others
+                      if id(r) not in left]
+            riders.append((mine, req.seq, req.num_computed_tokens + total - L + 1, req))
+            return self._folded_run(start, ends, n, kv, k, riders)
+        t = ends[-1]
+        if t >= stop:
+            return ends
+        e = self._decode_ends(t, n, kv, k - L, stop)
+        return ends + e if type(e) is list else np.concatenate([ends, e])
+
+    def _lead_leavers(self, plan, chunks: list):
+        """Folding finishes into the lead: the decodes (planned requests, cohort members taken off
+        the finish heap) whose last token comes before P's last chunk, and P's chunks asked again
+        with one decode fewer from each of their leaving steps on. Returns (chunks, sealed,
+        leaves), leaves as (f, seq, base, request), f the first step it is not in, Σ(kv + 1) of
+        it at step j being base + j, in step then queue order."""
+        c = self.state.cohort
+        L0 = 1 + len(chunks)
+        leaves = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in plan.items[:-1]
+                  if r.output_len - r.num_output_tokens < L0]
+        for pos in range(1, L0):
+            leaves += [(pos, r.seq, c.current(r) + 1, r) for r in c.take_finishing(pos)]
+        leaves.sort(key=_step_and_seq)
+        chunks, sealed = self.policy.prefill_chunks(self.state, plan, [f for f, _, _, _ in leaves])
+        L = 1 + len(chunks)
+        for f, _, _, r in leaves:
+            if f >= L and r.cohort_tick >= 0:
+                c.put_back(r)
+        return chunks, sealed, [x for x in leaves if x[0] < L]
+
+    def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int, leaves=()) -> list:
+        """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
+        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j (less the
+        `leaves` from their step on); a step that starts at or after `stop` (an arrival, then
+        waiting) only if it is one of the first `sealed` after step 0, which the waiting queue
+        cannot change (``prefill_chunks``)."""
+        items, nc, cm = plan.items, plan.cohort, self.cm
+        c = self.state.cohort
+        cohort_kv = c.kv + nc if nc else 0
+        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+        ends = [t]
+        if len(qs) > 1:
+            base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
+            ends += cm.prefill_lead_ends(len(items) - 1 + nc, base, qs, items[-1][0].num_computed_tokens + qs[0], t,
+                                         stop, sealed, [(f, b) for f, _, b, _ in leaves])
+        return ends
+
+    def _lead_positions(self, steps: int) -> int:
+        """Positions the lead's P holds once `steps` steps of the run have been taken (≥ 1)."""
+        req, qs = self._lead
+        L = len(qs)
+        return req.num_computed_tokens + sum(qs[:steps]) + max(0, steps - L)
+
+
+def _step_and_seq(leaver):
+    return leaver[0], leaver[1]

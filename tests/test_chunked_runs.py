@@ -1,0 +1,213 @@
+"""Runs that fold chunked prefills (simcore/chunked.py) against one-event-per-step stepping: every
+policy under chunk-sized budgets, open and closed loop, prefix caching, tight KV pools and
+several replicas behind every router; per-request metrics and ITL histograms equal to the bit.
+The folds must actually happen: the tests count the runs that take a chunked prefill's chunks
+in one event."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel import load_hardware, load_model
+from experiments.engines import build_cluster
+from simcore.chunked import ChunkedRuns
+from simcore.simulation import Simulation
+from workloads.workload import Workload
+
+MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
+ROUTERS = ["round_robin", "least_outstanding", "least_kv", "prefix_affinity"]
+COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s")
+
+
+class LeadCounter:
+    """Counts the chunked leads of more than one step that fast-forward runs take."""
+
+    def __init__(self, monkeypatch):
+        self.folded = self.with_finishes = 0
+        lead_ends, lead_leavers = ChunkedRuns._lead_ends, ChunkedRuns._lead_leavers
+
+        def counted(replica, *a):
+            ends = lead_ends(replica, *a)
+            self.folded += len(ends) > 1
+            return ends
+
+        def leavers(replica, *a):
+            out = lead_leavers(replica, *a)
+            self.with_finishes += bool(out[2])
+            return out
+        monkeypatch.setattr(ChunkedRuns, "_lead_ends", counted)
+        monkeypatch.setattr(ChunkedRuns, "_lead_leavers", leavers)
+
+
+def run(policy, flags, wl, ff, replicas=1, router="round_robin", until=None):
+    engines, route, max_len = build_cluster(policy, MODEL, HW, 1, flags, replicas, router)
+    sim = Simulation(engines, wl, router=route if replicas > 1 else None, fast_forward=ff, check=ff, max_model_len=max_len)
+    return sim, sim.run(until=until)
+
+
+def assert_modes_agree(policy, flags, wl, replicas=1, router="round_robin", until=None):
+    sim, a = run(policy, flags, wl, True, replicas, router, until)
+    _, b = run(policy, flags, wl, False, replicas, router, until)
+    assert sim.accounted()
+    for col in COLUMNS:
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
+    for col in ("num_output_tokens", "num_preemptions", "num_cached_tokens", "rejected"):
+        assert a.requests[col].equals(b.requests[col]), col
+    for ra, rb in zip(a.replicas, b.replicas):
+        assert ra.itl.count == rb.itl.count and (ra.itl.counts == rb.itl.counts).all()
+    return a
+
+
+@settings(max_examples=80, deadline=None)
+@given(m=st.integers(0, 60), qs=st.lists(st.integers(1, 2048), min_size=1, max_size=8), kv=st.integers(0, 30000),
+       decode_kv=st.integers(0, 200), variant=st.sampled_from([{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
+                                                                {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
+                                                                {"beta_attn": 1e16}]),
+       model=st.sampled_from(["llama-3.1-8b", "mixtral-8x7b"]), stop_at=st.integers(0, 8), sealed=st.integers(0, 8))
+def test_prefill_lead_ends_are_stepping_sums(m, qs, kv, decode_kv, variant, model, stop_at, sealed):
+    """A lead's step j priced as stepping prices it, every decode an explicit sequence of one new
+    token: the clock after each step, to the bit; steps past `sealed` only if they start before stop."""
+    from costmodel import CostModel
+    cm = CostModel(load_model(model), HW.replace(**variant))
+    kvs = [decode_kv + 3 * i for i in range(m)]   # the decodes' KV at step 0 (Σ(kv + 1) grows by m a step)
+    t, want, p = 7.5, [7.5], kv
+    for j in range(1, len(qs)):
+        t += cm.time(cm.shape([1] * m + [qs[j]], [x + j for x in kvs] + [p]))
+        want.append(t)
+        p += qs[j]
+    base = sum(kvs) + m
+    assert cm.prefill_lead_ends(m, base, qs, kv, 7.5) == want[1:]
+    stop = want[min(stop_at, len(want) - 1)]
+    got = cm.prefill_lead_ends(m, base, qs, kv, 7.5, stop, sealed)
+    started = [j for j in range(1, len(qs)) if want[j - 1] < stop or j <= sealed]
+    assert got == want[1:1 + len(got)] and len(got) == next((j - 1 for j in range(1, len(qs)) if j not in started), len(qs) - 1)
+
+
+@st.composite
+def chunky(draw):
+    """Prompts of several chunks at the budgets drawn below, some sharing a prefix."""
+    n = draw(st.integers(2, 30))
+    gaps = draw(st.lists(st.floats(0, 0.3), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
+    groups = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    shared = draw(st.booleans())
+    hashes = [(g,) * (p // 32) for g, p in zip(groups, prompts)]
+    concurrency = draw(st.sampled_from([None, None, 1, 3]))
+    return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32,
+                    closed_loop_concurrency=concurrency)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), budget=st.integers(32, 1024), seqs=st.integers(1, 40), thr=st.sampled_from([0, 0, 0, 48, 300]),
+       blocks=st.integers(150, 3000), block=st.sampled_from([1, 16, 32]), replicas=st.sampled_from([1, 1, 2, 3]),
+       router=st.sampled_from(ROUTERS), caching=st.booleans())
+def test_vllm_chunked_runs_match_stepping(wl, budget, seqs, thr, blocks, block, replicas, router, caching):
+    flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
+                 num_gpu_blocks_override=max(blocks // block, 1), block_size=block, max_model_len=8192,
+                 enable_prefix_caching=caching)
+    assert_modes_agree("vllm", flags, wl, replicas, router)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), chunk=st.sampled_from([64, 256, 512]), mixed=st.booleans(), page=st.sampled_from([1, 16]),
+       total=st.integers(3000, 40000), running=st.integers(1, 40), radix=st.booleans(), replicas=st.sampled_from([1, 2]),
+       router=st.sampled_from(ROUTERS))
+def test_sglang_chunked_runs_match_stepping(wl, chunk, mixed, page, total, running, radix, replicas, router):
+    flags = dict(chunked_prefill_size=chunk, max_prefill_tokens=chunk, enable_mixed_chunk=mixed, page_size=page,
+                 max_total_tokens=total, max_running_requests=running, disable_radix_cache=not radix, max_model_len=8192)
+    assert_modes_agree("sglang", flags, wl, replicas, router)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), cap=st.sampled_from([0, 600, 2000]), seqs=st.integers(1, 40), blocks=st.integers(300, 3000),
+       caching=st.booleans(), replicas=st.sampled_from([1, 2]))
+def test_nochunk_runs_match_stepping(wl, cap, seqs, blocks, caching, replicas):
+    flags = dict(max_num_batched_tokens=cap, max_num_seqs=seqs, num_gpu_blocks_override=blocks // 16, block_size=16,
+                 max_model_len=8192, enable_prefix_caching=caching)
+    assert_modes_agree("nochunk", flags, wl, replicas, "least_outstanding")
+
+
+def busy(n=160, rate=4.0, seed=3, concurrency=None, shared=False):
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(300, 3000, n)
+    hashes = [(int(g),) * min(p // 32, 12) + tuple(range(1000 * i, 1000 * i + p // 32 - 12))   # a 384-token shared prefix
+              for i, (g, p) in enumerate(zip(rng.integers(0, 4, n), prompts))] if shared else None
+    return Workload(np.cumsum(rng.exponential(1 / rate, n)), prompts, rng.integers(20, 300, n),
+                    block_hashes=hashes, block_tokens=32, closed_loop_concurrency=concurrency)
+
+
+CASES = {
+    "open loop": (dict(), busy(), 1, "round_robin"),
+    "closed loop": (dict(), busy(concurrency=6), 1, "round_robin"),
+    "prefix caching": (dict(enable_prefix_caching=True), busy(shared=True), 1, "round_robin"),
+    "tight pool": (dict(num_gpu_blocks_override=400), busy(rate=8.0), 1, "round_robin"),
+    "threshold": (dict(long_prefill_token_threshold=200), busy(), 1, "round_robin"),
+    "replicas, least_kv": (dict(), busy(rate=10.0), 3, "least_kv"),
+    "replicas, closed loop, caching": (dict(enable_prefix_caching=True), busy(concurrency=8, shared=True), 2,
+                                       "least_outstanding"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vllm_folds_chunked_prefills_exactly(case, monkeypatch):
+    """Each kind of run takes chunked prefills in one event many times, and agrees with stepping."""
+    extra, wl, replicas, router = CASES[case]
+    leads = LeadCounter(monkeypatch)
+    flags = dict(max_num_batched_tokens=512, max_num_seqs=64, max_model_len=8192, **extra)
+    res = assert_modes_agree("vllm", flags, wl, replicas, router)
+    assert res.summary["completed"] == len(wl)
+    assert leads.folded > len(wl) // 4, leads.folded
+    if replicas == 1 and not wl.closed_loop_concurrency:   # open loop: decodes finishing inside a lead fold too
+        assert leads.with_finishes > 0
+
+
+SGLANG_CASES = {
+    "open loop": (dict(), busy(rate=2.0), 1, "round_robin"),
+    "closed loop, radix cache": (dict(), busy(concurrency=4, shared=True), 1, "round_robin"),
+    "tight pool": (dict(max_total_tokens=12000), busy(rate=3.0), 1, "round_robin"),
+    "replicas, least_kv": (dict(), busy(rate=5.0), 3, "least_kv"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SGLANG_CASES))
+def test_sglang_folds_prefill_batches_exactly(case, monkeypatch):
+    """SGLang's chunked request alone, batch after batch while the decodes sit out: one event."""
+    extra, wl, replicas, router = SGLANG_CASES[case]
+    leads = LeadCounter(monkeypatch)
+    flags = dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192, **extra)
+    res = assert_modes_agree("sglang", flags, wl, replicas, router)
+    assert res.summary["completed"] == len(wl)
+    assert leads.folded > len(wl) // 4, leads.folded
+
+
+@pytest.mark.parametrize("until", [5.0, 13.37, 30.0])
+def test_stopping_inside_a_chunked_lead(until):
+    """run(until=t) cuts a lead in flight where stepping stands at t, chunks and first tokens alike."""
+    flags = dict(max_num_batched_tokens=256, max_num_seqs=64, max_model_len=8192)
+    for replicas in (1, 3):
+        a = assert_modes_agree("vllm", flags, busy(rate=6.0), replicas, "least_kv", until=until)
+        assert a.requests.num_output_tokens.sum() > 100
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared/data/traces"
+
+
+@pytest.mark.skipif(not (SHARED / "vidur_splitwise_conv_10k_qps2.csv").is_file(), reason="needs the shared traces")
+def test_vidur_workload_example_is_the_benchmark_workload():
+    """experiments/examples/vidur_workload.yaml builds the stream, model and engine the benchmark
+    times: the same 10,000 requests with the trace's own lengths and arrival gaps (a replayed
+    trace starts at 0; the benchmark keeps Vidur's stamps, 0.51 s later)."""
+    from experiments.experiment_file import build_workload, effective, load_experiment
+    cfg = effective(load_experiment(Path(__file__).parents[1] / "experiments/examples/vidur_workload.yaml"), {})
+    wl = build_workload(cfg)
+    t = pd.read_csv(SHARED / "vidur_splitwise_conv_10k_qps2.csv")
+    stamps = t.arrived_at.to_numpy()
+    assert len(wl) == 10_000 and np.allclose(wl.arrival_s, stamps - stamps[0], rtol=0, atol=1e-9)
+    assert np.array_equal(wl.prompt_len, t.num_prefill_tokens) and np.array_equal(wl.output_len, t.num_decode_tokens)
+    assert (cfg["hardware"], cfg["tp"], cfg["policy"]) == ("a100-80gb", 2, "vllm")
+    assert cfg["engine"]["max_num_batched_tokens"] == 512 and cfg["engine"]["max_num_seqs"] == 128
+    assert load_model(cfg["model"]).L == 48
