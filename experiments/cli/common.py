@@ -8,6 +8,8 @@ from pathlib import Path
 from costmodel import load_hardware, load_model
 from costmodel.errors import InputError, require
 
+from .. import datasets
+
 
 def positive_int(text: str) -> int:
     try:
@@ -123,6 +125,24 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="vLLM prefix caching (on by default; acts when requests carry block hashes)")
     g.add_argument("--disable-radix-cache", action="store_true", default=None, help="SGLang: no prefix (radix) cache")
 
+
+
+def add_dataset_flags(w) -> None:
+    """vllm bench serve's dataset flags (vllm/benchmarks/datasets.py: add_dataset_parser), on simulate and sweep."""
+    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
+                   help="random (default), sharegpt (the shipped ShareGPT length table, or --dataset-path), "
+                        "prefix_repetition")
+    w.add_argument("--dataset-path", help="sharegpt: a CSV length table (num_prefill_tokens,num_decode_tokens)")
+    w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (vLLM default 1024)")
+    w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (vLLM default 128)")
+    w.add_argument("--random-range-ratio", type=unit_ratio,
+                   help="random dataset: lengths uniform in [len(1-r), len(1+r)], r in [0, 1)")
+    w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens (default 0)")
+    w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens (256)")
+    w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens (256)")
+    w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes (10)")
+    w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens (128)")
+    w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
 
 def model_and_hardware(args):
     check_hardware_file(args.hardware)

@@ -11,8 +11,7 @@ import sys
 
 from .. import bench_result, datasets
 from .simulate_run import run_simulation
-from .common import add_engine_flags, add_model_hardware, finite_float, nonneg_int, positive_float, positive_int, \
-    unit_ratio
+from .common import add_dataset_flags, add_engine_flags, add_model_hardware, finite_float, nonneg_int, positive_float, positive_int
 
 TIME_UNITS = ("s", "ms", "us")
 
@@ -41,23 +40,10 @@ def add_parser(p):
     p.add_argument("--quiet", action="store_true", help="no progress bar and no notes on stderr")
     add_engine_flags(p)
     w = p.add_argument_group("workload (vllm bench serve's flags)")
-    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
-                   help="random (default), sharegpt (the shipped ShareGPT length table, or --dataset-path), "
-                        "prefix_repetition")
-    w.add_argument("--dataset-path", help="sharegpt: a CSV length table (num_prefill_tokens,num_decode_tokens)")
+    add_dataset_flags(w)
     w.add_argument("--num-prompts", type=positive_int, help="requests (default 1000)")
     w.add_argument("--input-len", type=positive_int, help="input tokens per request (default 1024)")
     w.add_argument("--output-len", type=positive_int, help="output tokens per request (default 128)")
-    w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (vLLM default 1024)")
-    w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (vLLM default 128)")
-    w.add_argument("--random-range-ratio", type=unit_ratio,
-                   help="random dataset: lengths uniform in [len(1-r), len(1+r)], r in [0, 1)")
-    w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens (default 0)")
-    w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens (256)")
-    w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens (256)")
-    w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes (10)")
-    w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens (128)")
-    w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
     w.add_argument("--request-rate", type=positive_float, help="requests/s (default inf: all at t=0)")
     w.add_argument("--burstiness", type=positive_float, help="gamma arrivals: shape = burstiness (1 = Poisson)")
     w.add_argument("--max-concurrency", type=positive_int, help="closed loop: at most this many requests in flight")

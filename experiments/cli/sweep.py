@@ -17,7 +17,7 @@ from simcore.metrics import parse_goodput
 
 from ..bench_result import writable_dir
 from .. import datasets
-from .common import check_hardware_file, chunk_size, nonneg_int, positive_float, positive_int, read_text, unit_ratio
+from .common import add_dataset_flags, check_hardware_file, chunk_size, nonneg_int, positive_float, positive_int, read_text
 from ..executors import EXECUTORS, executor_for
 from ..report import table
 from ..sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
@@ -48,18 +48,7 @@ def add_parser(p):
     for key in TRAFFIC:
         w.add_argument(f"--{key.replace('_', '-')}", type=positive_int, help=f"chat traffic: {key} "
                        f"(default {TRAFFIC[key]}); with --dataset-name, num_prompts only")
-    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
-                   help="vllm bench serve's datasets instead of the chat traffic: random, sharegpt, prefix_repetition")
-    w.add_argument("--dataset-path", help="sharegpt: a CSV length table")
-    w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (1024)")
-    w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (128)")
-    w.add_argument("--random-range-ratio", type=unit_ratio, help="random dataset: range ratio in [0, 1)")
-    w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens")
-    w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens")
-    w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens")
-    w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes")
-    w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens")
-    w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
+    add_dataset_flags(w)
     s = p.add_argument_group("SLOs")
     s.add_argument("--itl-slo-ms", type=positive_float, help="p-th percentile ITL must be at most this (required)")
     s.add_argument("--ttft-slo-ms", type=positive_float, help="and p-th percentile TTFT at most this")
