@@ -100,8 +100,9 @@ def _make_requests(sc: VllmScenario):
             for i, (a, prompt, m) in enumerate(sc.requests)]
 
 
-def run_vllm(sc: VllmScenario, max_calls: int = 200_000) -> dict:
-    """{start_step: (tokens {rid: n}, preempted (rids), finished (rids))} from vLLM's scheduler."""
+def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | None = None) -> dict:
+    """{start_step: (tokens {rid: n}, preempted (rids), finished (rids))} from vLLM's scheduler;
+    `first_token`, if given, gets rid -> the step whose output was the request's first token."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     scheduler = _build_scheduler(sc)
@@ -117,6 +118,11 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000) -> dict:
 
     def update(start, out, mro):
         outs = scheduler.update_from_output(out, mro)
+        if first_token is not None:
+            for eco in outs.values():
+                for o in eco.outputs:
+                    if o.new_token_ids:
+                        first_token.setdefault(int(o.request_id), start)
         done = sorted(int(o.request_id) for eco in outs.values() for o in eco.outputs if o.finish_reason is not None)
         if start is not None and done:
             records[start][2].extend(done)
@@ -238,19 +244,14 @@ def _outcomes(reqs) -> dict:
             for r in reqs}
 
 
-def outcomes_from_records(records: dict, sc: VllmScenario) -> dict:
-    first, first_tok, fin, pre = {}, {}, {}, {}
-    computed = {}
+def outcomes_from_records(records: dict, sc: VllmScenario, first_tok: dict) -> dict:
+    first, fin, pre = {}, {}, {}
     for t in sorted(records):
         tok, preempted, finished = records[t]
         for rid in preempted:
             pre[rid] = pre.get(rid, 0) + 1
-            computed[rid] = 0
-        for rid, n in tok.items():
+        for rid in tok:
             first.setdefault(rid, t)
-            computed[rid] = computed.get(rid, 0) + n
-            if rid not in first_tok and computed[rid] >= len(sc.requests[rid][1]):
-                first_tok[rid] = t
         for rid in finished:
             fin[rid] = t
     return {rid: (first.get(rid), first_tok.get(rid), fin.get(rid), pre.get(rid, 0)) for rid in range(len(sc.requests))}
@@ -277,12 +278,13 @@ def _show(rec) -> str:
 
 def compare(sc: VllmScenario, modes=("step", "fast", "cohort")) -> dict:
     """{'vllm': records, mode: divergence or None, ...}."""
-    ref = run_vllm(sc)
+    first_tok = {}
+    ref = run_vllm(sc, first_token=first_tok)
     out = {"vllm": ref}
     for mode in modes:
         got = run_chunksim(sc, mode)
         if mode == "cohort":
-            want = outcomes_from_records(ref, sc)
+            want = outcomes_from_records(ref, sc, first_tok)
             out[mode] = None if got == want else next(
                 f"request {rid}: vllm (first step, first-token step, finish step, preemptions)={want[rid]} / "
                 f"chunksim {got.get(rid)}" for rid in sorted(want) if want[rid] != got.get(rid))
