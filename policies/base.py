@@ -109,7 +109,7 @@ class SchedulerState:
         """vLLM's prefix cache takes a request's full blocks when they are scheduled (see
         PrefixCache.publish); its private block count shrinks by what the cache took."""
         cache = self.pool.cache
-        if cache is not None and req.block_hashes:
+        if cache is not None:
             req.num_blocks -= cache.publish(req, tokens)
 
     def retire(self, req: Request, last_step: bool = True) -> None:
