@@ -43,6 +43,10 @@ def add_parser(p):
     g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--enable-mixed-chunk", action="store_true", default=None)
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step")
+    g.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM (default on): admit a request only when its whole current length fits in free KV")
     g.add_argument("--disable-radix-cache", action="store_true", default=None)
     w = p.add_argument_group("workload")
     w.add_argument("--scenario", choices=["stall"], help="seed 000's scene: decoders running, one long prompt arrives")

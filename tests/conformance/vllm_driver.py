@@ -35,6 +35,9 @@ for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFO
 
 def vllm_available() -> str | None:
     """None when vLLM's scheduler imports, else why not."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed; see README, Conformance"
     try:
         import vllm
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
