@@ -70,7 +70,8 @@ class VLLMScheduler(PolicyHooks):
     batches in flight), so a step's wall time is max(GPU, host) rather than GPU + host. The
     replica hands this to the cost model, which prices the host part of a step accordingly.
     """
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+    lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
+    caches_outputs = True   # generated tokens' blocks enter the prefix cache too (PrefixCache.cache_outputs)
 
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
@@ -120,6 +121,7 @@ class VLLMScheduler(PolicyHooks):
                 budget += scheduled.pop(victim, 0)
             if not fits:
                 break
+            s.publish(req, req.num_computed_tokens + n)
             scheduled[req] = n
             budget -= n
             i += 1
@@ -137,6 +139,7 @@ class VLLMScheduler(PolicyHooks):
                     break
                 waiting.popleft()
                 s.admit(req)
+                s.publish(req, req.num_computed_tokens + n)
                 num_running += 1
                 scheduled[req] = n
                 budget -= n
