@@ -30,7 +30,7 @@ def _failures(scenarios):
 
 
 # With prefix caching, vLLM keeps a duplicate of a block that two requests computed at once in its
-# cache and chunksim keeps one (README, "Conformance"): ~3-6 % of those scenarios still diverge.
+# cache and chunksim keeps one (README, "Conformance"): 3 % (sync) and 7 % (async) of 1,000 diverge.
 KNOWN_GAP = {"sync-apc": 0.10, "async-apc": 0.10}
 
 
