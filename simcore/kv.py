@@ -82,6 +82,8 @@ class BlockPool:
 def vllm_block_pool(num_gpu_blocks: int, block_size: int) -> BlockPool:
     """vLLM's pool of num_gpu_blocks blocks: BlockPool.__init__ (vllm/v1/core/block_pool.py) takes
     the first free block as the null block, which no request ever gets, so N − 1 are usable."""
+    if num_gpu_blocks <= 0:
+        return BlockPool(num_gpu_blocks, block_size)   # says why: the weights do not fit
     require(num_gpu_blocks > 1, "num_gpu_blocks", num_gpu_blocks, "leaves no block beside vLLM's null block")
     return BlockPool(num_gpu_blocks - 1, block_size)
 
