@@ -27,6 +27,9 @@ VLLM = {"--max-model-len": ("max_model_len", INT), "--max-num-seqs": ("max_num_s
         "--no-enable-prefix-caching": ("enable_prefix_caching", FALSE),
         "--block-size": ("block_size", INT), "--gpu-memory-utilization": ("gpu_memory_utilization", FLOAT),
         "--num-gpu-blocks-override": ("num_gpu_blocks_override", INT),
+        "--async-scheduling": ("async_scheduling", TRUE), "--no-async-scheduling": ("async_scheduling", FALSE),
+        "--scheduler-reserve-full-isl": ("scheduler_reserve_full_isl", TRUE),
+        "--no-scheduler-reserve-full-isl": ("scheduler_reserve_full_isl", FALSE),
         "--tensor-parallel-size": ("tp", INT), "-tp": ("tp", INT)}
 SGLANG = {"--context-length": ("max_model_len", INT), "--chunked-prefill-size": ("chunked_prefill_size", INT),
           "--max-prefill-tokens": ("max_prefill_tokens", INT), "--enable-mixed-chunk": ("enable_mixed_chunk", TRUE),

@@ -11,12 +11,12 @@ from policies.nochunk import NoChunkConfig, NoChunkScheduler
 from policies.sglang import SGLangConfig, SGLangScheduler
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import (BlockPool, sglang_default_chunked_prefill_size, sglang_kv_tokens, sglang_mem_fraction_static,
-                        vllm_kv_blocks)
+                        vllm_block_pool, vllm_kv_blocks)
 
 POLICIES = ("vllm", "sglang", "nochunk")
 VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold", "enable_chunked_prefill",
               "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override",
-              "enable_prefix_caching"}
+              "enable_prefix_caching", "async_scheduling", "scheduler_reserve_full_isl"}
 SGLANG_FLAGS = {"chunked_prefill_size", "max_prefill_tokens", "enable_mixed_chunk", "page_size", "max_running_requests",
                 "mem_fraction_static", "max_model_len", "max_total_tokens", "disable_radix_cache"}
 NOCHUNK_FLAGS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "max_model_len",
@@ -56,7 +56,8 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         sched = NoChunkScheduler(cfg)
     budget = getattr(cfg, "max_num_batched_tokens", 0) or max_len
     blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget)
-    return sched, BlockPool(blocks, cfg.block_size), cm, max_len
+    pool = vllm_block_pool(blocks, cfg.block_size) if policy == "vllm" else BlockPool(blocks, cfg.block_size)
+    return sched, pool, cm, max_len
 
 
 def build_cluster(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None,

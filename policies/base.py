@@ -19,6 +19,8 @@ class SchedulerState:
     cohort: DecodeCohort | None = None               # running decodes advanced as a group (policies with lazy_decodes)
     admitted: int = 0
     looked_up: list = field(default_factory=list)
+    hold_finished: bool = False                      # vLLM async scheduling: see ``retire``
+    finished: list = field(default_factory=list)     # sampled their last token in the step just applied; still held
 
     @property
     def num_running(self) -> int:
@@ -111,11 +113,50 @@ class SchedulerState:
                 req.num_computed_tokens = 0
         self.looked_up.clear()
 
+    def publish(self, req: Request, tokens: int) -> None:
+        """vLLM's prefix cache takes a request's full blocks when they are scheduled (see
+        PrefixCache.publish); its private block count shrinks by what the cache took."""
+        cache = self.pool.cache
+        if cache is not None:
+            req.num_blocks -= cache.publish(req, tokens)
+
+    def retire(self, req: Request, last_step: bool = True) -> None:
+        """A request sampled its last token. Its KV goes now, or, with ``hold_finished`` and when
+        that token came from the step just applied, after the next schedule(): under vLLM's
+        async scheduling schedule(n+1) runs before the output of step n is processed
+        (vllm/v1/engine/core.py, EngineCore.step_with_batch_queue), so a request that finished
+        in step n still sits in Scheduler.running, holding its max_num_seqs slot and its blocks,
+        and Scheduler.schedule skips it ("Avoid scheduling an extra step when we are sure that
+        the previous step has reached request.max_tokens") but may pick it as the preemption
+        victim; Scheduler.update_from_output frees it afterwards."""
+        if self.hold_finished and last_step:
+            self.finished.append(req)
+        else:
+            self.pool.release(req)
+
+    def release_finished(self) -> int:
+        """The held finished requests leave (after the schedule() that still saw them)."""
+        n = len(self.finished)
+        for req in self.finished:
+            self.pool.release(req)
+        self.finished.clear()
+        return n
+
     def grow_or_preempt(self, req: Request, tokens: int, preempted: list) -> bool:
-        """vLLM's recompute preemption: until `req` can hold `tokens` positions, preempt the newest
-        running request to the front of the queue (appended to `preempted`). False when `req`
-        itself was preempted."""
+        """vLLM's recompute preemption (Scheduler.schedule, the running loop): until `req` can
+        hold `tokens` positions, preempt the last request of Scheduler.running to the front of
+        the queue (appended to `preempted`); a held finished request (see ``retire``) counts in
+        that order, and preempting it only frees its blocks. False when `req` itself was
+        preempted."""
         while not self.pool.grow(req, tokens):
+            fin = self.finished
+            if fin and (not self.running or max(r.seq for r in fin) > self.running[-1].seq):
+                victim = max(fin, key=lambda r: r.seq)
+                fin.remove(victim)
+                self.pool.release(victim)
+                victim.num_preemptions += 1
+                preempted.append(victim)
+                continue
             victim = self.running.pop()
             self.preempt(victim, front=True)
             preempted.append(victim)
@@ -136,6 +177,7 @@ class Plan:
     items: list = field(default_factory=list)
     preempted: list = field(default_factory=list)
     cohort: int = 0          # decode cohort members riding along, one token each (not in items)
+    released: int = 0        # held finished requests freed by this schedule() (see SchedulerState.retire)
 
     @property
     def num_tokens(self) -> int:

@@ -1,10 +1,15 @@
-"""vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py), as seed 000 describes it.
+"""vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py), as of vLLM 0.33.0.
 
 No prefill or decode phase: one token budget per step, drawn down by the running queue (decodes
 and partial prefills, in order) before the waiting queue is touched. A prefill longer than the
-budget left is clamped to it (chunked prefill); long_prefill_token_threshold clamps first.
-When a running request cannot get KV blocks, the last running request is preempted (recompute,
-to the front of waiting) until it can; a step with a preemption admits no waiting request.
+budget left is clamped to it (chunked prefill); long_prefill_token_threshold clamps first, but
+not when the request is the only one (running + waiting == 1). When a running request cannot get
+KV blocks, the last running request is preempted (recompute, to the front of waiting) until it
+can; a step with a preemption admits no waiting request. With scheduler_reserve_full_isl (on by
+default) a waiting request is admitted only when the free blocks hold its whole current token
+count, not just its first chunk. With async_scheduling (on by default) a request that sampled its
+last token keeps its slot and blocks through the next schedule() (SchedulerState.retire).
+Checked step for step against vLLM's own Scheduler and AsyncScheduler (tests/conformance).
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 0                     # 0 = the model's max_position_embeddings
     enable_prefix_caching: bool = True         # V1 default; acts only when requests carry block hashes
+    async_scheduling: bool = True              # vllm/config/vllm.py: None resolves to True unless incompatible
+    scheduler_reserve_full_isl: bool = True    # SchedulerConfig.scheduler_reserve_full_isl
 
     def __post_init__(self):
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
@@ -56,20 +63,51 @@ def vllm_defaults(memory_bytes: float, device_name: str, usage_context: str = "a
 
 
 class VLLMScheduler(PolicyHooks):
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+    """vLLM's Scheduler (async_scheduling off) or AsyncScheduler (on).
+
+    ``overlaps_host``: with async scheduling, vLLM schedules step n+1 and prepares its inputs on
+    the host while the GPU runs step n (vllm/v1/engine/core.py, step_with_batch_queue, two
+    batches in flight), so a step's wall time is max(GPU, host) rather than GPU + host. The
+    replica hands this to the cost model, which prices the host part of a step accordingly.
+    """
+    lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
+    caches_outputs = True   # generated tokens' blocks enter the prefix cache too (PrefixCache.cache_outputs)
 
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
+        self._thr = cfg.long_prefill_token_threshold
+
+    @property
+    def overlaps_host(self) -> bool:
+        return self.cfg.async_scheduling
+
+    @property
+    def holds_finished(self) -> bool:
+        return self.cfg.async_scheduling
+
+    def _threshold(self, s: SchedulerState) -> int:
+        """Scheduler.schedule: "When it is the only request there is nobody to starve, so let it use
+        the whole budget" -- the threshold applies only with running + waiting > 1 (running counts
+        the finished requests async scheduling still holds)."""
+        thr = self.cfg.long_prefill_token_threshold
+        return thr if s.num_running + len(s.finished) + len(s.waiting) > 1 else 0
 
     def _clamp(self, req, budget: int) -> int:
         n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
-        thr = self.cfg.long_prefill_token_threshold
+        thr = self._thr
         if 0 < thr < n:
             n = thr
         return min(n, budget)
 
+    def _full_isl_fits(self, s: SchedulerState, req) -> bool:
+        """KVCacheManager.allocate_slots(..., full_sequence_must_fit): the blocks for all
+        num_tokens of the request (its prefix-cache hit counted as held, hit blocks nobody else
+        uses counted as taken) must be free, evictable cached blocks included."""
+        return not self.cfg.scheduler_reserve_full_isl or s.pool.blocks_missing(req, req.num_tokens) <= s.pool.available
+
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
+        self._thr = self._threshold(s)
         plan.cohort = s.cohort_rides(self._wants, budget)
         budget -= plan.cohort
         scheduled = {}
@@ -83,12 +121,13 @@ class VLLMScheduler(PolicyHooks):
                 budget += scheduled.pop(victim, 0)
             if not fits:
                 break
+            s.publish(req, req.num_computed_tokens + n)
             scheduled[req] = n
             budget -= n
             i += 1
         if not plan.preempted and s.waiting:
             waiting, pool, cfg = s.waiting, s.pool, self.cfg
-            num_running = s.num_running
+            num_running = s.num_running + len(s.finished)
             while waiting and budget > 0 and num_running < cfg.max_num_seqs:
                 req = waiting[0]
                 s.lookup(req)
@@ -96,14 +135,16 @@ class VLLMScheduler(PolicyHooks):
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
-                if not pool.grow(req, req.num_computed_tokens + n):
+                if not self._full_isl_fits(s, req) or not pool.grow(req, req.num_computed_tokens + n):
                     break
                 waiting.popleft()
                 s.admit(req)
+                s.publish(req, req.num_computed_tokens + n)
                 num_running += 1
                 scheduled[req] = n
                 budget -= n
         plan.items = list(scheduled.items())
+        plan.released = s.release_finished()
         return plan
 
     def _wants(self, req) -> int:
@@ -152,13 +193,19 @@ class VLLMScheduler(PolicyHooks):
             return False
         if not s.waiting or running >= self.cfg.max_num_seqs:
             return True
-        return s.head_blocked(lambda head: min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running))
+        self._thr = self._threshold(s)
+        full = self.cfg.scheduler_reserve_full_isl
+
+        def need(head):
+            n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running)
+            return max(n, head.num_tokens - head.num_computed_tokens) if full and n > 0 else n
+        return s.head_blocked(need)
 
     def check(self, plan, s) -> None:
         assert plan.num_tokens <= self.cfg.max_num_batched_tokens, "token budget exceeded"
         assert plan.cohort == s.num_in_cohort, "the decode cohort sat out a step"
         assert s.num_running <= self.cfg.max_num_seqs
-        thr = self.cfg.long_prefill_token_threshold
+        thr = self._thr
         assert not thr or all(n <= thr for _, n in plan.items)
 
     @property

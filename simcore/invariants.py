@@ -17,7 +17,8 @@ def check_replica(replica, plan) -> None:
         assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
     cached = pool.cache.cached_blocks if pool.cache else 0
     assert 0 <= pool.used <= pool.total
-    assert pool.used == sum(r.num_blocks for r in s.running) + cohort_held + cached, "KV blocks leaked"
+    held = sum(r.num_blocks for r in s.running) + sum(r.num_blocks for r in s.finished)
+    assert pool.used == held + cohort_held + cached, "KV blocks leaked"
     assert all(r.num_blocks == 0 for r in s.waiting)
     assert replica._outstanding == len(replica.inbox) + len(s.waiting) + s.num_running
     assert len({id(r) for r in s.running}) == len(s.running)

@@ -79,6 +79,15 @@ class BlockPool:
         assert self.used == sum(r.num_blocks for r in running) + cached, "KV blocks leaked"
 
 
+def vllm_block_pool(num_gpu_blocks: int, block_size: int) -> BlockPool:
+    """vLLM's pool of num_gpu_blocks blocks: BlockPool.__init__ (vllm/v1/core/block_pool.py) takes
+    the first free block as the null block, which no request ever gets, so N − 1 are usable."""
+    if num_gpu_blocks <= 0:
+        return BlockPool(num_gpu_blocks, block_size)   # says why: the weights do not fit
+    require(num_gpu_blocks > 1, "num_gpu_blocks", num_gpu_blocks, "leaves no block beside vLLM's null block")
+    return BlockPool(num_gpu_blocks - 1, block_size)
+
+
 def activation_peak_bytes(cm: CostModel, max_num_batched_tokens: int) -> float:
     """Rough peak activation of vLLM's profile run: the widest per-layer tensors of a full batch
     (hidden in/out, QKV, gate+up of the MLP) plus the logits of the sampled rows."""

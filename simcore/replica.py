@@ -54,6 +54,7 @@ class Replica(RunPlanning):
         self.num_iterations = 0
         self._outstanding = 0   # submitted and not yet applied as finished
         self.iteration_log: list | None = [] if log_iterations else None
+        state.hold_finished = getattr(policy, "holds_finished", False)
         if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
@@ -124,6 +125,7 @@ class Replica(RunPlanning):
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
+                state.release_finished()
                 yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
@@ -137,7 +139,7 @@ class Replica(RunPlanning):
             if self.checking:
                 check_replica(self, plan)
             if not plan:
-                if not plan.preempted:     # everyone running preempted: plan again at once, from the queue
+                if not plan.preempted and not plan.released:   # else plan again at once, from the queue
                     yield from self._wait_for_work()
                 continue
             start = now
@@ -266,7 +268,7 @@ class Replica(RunPlanning):
             self._join_cohort(plan, last)
         for req in finished:
             req.finish_s = req.last_token_s
-            pool.release(req)
+            s.retire(req, req.last_token_s == last)
             if c is None or req in s.running:
                 s.running.remove(req)
             self._outstanding -= 1

@@ -36,10 +36,11 @@ def workloads(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wl=workloads(), budget=st.integers(16, 4096), seqs=st.integers(1, 48), thr=st.sampled_from([0, 0, 100]),
-       blocks=st.integers(300, 4000), block=st.sampled_from([1, 16, 32]))
-def test_cohort_matches_stepping(wl, budget, seqs, thr, blocks, block):
+       blocks=st.integers(300, 4000), block=st.sampled_from([1, 16, 32]), async_=st.booleans(), full=st.booleans())
+def test_cohort_matches_stepping(wl, budget, seqs, thr, blocks, block, async_, full):
     flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
-                 num_gpu_blocks_override=max(blocks // block, 1), block_size=block, max_model_len=8192)
+                 num_gpu_blocks_override=max(blocks // block, 2), block_size=block, max_model_len=8192,
+                 async_scheduling=async_, scheduler_reserve_full_isl=full)
     assert_matches_stepping("vllm", flags, wl)
 
 

@@ -124,6 +124,10 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                    help="vLLM prefix caching (on by default; acts when requests carry block hashes)")
     g.add_argument("--disable-radix-cache", action="store_true", default=None, help="SGLang: no prefix (radix) cache")
+    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step")
+    g.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM (default on): admit a request only when its whole current length fits in free KV")
 
 
 

@@ -1,0 +1,296 @@
+"""Drive vLLM's own scheduler and chunksim's vLLM policy with one scenario and compare them step by step.
+
+vLLM side (needs the engine, see ``vllm_available``): ``Scheduler`` or ``AsyncScheduler`` built on
+CPU as vLLM's tests/v1/core build one (a local config.json, ``skip_tokenizer_init``, an explicit
+``KVCacheConfig`` of N blocks), advanced with ``update_from_output`` and a fake
+``ModelRunnerOutput``: one sampled token for every scheduled request that is no longer a prefill
+chunk; requests carry ``max_tokens`` with ``ignore_eos``. Sync runs ``EngineCore.step``
+(schedule, execute, update); async runs ``EngineCore.step_with_batch_queue`` with two batches in
+flight: schedule n+1 happens before the output of step n is processed.
+
+chunksim side: ``Simulation`` over a cost model in which every step lasts exactly 1 s, so a step's
+start time is its index; ``mode`` "step" (``--no-fast-forward``), "fast" (fast-forward, iteration
+log) or "cohort" (fast-forward with the decode cohort, compared per request).
+
+A record is, per step start time: {rid: tokens scheduled}, the rids preempted by that step's
+schedule(), and the rids that finished with that step's output.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import deque
+
+import numpy as np
+
+from vllm_scenarios import VllmScenario
+
+VLLM_VERSION = "0.33.0"
+_MODEL_DIR = None
+for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
+    os.environ.setdefault(_k, _v)
+
+
+def vllm_available() -> str | None:
+    """None when vLLM's scheduler imports, else why not."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed; see README, Conformance"
+    try:
+        import vllm
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
+    except Exception as e:  # any import failure means: not installed here
+        return f"vLLM's scheduler is not importable ({type(e).__name__}: {e}); pip install -e '.[conformance]'"
+    if vllm.__version__ != VLLM_VERSION:
+        return f"vLLM {vllm.__version__} installed; the policy is checked against {VLLM_VERSION}"
+    return None
+
+
+def _model_dir() -> str:
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        _MODEL_DIR = tempfile.mkdtemp(prefix="chunksim-vllm-model-")
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+               "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 65536,
+               "torch_dtype": "float32", "rms_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1}
+        with open(os.path.join(_MODEL_DIR, "config.json"), "w") as f:
+            json.dump(cfg, f)
+    return _MODEL_DIR
+
+
+def _build_scheduler(sc: VllmScenario):
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True, max_model_len=sc.max_model_len,
+                        dtype="float32", seed=0)
+    sched = SchedulerConfig(max_num_seqs=sc.max_num_seqs, max_num_batched_tokens=sc.max_num_batched_tokens,
+                            max_model_len=sc.max_model_len, is_encoder_decoder=False,
+                            long_prefill_token_threshold=sc.long_prefill_token_threshold,
+                            enable_chunked_prefill=sc.enable_chunked_prefill,
+                            scheduler_reserve_full_isl=sc.scheduler_reserve_full_isl,
+                            async_scheduling=sc.async_scheduling)
+    cache = CacheConfig(block_size=sc.block_size, enable_prefix_caching=sc.enable_prefix_caching)
+    cfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
+    cfg.cache_config.num_gpu_blocks = sc.num_blocks
+    kv = KVCacheConfig(num_blocks=sc.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=sc.block_size, num_kv_heads=1, head_size=1,
+                                                     dtype=torch.float32))])
+    cls = AsyncScheduler if sc.async_scheduling else Scheduler
+    return cls(vllm_config=cfg, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(cfg),
+               block_size=sc.block_size, log_stats=False)
+
+
+def _make_requests(sc: VllmScenario):
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    hasher = None
+    if sc.enable_prefix_caching:
+        init_none_hash(sha256)
+        hasher = get_request_block_hasher(sc.block_size, sha256)
+    return [Request(str(i), list(prompt), SamplingParams(max_tokens=m, ignore_eos=True), None,
+                    arrival_time=float(a), block_hasher=hasher)
+            for i, (a, prompt, m) in enumerate(sc.requests)]
+
+
+def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | None = None) -> dict:
+    """{start_step: (tokens {rid: n}, preempted (rids), finished (rids))} from vLLM's scheduler;
+    `first_token`, if given, gets rid -> the step whose output was the request's first token."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    scheduler = _build_scheduler(sc)
+    pending = deque(sorted(zip([a for a, _, _ in sc.requests], _make_requests(sc)), key=lambda x: x[0]))
+    records, queue, clock = {}, deque(), 0
+    depth = 2 if sc.async_scheduling else 1
+
+    def fake_output(out):
+        ids = list(out.num_scheduled_tokens)
+        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [7] for r in ids]
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=sampled)
+
+    def update(start, out, mro):
+        outs = scheduler.update_from_output(out, mro)
+        if first_token is not None:
+            for eco in outs.values():
+                for o in eco.outputs:
+                    if o.new_token_ids:
+                        first_token.setdefault(int(o.request_id), start)
+        done = sorted(int(o.request_id) for eco in outs.values() for o in eco.outputs if o.finish_reason is not None)
+        if start is not None and done:
+            records[start][2].extend(done)
+
+    for _ in range(max_calls):
+        while pending and pending[0][0] <= clock:
+            scheduler.add_request(pending.popleft()[1])
+        if scheduler.has_requests():
+            out = scheduler.schedule()
+            start = None
+            if out.total_num_scheduled_tokens > 0 or out.preempted_req_ids:
+                start = clock
+                rec = records.setdefault(clock, ({}, [], []))
+                rec[0].update({int(r): n for r, n in out.num_scheduled_tokens.items()})
+                rec[1].extend(sorted(int(r) for r in out.preempted_req_ids))
+            executed = out.total_num_scheduled_tokens > 0
+            queue.appendleft((start, out, fake_output(out)))
+            if executed:
+                clock += 1
+            if len(queue) < depth and (executed or scheduler.has_requests()):
+                continue
+        elif not queue:
+            if not pending:
+                break
+            clock = max(clock, pending[0][0])
+            continue
+        update(*queue.pop())
+    else:
+        raise RuntimeError(f"{sc.name}: vLLM did not drain in {max_calls} scheduler calls")
+    return {t: (tok, sorted(p), sorted(f)) for t, (tok, p, f) in records.items()}
+
+
+class UnitSteps:
+    """A cost model whose every forward pass lasts 1 s: a step's start time is its index."""
+
+    def step_time(self, *args, **kwargs) -> float:
+        return 1.0
+
+    def decode_ends_list(self, n, decode_kv0, steps, t, stop=math.inf):
+        out = []
+        for _ in range(steps):
+            if out and t >= stop:
+                break
+            t += 1.0
+            out.append(t)
+        return out
+
+    def decode_run(self, n, decode_kv0, steps):
+        return np.ones(steps)
+
+
+class _Recorder:
+    """Wraps a policy: keeps (time, {rid: n}, preempted rids) of every plan it makes."""
+
+    def __init__(self, policy, env):
+        self._policy, self._env, self.plans = policy, env, []
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+    def schedule(self, state):
+        plan = self._policy.schedule(state)
+        self.plans.append((self._env.now, {r.rid: n for r, n in plan.items}, [r.rid for r in plan.preempted]))
+        return plan
+
+
+def run_chunksim(sc: VllmScenario, mode: str = "step"):
+    """Records as ``run_vllm`` gives them ("step", "fast"), or per-request outcomes ("cohort")."""
+    from costmodel import load_hardware, load_model
+    from experiments.engines import build_engine
+    from simcore.simulation import Simulation
+    from workloads.workload import Workload
+
+    flags = dict(max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.max_num_seqs,
+                 long_prefill_token_threshold=sc.long_prefill_token_threshold,
+                 enable_chunked_prefill=sc.enable_chunked_prefill, block_size=sc.block_size,
+                 max_model_len=sc.max_model_len, num_gpu_blocks_override=sc.num_blocks,
+                 enable_prefix_caching=sc.enable_prefix_caching)
+    flags.update(_new_rule_flags(sc))
+    policy, pool, _, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), flags=flags)
+    wl = Workload([float(a) for a, _, _ in sc.requests], [len(p) for _, p, _ in sc.requests],
+                  [m for _, _, m in sc.requests],
+                  block_hashes=[sc.block_hashes(p) for _, p, _ in sc.requests] if sc.enable_prefix_caching else None,
+                  block_tokens=sc.block_size)
+    sim = Simulation([(policy, pool, UnitSteps())], wl, fast_forward=mode != "step", check=True,
+                     max_model_len=max_len, record_iterations=mode != "cohort")
+    rec = _Recorder(policy, sim.env)
+    sim.replicas[0].policy = rec
+    res = sim.run()
+    reqs = sorted(sim.requests, key=lambda r: r.rid)
+    bad = [(r.rid, r.rejected) for r in reqs if r.rejected]
+    if bad:
+        raise AssertionError(f"chunksim rejected {bad}")
+    if mode == "cohort":
+        return _outcomes(reqs)
+    records = {}
+    for t, _, pre in rec.plans:
+        if pre:
+            records.setdefault(int(t), ({}, [], []))[1].extend(pre)
+    for _, start, end, steps, plan in res.iterations or []:
+        for j in range(steps):
+            tok = records.setdefault(int(start) + j, ({}, [], []))[0]
+            tok.update({r.rid: (n if j == 0 else 1) for r, n in plan.items})
+    for r in reqs:
+        records.setdefault(int(r.finish_s) - 1, ({}, [], []))[2].append(r.rid)
+    return {t: (tok, sorted(p), sorted(f)) for t, (tok, p, f) in records.items()}
+
+
+def _new_rule_flags(sc: VllmScenario) -> dict:
+    """The engine flags chunksim's vLLM policy takes for rules that vLLM makes configurable."""
+    from policies.vllm import VLLMConfig
+    names = VLLMConfig.__dataclass_fields__
+    return {k: getattr(sc, k) for k in ("async_scheduling", "scheduler_reserve_full_isl") if k in names}
+
+
+def _outcomes(reqs) -> dict:
+    """rid -> (first step scheduled, step whose output is the first token, finish step, preemptions)."""
+    return {r.rid: (int(r.first_scheduled_s), int(r.first_token_s) - 1, int(r.finish_s) - 1, r.num_preemptions)
+            for r in reqs}
+
+
+def outcomes_from_records(records: dict, sc: VllmScenario, first_tok: dict) -> dict:
+    first, fin, pre = {}, {}, {}
+    for t in sorted(records):
+        tok, preempted, finished = records[t]
+        for rid in preempted:
+            pre[rid] = pre.get(rid, 0) + 1
+        for rid in tok:
+            first.setdefault(rid, t)
+        for rid in finished:
+            fin[rid] = t
+    return {rid: (first.get(rid), first_tok.get(rid), fin.get(rid), pre.get(rid, 0)) for rid in range(len(sc.requests))}
+
+
+def first_divergence(a: dict, b: dict) -> str | None:
+    """None when the two record sets agree at every step, else the first step that differs."""
+    if a == b:
+        return None
+    for t in sorted(set(a) | set(b)):
+        if a.get(t) != b.get(t):
+            return f"step {t}: vllm {_show(a.get(t))} / chunksim {_show(b.get(t))}"
+    return "differ"
+
+
+def _show(rec) -> str:
+    if rec is None:
+        return "nothing"
+    if isinstance(rec[0], dict):
+        tok, pre, fin = rec
+        return f"tokens={dict(sorted(tok.items()))} preempted={pre} finished={fin}"
+    return str(rec)
+
+
+def compare(sc: VllmScenario, modes=("step", "fast", "cohort")) -> dict:
+    """{'vllm': records, mode: divergence or None, ...}."""
+    first_tok = {}
+    ref = run_vllm(sc, first_token=first_tok)
+    out = {"vllm": ref}
+    for mode in modes:
+        got = run_chunksim(sc, mode)
+        if mode == "cohort":
+            want = outcomes_from_records(ref, sc, first_tok)
+            out[mode] = None if got == want else next(
+                f"request {rid}: vllm (first step, first-token step, finish step, preemptions)={want[rid]} / "
+                f"chunksim {got.get(rid)}" for rid in sorted(want) if want[rid] != got.get(rid))
+        else:
+            out[mode] = first_divergence(ref, got)
+    return out
