@@ -8,10 +8,10 @@ from __future__ import annotations
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
-from policies.sglang import SGLangConfig, SGLangScheduler
+from policies.sglang import (SGLangConfig, SGLangScheduler, sglang_default_chunked_prefill_size, sglang_kv_tokens,
+                             sglang_mem_fraction_static)
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
-from simcore.kv import (BlockPool, sglang_default_chunked_prefill_size, sglang_kv_tokens, sglang_mem_fraction_static,
-                        vllm_kv_blocks)
+from simcore.kv import BlockPool, vllm_kv_blocks
 
 POLICIES = ("vllm", "sglang", "nochunk")
 VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold", "enable_chunked_prefill",

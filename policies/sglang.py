@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel import CostModel
 from costmodel.errors import require
 
 from .base import Plan, SchedulerState
@@ -52,6 +53,48 @@ class SGLangConfig:
     @property
     def is_mixed_chunk(self) -> bool:
         return self.chunk is not None and self.enable_mixed_chunk
+
+
+MiB = 1 << 20
+
+
+def sglang_cuda_graph_max_bs(memory_bytes: float, tp: int) -> int:
+    gb = memory_bytes / 1e9
+    small = tp < 4
+    if gb < 20:
+        return 8
+    if gb < 35:
+        return 24 if small else 80
+    if gb < 60:
+        return 32 if small else 160
+    if gb < 160:
+        return 256 if small else 512
+    return 512
+
+
+def sglang_default_chunked_prefill_size(memory_bytes: float) -> int:
+    """server_args.py, _handle_gpu_memory_settings (seed 001's table)."""
+    gb = memory_bytes / 1e9
+    return 2048 if gb < 35 else 4096 if gb < 60 else 8192 if gb < 160 else 16384
+
+
+def sglang_mem_fraction_static(memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int) -> float:
+    mem_mib = memory_bytes / MiB
+    chunk = chunked_prefill_size if chunked_prefill_size else max_prefill_tokens
+    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * sglang_cuda_graph_max_bs(memory_bytes, tp) + tp / 8 * 1024
+    if memory_bytes / 1e9 > 60:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem_mib - reserved) / mem_mib, 3)
+
+
+def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) -> int:
+    """Pool = total·mem_fraction_static − weights (model_runner.py, profile_max_num_token), where
+    mem_fraction_static = (total − reserved)/total and, in MiB, reserved = 512 +
+    1.5·max(chunked_prefill_size, 2048) + 2·cuda_graph_max_bs + tp/8·1024, at least 10 GiB above
+    60 GB of memory (server_args.py, _handle_gpu_memory_settings; seed 001: "chunk larger →
+    reserve larger → KV pool smaller")."""
+    tokens = int((cm.hw.memory_bytes * mem_fraction_static - cm.weight_bytes_per_gpu) // cm.kv_coef)
+    return tokens // page_size * page_size
 
 
 def _page_up(n: int, page: int) -> int:
