@@ -36,6 +36,7 @@ class SGLangConfig:
     mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
     max_model_len: int = 0
     disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False     # SGLang's default on CUDA: the overlap scheduler runs
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -315,6 +316,15 @@ class SGLangScheduler:
             assert sum(1 for r, n in extends if n < r.remaining_tokens) <= 1, "more than one chunked request"
         if extends and not self.cfg.is_mixed_chunk:
             assert not decodes and not plan.cohort, "decodes ran in a prefill batch without mixed chunk"
+
+    @property
+    def overlaps_host(self) -> bool:
+        """True when SGLang's overlap scheduler runs (scheduler.py, event_loop_overlap): the host
+        work of step n+1 (scheduling it, preparing its batch) is done while step n runs on the
+        GPU, and step n's results are processed after step n+1 is launched. A cost model may then
+        hide a step's host time behind the previous step's GPU time. The scheduling decisions
+        themselves are modelled on the non-overlap loop (event_loop_normal)."""
+        return not self.cfg.disable_overlap_schedule
 
     @property
     def prefix_caching(self) -> bool:
