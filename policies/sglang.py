@@ -267,6 +267,7 @@ class SGLangScheduler:
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.batch_is_full = False
         self._extends = 0
+        self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
         self._prefilled = []   # requests extended by the last plan: their prompt KV is published next
 
     def _decoding(self, s: SchedulerState) -> list:
@@ -295,14 +296,24 @@ class SGLangScheduler:
                 if r.num_blocks and r.finish_s is None:
                     s.pool.publish(r)
             self._prefilled = []
+        if self._replaced:
+            self.batch_is_full = False
+            self._replaced = False
         decoding = self._decoding(s)
+        had_running = bool(decoding) or bool(s.num_in_cohort)
         plan = self._prefill(s, decoding)
-        self._extends = len(plan.items)
+        self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
         if s.pool.cache is not None:
-            self._prefilled = [r for r, _ in plan.items]   # the plan's first items are extends (prefill), the rest decodes
+            self._prefilled = [r for r, _ in plan.items]
         if plan:
-            if self.cfg.is_mixed_chunk and (decoding or s.num_in_cohort):
-                return self._with_decodes(s, plan, decoding)
+            # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
+            # batch_is_full) when none ran beside it or a mixed step took the decodes along; a
+            # non-final chunk leaving it shrinks it: batch_is_full is reset either way.
+            self._replaced = not had_running or self.chunked_req is not None
+            if self.cfg.is_mixed_chunk and had_running:
+                n = len(plan.items)
+                plan = self._with_decodes(s, plan, decoding)
+                self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
         if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
