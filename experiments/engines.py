@@ -18,7 +18,8 @@ VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_thre
               "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override",
               "enable_prefix_caching"}
 SGLANG_FLAGS = {"chunked_prefill_size", "max_prefill_tokens", "enable_mixed_chunk", "page_size", "max_running_requests",
-                "mem_fraction_static", "max_model_len", "max_total_tokens", "disable_radix_cache"}
+                "mem_fraction_static", "max_model_len", "max_total_tokens", "disable_radix_cache",
+                "disable_overlap_schedule"}
 NOCHUNK_FLAGS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "max_model_len",
                  "num_gpu_blocks_override", "enable_prefix_caching"}
 

@@ -25,7 +25,8 @@ KEYS = ("model", "hardware", "tp", "policy", "engine", "workload", "seed", "good
         "router")
 ENGINE_FLAGS = VLLM_FLAGS | SGLANG_FLAGS | NOCHUNK_FLAGS
 FLOAT_FLAGS = {"gpu_memory_utilization", "mem_fraction_static"}
-BOOL_FLAGS = {"enable_chunked_prefill", "enable_mixed_chunk", "enable_prefix_caching", "disable_radix_cache"}
+BOOL_FLAGS = {"enable_chunked_prefill", "enable_mixed_chunk", "enable_prefix_caching", "disable_radix_cache",
+              "disable_overlap_schedule"}
 STR_FLAGS = {"usage_context"}
 SCENARIOS = {"stall": {"prompt_len", "num_decodes", "decode_context", "long_arrival_s", "decode_output_len",
                        "stagger_s"}}

@@ -44,6 +44,7 @@ def add_parser(p):
     g.add_argument("--enable-mixed-chunk", action="store_true", default=None)
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--disable-radix-cache", action="store_true", default=None)
+    g.add_argument("--disable-overlap-schedule", action="store_true", default=None)
     w = p.add_argument_group("workload")
     w.add_argument("--scenario", choices=["stall"], help="seed 000's scene: decoders running, one long prompt arrives")
     w.add_argument("--request-rate", type=float, help="requests/s (default inf: all at t=0)")
