@@ -51,30 +51,30 @@ def random_scenario(config: str, seed: int) -> Scenario:
     max_prefill = rng.choice((32, 64, 128, 512, 16384))
     if chunk is not None:
         chunk = max(chunk, page)
-    n = rng.randint(1, 12)
+    n = rng.randint(1, 16 if tight else 12)
     # SGLang 0.5.23 chunks two requests in one batch when a page-floored chunk leaves budget for an
     # ignore_eos request cut at rem_chunk_tokens (radix cache off); the first then samples from a
     # truncated prompt. Such scenes keep one ignore_eos setting for all requests.
     uniform = page > 1 and no_radix
-    eos_all = rng.random() < 0.5
-    long_out = 200 if tight else 40
+    eos_all = rng.random() < (0.2 if tight else 0.5)
+    long_out = 400 if tight else 40
     heads = [tuple(rng.randrange(1, 50) for _ in range(rng.randint(1, 80))) for _ in range(3)]
     reqs, t = [], 0
     for i in range(n):
-        t += rng.choice((0, 0, 0, 1, 2, 5, 20) if not tight else (0, 0, 0, 0, 1, 3))
+        t += rng.choice((0, 0, 0, 1, 2, 5, 20) if not tight else (0, 0, 0, 0, 0, 1))
         body = tuple(rng.randrange(50, 1000) for _ in range(rng.randint(1, 200)))
         head = rng.choice(heads) if rng.random() < 0.6 else ()
-        tokens = (head + body)[: max(1, rng.randint(1, 300))]
-        eos = eos_all if uniform else rng.random() < 0.5
-        reqs.append(Req(f"r{i}", t, tokens, rng.randint(1, long_out), eos))
+        tokens = (head + body)[: max(1, rng.randint(1, 40 if tight else 300))]
+        eos = eos_all if uniform else rng.random() < (0.2 if tight else 0.5)
+        reqs.append(Req(f"r{i}", t, tokens, rng.randint(long_out // 4, long_out) if tight else rng.randint(1, long_out), eos))
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     if tight:
-        pool = longest + 8 + rng.randint(0, longest)
+        pool = max(longest + 4 * page + 16, int(sum(len(r.tokens) + r.max_new_tokens for r in reqs) * rng.uniform(0.25, 0.6)))
     else:
         pool = sum(len(r.tokens) + r.max_new_tokens for r in reqs) * 2 + 64 * page
     pool = -(-pool // page) * page + page
     knobs = Knobs(pool_tokens=pool, page_size=page, chunked_prefill_size=chunk, max_prefill_tokens=max_prefill,
-                  max_running_requests=rng.choice((2, 3, 8, 64)), enable_mixed_chunk=mixed,
+                  max_running_requests=rng.choice((8, 64) if tight else (2, 3, 8, 64)), enable_mixed_chunk=mixed,
                   disable_radix_cache=no_radix)
     return Scenario(f"{config}#{seed}", knobs, reqs)
 
