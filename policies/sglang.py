@@ -226,7 +226,10 @@ class _PrefillAdder:
             self.items.append((req, extend))
             self._reserve(extend, min(req.output_len, CLIP_MAX_NEW_TOKENS))
         else:
-            if self.rem_chunk <= 0:
+            if self.rem_chunk <= 0 or self.new_chunked is not None:
+                # SGLang 0.5.23 would chunk this request too, after a page-floored chunk of another
+                # left budget over, and then track only this one: the other samples from a
+                # truncated prompt. One chunked request per batch, as the scheduler assumes.
                 return "other"
             self.items.append((req, self.rem_chunk))
             self.new_chunked = req
