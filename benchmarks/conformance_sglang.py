@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows, failures = [], []
-    groups = [("seed scenes", seed_scenes())] + [(c, (random_scenario(c, s) for s in range(a.n)))
+    groups = [("seed scenes", seed_scenes())] + [(c, [random_scenario(c, s) for s in range(a.n)])
                                                    for c in (a.config or CONFIGS)]
     for name, scenes in groups:
         ok = n = retracting = retractions = 0

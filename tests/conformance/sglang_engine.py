@@ -314,7 +314,7 @@ class SGLangEngine:
     def _prepare_for_extend(self, batch) -> None:
         """ScheduleBatch.prepare_for_extend → alloc_for_extend: evict for the extend tokens (plus a
         page per request when paged), a req_to_token row for each new request, its matched prefix
-        written into the row, then the extend's slots."""
+        written into the row, then the extend's slots; a retracted request is running again."""
         sg, ps = self.sg, self.k.page_size
         extend_tokens = sum(r.extend_len for r in batch.reqs)
         need = extend_tokens + (len(batch.reqs) * ps if ps > 1 else 0)
@@ -326,6 +326,7 @@ class SGLangEngine:
                 self.r2t.req_to_token[r.kv.req_pool_idx, : r.prefix_len] = prefix.to(sg.torch.int32)
                 r.kv.kv_allocated_len = r.kv.kv_committed_len = r.prefix_len
             self._take(r, r.extend_end)
+            r.is_retracted = False
 
     def _prepare_for_decode(self, batch) -> None:
         """ScheduleBatch.prepare_for_decode → alloc_for_decode: evict one page per request (one token
