@@ -402,6 +402,7 @@ class SGLangScheduler:
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
+            _evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
@@ -457,6 +458,14 @@ class SGLangScheduler:
     @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
+
+
+def _evict_for(pool, tokens: int) -> None:
+    """schedule_batch.py, release_req → evict_from_tree_cache: after a retraction the radix tree
+    gives up cached prefixes until `tokens` are free (SGLANG_RETRACT_DECODE_STEPS per request left)."""
+    short = pool.blocks_for(tokens) - pool.free
+    if pool.cache is not None and short > 0:
+        pool.used -= pool.cache.evict(short)
 
 
 def _one(req) -> int:
