@@ -27,7 +27,7 @@ KEYS = ("model", "hardware", "tp", "policy", "engine", "workload", "seed", "good
 ENGINE_FLAGS = VLLM_FLAGS | SGLANG_FLAGS | NOCHUNK_FLAGS
 FLOAT_FLAGS = {"gpu_memory_utilization", "mem_fraction_static"}
 BOOL_FLAGS = {"enable_chunked_prefill", "enable_mixed_chunk", "enable_prefix_caching", "disable_radix_cache",
-              "async_scheduling", "scheduler_reserve_full_isl"}
+              "async_scheduling", "scheduler_reserve_full_isl", "disable_overlap_schedule"}
 STR_FLAGS = {"usage_context"}
 SCENARIOS = {"stall": {"prompt_len", "num_decodes", "decode_context", "long_arrival_s", "decode_output_len",
                        "stagger_s"}}

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel import CostModel
 from costmodel.errors import require
 
 from .base import Plan, SchedulerState
 
 CLIP_MAX_NEW_TOKENS = 4096
-RETRACT_DECODE_STEPS = 20
+RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
+IGNORE_EOS_RESERVE_TOKENS = 1
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
@@ -35,6 +37,7 @@ class SGLangConfig:
     mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
     max_model_len: int = 0
     disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False     # SGLang's default on CUDA: the overlap scheduler runs
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -54,75 +57,207 @@ class SGLangConfig:
         return self.chunk is not None and self.enable_mixed_chunk
 
 
+MiB = 1 << 20
+
+
+def sglang_cuda_graph_max_bs(memory_bytes: float, tp: int) -> int:
+    gb = memory_bytes / 1e9
+    small = tp < 4
+    if gb < 20:
+        return 8
+    if gb < 35:
+        return 24 if small else 80
+    if gb < 60:
+        return 32 if small else 160
+    if gb < 160:
+        return 256 if small else 512
+    return 512
+
+
+def sglang_default_chunked_prefill_size(memory_bytes: float) -> int:
+    """server_args.py, _handle_gpu_memory_settings (seed 001's table)."""
+    gb = memory_bytes / 1e9
+    return 2048 if gb < 35 else 4096 if gb < 60 else 8192 if gb < 160 else 16384
+
+
+def sglang_mem_fraction_static(memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int) -> float:
+    mem_mib = memory_bytes / MiB
+    chunk = chunked_prefill_size if chunked_prefill_size else max_prefill_tokens
+    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * sglang_cuda_graph_max_bs(memory_bytes, tp) + tp / 8 * 1024
+    if memory_bytes / 1e9 > 60:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem_mib - reserved) / mem_mib, 3)
+
+
+def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) -> int:
+    """Pool = total·mem_fraction_static − weights (model_runner.py, profile_max_num_token), where
+    mem_fraction_static = (total − reserved)/total and, in MiB, reserved = 512 +
+    1.5·max(chunked_prefill_size, 2048) + 2·cuda_graph_max_bs + tp/8·1024, at least 10 GiB above
+    60 GB of memory (server_args.py, _handle_gpu_memory_settings; seed 001: "chunk larger →
+    reserve larger → KV pool smaller")."""
+    tokens = int((cm.hw.memory_bytes * mem_fraction_static - cm.weight_bytes_per_gpu) // cm.kv_coef)
+    return tokens // page_size * page_size
+
+
 def _page_up(n: int, page: int) -> int:
     return -(-n // page) * page
 
 
 class _PrefillAdder:
-    """schedule_policy.py, PrefillAdder: the budgets of one prefill batch."""
+    """schedule_policy.py, PrefillAdder, with mem_cache/prefill_budget.py, PrefillBudget: the
+    budgets of one prefill batch. rem_input (max_prefill_tokens) and rem_chunk
+    (chunked_prefill_size) less the mixed decode tokens; KV read as free plus evictable tokens less
+    two offsets: total (every reservation, with the running requests' clipped outputs left × the
+    new-token ratio, 1.0 for ignore_eos: _get_running_request_total_token_offset) and current
+    (what this batch allocates now)."""
 
     def __init__(self, cfg: SGLangConfig, s: SchedulerState, decoding: list, ratio: float):
         mixed = len(decoding) + s.num_in_cohort if cfg.is_mixed_chunk else 0
-        self.page = cfg.page_size
+        self.page, self.ratio, self.radix_off = cfg.page_size, ratio, cfg.disable_radix_cache
         self.rem_input = cfg.max_prefill_tokens - mixed
         self.rem_chunk = cfg.chunk - mixed if cfg.chunk is not None else None
-        left = sum(min(r.outputs_left, CLIP_MAX_NEW_TOKENS) for r in decoding)
-        if s.num_in_cohort:   # members have at most CLIP_MAX_NEW_TOKENS left (cohort_max_outputs_left)
-            left += s.cohort.outputs_left()
-        self.pool = s.pool
-        self.offset = left * ratio + mixed   # rem_total_token_offset
-        self.items, self.new_chunked = [], None
+        self.pool, self.s = s.pool, s
+        total = float(mixed)
+        for r in _running_order(s, decoding):
+            left = min(r.outputs_left, CLIP_MAX_NEW_TOKENS)
+            total += left * (1.0 if r.ignore_eos else ratio)
+        self.total_offset, self.current_offset = total, mixed
+        self.decoding = decoding
+        self.items, self.new_chunked, self.req_states = [], None, None
+
+    def _kv(self) -> int:
+        """Free plus evictable tokens now: read after each lookup, since a matched prefix is pinned
+        and no longer evictable (SGLang checks a request under _lock_node)."""
+        return self.pool.available * self.pool.block_size
 
     @property
     def rem_total(self) -> float:
-        """Free plus evictable KV now, less the offset: read after each lookup, since a matched prefix
-        is pinned and no longer evictable (SGLang checks a request under _lock_node)."""
-        return self.pool.available * self.pool.block_size - self.offset
+        return self._kv() - self.total_offset
 
-    def add_chunked(self, req) -> bool:
-        """Returns True when the request is still truncated (stays the chunked request)."""
-        rem = min(self.rem_chunk, int(self.rem_total)) if self.rem_chunk is not None else int(self.rem_total)
-        if rem <= 0:
-            rem = self.rem_chunk
-        n = min(req.remaining_tokens, rem)
-        self.items.append((req, n))
-        self._charge(n, min(req.outputs_left, CLIP_MAX_NEW_TOKENS) if n == req.remaining_tokens else 0)
-        return n < req.remaining_tokens
+    @property
+    def rem_current(self) -> float:
+        return self._kv() - self.current_offset
 
-    def add_one(self, req) -> str:
-        extend = req.remaining_tokens
-        if extend + min(req.outputs_left, CLIP_MAX_NEW_TOKENS) >= self.rem_total:
-            return "no_token"
-        tokens = _page_up(extend, self.page)
-        if tokens >= self.rem_input and self.items:
-            return "other"
-        if self.rem_chunk is None or tokens <= self.rem_chunk:
-            self.items.append((req, extend))
-            self._charge(extend, min(req.outputs_left, CLIP_MAX_NEW_TOKENS))
-        else:
-            trunc = self.rem_chunk // self.page * self.page
-            prefix = req.num_computed_tokens
-            trunc = (trunc + prefix) // self.page * self.page - prefix
-            if trunc <= 0:
-                return "other"
-            self.items.append((req, trunc))
-            self.new_chunked = req
-            self._charge(trunc, 0)
-        return self.state()
-
-    def _charge(self, extend: int, max_new: int) -> None:
+    def _reserve(self, extend: int, max_new: int) -> None:
+        """PrefillAdder._update_prefill_budget / PrefillBudget.reserve: a page of slack per request."""
         extend = _page_up(extend, self.page)
-        self.offset += extend + max_new
+        self.total_offset += extend + self.page + max_new
+        self.current_offset += extend + self.page
         self.rem_input -= extend
         if self.rem_chunk is not None:
             self.rem_chunk -= extend
 
-    def state(self) -> str:
-        if self.rem_total <= 0:
+    def budget_state(self) -> str:
+        if not (self.rem_total > 0 and self.rem_current > 0):
             return "no_token"
         if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
             return "other"
         return "continue"
+
+    def add_chunked(self, req) -> bool:
+        """PrefillAdder.add_chunked_req (PrefillBudget.available_chunk_tokens): the chunk is what the
+        chunk budget and the KV left allow, a whole chunk when no KV is left (it must progress).
+        True when the request is still truncated."""
+        rem = min(self.rem_chunk, int(self.rem_total))
+        if rem <= 0:
+            rem = self.rem_chunk
+        left = req.remaining_tokens
+        n = min(left, rem)
+        self.items.append((req, n))
+        self._reserve(n, min(req.output_len, CLIP_MAX_NEW_TOKENS) if n == left else 0)
+        return n < left
+
+    def add_one(self, req) -> str:
+        """PrefillAdder.add_one_req and _select_prefill_admission."""
+        if req.ignore_eos and self.radix_off:   # getattr(tree_cache, 'disable', True)
+            return self._add_ignore_eos(req)
+        extend = req.remaining_tokens
+        max_new = min(max(req.outputs_left, 0), CLIP_MAX_NEW_TOKENS)
+        if not extend + max_new + self.page < self.rem_total:
+            return "no_token"
+        tokens = _page_up(extend, self.page)
+        if self.rem_chunk is None and self.items and tokens >= self.rem_input:
+            return "other"   # without chunking, the first request may exceed the input cap
+        if self.rem_chunk is not None and tokens > self.rem_chunk:
+            trunc = self.rem_chunk // self.page * self.page
+            prefix = req.num_computed_tokens
+            trunc = (prefix + trunc) // self.page * self.page - prefix
+            if trunc <= 0:
+                return "other"
+            self.items.append((req, trunc))
+            self.new_chunked = req
+            self._reserve(trunc, 0)
+        else:
+            self.items.append((req, extend))
+            self._reserve(extend, min(req.output_len, CLIP_MAX_NEW_TOKENS))
+        return self.budget_state()
+
+    def _state_of(self, r):
+        left = r.output_len * (1.0 if r.ignore_eos else self.ratio) - r.num_output_tokens
+        return None if left <= 0 else (left, r.prompt_len + r.num_output_tokens)
+
+    def _add_ignore_eos(self, req) -> str:
+        """PrefillAdder.add_one_req_ignore_eos (radix cache disabled): the prompt fits now, and the
+        requests sorted by tokens left can all run to the end in turn, each freeing what it holds
+        (IGNORE_EOS_RESERVE_TOKENS a request to spare); no input cap; a chunk is cut exactly at
+        rem_chunk_tokens."""
+        extend = req.remaining_tokens
+        paged = _page_up(extend, self.page) + self.page
+        if paged > min(self.rem_current, self.rem_total):
+            return "no_token"
+        if self.req_states is None:
+            states = [self._state_of(r) for r in [req] + _running_order(self.s, self.decoding) + [r for r, _ in self.items]]
+            self.req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])
+        else:
+            x = self._state_of(req)
+            if x is not None:
+                st, i = self.req_states, 0
+                for i in range(len(st)):
+                    if x[0] <= st[i][0]:
+                        break
+                st.insert(i, x)
+        cur, freed, n = self.rem_current - paged, 0, len(self.req_states)
+        for i, (left, occupied) in enumerate(self.req_states):
+            bs = n - i
+            if cur + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                return "no_token"
+            freed += occupied
+        if self.rem_chunk is None or extend <= self.rem_chunk:
+            self.items.append((req, extend))
+            self._reserve(extend, min(req.output_len, CLIP_MAX_NEW_TOKENS))
+        else:
+            if self.rem_chunk <= 0 or self.new_chunked is not None:
+                # SGLang 0.5.23 would chunk this request too, after a page-floored chunk of another
+                # left budget over, and then track only this one: the other samples from a
+                # truncated prompt. One chunked request per batch, as the scheduler assumes.
+                return "other"
+            self.items.append((req, self.rem_chunk))
+            self.new_chunked = req
+            self._reserve(self.rem_chunk, 0)
+        return self.budget_state()
+
+
+def _running_order(s: SchedulerState, decoding: list) -> list:
+    """The running batch in queue order (cohort members included, with their current state)."""
+    if not s.num_in_cohort:
+        return decoding
+    c = s.cohort
+    members = list(c.members)
+    view = [_MemberView(r, c) for r in members]
+    return sorted(list(decoding) + view, key=lambda r: r.seq)
+
+
+class _MemberView:
+    """A cohort member as the adder reads it (outputs left now, without materializing it)."""
+    __slots__ = ("seq", "ignore_eos", "output_len", "num_output_tokens", "prompt_len")
+
+    def __init__(self, r, c):
+        self.seq, self.ignore_eos, self.output_len, self.prompt_len = r.seq, r.ignore_eos, r.output_len, r.prompt_len
+        self.num_output_tokens = r.num_output_tokens + c.tick - r.cohort_tick
+
+    @property
+    def outputs_left(self) -> int:
+        return self.output_len - self.num_output_tokens
 
 
 class SGLangScheduler:
@@ -135,34 +270,62 @@ class SGLangScheduler:
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.batch_is_full = False
         self._extends = 0
+        self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
+        self._prefilled = []   # requests extended by the last plan: their prompt KV is published next
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
         return [r for r in s.running if r is not self.chunked_req]
 
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
-        """Every decode, one token each, that gets its KV block (the cohort as a group when all fit)."""
+        """Every decode, one token each, when all of them get their KV page (check_decode_mem), else
+        none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
+        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+            return plan
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
         if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
             extends = {id(r) for r, _ in plan.items}
             decoding = [r for r in s.running if r is not self.chunked_req and id(r) not in extends]
-        plan.items += [(r, 1) for r in decoding if s.pool.grow(r, r.num_computed_tokens + 1)]
+        for r in decoding:
+            ok = s.pool.grow(r, r.num_computed_tokens + 1)
+            assert ok, "a decode's page was counted free"
+            plan.items.append((r, 1))
         return plan
 
     def schedule(self, s: SchedulerState) -> Plan:
+        if self._prefilled:
+            for r in self._prefilled:   # stash_chunked_request / process_batch_result_prefill: checkpoint_kv_cache
+                if r.num_blocks and r.finish_s is None:
+                    s.pool.publish(r)
+            self._prefilled = []
+        if self._replaced:
+            self.batch_is_full = False
+            self._replaced = False
         decoding = self._decoding(s)
+        had_running = bool(decoding) or bool(s.num_in_cohort)
         plan = self._prefill(s, decoding)
         self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
+        if s.pool.cache is not None:
+            self._prefilled = [r for r, _ in plan.items]
         if plan:
-            if self.cfg.is_mixed_chunk and (decoding or s.num_in_cohort):
-                return self._with_decodes(s, plan, decoding)
+            # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
+            # batch_is_full) when none ran beside it or a mixed step took the decodes along; a
+            # non-final chunk leaving it shrinks it: batch_is_full is reset either way.
+            self._replaced = not had_running or self.chunked_req is not None
+            if self.cfg.is_mixed_chunk and had_running:
+                n = len(plan.items)
+                plan = self._with_decodes(s, plan, decoding)
+                self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
         if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         return self._decode(s, decoding)
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
+        """Scheduler._get_new_batch_prefill_raw."""
+        if not decoding and not s.num_in_cohort:
+            self.batch_is_full = False
         if (self.batch_is_full or not s.waiting) and self.chunked_req is None:
             return Plan()
         allocatable = self.cfg.max_running_requests - len(decoding) - s.num_in_cohort
@@ -171,10 +334,11 @@ class SGLangScheduler:
             return Plan()
         adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
         resumed = self.chunked_req
-        still_chunked = adder.add_chunked(resumed) if resumed is not None else False
-        if not still_chunked:
+        if resumed is not None and not adder.add_chunked(resumed):
             self.chunked_req = None
         for req in s.waiting:
+            if adder.budget_state() == "other":
+                break
             if len(adder.items) >= allocatable:
                 self.batch_is_full = True
                 break
@@ -183,23 +347,26 @@ class SGLangScheduler:
             if res != "continue":
                 if not adder.items or adder.items[-1][0] is not req:
                     s.unlookup(req)   # not added: its prefix is not pinned (inc_lock_ref is on add only)
-                self.batch_is_full = res == "no_token"
+                if res == "no_token":
+                    self.batch_is_full = bool(adder.items) or bool(decoding) or bool(s.num_in_cohort)
                 break
         plan = Plan()
         for req, n in adder.items:
-            if not s.pool.grow(req, req.num_computed_tokens + n):
-                if req is resumed:   # its last chunk did not fit: it stays the chunked request (never a decode)
-                    self.chunked_req = resumed
-                break
+            ok = s.pool.grow(req, req.num_computed_tokens + n)
+            assert ok, "admission let through more KV than the pool holds"
             if req is not resumed:
                 s.waiting.remove(req)
                 s.admit(req)
             plan.items.append((req, n))
-        if adder.new_chunked is not None and any(r is adder.new_chunked for r, _ in plan.items):
+        if adder.new_chunked is not None:
             self.chunked_req = adder.new_chunked
+        if self.chunked_req is not None and resumed is None and adder.new_chunked is None:
+            self.chunked_req = None
         return plan
 
     def _decode(self, s: SchedulerState, decoding: list) -> Plan:
+        """Scheduler.update_running_batch: retract when the next decode does not fit, else decay the
+        new-token ratio."""
         plan = Plan()
         if not decoding and not s.num_in_cohort:
             return plan
@@ -221,16 +388,22 @@ class SGLangScheduler:
         return n * bs
 
     def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
+        """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
+        next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
+        new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
-        while order:
+        first = True
+        while first or s.pool.available * s.pool.block_size < self._decode_need(s, order):
+            if len(order) == 1:
+                break
+            first = False
             victim = order.pop()
             s.running.remove(victim)
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
-            if len(order) <= 1 or s.pool.available * s.pool.block_size >= RETRACT_DECODE_STEPS * len(order):
-                break
-        total_new = sum(r.output_len for r in decoding) or 1
+            _evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+        total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
 
@@ -272,8 +445,7 @@ class SGLangScheduler:
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
             self.chunked_req = None
 
-    @staticmethod
-    def reject_reason(req, pool) -> str | None:
+    def reject_reason(self, req, pool) -> str | None:
         """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request: it
         refuses inputs of max_req_len − 5 tokens or more and clips max_new_tokens to max_req_len −
         input_len − 1 (scheduler.py); the simulator keeps output lengths as given, so a request that
@@ -285,6 +457,23 @@ class SGLangScheduler:
         if req.prompt_len + req.output_len > limit:
             return (f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
                     "(SGLang would clip max_new_tokens)")
+        return self._never_admitted(req, pool.total * pool.block_size)
+
+    def _never_admitted(self, req, total: int) -> str | None:
+        """A request PrefillAdder refuses even on an idle engine waits forever in SGLang; here it is
+        rejected. add_one_req needs input + clipped max_new_tokens + a page < the pool;
+        add_one_req_ignore_eos (radix cache off) the whole paged input plus a page, with its
+        outputs and IGNORE_EOS_RESERVE_TOKENS to spare."""
+        page = self.cfg.page_size
+        if req.ignore_eos and self.cfg.disable_radix_cache:
+            paged = _page_up(req.prompt_len, page) + page
+            if paged > total or total - paged - req.output_len <= IGNORE_EOS_RESERVE_TOKENS:
+                return (f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
+                        f"(add_one_req_ignore_eos needs {paged + req.output_len + IGNORE_EOS_RESERVE_TOKENS + 1} "
+                        f"of max_total_num_tokens={total})")
+        elif req.prompt_len + min(req.output_len, CLIP_MAX_NEW_TOKENS) + page >= total:
+            return (f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
+                    f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)")
         return None
 
     def on_fast_forward(self, steps: int) -> None:
@@ -309,8 +498,25 @@ class SGLangScheduler:
             assert not decodes and not plan.cohort, "decodes ran in a prefill batch without mixed chunk"
 
     @property
+    def overlaps_host(self) -> bool:
+        """True when SGLang's overlap scheduler runs (scheduler.py, event_loop_overlap): the host
+        work of step n+1 (scheduling it, preparing its batch) is done while step n runs on the
+        GPU, and step n's results are processed after step n+1 is launched. A cost model may then
+        hide a step's host time behind the previous step's GPU time. The scheduling decisions
+        themselves are modelled on the non-overlap loop (event_loop_normal)."""
+        return not self.cfg.disable_overlap_schedule
+
+    @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
+
+
+def _evict_for(pool, tokens: int) -> None:
+    """schedule_batch.py, release_req → evict_from_tree_cache: after a retraction the radix tree
+    gives up cached prefixes until `tokens` are free (SGLANG_RETRACT_DECODE_STEPS per request left)."""
+    short = pool.blocks_for(tokens) - pool.free
+    if pool.cache is not None and short > 0:
+        pool.used -= pool.cache.evict(short)
 
 
 def _one(req) -> int:

@@ -1,13 +1,8 @@
-"""The KV block pool, and how big it is for each engine.
+"""The KV block pool, and vLLM's pool size.
 
-Capacity follows each engine's own accounting:
-  vLLM   usable = total·gpu_memory_utilization − weights − activation peak of the profile run
-         (vllm/v1/worker/gpu_worker.py, determine_available_memory); blocks of block_size tokens.
-  SGLang pool = total·mem_fraction_static − weights (model_runner.py, profile_max_num_token), where
-         mem_fraction_static = (total − reserved)/total and, in MiB,
-         reserved = 512 + 1.5·max(chunked_prefill_size, 2048) + 2·cuda_graph_max_bs + tp/8·1024,
-         at least 10 GiB above 60 GB of memory (server_args.py, _handle_gpu_memory_settings;
-         seed 001: "chunk larger → reserve larger → KV pool smaller").
+vLLM usable = total·gpu_memory_utilization − weights − activation peak of the profile run
+(vllm/v1/worker/gpu_worker.py, determine_available_memory); blocks of block_size tokens.
+SGLang's memory defaults live with its policy (policies/sglang.py, sglang_kv_tokens).
 """
 from __future__ import annotations
 
@@ -15,7 +10,6 @@ from __future__ import annotations
 from costmodel import CostModel
 from costmodel.errors import require
 
-MiB = 1 << 20
 
 
 class BlockPool:
@@ -73,6 +67,14 @@ class BlockPool:
         self.used -= req.num_blocks - adopted
         req.num_blocks = 0
 
+    def publish(self, req) -> None:
+        """The running request's computed prompt blocks move into the prefix cache (see PrefixCache.publish)."""
+        if self.cache is None or req.num_blocks == 0:
+            return
+        adopted, dup = self.cache.publish(req)
+        req.num_blocks -= adopted + dup
+        self.used -= dup
+
     def check(self, running=()) -> None:
         assert 0 <= self.used <= self.total
         cached = self.cache.cached_blocks if self.cache else 0
@@ -100,39 +102,3 @@ def activation_peak_bytes(cm: CostModel, max_num_batched_tokens: int) -> float:
 def vllm_kv_blocks(cm: CostModel, gpu_memory_utilization: float, block_size: int, max_num_batched_tokens: int) -> int:
     avail = cm.hw.memory_bytes * gpu_memory_utilization - cm.weight_bytes_per_gpu - activation_peak_bytes(cm, max_num_batched_tokens)
     return int(avail // (block_size * cm.kv_coef))
-
-
-def sglang_cuda_graph_max_bs(memory_bytes: float, tp: int) -> int:
-    gb = memory_bytes / 1e9
-    small = tp < 4
-    if gb < 20:
-        return 8
-    if gb < 35:
-        return 24 if small else 80
-    if gb < 60:
-        return 32 if small else 160
-    if gb < 160:
-        return 256 if small else 512
-    return 512
-
-
-def sglang_default_chunked_prefill_size(memory_bytes: float) -> int:
-    """server_args.py, _handle_gpu_memory_settings (seed 001's table)."""
-    gb = memory_bytes / 1e9
-    return 2048 if gb < 35 else 4096 if gb < 60 else 8192 if gb < 160 else 16384
-
-
-def sglang_mem_fraction_static(memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int) -> float:
-    mem_mib = memory_bytes / MiB
-    chunk = chunked_prefill_size if chunked_prefill_size else max_prefill_tokens
-    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * sglang_cuda_graph_max_bs(memory_bytes, tp) + tp / 8 * 1024
-    if memory_bytes / 1e9 > 60:
-        reserved = max(reserved, 10 * 1024)
-    return round((mem_mib - reserved) / mem_mib, 3)
-
-
-def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) -> int:
-    tokens = int((cm.hw.memory_bytes * mem_fraction_static - cm.weight_bytes_per_gpu) // cm.kv_coef)
-    return tokens // page_size * page_size
-
-

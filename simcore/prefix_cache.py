@@ -159,6 +159,39 @@ class PrefixCache:
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 
+    def publish(self, req) -> tuple[int, int]:
+        """A running request's computed full prompt blocks join the tree while it keeps them pinned
+        (SGLang checkpoint_kv_cache → RadixCache.checkpoint, after every prefill chunk and when the
+        prefill completes), so a later request sharing the prefix hits them. Returns (pool blocks
+        the cache took over, pool blocks freed because the tree already held that prefix)."""
+        path = req.cache_path if req.cache_path is not None else []
+        computed_blocks = min(self._full_blocks(req), req.num_computed_tokens // self.block_tokens)
+        if computed_blocks <= len(path):
+            return 0, 0
+        self.clock += 1
+        parent = path[-1] if path else None
+        adopted = dup = 0
+        nodes, clock = self.nodes, self.clock
+        for i in range(len(path), computed_blocks):
+            key = (parent.serial if parent is not None else 0, req.block_hashes[i])
+            node = nodes.get(key)
+            if node is None:
+                self.created += 1
+                node = _Node(key, parent, i + 1, serial=self.created)
+                nodes[key] = node
+                if parent is not None:
+                    parent.children += 1
+                adopted += 1
+            else:
+                dup += 1
+                self.unreferenced -= node.refs == 0
+            node.refs += 1
+            node.last_use = clock
+            path.append(node)
+            parent = node
+        req.cache_path = path
+        return adopted * self.engine_blocks, dup * self.engine_blocks
+
     def _unpin(self, path) -> None:
         """Every node but a path's last has a child (the next), so only the last can become a leaf."""
         freed = 0

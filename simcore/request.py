@@ -34,6 +34,7 @@ class Request:
     seq: int = 0                          # order in the running queue (stamped at each admission)
     cohort_tick: int = -1                 # the decode cohort's tick when it joined; -1: not a member
     cache_path: list | None = None        # prefix-cache nodes matched (pinned while this request holds them)
+    ignore_eos: bool = True               # runs to output_len regardless of EOS (what fixed output lengths are)
 
     @property
     def num_tokens(self) -> int:

@@ -56,6 +56,8 @@ class Simulation:
                                  fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
         self._hashes, self._n = hashes, len(workload)
+        eos = getattr(workload, "ignore_eos", None)
+        self._ignore_eos = None if eos is None else eos.tolist()
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
@@ -119,6 +121,8 @@ class Simulation:
         hashes = self._hashes
         req = Request(i, now, self._prompts[i], self._outputs[i],
                       tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
+        if self._ignore_eos is not None:
+            req.ignore_eos = self._ignore_eos[i]
         self.requests.append(req)
         replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
         req.rejected = self._reject_reason(req, replica)

@@ -30,8 +30,11 @@ def workloads(draw):
     shared = draw(st.booleans())
     hashes = [tuple(range(p // 32)) for p in prompts]   # one long common prefix
     concurrency = draw(st.sampled_from([None, None, 2, 5]))   # closed loop: a finish sends the next request
+    eos = draw(st.sampled_from(["default", "off", "mixed"]))   # SGLang reserves ignore_eos requests' outputs whole
+    ignore_eos = (None if eos == "default" else np.zeros(n, bool) if eos == "off"
+                  else np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))))
     return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32,
-                    closed_loop_concurrency=concurrency)
+                    closed_loop_concurrency=concurrency, ignore_eos=ignore_eos)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

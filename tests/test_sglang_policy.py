@@ -84,7 +84,8 @@ def test_a_one_token_last_chunk_is_an_extend(ff):
                378, 2783, 182, 2985, 2095, 2005, 1660, 169, 2266, 479]
     outputs = [253, 161, 194, 206, 154, 86, 99, 164, 246, 198, 183, 290, 297, 64, 149, 4, 207, 134, 99, 47, 26, 196, 253,
                207, 165, 128, 59, 91, 125]
-    wl = Workload(np.array(arr), prompts, outputs, closed_loop_concurrency=5)
+    wl = Workload(np.array(arr), prompts, outputs, closed_loop_concurrency=5,
+                  ignore_eos=np.zeros(len(prompts), bool))   # ignore_eos traffic is admitted without over-commit
     sched, pool, cm, max_len = build_engine("sglang", MODEL, HW, 1, flags)
     sim = Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=True, max_model_len=max_len)
     res = sim.run()

@@ -9,6 +9,7 @@ from costmodel import CostModel
 from experiments.engines import build_engine
 from experiments.scenarios import poisson_fixed
 from simcore.simulation import Simulation, fixed_workload
+from workloads.workload import Workload
 
 
 def service_time(cm: CostModel, I: int, O: int) -> float:
@@ -86,13 +87,28 @@ def test_fast_forward_is_exact(llama8b, h100, policy, flags):
                                           ("sglang", {"max_total_tokens": 6000, "chunked_prefill_size": 1024}),
                                           ("nochunk", {"num_gpu_blocks_override": 400})])
 def test_kv_overflow_preempts_and_loses_nothing(llama8b, h100, policy, flags):
+    """SGLang over-commits only on its new-token-ratio estimate, which it applies to requests that
+    may stop early (not ignore_eos: PrefillAdder._get_running_request_total_token_offset)."""
     wl = fixed_workload(np.zeros(60), np.full(60, 500), np.full(60, 300))
+    if policy == "sglang":
+        wl = Workload(wl.arrival_s, wl.prompt_len, wl.output_len, ignore_eos=np.zeros(60, bool))
     sched, pool, cm, L = build_engine(policy, llama8b, h100, 1, flags)
     sim = Simulation([(sched, pool, cm)], wl, check=True, max_model_len=L)
     res = sim.run()
     assert res.summary["completed"] == 60 and res.summary["num_rejected"] == 0
     assert res.summary["num_preemptions"] > 0
     assert (res.requests.num_output_tokens == 300).all()
+    assert sim.accounted() and pool.used == 0
+
+
+def test_sglang_reserves_ignore_eos_outputs_whole(llama8b, h100):
+    """The same overload as ignore_eos traffic: SGLang reserves every running request's outputs left
+    at ratio 1.0, so it never retracts, and still finishes everything."""
+    wl = fixed_workload(np.zeros(60), np.full(60, 500), np.full(60, 300))
+    sched, pool, cm, L = build_engine("sglang", llama8b, h100, 1, {"max_total_tokens": 6000, "chunked_prefill_size": 1024})
+    sim = Simulation([(sched, pool, cm)], wl, check=True, max_model_len=L)
+    res = sim.run()
+    assert res.summary["completed"] == 60 and res.summary["num_preemptions"] == 0
     assert sim.accounted() and pool.used == 0
 
 

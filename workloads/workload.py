@@ -33,6 +33,7 @@ class Workload:
     block_tokens: int = 16
     closed_loop_concurrency: int | None = None
     notes: tuple[str, ...] = field(default=())
+    ignore_eos: np.ndarray | None = None   # per request; None: all True (fixed output lengths are max_tokens with ignore_eos)
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -58,6 +59,9 @@ class Workload:
             require(len(self.block_hashes) == n, "workload:block_hashes", len(self.block_hashes),
                     f"must have one entry per request ({n})")
         require(int(self.block_tokens) > 0, "workload:block_tokens", self.block_tokens, "must be > 0")
+        if self.ignore_eos is not None:
+            set_(self, "ignore_eos", _frozen(self.ignore_eos, np.bool_))
+            require(self.ignore_eos.shape == (n,), "workload:ignore_eos", self.ignore_eos.shape, f"must be 1-D of length {n}")
         c = self.closed_loop_concurrency
         require(c is None or int(c) >= 1, "workload:closed_loop_concurrency", c, "must be >= 1 or None")
 

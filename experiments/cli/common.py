@@ -124,6 +124,8 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                    help="vLLM prefix caching (on by default; acts when requests carry block hashes)")
     g.add_argument("--disable-radix-cache", action="store_true", default=None, help="SGLang: no prefix (radix) cache")
+    g.add_argument("--disable-overlap-schedule", action="store_true", default=None,
+                   help="SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish")
     g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step")
     g.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=None,
