@@ -36,7 +36,7 @@ SGLANG = {"--context-length": ("max_model_len", INT), "--chunked-prefill-size": 
           "--page-size": ("page_size", INT), "--max-running-requests": ("max_running_requests", INT),
           "--mem-fraction-static": ("mem_fraction_static", FLOAT), "--max-total-tokens": ("max_total_tokens", INT),
           "--disable-radix-cache": ("disable_radix_cache", TRUE), "--disable-overlap-schedule": ("disable_overlap_schedule", TRUE),
-           "--tp-size": ("tp", INT), "--tp": ("tp", INT),
+          "--tp-size": ("tp", INT), "--tp": ("tp", INT),
           "--tensor-parallel-size": ("tp", INT)}
 MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 
