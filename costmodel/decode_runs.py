@@ -24,6 +24,8 @@ class DecodeRuns:
         that start before it (the first always does)."""
         hw = self.hw
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
+            return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
         x = decode_kv0   # kv0 + n·j, exact: integers
         if self._decode_memory_bound:
@@ -46,6 +48,16 @@ class DecodeRuns:
             x += n
         return out
 
+    def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
+        out, fixed = [], self._fixed_part(n, n)
+        for _ in range(steps):
+            t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x), n, 0)
+            out.append(t)
+            if t >= stop:
+                break
+            x += n
+        return out
+
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
         """Durations of `steps` consecutive decode-only passes of n sequences, the j-th with
         Σ(kv+1) = decode_kv0 + n·j. Bit-identical to calling ``time`` on each shape in turn: the
@@ -55,9 +67,11 @@ class DecodeRuns:
         lo = int(decode_kv0)
         hi = lo + n * steps
         if hi > DECODE_TABLE_CAP:
-            return self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
-        table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
-        return table[lo:hi:n] + self._fixed_part(n, n)
+            d = self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
+        else:
+            table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+            d = table[lo:hi:n] + self._fixed_part(n, n)
+        return self._with_host_array(d, n) if self.has_host else d
 
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
         """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""

@@ -43,6 +43,7 @@ class ShapeStats:
     prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
     decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
     decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
+    prefill_seqs: int = 0        # sequences with q > 1 (the host time's per-prefill term)
 
     @classmethod
     def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0) -> "ShapeStats":
@@ -52,13 +53,14 @@ class ShapeStats:
             s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
             return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
         rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
-        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs))
+        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs),
+                   sum(1 for q in q_lens if q > 1))
 
     def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
         """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
         rows, pairs, pkv, dkv, dpairs = attention_sums((), (), bound, n, tokens)
         return ShapeStats(self.rows + rows, self.seqs + n, self.prefill_pairs + pairs, self.prefill_kv + pkv,
-                          self.decode_kv + dkv, self.decode_pairs + dpairs)
+                          self.decode_kv + dkv, self.decode_pairs + dpairs, self.prefill_seqs)
 
     @classmethod
     def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float) -> "ShapeStats":
@@ -66,7 +68,7 @@ class ShapeStats:
         tokens = kv + q
         hot = p > bound * tokens
         return cls(int(q.sum()), len(q), float(p[hot].sum()), float(tokens[hot].sum()),
-                   float(tokens[~hot].sum()), float(p[~hot].sum()))
+                   float(tokens[~hot].sum()), float(p[~hot].sum()), int((q > 1).sum()))
 
     @property
     def memory_bound_pairs(self) -> float:
