@@ -6,9 +6,10 @@ import sys
 
 from costmodel.errors import InputError
 
-from . import calibrate_cmd, cost_cmd, simulate_cmd, stall_cmd, sweep_cmd
+from . import calibrate_cmd, cost_cmd, simulate_cmd, stall_cmd, sweep_cmd, validate_cmd
 
-VERBS = {"stall": stall_cmd, "cost": cost_cmd, "simulate": simulate_cmd, "sweep": sweep_cmd, "calibrate": calibrate_cmd}
+VERBS = {"stall": stall_cmd, "cost": cost_cmd, "simulate": simulate_cmd, "sweep": sweep_cmd, "calibrate": calibrate_cmd,
+         "validate": validate_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:
