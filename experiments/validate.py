@@ -131,11 +131,12 @@ def read_vllm_bench(path: Path) -> MeasuredRun:
                        "ttft_s": ttft[ok], "tpot_s": np.where(o[ok] > 1, (lat[ok] - ttft[ok]) / np.maximum(o[ok] - 1, 1), np.nan),
                        "e2el_s": lat[ok]}).sort_values("arrival_s", kind="stable").reset_index(drop=True)
     itls = d.get("itls")
-    itl = np.concatenate([np.asarray(x, dtype=float) for x, k in zip(itls, ok) if k and x]) if itls else None
+    parts = [np.asarray(x, dtype=float) for x, k in zip(itls or [], ok) if k and x]
+    itl = np.concatenate(parts) if parts else None
     tp = int(d.get("tensor_parallel_size") or 1)
     return MeasuredRun(str(path), str(d.get("model_id") or ""), df, float(d.get("duration") or df.e2el_s.add(df.arrival_s).max()),
                        {}, tp, int(d.get("data_parallel_size") or 1), str(d.get("enable_expert_parallel", "")).lower() == "true",
-                       itl if itl is not None and len(itl) else None)
+                       itl)
 
 
 def load_run(path) -> MeasuredRun:
