@@ -13,10 +13,12 @@ Two run formats (``load_run``):
                  output_lens, ttfts, itls, latencies, errors, duration``, seconds). Arrival is
                  ``start_times`` (the client's clock); failed requests (non-empty ``errors``) are
                  left out. The server's settings are not in the file: give them as engine flags.
-Parallelism: tensor parallel as ``tp``; data parallel as that many replicas behind a
-least-outstanding router (vLLM's internal load balancer sends each request to the engine with the
-fewest waiting and running requests: vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient``);
-expert parallel is not modelled and is refused for MoE models.
+Parallelism: tensor parallel as ``tp``; data parallel as that many replicas behind the
+least_outstanding router. vLLM's internal load balancer sends each request to the engine with the
+lowest score max(in-flight, waiting + running), waiting requests weighted up once KV usage passes
+50 % (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.get_core_engine_for_request``);
+least_outstanding is that score without the KV-pressure term. Expert parallel is not modelled
+and is refused for MoE models.
 Figures: mean, median, p90, p99 of TTFT, TPOT, ITL (where measured) and E2E, the duration and the
 request and output throughputs; the overall error is the mean |relative error| over them.
 """
