@@ -72,6 +72,9 @@ def test_truncated_log_line_names_file_line_field(tmp_path):
     with pytest.raises(InputError, match="KV cache size"):
         load_steps(p, "vllm-log")
     assert len(load_steps(p, "vllm-log", kv_cache_tokens=41408)) == 2
+    p.write_text("\n".join(lines[:2] + [lines[4].replace("21.37 ms", "0.03 ms")]))
+    skipped = {}
+    assert len(load_steps(p, "vllm-log", skipped=skipped)) == 1 and any("async" in k for k in skipped)
 
 
 def synthetic_steps(rng, n=400):

@@ -35,7 +35,10 @@ Formats (``load_steps(path, fmt)``):
              with no cached prefix; the KV in use (Y % of the pool, whose size vLLM logs at start
              as ``GPU KV cache size: N tokens``, or ``kv_cache_tokens``) less the context tokens
              split evenly over the generation requests. Dummy iterations (data parallel) and
-             empty ones are skipped.
+             empty ones are skipped, and so are steps under 0.1 ms: under async scheduling
+             (``EngineCore.step_with_batch_queue``) the engine often waits on a step that has
+             already finished, and the elapsed time is then no step's duration (for step timings,
+             log with ``--no-async-scheduling``).
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ STEP_FORMATS = ("steps", "splitwise", "vllm-log")
 MODELLED_DTYPES = ("bf16", "bfloat16", "fp16", "float16", "half")
 SPLITWISE_COLUMNS = ("prompt_size", "batch_size", "token_size", "prompt_time", "token_time")
 MS = 1e-3
+ASYNC_FLOOR_MS = 0.1
 
 ITERATION = re.compile(
     r"Iteration\((?P<iteration>\d+)\): (?P<ctx_req>\d+) context requests, (?P<ctx_tok>\d+) context tokens, "
@@ -232,6 +236,12 @@ def read_vllm_log(path, kv_cache_tokens: int | None = None, tp: int = 1, skipped
         rows.append((lineno, int(m["ctx_req"]), int(m["ctx_tok"]), int(m["gen_req"]), int(m["gen_tok"]),
                      float(m["elapsed"]), float(m["usage"])))
     require(bool(rows), "from", str(path), "no 'Iteration(N): ...' lines (vLLM --enable-logging-iteration-details)")
+    quick = [r for r in rows if r[5] < ASYNC_FLOOR_MS]
+    if quick:
+        skipped["steps under 0.1 ms (async scheduling: already done when waited on)"] = len(quick)
+        rows = [r for r in rows if r[5] >= ASYNC_FLOOR_MS]
+        require(bool(rows), "from", str(path), "every step logged under 0.1 ms: the log is from async scheduling, "
+                "whose elapsed times are not step times; log with --no-async-scheduling")
     require(kv_total is not None, f"{path}:KV cache size", None,
             "no 'GPU KV cache size: N tokens' line in the log; give the pool size (--kv-cache-tokens)")
     if dummy:

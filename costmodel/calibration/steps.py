@@ -125,7 +125,13 @@ class StepFit:
             description=f"{b.description or b.name}, step-calibrated",
             notes=f"pi_eff, beta_eff (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}) and the host terms fitted "
                   f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
-            calibration={"step_fit": self.record()})
+            calibration=self._calibration())
+
+    def _calibration(self) -> dict:
+        """The step fit's record; a kernel fit the base carried is kept beside it without its
+        covariance, whose π and β the scales have moved (so no parameter draws are offered)."""
+        kernel = {k: v for k, v in (self.base.calibration or {}).items() if k != "log_covariance"}
+        return {"step_fit": self.record(), **({"kernel_fit": kernel} if kernel else {})}
 
     def record(self) -> dict:
         return {"parameters": {k: {"value": float(self.values[k]),
