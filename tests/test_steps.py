@@ -148,3 +148,22 @@ def test_calibrate_cli_from_steps(tmp_path, capsys):
     assert "Iteration" in capsys.readouterr().err
     pd.testing.assert_frame_equal(load_steps(DATA / "splitwise_rows.csv", "splitwise", gpu="a100-80gb"),
                                   load_steps(DATA / "splitwise_rows.csv", "steps", gpu="a100-80gb"))
+
+
+def test_kernel_and_step_sources_compose(tmp_path):
+    """--from vidur … --from steps …: kernels fit the base, the step fit scales it and adds host time."""
+    from experiments.cli import main
+    kernels = Path(__file__).resolve().parents[1] / "costmodel" / "calibration_data" / "h100_llama-2-7b_mlp.csv"
+    cm = CostModel(MODEL, load_hardware("h100").replace(host_step_s=1e-3, host_per_seq_s=20e-6))
+    shapes = [([700], [0]), ([1] * 8, [500] * 8), ([1] * 40, [1500] * 40), ([300, 1, 1], [0, 90, 900]),
+              ([2000], [1000]), ([1] * 3, [100] * 3)]
+    rows = [(i, q, kv, cm.step_time(qs, kvs)) for i, (qs, kvs) in enumerate(shapes) for q, kv in zip(qs, kvs)]
+    pd.DataFrame(rows, columns=["step", "q_len", "kv_len", "time_s"]).to_csv(tmp_path / "steps.csv", index=False)
+    assert main(["calibrate", "--from", "vidur", str(kernels), "--from", "steps", str(tmp_path / "steps.csv"),
+                 "--out", str(tmp_path / "cal")]) == 0
+    hw = load_hardware(str(tmp_path / "cal" / "fitted.yaml"))
+    cal = hw.calibration
+    assert "step_fit" in cal and "gemm.pi" in cal["kernel_fit"]["parameters"] and "log_covariance" not in cal
+    s_pi = cal["step_fit"]["parameters"]["s_pi"]["value"]
+    assert hw.pi_eff == pytest.approx(s_pi * cal["kernel_fit"]["parameters"]["gemm.pi"]["value"], rel=1e-9)
+    assert hw.host_step_s + hw.host_per_seq_s > 0 and hw.pi_eff <= hw.peak_flops
