@@ -1,12 +1,13 @@
 """chunksim validate: a run written in each upstream format from a simulation replays to itself
 (every figure within rounding), engine settings are read, and expert parallel is refused."""
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from costmodel import InputError, load_hardware, load_model
-from experiments.engines import build_engine
+from experiments.engines import build_cluster
 from experiments.validate import load_run, validate
 from simcore.simulation import Simulation, fixed_workload
 
@@ -14,19 +15,20 @@ MODEL, HW = load_model("llama-3.1-8b"), load_hardware("rtx4090")
 ENGINE = {"max_num_seqs": 32, "max_num_batched_tokens": 1024, "max_model_len": 4096}
 
 
-def simulated(n=40, seed=0):
+def simulated(n=40, seed=0, dp=1):
     rng = np.random.default_rng(seed)
-    arr = np.cumsum(rng.exponential(0.2, n))
+    arr = np.cumsum(rng.exponential(0.2 / dp, n))
     p, o = rng.integers(20, 1500, n), rng.integers(2, 200, n)
-    sched, pool, cm, L = build_engine("vllm", MODEL, HW, 1, {**ENGINE, "num_gpu_blocks_override": 900})
-    res = Simulation([(sched, pool, cm)], fixed_workload(arr, p, o), max_model_len=L).run()
+    engines, route, L = build_cluster("vllm", MODEL, HW, 1, {**ENGINE, "num_gpu_blocks_override": 900}, dp,
+                                      "least_outstanding")
+    res = Simulation(engines, fixed_workload(arr, p, o), max_model_len=L, router=route if dp > 1 else None).run()
     return res.requests, 1000.0 + arr   # an engine clock that does not start at 0
 
 
-def write_llmservingsim(folder, df, clock0, moe=False):
+def write_llmservingsim(folder, df, clock0, moe=False, dp=1):
     folder.mkdir()
     meta = {"schema_version": 1, "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-            "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1, "data_parallel_size": 1,
+            "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1, "data_parallel_size": dp,
                               "enable_expert_parallel": moe, **ENGINE, "dtype": "bfloat16"},
             "kv_cache": {"num_gpu_blocks": 900, "block_size": 16, "gpu_memory_utilization": 0.9,
                          "enable_prefix_caching": True},
@@ -50,6 +52,15 @@ def test_llmservingsim_run_replays_to_itself(tmp_path):
     assert set(table.metric) >= {"median_tpot_ms", "p99_ttft_ms", "p90_e2el_ms", "duration_s", "output_throughput"}
     slower, _, _, _ = validate(tmp_path / "run", MODEL, HW.replace(beta_eff=HW.beta_eff / 2))
     assert slower.set_index("metric").loc["median_tpot_ms", "rel_error"] > 0.3
+
+
+def test_data_parallel_ranks_replay_to_themselves(tmp_path):
+    df, clock = simulated(n=60, seed=4, dp=2)
+    write_llmservingsim(tmp_path / "run", df, clock, dp=2)
+    table, overall, result, run = validate(tmp_path / "run", MODEL, HW)
+    assert run.dp == 2 and len(result.replicas) == 2 and overall < 1e-9
+    single, _, _, _ = validate(tmp_path / "run", MODEL, HW, run=dataclasses.replace(run, dp=1))
+    assert single.set_index("metric").loc["mean_ttft_ms", "rel_error"] > 0
 
 
 def test_vllm_bench_json_replays_to_itself(tmp_path):
