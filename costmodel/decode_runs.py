@@ -28,6 +28,16 @@ class DecodeRuns:
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
         x = decode_kv0   # kv0 + n·j, exact: integers
+        if self.attn_fitted:
+            ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
+            for _ in range(steps):
+                a, m = ac * x / pi, (kc * x + qo) / beta
+                t += (math.sqrt(a * a + m * m) + per_n) + fixed
+                out.append(t)
+                if t >= stop:
+                    break
+                x += n
+            return out
         if self._decode_memory_bound:
             for _ in range(steps):
                 m = x * kc / beta
@@ -66,6 +76,9 @@ class DecodeRuns:
         n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
+        if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
+            att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
+            return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)
         if hi > DECODE_TABLE_CAP:
             d = self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
         else:
@@ -78,6 +91,16 @@ class DecodeRuns:
         size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)
         self._decode_attention = self._decode_attention_of(np.arange(size, dtype=np.float64))
         return self._decode_attention
+
+    def _fitted_decode_of(self, x: np.ndarray, n: int) -> np.ndarray:
+        """√(a² + m²) of fitted decode attention for n sequences with Σ(kv + 1) = x (``_attention_time``'s
+        operations; the Q/O bytes make it depend on n, so it is not tabulated)."""
+        a = self.attn_coef * x
+        a /= self.hw.attn_decode_pi
+        m = self.kv_coef * x
+        m += self.qo_coef * n
+        m /= self.hw.beta_attention
+        return np.sqrt(a * a + m * m)
 
     def _decode_attention_of(self, x: np.ndarray) -> np.ndarray:
         """The attention time of decode-only passes with Σ(kv + 1) = x, priced as ``_attention_time``

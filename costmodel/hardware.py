@@ -13,6 +13,7 @@ from .errors import InputError, require
 HARDWARE_DIR = Path(__file__).parent / "hardware"
 GiB = 1 << 30
 COMBINES = ("max", "quadrature")
+ATTN_FORMS = ("roofline", "separate", "varlen")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,17 @@ class Hardware:
     roofline_combine: str = "max"   # how a kernel's F/π and B/β combine: max, or quadrature (√(a²+b²))
     pi_attn: float | None = None    # separate attention throughput when calibrated; None = pi_eff
     beta_attn: float | None = None
+    attn_form: str = "roofline"     # attention: the roofline above, or fitted "separate" / "varlen" kernels
+    attn_prefill_beta: float = 0.0  # fitted prefill: the tokens-linear term, KV bytes / this (B/s)
+    attn_prefill_overhead_s: float = 0.0   # fitted prefill: fixed cost of the kernel per layer
+    attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
+    attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
+    attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
+    attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
+    attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
+    sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
+    sampler_seq_s: float = 0.0      # ... and per sampled sequence
+    allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
     interconnect_bandwidth: float = 0.0   # bytes/s per direction per GPU, for tensor parallelism
     interconnect_latency_s: float = 0.0   # per ring step
     gpus_per_node: int = 8
@@ -77,13 +89,27 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
-    for fld in ("step_overhead_s", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "kernel_floor_s", "kernel_overhead_s", "interconnect_bandwidth",
-                "interconnect_latency_s"):
+    for fld in ("step_overhead_s", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "kernel_floor_s",
+                "kernel_overhead_s", "interconnect_bandwidth",
+                "interconnect_latency_s", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_decode_pi",
+                "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "sampler_s",
+                "sampler_seq_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
             hw.gemm_tile_rows, "must be a positive integer")
     require(hw.roofline_combine in COMBINES, f"{source}:roofline_combine", hw.roofline_combine,
             f"must be one of {', '.join(COMBINES)}")
+    require(hw.attn_form in ATTN_FORMS, f"{source}:attn_form", hw.attn_form, f"must be one of {', '.join(ATTN_FORMS)}")
+    if hw.attn_form != "roofline":
+        for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
+            require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
+    regimes = hw.allreduce_regimes or {}
+    require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
+    for tp, v in regimes.items():
+        ok = isinstance(tp, int) and tp > 1 and isinstance(v, (list, tuple)) and len(v) >= 2 and len(v) % 2 == 0 and all(
+            isinstance(x, (int, float)) and x > 0 for x in v)
+        require(ok, f"{source}:allreduce_regimes:{tp}", v,
+                "must be tp (> 1) -> [latency_s, bandwidth, latency_s, bandwidth, ...] (one pair per regime), all > 0")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

@@ -24,10 +24,19 @@ Operators (each one kernel family, summed over layers):
                     element each, plus the short convolution's 2·K per channel; bytes: each sequence's
                     fixed state read and written once per pass (recurrent state in float32, SGLang's
                     default mamba_ssm_dtype; conv state in b)
-  allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each
+  allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
+                    profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
+                    (``calibration/operator_models.py``: the engine's faster algorithm by size)
+  sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
   host              the engine's host time not hidden by the GPU (costmodel/host.py): all of it
                     serially, the part beyond the GPU time with host/GPU overlap
+
+Profiles with attn_form "separate" or "varlen" price attention with the fitted kernel models of
+``calibration/operator_models.py`` instead (L layers, per layer): prefill chunks (q > 1)
+F/π_attn + B/attn_prefill_beta + overhead (B: KV read and written, Q read and O written); decodes (q = 1) √((F/attn_decode_pi)² + (B/β_attn)²)
++ attn_decode_seq_s per sequence + overhead; "varlen" (one FlashAttention call for the batch):
+beside a prefill chunk, decodes cost F/attn_mixed_pi + attn_mixed_seq_s each, in the prefill kernel.
 
 Each operator costs combine(F/π, B/β), at least kernel_floor_s per kernel, plus kernel_overhead_s per
 kernel: combine is max (the seed's roofline) or, for profiles calibrated with the "smooth" form,
@@ -127,16 +136,26 @@ class CostModel(DecodeRuns, HostTime):
         self.tile = hw.gemm_tile_rows
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
+        self.attn_fitted = hw.attn_form != "roofline"
+        if self.attn_fitted:            # q > 1 is prefill, q = 1 decode: pairs > 1·(kv + q) exactly when q > 1
+            self.attn_bound = 1.0
+            self.varlen = hw.attn_form == "varlen"
+            self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
+            self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
+            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
-        self._decode_memory_bound = (not self.quadrature and
+        self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
         self._decode_attention = np.empty(0)
-        self._fixed_uses_seqs = self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
+        self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
+                                 or bool(hw.sampler_seq_s))
         ring = 2 * (tp - 1) / tp
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
+        self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
+        self.ar_calls, self.ar_bytes_per_call_row = 2 * m.L, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
@@ -181,6 +200,8 @@ class CostModel(DecodeRuns, HostTime):
             out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
             out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
                         beta, hw.kernel_floor_s, over))
+        if hw.sampler_s or hw.sampler_seq_s:
+            out.append(("sampler", 0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * seqs))
         if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
             out.append(("linear_attention", self.lin_attn_flops_per_row * rows, 2 * self.lin_state_bytes_per_seq * seqs,
                         hw.pi_attention, hw.beta_attention, self.floor_lin_attn, self.over_lin_attn))
@@ -203,8 +224,31 @@ class CostModel(DecodeRuns, HostTime):
         a, m = fl / pi, by / beta
         return (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
 
+    def _fitted_attention_terms(self, s: ShapeStats):
+        """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
+        hw, n = self.hw, s.seqs - s.prefill_seqs
+        out = []
+        if s.prefill_kv:
+            by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
+            t = (self.attn_coef * s.prefill_pairs) / hw.pi_attention + by / hw.attn_prefill_beta
+            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
+        if s.decode_kv:
+            fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
+            if self.varlen and s.prefill_kv:
+                t = fl / hw.attn_mixed_pi + self.mix_seq * n
+            else:
+                a, m = fl / hw.attn_decode_pi, by / hw.beta_attention
+                t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
+            out.append(("attention_decode", fl, by, t))
+        return out
+
     def allreduce_s(self, rows: int) -> float:
-        return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency if self.tp > 1 else 0.0
+        if self.tp == 1:
+            return 0.0
+        if self.ar_regimes:
+            size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
+            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(0, len(r), 2))
+        return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
@@ -224,10 +268,25 @@ class CostModel(DecodeRuns, HostTime):
             t = self._fixed[key] = self._fixed_time(rows, seqs)
         return t
 
-    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float) -> float:
-        """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined)."""
+    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
+                        decodes: int = 0, rows: int = 0) -> float:
+        """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined);
+        `decodes` (memory-bound sequences) and the pass's `rows` matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
         t = 0.0
+        if self.attn_fitted:
+            hw = self.hw
+            if prefill_kv:
+                by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
+                t += (self.attn_coef * prefill_pairs) / pi + by / hw.attn_prefill_beta + self.pre_over
+            if decode_kv:
+                fl = self.attn_coef * decode_pairs
+                if self.varlen and prefill_kv:
+                    t += fl / hw.attn_mixed_pi + self.mix_seq * decodes
+                else:
+                    a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * decodes) / beta
+                    t += math.sqrt(a * a + m * m) + (self.dec_seq * decodes + self.dec_over)
+            return t
         if prefill_kv:
             a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
@@ -239,7 +298,8 @@ class CostModel(DecodeRuns, HostTime):
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
         gpu = self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
-                                                                    s.memory_bound_pairs, s.decode_kv)
+                                                                    s.memory_bound_pairs, s.decode_kv,
+                                                                    s.seqs - s.prefill_seqs, s.rows)
         return self._with_host(gpu, s.seqs, s.prefill_seqs) if self.has_host else gpu
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
@@ -247,19 +307,20 @@ class CostModel(DecodeRuns, HostTime):
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
         if len(q_lens) > 48:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
-        rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
-        gpu = self._fixed_part(rows, len(q_lens) + decodes) + self._attention_time(float(pairs), float(pkv),
-                                                                                  float(dpairs), float(dkv))
-        if self.has_host:
-            return self._with_host(gpu, len(q_lens) + decodes, sum(1 for q in q_lens if q > 1))
-        return gpu
+        rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
+        seqs = len(q_lens) + decodes
+        gpu = self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
+                                                                 seqs - pseqs, rows)
+        return self._with_host(gpu, seqs, pseqs) if self.has_host else gpu
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
-        for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + self.attention_terms(s):
+        fitted = self._fitted_attention_terms(s) if self.attn_fitted else []
+        for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + ([] if fitted else self.attention_terms(s)):
             tc, tm = fl / pi, by / beta
             ops.append(Operator(name, fl, by, self._op_time(fl, by, pi, beta, floor, over),
                                 "compute" if tc >= tm else "memory"))
+        ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]
         if self.tp > 1:
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
         if self.hw.step_overhead_s:

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int]:
-    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs), exact integers;
-    `decodes` more q = 1 sequences come as their total Σ(kv + 1), compute-bound only when bound < 1."""
-    rows, pairs, pkv, dkv, dpairs = decodes, 0, 0, 0, 0
+def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int, int]:
+    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs, prefill
+    sequences (q > 1)), exact integers; `decodes` more q = 1 sequences come as their total Σ(kv + 1),
+    compute-bound only when bound < 1. At bound 1 (fitted attention) the prefill sequences are
+    exactly the compute-bound ones: q·kv + q(q+1)/2 > kv + q exactly when q > 1."""
+    rows, pairs, pkv, dkv, dpairs, pseqs = decodes, 0, 0, 0, 0, 0
     if decodes:
         if 1 > bound:
             pairs = pkv = decode_tokens
@@ -18,6 +20,7 @@ def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: i
     for q, kv in zip(q_lens, kv_lens):
         q, kv = int(q), int(kv)
         rows += q
+        pseqs += q > 1
         p = q * kv + q * (q + 1) // 2
         if p > bound * (kv + q):
             pairs += p
@@ -25,7 +28,7 @@ def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: i
         else:
             dpairs += p
             dkv += kv + q
-    return rows, pairs, pkv, dkv, dpairs
+    return rows, pairs, pkv, dkv, dpairs, pseqs
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class ShapeStats:
     prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
     decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
     decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
-    prefill_seqs: int = 0        # sequences with q > 1 (the host time's per-prefill term)
+    prefill_seqs: int = 0        # sequences with q > 1 (host time's per-prefill term; at bound 1 the compute-bound ones)
 
     @classmethod
     def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0) -> "ShapeStats":
@@ -52,15 +55,14 @@ class ShapeStats:
         if len(q_lens) > 48:
             s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound)
             return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
-        rows, pairs, pkv, dkv, dpairs = attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
-        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs),
-                   sum(1 for q in q_lens if q > 1))
+        rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
+        return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs), pseqs)
 
     def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
         """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
-        rows, pairs, pkv, dkv, dpairs = attention_sums((), (), bound, n, tokens)
+        rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums((), (), bound, n, tokens)
         return ShapeStats(self.rows + rows, self.seqs + n, self.prefill_pairs + pairs, self.prefill_kv + pkv,
-                          self.decode_kv + dkv, self.decode_pairs + dpairs, self.prefill_seqs)
+                          self.decode_kv + dkv, self.decode_pairs + dpairs, self.prefill_seqs + pseqs)
 
     @classmethod
     def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float) -> "ShapeStats":

@@ -14,6 +14,9 @@ from costmodel.calibration.fit import DEFAULT_FORM, FORMS
 from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_plan, split_holdout
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
+from costmodel.calibration.holdout import error_table, split_by_shape
+from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, spec_hardware
+from costmodel.calibration.step_timings import STEP_FORMATS
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
 
@@ -21,13 +24,16 @@ from . import calibrate_steps
 from .common_args import positive_int
 from .report import table
 
-FORMATS = ("vidur", "timings", "steps", "splitwise", "vllm-log")
+FORMATS = KERNEL_FORMATS + STEP_FORMATS
 
 
 def add_parser(p):
     p.add_argument("--from", dest="sources", nargs=2, action="append", metavar=("FORMAT", "PATH"),
-                   help="fit existing timings: 'vidur DIR|CSV' (mlp.csv, all_reduce.csv), 'timings CSV', or step "
-                        "timings 'steps CSV', 'splitwise CSV', 'vllm-log LOG' (π, β scales and host terms); repeatable")
+                   help="fit existing timings: 'vidur DIR|CSV' (mlp.csv, all_reduce.csv), 'timings CSV', "
+                        "'aiconfigurator DIR' (<gpu>[/<framework>/<version>]) or 'llmservingsim DIR' "
+                        "(a profile folder: tp<N>/attention.csv, dense.csv, per_sequence.csv), or step timings "
+                        "'steps CSV', 'splitwise CSV', 'vllm-log LOG' (π, β scales and host terms on top of the "
+                        "kernel fit); repeatable, one fit")
     p.add_argument("--measure", action="store_true", help="run the microbenchmark here, then fit")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="microbenchmark back end (cuda needs torch)")
     p.add_argument("--model", default="llama-3.1-8b", help="shapes for the cuda microbenchmark")
@@ -36,9 +42,14 @@ def add_parser(p):
                    help="timings to predict, not fit (same formats as --from); repeatable")
     p.add_argument("--holdout-steps", nargs=2, action="append", metavar=("FORMAT", "PATH"), default=[],
                    help="step timings to predict, not fit (steps, splitwise, vllm-log); repeatable")
-    p.add_argument("--base", help="profile whose spec fields the fitted one keeps (default h100; cpu: this machine)")
-    p.add_argument("--form", choices=FORMS, default=DEFAULT_FORM,
-                   help="smooth: √((F'/π)² + (B/β)²) + floor, GEMM rows padded to 128 (default); "
+    p.add_argument("--holdout-shapes", type=float, metavar="FRACTION",
+                   help="hold out this fraction of whole shapes (GEMM (n, k), attention head configurations, "
+                        "all-reduce sizes) of the --from data and report the error on them")
+    p.add_argument("--base", help="profile whose spec fields the fitted one keeps and whose spec sheet caps π and β "
+                                  "(default: the AIConfigurator folder's spec sheet, else h100; cpu: this machine)")
+    p.add_argument("--form", choices=FORMS, default=None,
+                   help=f"smooth: √((F'/π)² + (B/β)²) + floor, GEMM rows padded to 128 (default, {DEFAULT_FORM}); "
+                        "physical: the same with the 16-row MMA tile (default for aiconfigurator and llmservingsim); "
                         "offset: max(F/π, B/β) + floor; max: max(F/π, B/β, floor)")
     p.add_argument("--name", help="name of the written profile")
     p.add_argument("--out", help="folder for fitted.yaml, timings.csv, residuals.png, report.json")
@@ -55,28 +66,45 @@ def _timings(args) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
     require(bool(args.sources), "from", None, "give --from FORMAT PATH or --measure")
     for fmt, _ in args.sources:
         require(fmt in FORMATS, "from", fmt, f"unknown format; known: {', '.join(FORMATS)}")
-    train = pd.concat([load_timings(path) for _, path in args.sources], ignore_index=True)
-    return train, None, ", ".join(path for _, path in args.sources)
+    loaded = [load_source(fmt, path) for fmt, path in args.sources]
+    args.notes = [n for _, notes in loaded for n in notes]
+    train = pd.concat([df for df, _ in loaded], ignore_index=True)
+    held = None
+    if args.holdout_shapes:
+        require(0 < args.holdout_shapes < 1, "holdout-shapes", args.holdout_shapes, "must be between 0 and 1")
+        train, held = split_by_shape(train, args.holdout_shapes)
+    return train, held, ", ".join(path for _, path in args.sources)
+
+
+def _base(args):
+    if args.base:
+        return load_hardware(args.base)
+    if args.measure and args.device == "cpu":
+        return cpu_base()
+    spec = next((spec_hardware(p) for f, p in args.sources or [] if f == "aiconfigurator" and spec_hardware(p)), None)
+    return spec or load_hardware("h100")
 
 
 def calibrate(args) -> dict:
+    args.notes = []
     kernel_sources, step_sources = calibrate_steps.split_sources(args.sources)
     if step_sources:
         return _calibrate_steps(args, kernel_sources, step_sources)
     train, held, source = _timings(args)
     if args.holdout:
         held = pd.concat([load_timings(p) for p in args.holdout], ignore_index=True)
-    result = fit(train, form=args.form)
-    base = load_hardware(args.base) if args.base else (cpu_base() if args.measure and args.device == "cpu"
-                                                        else load_hardware("h100"))
+    new = any(f in ("aiconfigurator", "llmservingsim") for f, _ in args.sources or [])
+    form = args.form or ("physical" if new else DEFAULT_FORM)
+    base = _base(args)
+    result = fit(train, form=form, spec=None if base.name == "cpu" else base)
     if base.name == "cpu":
         base = base.replace(peak_flops=result.value("gemm.pi"), peak_bandwidth=result.value("gemm.beta"))
     hw = profile_from_fit(result, base, source, args.name)
     report = {"source": source, "fit_seconds": result.seconds, "points": len(train),
               "parameters": result.table().to_dict("records"),
-              "errors_fit": result.errors(train).to_dict("records"),
-              "errors_held_out": result.errors(held).to_dict("records") if held is not None else [],
-              "warnings": result.warnings, "base": {"name": base.name, "pi_eff": base.pi_eff, "beta_eff": base.beta_eff},
+              "errors_fit": error_table(result, train).to_dict("records"),
+              "errors_held_out": error_table(result, held).to_dict("records") if held is not None else [],
+              "skipped": args.notes, "warnings": result.warnings, "base": {"name": base.name, "pi_eff": base.pi_eff, "beta_eff": base.beta_eff},
               "files": {}}
     if args.out:
         out = Path(args.out)
@@ -140,6 +168,8 @@ def run(args) -> int:
         if report[key]:
             print(f"\n{title}")
             print(table(report[key]))
+    for n in report["skipped"]:
+        print(f"note: {n}")
     for w in report["warnings"]:
         print(f"warning: {w}")
     for kind, path in report["files"].items():

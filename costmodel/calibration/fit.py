@@ -27,6 +27,11 @@ stages, kernel choice), so the two times add in quadrature instead of the larger
 same as max far from the ridge, √2× at it. Neither adds a fitted parameter. Fitted on H100
 Llama-2-7B they cut the held-out GEMM MAPE on InternLM-20B / Qwen-72B from 10.0/11.3 % (offset) to
 8.0/9.1 % (``experiments/calibration_bench.py``).
+"physical" is "smooth" with the row tile of one tensor-core MMA instruction (16 rows) instead of a CTA
+tile: skinny GEMMs run split-K / small-tile kernels, and padding a 1-token GEMM to 128 rows made it
+look compute-bound, so the memory regime was never fitted (an A100 fit returned β above the spec
+sheet). Whatever the form, ``fit(spec=...)`` caps π at the spec peak, β at the spec bandwidth and
+an all-reduce's bandwidth at the interconnect's; a fit that lands on a cap says so (clamped).
 Residuals are log(t_model/t_measured), so every kernel counts by its relative error whatever its
 size. Parameters are fitted as x = ln(p/p0), p0 a data-derived start: O(1), positive, and the
 covariance of x is directly the relative variance of p. Classes share no parameters, so each is
@@ -53,9 +58,13 @@ UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "floor": "s", "bandwid
 LOG_BOUND = np.log(1e4)
 LOSS, F_SCALE = "soft_l1", 0.1        # residuals beyond ~10 % count linearly, not squared
 POOR_REL_SIGMA = 0.5
-FORMS = ("max", "offset", "smooth")
+FORMS = ("max", "offset", "smooth", "physical")
 DEFAULT_FORM = "smooth"
 TILE_ROWS = 128                       # GEMM row tile of the "smooth" form
+MMA_ROWS = 16                         # GEMM row tile of the "physical" form: the m of mma.sync m16n8k16
+QUADRATURE_FORMS = ("smooth", "physical")
+CAPPED_CLASSES = ("gemm", "moe", "attention", "attention_prefill", "attention_decode", "allreduce")   # stream HBM
+# (norms, activations, rope and the like are often served from the L2, so HBM's spec does not cap them)
 
 
 def class_params(op_class: str) -> tuple[str, ...]:
@@ -68,7 +77,9 @@ def class_params(op_class: str) -> tuple[str, ...]:
 
 def tile_rows(form: str, op_class: str) -> int:
     """Rows a GEMM's MMA work is padded up to (1: none)."""
-    return TILE_ROWS if form == "smooth" and op_class == "gemm" else 1
+    if op_class != "gemm":
+        return 1
+    return {"smooth": TILE_ROWS, "physical": MMA_ROWS}.get(form, 1)
 
 
 def _terms(params: tuple[str, ...], df: pd.DataFrame, tile: int = 1, device: Device = H100) -> np.ndarray:
@@ -89,7 +100,7 @@ def _is_rate(p: str) -> bool:
 
 def _added(form: str, p: str) -> bool:
     """Parameters whose term adds to the others' maximum rather than competing with it."""
-    return p == "latency" or (p == "floor" and form in ("offset", "smooth"))
+    return p == "latency" or (p == "floor" and form in ("offset", *QUADRATURE_FORMS))
 
 
 def _parts(params, values, q) -> np.ndarray:
@@ -101,7 +112,7 @@ def _combine(form: str, params, parts: np.ndarray):
     added ones."""
     add = np.array([_added(form, p) for p in params])
     sign = np.array([-1.0 if _is_rate(p) else 1.0 for p in params])
-    if form == "smooth":
+    if form in QUADRATURE_FORMS:
         sq = np.where(add, 0.0, parts * parts)
         peak = np.sqrt(sq.sum(1, keepdims=True))
         t = peak[:, 0] + parts[:, add].sum(1)
@@ -192,7 +203,26 @@ def _warnings(op_class, params, values, x, cov, active, cond) -> list[str]:
     return out
 
 
-def fit_class(df: pd.DataFrame, op_class: str, form: str = DEFAULT_FORM, device: Device = H100) -> ClassFit:
+def clamp_warning(op_class: str, p: str, cap: float, unit: str) -> str:
+    return (f"{op_class}.{p} clamped at the spec sheet's {cap:.4g} {unit}: the data want more "
+            f"(faster than the GPU can be; check the table's dtype and units)")
+
+
+def upper_bounds(spec) -> dict:
+    """Caps by parameter name from a spec (a Hardware): π ≤ peak_flops, β ≤ peak_bandwidth,
+    an all-reduce's bandwidth ≤ interconnect_bandwidth (when the spec has one)."""
+    if spec is None:
+        return {}
+    out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
+           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth}
+    if spec.interconnect_bandwidth:
+        out.update(bandwidth=spec.interconnect_bandwidth, bandwidth_large=spec.interconnect_bandwidth,
+                   bandwidth_small=spec.interconnect_bandwidth)
+    return out
+
+
+def fit_class(df: pd.DataFrame, op_class: str, form: str = DEFAULT_FORM, device: Device = H100,
+              upper: dict | None = None) -> ClassFit:
     require(form in FORMS, "form", form, f"must be one of {FORMS}")
     params = class_params(op_class)
     df = validate(df, f"timings:{op_class}")
@@ -200,15 +230,20 @@ def fit_class(df: pd.DataFrame, op_class: str, form: str = DEFAULT_FORM, device:
     require(len(t) > len(params), f"timings:{op_class}", len(t),
             f"{len(t)} points cannot fit {len(params)} parameters {list(params)}")
     p0 = _start(form, params, q, t)
+    cap = np.array([(upper or {}).get(p, np.inf) for p in params])
+    p0 = np.where(p0 >= cap, 0.5 * cap, p0)
+    hi = np.minimum(LOG_BOUND, np.log(cap / p0))
     res = least_squares(lambda x: np.log(model_times(params, p0 * np.exp(x), q, form) / t),
                         np.zeros(len(params)), jac=lambda x: _combine(form, params, _parts(params, p0 * np.exp(x), q))[1],
-                        bounds=(-LOG_BOUND, LOG_BOUND), loss=LOSS, f_scale=F_SCALE, method="trf")
+                        bounds=(-LOG_BOUND, hi), loss=LOSS, f_scale=F_SCALE, method="trf")
     values = p0 * np.exp(res.x)
     share = np.abs(_combine(form, params, _parts(params, values, q))[1])
     active = {p: int((share[:, j] >= (0.1 if _added(form, p) else 0.5)).sum()) for j, p in enumerate(params)}
     ok = np.array([active[p] > 0 for p in params])
     cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
     warns = _warnings(op_class, params, values, res.x, cov, active, cond)
+    warns += [clamp_warning(op_class, p, cap[j], UNITS[p]) for j, p in enumerate(params)
+              if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6)]
     errors = ape_stats(model_times(params, values, q, form), t)
     return ClassFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), device)
 
@@ -251,19 +286,29 @@ class Fit:
                              for cls, idx in df.groupby("op_class").indices.items() if cls in self.classes])
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame([{"parameter": f"{c.op_class}.{p}", "value": c.values[j], "unit": UNITS[p],
+        return pd.DataFrame([{"parameter": f"{c.op_class}.{p}", "value": c.values[j],
+                              "unit": (getattr(c, "units", None) or UNITS)[p],
                               "rel_sigma": c.rel_sigma[j], "active_points": c.active[p]}
                              for c in self.classes.values() for j, p in enumerate(c.params)])
 
 
-def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device = H100) -> Fit:
+def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device = H100, spec=None) -> Fit:
     """Fit every operator class in the tidy table (or those named); ``device`` holds the GPU
-    constants of the norm model (default H100)."""
+    constants of the norm model (default H100); ``spec`` (a Hardware) caps the rates at its spec
+    sheet. Attention and the sampler always use their own models (``operator_models``); the
+    all-reduce does under the "physical" form (two regimes per GPU count)."""
+    from .operator_models import CUSTOM_CLASSES, fit_model_class
     t0 = time.perf_counter()
     df = validate(df)
     have = sorted(df["op_class"].unique())
+    upper = upper_bounds(spec)
     fits = {}
     for cls in list(classes) if classes else have:
         require(cls in have, "classes", cls, f"no timings of this class; have {have}")
-        fits[cls] = fit_class(df[df["op_class"] == cls], cls, form, device)
+        sub = df[df["op_class"] == cls]
+        cap = upper if cls in CAPPED_CLASSES else {}
+        if cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
+            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap)
+        else:
+            fits[cls] = fit_class(sub, cls, form, device, cap)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

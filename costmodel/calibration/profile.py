@@ -16,23 +16,32 @@ import os
 import numpy as np
 
 from ..hardware import Hardware
-from .fit import ROW_CLASSES, TILE_ROWS, Fit
+from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
+from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
              "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s"}
 
 
+ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill": "attn_prefill_beta",
+                    "attention.overhead_prefill": "attn_prefill_overhead_s", "attention.pi_decode": "attn_decode_pi",
+                    "attention.beta_decode": "beta_attn", "attention.seq": "attn_decode_seq_s",
+                    "attention.overhead_decode": "attn_decode_overhead_s", "attention.pi_mixed": "attn_mixed_pi",
+                    "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
+                    "sampler.per_seq": "sampler_seq_s"}
+
+
 def hw_fields(form: str) -> dict:
     """Fitted parameter -> Hardware field, for profiles fitted with ``form``."""
     floor = "kernel_floor_s" if form == "max" else "kernel_overhead_s"
-    return {**HW_FIELDS, "gemm.floor": floor}
+    return {**HW_FIELDS, "gemm.floor": floor, **ATTENTION_FIELDS}
 
 
 def form_fields(form: str) -> dict:
     """The Hardware fields that make the roofline price kernels the way ``form`` fitted them."""
-    if form == "smooth":
-        return {"gemm_tile_rows": TILE_ROWS, "roofline_combine": "quadrature"}
+    if form in ("smooth", "physical"):
+        return {"gemm_tile_rows": TILE_ROWS if form == "smooth" else MMA_ROWS, "roofline_combine": "quadrature"}
     return {"gemm_tile_rows": 1, "roofline_combine": "max"}
 
 
@@ -74,7 +83,19 @@ def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
 def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = None) -> Hardware:
     """``base`` with the fitted fields replaced; counting 'faithful' (the fit prices real kernels)."""
     form = next(iter(fit.classes.values())).form
-    changes = {fld: fit.value(p) for p, fld in hw_fields(form).items() if p.rsplit(".", 1)[0] in fit.classes}
+    fields = hw_fields(form)
+    changes = {fld: fit.value(p) for p, fld in fields.items()
+               if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
+    if "attention" in fit.classes:
+        changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
+    ar = fit.classes.get("allreduce")
+    if ar is not None and any("@" in p for p in ar.params):
+        r = len(ALLREDUCE_REGIME)
+        changes["allreduce_regimes"] = {int(ar.params[i].split("@")[1]): [float(v) for v in ar.values[i:i + r]]
+                                        for i in range(0, len(ar.params), r)}
+        big = max(changes["allreduce_regimes"])
+        changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
+        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
     other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
     return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),

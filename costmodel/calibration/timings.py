@@ -2,11 +2,18 @@
 the roofline prices it by. Importers turn Vidur's profiling CSVs and our own microbenchmark
 output into it; every unit conversion happens here, once.
 
-Columns: op_class, op, tokens, m, k, n, tp, workers, dtype, flops, bytes, time_s, source.
+Columns: op_class, op, tokens, m, k, n, tp, workers, dtype, flops, bytes, time_s, source, seqs, heads,
+kv_heads (attention: sequences in the batch and the query / KV heads per GPU; 0 elsewhere),
+decode_flops, decode_bytes (class "attention": the part of flops and bytes that the q = 1 sequences
+of the batch make; seqs then counts those sequences).
   gemm        (m×k)·(k×n): 2·m·k·n FLOPs, b·(k·n + m·k + m·n) bytes (weights + activations in/out)
   norm, rope, activation, residual_add, embedding, copy: memory-bound, bytes as the importer says
               (norm: m rows of n = h elements, bytes = b·(2·m·h + h): input, output, weight)
-  attention_prefill / attention_decode: 4·h·d·pairs FLOPs, KV + Q + O bytes
+  attention_prefill / attention_decode: 4·h·d·pairs FLOPs, pairs = Σ q·kv + q(q+1)/2; bytes =
+              2·d·b·Σ(h_kv·(kv + q) + h·q): the KV read and written, and Q read and O written
+  attention   one attention kernel over a batch of prefill chunks (q > 1) and decodes (q = 1): the
+              fitted form of ``fit.attention_times``; op says prefill, decode or mixed
+  sampler     per-sequence GPU work after the LM head (m = sequences)
   allreduce   ring: bytes = 2(n-1)/n · size (what each GPU sends), workers = n
 """
 from __future__ import annotations
@@ -18,7 +25,8 @@ import pandas as pd
 
 from ..errors import InputError, require
 
-COLUMNS = ["op_class", "op", "tokens", "m", "k", "n", "tp", "workers", "dtype", "flops", "bytes", "time_s", "source"]
+COLUMNS = ["op_class", "op", "tokens", "m", "k", "n", "tp", "workers", "dtype", "flops", "bytes", "time_s", "source",
+           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes"]
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -58,10 +66,22 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
     require(bool((df["bytes"] >= 0).all() and (df["flops"] >= 0).all()), f"{source}:bytes", None, "must be >= 0")
     out = df.copy()
     for col, default in (("op", out["op_class"]), ("tokens", 0), ("m", 0), ("k", 0), ("n", 0), ("tp", 1),
-                         ("workers", 1), ("dtype", "float16"), ("source", source)):
+                         ("workers", 1), ("dtype", "float16"), ("source", source), ("seqs", 0), ("heads", 0),
+                         ("kv_heads", 0), ("decode_flops", 0.0), ("decode_bytes", 0.0)):
         if col not in out.columns:
             out[col] = default
+        elif not isinstance(default, pd.Series) and out[col].isna().any():
+            out[col] = out[col].fillna(default)
     return out[COLUMNS].reset_index(drop=True)
+
+
+def attention_row(op_class: str, seqs, q, kv, heads, kv_heads, d, b: int, time_s, **extra) -> dict:
+    """``seqs`` sequences of q new tokens over kv cached ones each (scalars or arrays)."""
+    pairs = seqs * (q * kv + q * (q + 1) / 2)
+    return dict(op_class=op_class, op=op_class, tokens=seqs * q, m=seqs * q, k=kv, n=d, seqs=seqs, heads=heads,
+                kv_heads=kv_heads, flops=4.0 * heads * d * pairs,
+                bytes=2.0 * d * b * seqs * (kv_heads * (kv + q) + heads * q),
+                time_s=time_s, **extra)
 
 
 def _read_csv(path, source: str, nrows: int | None = None) -> pd.DataFrame:

@@ -1,0 +1,171 @@
+"""NVIDIA AIConfigurator's measured kernel tables (``systems/data/<gpu>/<framework>/<version>/``).
+
+Column meanings follow AIConfigurator's ``sdk/perf_database.py``: ``latency`` is in ms; GEMMs are
+(m×k)·(k×n); context attention is ``batch_size`` prompts of ``isl`` tokens with no cached prefix,
+heads per GPU; generation attention is one decode step of ``batch_size`` sequences whose key
+length is ``s = isl + step`` (the table's lookup key; its speed-of-light model reads s - 1 cached
+tokens plus the new one); all-reduce message sizes are in elements of the dtype.
+All-reduce: for each (GPUs, size) the faster of the custom (engine) and NCCL tables is kept, as the
+engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond). Rows faster
+than the spec sheet's float16 peak (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped
+and reported: no 16-bit kernel can do that.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ...errors import require
+from ...hardware import Hardware
+from ..timings import attention_row, gemm_row, validate
+from .tables import drop_failed, keep_dtype, read_table
+
+SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
+ATTN = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step", "latency"]
+MS = 1e-3
+
+
+def _gemm(path: Path, notes: list) -> pd.DataFrame:
+    raw = keep_dtype(read_table(path, ["gemm_dtype", "m", "n", "k", "latency"], ["m", "n", "k", "latency"]),
+                     ["gemm_dtype"], SIXTEEN_BIT, str(path), notes)
+    m, n, k = (raw[c].to_numpy(float) for c in "mnk")
+    df = pd.DataFrame(gemm_row("gemm", m, k, n, 2, raw["latency"].to_numpy(float) * MS, dtype="float16",
+                               source=str(path)))
+    return drop_failed(df, ["n", "k"], "m", str(path), notes)
+
+
+def _attention(path: Path, op_class: str, notes: list) -> pd.DataFrame:
+    raw = read_table(path, ATTN + ["attn_dtype", "kv_cache_dtype"], ATTN)
+    raw = keep_dtype(raw, ["attn_dtype", "kv_cache_dtype"], SIXTEEN_BIT, str(path), notes)
+    b, s, h, hkv, d, step = (raw[c].to_numpy(float) for c in ATTN[:-1])
+    t = raw["latency"].to_numpy(float) * MS
+    if op_class == "attention_prefill":
+        df = pd.DataFrame(attention_row("attention", b, s, 0.0, h, hkv, d, 2, t, dtype="float16", source=str(path)))
+    else:
+        df = pd.DataFrame(attention_row("attention", b, 1.0, s + step - 1, h, hkv, d, 2, t, dtype="float16",
+                                        source=str(path)))
+        df = df.assign(decode_flops=df["flops"], decode_bytes=df["bytes"])
+    df["op"] = op_class
+    if op_class == "attention_prefill":
+        df["seqs"] = 0
+        return drop_failed(df.assign(b=b), ["b", "heads", "kv_heads", "n"], "m", str(path), notes).drop(columns="b")
+    return drop_failed(df, ["seqs", "heads", "kv_heads", "n"], "k", str(path), notes)
+
+
+def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:
+    dt = "nccl_dtype" if nccl else "allreduce_dtype"
+    raw = read_table(path, ["op_name", dt, "num_gpus", "message_size", "latency"], ["num_gpus", "message_size", "latency"])
+    if nccl:
+        other = int((raw["op_name"] != "all_reduce").sum())
+        if other:
+            notes.append(f"{path}: skipped {other} rows of other collectives (all_gather, alltoall, reduce_scatter)")
+        raw = raw[raw["op_name"] == "all_reduce"].reset_index(drop=True)
+    raw = keep_dtype(raw, [dt], SIXTEEN_BIT, str(path), notes)
+    nw, size = raw["num_gpus"].to_numpy(float), raw["message_size"].to_numpy(float) * 2
+    df = pd.DataFrame(dict(op_class="allreduce", op="nccl_all_reduce" if nccl else "custom_all_reduce", tokens=0,
+                           m=size, k=0, n=0, tp=nw, workers=nw, dtype="float16", flops=0.0,
+                           bytes=2 * (nw - 1) / nw * size, time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
+    return df[df["workers"] > 1]
+
+
+def _moe(path: Path, notes: list) -> pd.DataFrame:
+    """Fused MoE layer: T tokens routed top-k among E experts of (gate, up, down) H×I, split
+    moe_tp ways; FLOPs 2·3·H·I/tp per routed token, bytes the experts touched in expectation
+    (uniform routing: E·(1 - (1 - k/E)^T)) plus activations."""
+    cols = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "latency"]
+    raw = keep_dtype(read_table(path, cols + ["moe_dtype", "distribution"], cols), ["moe_dtype"], SIXTEEN_BIT,
+                     str(path), notes)
+    T, H, inter, k, E, tp, ep = (raw[c].to_numpy(float) for c in cols[:-1])
+    per_expert = 3 * H * inter / tp
+    local = E / ep
+    touched = local * (1 - (1 - k / E) ** T)
+    return pd.DataFrame(dict(op_class="moe", op=raw["distribution"].astype(str).to_numpy(), tokens=T, m=T, k=H, n=inter,
+                             tp=tp, workers=ep, dtype="float16", flops=2.0 * per_expert * T * k / ep,
+                             bytes=2.0 * (per_expert * touched + 2 * T * H), seqs=0, heads=k, kv_heads=E,
+                             time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
+
+
+READERS = {"gemm_perf.txt": _gemm, "moe_perf.txt": _moe,
+           "context_attention_perf.txt": lambda p, n: _attention(p, "attention_prefill", n),
+           "generation_attention_perf.txt": lambda p, n: _attention(p, "attention_decode", n),
+           "custom_allreduce_perf.txt": lambda p, n: _allreduce(p, n, nccl=False),
+           "nccl_perf.txt": lambda p, n: _allreduce(p, n, nccl=True)}
+
+
+def _envelope(ar: pd.DataFrame) -> pd.DataFrame:
+    """Per (GPUs, size), the faster of the custom and NCCL all-reduce."""
+    return ar.sort_values("time_s").drop_duplicates(["workers", "m"]).sort_values(["workers", "m"])
+
+
+def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
+    """A ``<gpu>`` folder (every framework and NCCL table below it), a ``<gpu>/<framework>/<version>``
+    folder, or one ``*_perf.txt`` file; the 16-bit rows as tidy timings, and notes on what was skipped."""
+    p = Path(path)
+    require(p.exists(), "from", str(p), "no such file or folder")
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*_perf.txt") if f.name in READERS)
+    require(bool(files), "from", str(p), f"holds none of AIConfigurator's tables ({', '.join(READERS)})")
+    for f in files:
+        require(f.name in READERS, "from", str(f), f"not one of AIConfigurator's tables ({', '.join(READERS)})")
+    notes: list[str] = []
+    frames = [READERS[f.name](f, notes) for f in files]
+    df = pd.concat(frames, ignore_index=True)
+    ar = df["op_class"] == "allreduce"
+    if ar.any() and df.loc[ar, "op"].nunique() > 1:
+        before = int(ar.sum())
+        df = pd.concat([df[~ar], _envelope(df[ar])], ignore_index=True)
+        notes.append(f"{p}: all-reduce: kept the faster of custom and NCCL per (GPUs, size), "
+                     f"{int((df['op_class'] == 'allreduce').sum())} of {before} rows")
+    peak = spec_peak_flops(p)
+    if peak:
+        fast = (df["flops"] / df["time_s"] > peak).to_numpy()
+        for cls in sorted(set(df.loc[fast, "op_class"])):
+            notes.append(f"{p}: skipped {int((fast & (df['op_class'] == cls)).sum())} {cls} rows faster than the "
+                         f"spec sheet's {peak / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)")
+        df = df[~fast]
+    if classes is not None:
+        df = df[df["op_class"].isin(classes)]
+    return validate(df.reset_index(drop=True), str(p)), notes
+
+
+def _spec(path) -> dict:
+    y = spec_yaml(path)
+    if y is None:
+        return {}
+    try:
+        return yaml.safe_load(y.read_text()) or {}
+    except yaml.YAMLError:
+        return {}
+
+
+def spec_peak_flops(path) -> float | None:
+    """``gpu.float16_tc_flops`` of the AIConfigurator spec sheet next to the folder, if any."""
+    v = (_spec(path).get("gpu") or {}).get("float16_tc_flops")
+    return float(v) if v else None
+
+
+def spec_hardware(path) -> Hardware | None:
+    """A base profile from the spec sheet beside the folder (peaks, memory, NVLink per direction);
+    its effective fields start at the peaks and are what a fit replaces."""
+    d = _spec(path)
+    gpu, node = d.get("gpu") or {}, d.get("node") or {}
+    try:
+        flops, bw, mem = float(gpu["float16_tc_flops"]), float(gpu["mem_bw"]), float(gpu["mem_capacity"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    name = spec_yaml(path).stem
+    return Hardware(name, mem, flops, bw, flops, bw, interconnect_bandwidth=float(node.get("intra_node_bw") or 0.0),
+                    gpus_per_node=int(node.get("num_gpus_per_node") or 8),
+                    description=f"{name} (AIConfigurator spec sheet)", sources=[str(spec_yaml(path))])
+
+
+def spec_yaml(path) -> Path | None:
+    """AIConfigurator's ``<gpu>.yaml`` spec sheet next to a ``<gpu>`` folder, when there is one."""
+    p = Path(path).resolve()
+    for d in (p, *p.parents):
+        y = d.parent / f"{d.name}.yaml"
+        if y.is_file():
+            return y
+    return None

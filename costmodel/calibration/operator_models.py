@@ -1,0 +1,178 @@
+"""Operator classes whose time is not one roofline: attention, all-reduce regimes, the sampler.
+
+Each is a small closed-form model of its measured kernel, fitted like the roofline classes
+(log residuals, soft_l1, parameters as ln(p/p0), 1σ from the Jacobian), and priced the same way
+by ``costmodel/roofline.py`` when a profile carries it.
+
+attention   one varlen attention kernel per layer over the batch (vLLM's FlashAttention backend
+            runs prefill chunks and decodes in one call):
+              t = F_p/π_p + B_p/β_p                       prefill chunks (q > 1)
+                + √((F_d/π_d)² + (B_d/β_d)²) + c_seq·n_d   decodes (q = 1)
+                + t_p, t_d                                  each kernel's fixed cost
+            TensorRT-LLM runs context and generation attention as separate kernels (the parts add).
+            vLLM's FlashAttention backend runs one varlen call per layer: with a prefill chunk in
+            the batch its decodes become one-row query tiles of the prefill kernel (FlashAttention's
+            flash_api.cpp mha_varlen_fwd swaps decode heads into split-KV kernels only when
+            max_seqlen_q == 1), which LLMServingSim's attention.csv shows as decodes costing ~4×
+            more beside a chunk than alone: ``attention_times``' varlen form.
+            F = 4·h·d·pairs, B = the KV read and written. For FlashAttention prefill the efficiency
+            F/(π_p·t) rises with the prompt: the B_p/β_p term is the part of the time linear in
+            tokens (loading Q, K, V tiles, the softmax rescaling, the epilogue), which a long prompt
+            amortises over its quadratic FLOPs. Decode streams the KV cache (β_d) and pays a fixed
+            cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
+allreduce   per GPU count n, the fastest of three regimes, as engines choose by message size:
+              t = min_i(ℓ_i + B/bw_i),  B = 2(n-1)/n · size
+            (one-shot custom all-reduce for small messages: low latency; two-shot, then NCCL's ring
+            for large ones: higher latency, higher bandwidth; the minimum of lines is concave in
+            B, as the measured curves are).
+sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
+
+ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
+ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
+SAMPLER = ("floor", "per_seq")
+ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
+R = len(ALLREDUCE_REGIME)
+UNITS = {"pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+         "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
+         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
+BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
+              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
+CUSTOM_CLASSES = ("attention", "sampler")
+
+
+def base_name(p: str) -> str:
+    return p.split("@", 1)[0]
+
+
+def _cols(df: pd.DataFrame):
+    f, b = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
+    fd, bd = df["decode_flops"].to_numpy(float), df["decode_bytes"].to_numpy(float)
+    return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
+
+
+def attention_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
+    """Separate kernels (7 parameters): prefill and decode parts add, each with its overhead.
+    One varlen kernel (9): a batch with a prefill chunk runs its decodes as one-row query tiles
+    of the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
+    tile) plus seq_mixed per decode; a decode-only batch runs the decode kernel."""
+    pi_p, beta_p, over_p, pi_d, beta_d, seq, over_d = v[:7]
+    fp, bp, fd, bd, n = _cols(df)
+    pre = fp > 0
+    decode = np.hypot(fd / pi_d, bd / beta_d) + seq * n + np.where(n > 0, over_d, 0.0)
+    prefill = fp / pi_p + bp / beta_p + np.where(pre, over_p, 0.0)
+    if len(v) == 7:
+        return prefill + decode
+    pi_m, seq_m = v[7:]
+    return np.where(pre, prefill + fd / pi_m + seq_m * n, decode)
+
+
+def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
+    return v[0] + v[1] * df["m"].to_numpy(float)
+
+
+def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
+    return tuple(f"{p}@{int(n)}" for n in sorted(df["workers"].unique()) for p in ALLREDUCE_REGIME)
+
+
+def allreduce_times(v: np.ndarray, df: pd.DataFrame, params) -> np.ndarray:
+    B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
+    out = np.full(len(df), np.nan)
+    for i in range(0, len(params), R):
+        sel = w == int(params[i].split("@")[1])
+        lat, bw = v[i:i + R:2], v[i + 1:i + R:2]
+        out[sel] = np.min(lat[None, :] + B[sel, None] / bw[None, :], axis=1)
+    return out
+
+
+def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+    if op_class == "attention":
+        fp, bp, fd, bd, n = _cols(df)
+        tmin = float(np.min(t))
+        env = lambda q: float(np.max(q[q > 0] / t[q > 0])) if (q > 0).any() else 1.0  # noqa: E731
+        seq = tmin / max(1.0, float(np.median(n[n > 0])) if (n > 0).any() else 1.0)
+        out = [env(fp), env(bp), 0.5 * tmin, env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
+        return np.array(out + [env(fd) * 0.1, seq] if len(params) == 9 else out)
+    if op_class == "sampler":
+        m = df["m"].to_numpy(float)
+        return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
+    out = []
+    B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
+    for i in range(0, len(params), R):
+        sel = w == int(params[i].split("@")[1])
+        order = np.argsort(B[sel])
+        for part in np.array_split(order, R // 2):       # a line through each third of the sizes
+            bb, tt = B[sel][part], t[sel][part]
+            slope = max(float(np.polyfit(bb, tt, 1)[0]), 1e-15) if len(part) > 1 else tt[0] / bb[0]
+            out += [max(float(tt.min() - slope * bb.min()), 0.5 * float(tt.min())), 1.0 / slope]
+    return np.array(out)
+
+
+@dataclass(frozen=True)
+class ModelFit(ClassFit):
+    """A ClassFit whose times come from one of this module's models."""
+    units: dict = None
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        return model_times(self.op_class, self.params, self.values, df)
+
+
+def model_times(op_class: str, params, values, df: pd.DataFrame) -> np.ndarray:
+    if op_class == "attention":
+        return attention_times(values, df)
+    if op_class == "sampler":
+        return sampler_times(values, df)
+    return allreduce_times(values, df, params)
+
+
+def class_params_for(op_class: str, df: pd.DataFrame) -> tuple[str, ...]:
+    if op_class == "attention":
+        mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
+        return ATTENTION_VARLEN if mixed.any() else ATTENTION
+    return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
+
+
+def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict) -> ModelFit:
+    """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
+    physical bounds); a capped parameter whose fit lands on its cap is reported as clamped."""
+    from .fit import clamp_warning  # the bound's wording is shared with the roofline classes
+    params = class_params_for(op_class, df)
+    t = df["time_s"].to_numpy(float)
+    p0 = _start(op_class, params, df, t)
+    cap = np.array([upper.get(base_name(p), np.inf) for p in params])
+    p0 = np.where(p0 >= cap, 0.5 * cap, p0)
+    hi = np.log(cap / p0)
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df) / t)  # noqa: E731
+    res = least_squares(fn, np.zeros(len(params)), bounds=(np.full(len(params), -np.log(1e6)), hi),
+                        loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
+    values = p0 * np.exp(res.x)
+    eps = 1e-3
+    active = {}
+    base = np.log(model_times(op_class, params, values, df))
+    for j, p in enumerate(params):
+        bumped = values.copy()
+        bumped[j] *= np.exp(eps)
+        share = np.abs(np.log(model_times(op_class, params, bumped, df)) - base) / eps
+        active[p] = int((share >= 0.1).sum())
+    ok = np.array([active[p] > 0 for p in params])
+    cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
+    warns = []
+    for j, p in enumerate(params):
+        if not active[p]:
+            warns.append(f"{op_class}.{p} not identified: no point depends on it by 10 %")
+        elif np.isfinite(cov[j, j]) and np.sqrt(cov[j, j]) > POOR_REL_SIGMA:
+            warns.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
+        if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
+            warns.append(clamp_warning(op_class, p, cap[j], UNITS[base_name(p)]))
+    errors = ape_stats(model_times(op_class, params, values, df), t)
+    units = {p: UNITS[base_name(p)] for p in params}
+    return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units)
