@@ -42,6 +42,10 @@ class Hardware:
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
+    attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
+    sms: int = 0                    # streaming multiprocessors (spec; the attention wave model needs it)
+    elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
+    elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
     sampler_seq_s: float = 0.0      # ... and per sampled sequence
     allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
@@ -92,7 +96,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for fld in ("step_overhead_s", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "kernel_floor_s",
                 "kernel_overhead_s", "interconnect_bandwidth",
                 "interconnect_latency_s", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_decode_pi",
-                "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "sampler_s",
+                "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
+                "elementwise_beta", "elementwise_floor_s",
                 "sampler_seq_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -103,6 +108,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     if hw.attn_form != "roofline":
         for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
+    require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
+    require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
     for tp, v in regimes.items():

@@ -27,6 +27,9 @@ Operators (each one kernel family, summed over layers):
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/operator_models.py``: the engine's faster algorithm by size)
+  elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
+                    SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
+                    read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
   sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
   host              the engine's host time not hidden by the GPU (costmodel/host.py): all of it
@@ -58,7 +61,7 @@ from .errors import require
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
-from .shape import ShapeStats, attention_sums
+from .shape import Q_TILE, ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
 LINEAR_STATE_BYTES = 4   # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
@@ -143,6 +146,9 @@ class CostModel(DecodeRuns, HostTime):
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
+        self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
+        if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
+            self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
@@ -155,12 +161,15 @@ class CostModel(DecodeRuns, HostTime):
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
+        qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
+        self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
+        self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
         self.ar_calls, self.ar_bytes_per_call_row = 2 * m.L, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
         (plus `decodes` sequences of one new token given by their Σ(kv + 1), `decode_tokens`)."""
-        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
+        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens, self.q_tile)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -200,6 +209,8 @@ class CostModel(DecodeRuns, HostTime):
             out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
             out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
                         beta, hw.kernel_floor_s, over))
+        if hw.elementwise_beta:
+            out.append(("elementwise", 0.0, self.elem_bytes_per_row * rows, pi, hw.elementwise_beta, 0.0, self.elem_over))
         if hw.sampler_s or hw.sampler_seq_s:
             out.append(("sampler", 0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * seqs))
         if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
@@ -230,7 +241,7 @@ class CostModel(DecodeRuns, HostTime):
         out = []
         if s.prefill_kv:
             by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = (self.attn_coef * s.prefill_pairs) / hw.pi_attention + by / hw.attn_prefill_beta
+            t = self._prefill_compute(s) + by / hw.attn_prefill_beta
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
@@ -241,6 +252,16 @@ class CostModel(DecodeRuns, HostTime):
                 t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
             out.append(("attention_decode", fl, by, t))
         return out
+
+    def _prefill_compute(self, s: ShapeStats) -> float:
+        """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
+        (``calibration.operator_models.prefill_compute``)."""
+        c = (self.attn_coef * s.prefill_pairs) / self.hw.pi_attention
+        if not self.q_tile:
+            return c
+        padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
+        waves = math.ceil(self.heads_gpu * s.prefill_tiles / self.hw.sms)
+        return max(padded, waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2))
 
     def allreduce_s(self, rows: int) -> float:
         if self.tp == 1:
@@ -269,16 +290,18 @@ class CostModel(DecodeRuns, HostTime):
         return t
 
     def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
-                        decodes: int = 0, rows: int = 0) -> float:
+                        decodes: int = 0, rows: int = 0, compute: float | None = None) -> float:
         """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined);
-        `decodes` (memory-bound sequences) and the pass's `rows` matter to fitted attention only."""
+        `decodes` (memory-bound sequences), the pass's `rows` and prefill's `compute` time (the wave
+        model's, from ``_prefill_compute``) matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
         t = 0.0
         if self.attn_fitted:
             hw = self.hw
             if prefill_kv:
                 by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
-                t += (self.attn_coef * prefill_pairs) / pi + by / hw.attn_prefill_beta + self.pre_over
+                c = (self.attn_coef * prefill_pairs) / pi if compute is None else compute
+                t += c + by / hw.attn_prefill_beta + self.pre_over
             if decode_kv:
                 fl = self.attn_coef * decode_pairs
                 if self.varlen and prefill_kv:
@@ -299,13 +322,14 @@ class CostModel(DecodeRuns, HostTime):
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
         gpu = self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
                                                                     s.memory_bound_pairs, s.decode_kv,
-                                                                    s.seqs - s.prefill_seqs, s.rows)
+                                                                    s.seqs - s.prefill_seqs, s.rows,
+                                                                    self._prefill_compute(s) if self.q_tile else None)
         return self._with_host(gpu, s.seqs, s.prefill_seqs) if self.has_host else gpu
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
-        if len(q_lens) > 48:
+        if len(q_lens) > 48 or self.q_tile:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes

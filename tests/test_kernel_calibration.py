@@ -177,7 +177,7 @@ def test_attention_model_recovers_known_parameters(mixed):
     rng = np.random.default_rng(5)
     df = _attention_rows(rng, mixed)
     truth = dict(ATT, **({"pi_mixed": 2e12, "seq_mixed": 1.2e-6} if mixed else {}))
-    t = attention_times(np.array(list(truth.values())), df)
+    t = attention_times(np.array(list(truth.values())), df, tuple(truth))
     f = fit(df.assign(time_s=t * np.exp(0.01 * rng.standard_normal(len(df)))), form="physical")
     c = f.classes["attention"]
     assert c.params == tuple(truth)
@@ -205,13 +205,13 @@ def test_allreduce_regimes_recover_a_concave_curve():
 @pytest.fixture(scope="module")
 def fitted_hw(lss):
     df, _ = lss
-    f = fit(df, form="physical", spec=load_hardware("l40s"))
-    return profile_from_fit(f, load_hardware("l40s"), "fixture", "rtx4090-test"), f
+    f = fit(df, form="physical", spec=load_hardware("rtx4090"))
+    return profile_from_fit(f, load_hardware("rtx4090"), "fixture", "rtx4090-test"), f
 
 
 def test_profile_from_llmservingsim_is_varlen_and_prices_like_the_fit(fitted_hw, lss):
     hw, f = fitted_hw
-    assert hw.attn_form == "varlen" and hw.sampler_seq_s > 0
+    assert hw.attn_form == "varlen" and hw.sampler_seq_s > 0 and hw.attn_wave_s > 0 and hw.sms == 128
     m = load_model("llama-3.1-8b")
     cm = CostModel(m, hw)
     df = lss[0]
@@ -277,3 +277,31 @@ def test_split_by_shape_holds_out_whole_shapes(aic):
         b = set(map(tuple, held[held.op_class == cls][cols].to_numpy()))
         assert b and not (a & b)
     assert math.isclose(len(train) + len(held), len(df))
+
+
+def test_elementwise_operator_prices_the_fitted_kernels(fitted_hw, lss):
+    hw, f = fitted_hw
+    assert hw.elementwise_beta > 0
+    m = load_model("llama-3.1-8b")
+    cm = CostModel(m, hw)
+    df = lss[0]
+    el = df[df.op_class == "elementwise"]
+    common = set.intersection(*(set(el[el.op == op].m) for op in ("layernorm", "act_fn", "rotary_emb")))
+    assert len(common) >= 2
+    for T in sorted(common)[::max(1, len(common) // 4)]:
+        rows = el[el.m == T]
+        per_layer = sum(f.classes["elementwise"].predict(rows[rows.op == op])[0] * (2 if op == "layernorm" else 1)
+                        for op in ("layernorm", "act_fn", "rotary_emb"))
+        op = cm.breakdown(cm.shape([T], [0])).op("elementwise")
+        assert op.time_s == pytest.approx(m.L * per_layer, rel=1e-9)
+
+
+def test_tile_sums_agree_between_the_loop_and_numpy():
+    rng = np.random.default_rng(7)
+    q = list(rng.integers(1, 700, 40)) + [1] * 8
+    kv = list(rng.integers(0, 9000, 48))
+    loop = ShapeStats.of(q, kv, 1.0, tile=64)
+    wide = ShapeStats._of_wide(np.array(q), np.array(kv), 1.0, 64)
+    assert loop == wide
+    hot = [(a, b) for a, b in zip(q, kv) if a > 1]
+    assert loop.prefill_tiles == sum(-(-a // 64) for a, _ in hot) and loop.prefill_kv_max == max(b for _, b in hot)

@@ -308,7 +308,7 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
         sub = df[df["op_class"] == cls]
         cap = upper if cls in CAPPED_CLASSES else {}
         if cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
-            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap)
+            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

@@ -35,14 +35,16 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
 
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
+
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
-UNITS = {"pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
@@ -60,20 +62,37 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def attention_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
-    """Separate kernels (7 parameters): prefill and decode parts add, each with its overhead.
-    One varlen kernel (9): a batch with a prefill chunk runs its decodes as one-row query tiles
-    of the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
-    tile) plus seq_mixed per decode; a decode-only batch runs the decode kernel."""
-    pi_p, beta_p, over_p, pi_d, beta_d, seq, over_d = v[:7]
+def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int) -> np.ndarray:
+    """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
+    F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
+    as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
+    same as 256-token ones (LLMServingSim's RTX 4090 attention.csv: 16- to 256-token chunks over a
+    16k prefix all take ~520 µs)."""
+    if not sms:
+        return fp / pi_p
+    b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
+    h, d = df["heads"].to_numpy(float), df["n"].to_numpy(float)
+    tiles = b * np.ceil(q / Q_TILE)
+    padded = 4 * h * d * Q_TILE * tiles * (2 * kv + q) / 2
+    waves = np.ceil(h * tiles / sms)
+    return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
+
+
+def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0) -> np.ndarray:
+    """Separate kernels: prefill and decode parts add, each with its overhead. One varlen kernel
+    (pi_mixed, seq_mixed): a batch with a prefill chunk runs its decodes as one-row query tiles of
+    the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
+    tile) plus seq_mixed per decode; a decode-only batch runs the decode kernel. With "wave" (and
+    the GPU's SM count), prefill compute follows ``prefill_compute``'s wave model."""
+    p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
-    decode = np.hypot(fd / pi_d, bd / beta_d) + seq * n + np.where(n > 0, over_d, 0.0)
-    prefill = fp / pi_p + bp / beta_p + np.where(pre, over_p, 0.0)
-    if len(v) == 7:
+    decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
+    comp = prefill_compute(fp, df, p["pi_prefill"], p.get("wave", 0.0), sms if "wave" in p else 0)
+    prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
+    if "pi_mixed" not in p:
         return prefill + decode
-    pi_m, seq_m = v[7:]
-    return np.where(pre, prefill + fd / pi_m + seq_m * n, decode)
+    return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
 
 
 def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -101,7 +120,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         env = lambda q: float(np.max(q[q > 0] / t[q > 0])) if (q > 0).any() else 1.0  # noqa: E731
         seq = tmin / max(1.0, float(np.median(n[n > 0])) if (n > 0).any() else 1.0)
         out = [env(fp), env(bp), 0.5 * tmin, env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
-        return np.array(out + [env(fd) * 0.1, seq] if len(params) == 9 else out)
+        out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
+        return np.array(out + [1e-8] if "wave" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -121,47 +141,50 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
 class ModelFit(ClassFit):
     """A ClassFit whose times come from one of this module's models."""
     units: dict = None
+    sms: int = 0
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df)
+        return model_times(self.op_class, self.params, self.values, df, self.sms)
 
 
-def model_times(op_class: str, params, values, df: pd.DataFrame) -> np.ndarray:
+def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0) -> np.ndarray:
     if op_class == "attention":
-        return attention_times(values, df)
+        return attention_times(values, df, params, sms)
     if op_class == "sampler":
         return sampler_times(values, df)
     return allreduce_times(values, df, params)
 
 
-def class_params_for(op_class: str, df: pd.DataFrame) -> tuple[str, ...]:
+def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0) -> tuple[str, ...]:
     if op_class == "attention":
         mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
-        return ATTENTION_VARLEN if mixed.any() else ATTENTION
+        waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
+        return (ATTENTION_VARLEN if mixed.any() else ATTENTION) + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
-def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict) -> ModelFit:
+def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0) -> ModelFit:
     """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
-    physical bounds); a capped parameter whose fit lands on its cap is reported as clamped."""
+    physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
+    (the GPU's SM count, 0: unknown) turns on attention's wave model."""
     from .fit import clamp_warning  # the bound's wording is shared with the roofline classes
-    params = class_params_for(op_class, df)
+    params = class_params_for(op_class, df, sms)
     t = df["time_s"].to_numpy(float)
     p0 = _start(op_class, params, df, t)
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df) / t)  # noqa: E731
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms) / t)  # noqa: E731
     res = least_squares(fn, np.zeros(len(params)), bounds=(np.full(len(params), -np.log(1e6)), hi),
                         loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
     values = p0 * np.exp(res.x)
     eps = 1e-3
     active = {}
-    base = np.log(model_times(op_class, params, values, df))
+    base = np.log(model_times(op_class, params, values, df, sms))
     for j, p in enumerate(params):
         bumped = values.copy()
         bumped[j] *= np.exp(eps)
-        share = np.abs(np.log(model_times(op_class, params, bumped, df)) - base) / eps
+        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms)) - base) / eps
         active[p] = int((share >= 0.1).sum())
     ok = np.array([active[p] > 0 for p in params])
     cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
@@ -173,6 +196,7 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict) -> 
             warns.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
         if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
             warns.append(clamp_warning(op_class, p, cap[j], UNITS[base_name(p)]))
-    errors = ape_stats(model_times(op_class, params, values, df), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms), t)
     units = {p: UNITS[base_name(p)] for p in params}
-    return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units)
+    return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
+                    sms=sms)

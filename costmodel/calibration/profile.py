@@ -29,6 +29,7 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.beta_decode": "beta_attn", "attention.seq": "attn_decode_seq_s",
                     "attention.overhead_decode": "attn_decode_overhead_s", "attention.pi_mixed": "attn_mixed_pi",
                     "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
+                    "attention.wave": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s"}
 
 

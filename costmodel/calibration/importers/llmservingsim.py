@@ -24,8 +24,10 @@ from .tables import read_table
 
 GEMMS = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "gate_up_proj": "mlp_up_proj",
          "down_proj": "mlp_down_proj"}
-ELEMENTWISE = {"layernorm": "norm", "final_layernorm": "norm", "qk_norm": "norm", "act_fn": "activation",
-               "rotary_emb": "rope", "embedding": "embedding"}
+ELEMENTWISE = {"layernorm": "elementwise", "final_layernorm": "norm", "qk_norm": "norm", "act_fn": "elementwise",
+               "rotary_emb": "elementwise", "embedding": "embedding"}
+# the per-layer kernels the roofline's "elementwise" operator prices (two RMSNorms, SiLU-and-mul,
+# rotary embedding); final and q/k norms stay "norm" (once per pass / Qwen3 only)
 US = 1e-6
 
 
@@ -57,7 +59,8 @@ def _attention(path: Path, m: ModelSpec, tp: int) -> pd.DataFrame:
     df = pd.DataFrame(dict(op_class="attention", op=op, tokens=c + n, m=c + n, k=np.maximum(p, k), n=m.d_h, tp=tp,
                            workers=tp, dtype="bfloat16", flops=pre["flops"] + dec["flops"],
                            bytes=pre["bytes"] + dec["bytes"], seqs=n, heads=h, kv_heads=hkv,
-                           decode_flops=dec["flops"], decode_bytes=dec["bytes"], time_s=t, source=str(path)))
+                           decode_flops=dec["flops"], decode_bytes=dec["bytes"], prefill_seqs=(c > 0).astype(int),
+                           prefill_q=c, prefill_kv=p, time_s=t, source=str(path)))
     return df[(c > 0) | (n > 0)]
 
 
