@@ -2,6 +2,14 @@
 profile calibrated only from its own GPU's LLMServingSim profile folder when the `llmservingsim`
 calibration importer exists on this branch, otherwise with the GPU's spec-sheet profile (said so).
 Prints every figure, the mean |relative error|, the median-TPOT error and validate's wall time.
+
+A profile folder is measured on one GPU (tp<N>/ shrinks the layer N ways; its o_proj and down_proj
+times halve from tp1 to tp2, so no all-reduce is inside them): it says nothing about the
+all-reduce. For tp > 1 runs the script also prints the figures with the all-reduce priced from
+other sources, each named: the shipped l40s profile's all-reduce regimes (AIConfigurator's NCCL
+table measured on two PCIe L40S, not this card), and, for diagnosis only, LLMServingSim's own
+cluster-config link (16 GB/s, 20 µs per hop: configs/cluster/*.json's setting for PCIe machines,
+a setting of that simulator, not a measurement).
 Run: python benchmarks/bench_validate.py"""
 from __future__ import annotations
 
@@ -36,6 +44,18 @@ def profile_for(profile_dir: Path, model: str, base: str, tp: int, out: Path) ->
     return str(out / "fitted.yaml"), f"calibrated from {profile_dir} only (base {base})"
 
 
+def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
+    """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
+    l40s = load_hardware("l40s").allreduce_regimes.get(tp)
+    out = []
+    if l40s:
+        out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
+                    hw.replace(allreduce_regimes={tp: list(l40s)})))
+    out.append(("all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
+                hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6)))
+    return out
+
+
 def main() -> None:
     if not ROOT.is_dir():
         print(f"skipped: {ROOT} not found")
@@ -55,6 +75,13 @@ def main() -> None:
                 print(f"  {r.metric:20s} measured {r.measured:12.2f}  simulated {r.simulated:12.2f}  {100 * r.rel_error:+7.1f} %")
             print(f"  mean |relative error| {100 * overall:.1f} %, median TPOT {100 * tpot:+.1f} %, "
                   f"validate {seconds:.2f} s")
+            if run.tp > 1:
+                print(f"  the profile folder holds no all-reduce; above: the base's spec-sheet link "
+                      f"({hw.interconnect_bandwidth / 1e9:.0f} GB/s, {hw.interconnect_latency_s * 1e6:.1f} µs per hop)")
+                for label, alt in interconnect_variants(hw, run.tp):
+                    t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
+                    print(f"  {label}: mean |relative error| {100 * o2:.1f} %, median TPOT "
+                          f"{100 * t2.set_index('metric').loc['median_tpot_ms', 'rel_error']:+.1f} %")
 
 
 if __name__ == "__main__":
