@@ -75,7 +75,8 @@ def main() -> None:
         fitted = fit.errors.set_index("kind")
         print(f"\n{gpu} (base {base_name}): fit on {int((~test).sum())} steps, {len(rows)} rows; held out "
               f"{int(test.sum())} steps (prompts {HELD_PROMPTS} at batch 1, batches {HELD_BATCHES} at prompt 512)")
-        print(f"  π_eff {hw.pi_eff / 1e12:.1f} TFLOP/s, β_eff {hw.beta_eff / 1e12:.3f} TB/s, host "
+        print(f"  π_eff {hw.pi_eff / 1e12:.1f} TFLOP/s, attention π {hw.pi_attention / 1e12:.1f} TFLOP/s, "
+              f"β_eff {hw.beta_eff / 1e12:.3f} TB/s, host "
               f"{hw.host_step_s * 1e3:.3f} ms/step + {hw.host_per_seq_s * 1e6:.1f} µs/seq + "
               f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq")
         for kind in ("prefill", "decode"):

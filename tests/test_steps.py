@@ -108,6 +108,30 @@ def test_fit_recovers_known_constants(truth, base_name):
     assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
 
 
+@pytest.mark.parametrize("s_pi,s_pa", [(0.9, 0.3), (0.6, 1.1)])
+def test_fit_recovers_a_separate_attention_scale(s_pi, s_pa):
+    base = load_hardware("a100-80gb")
+    hw = base.replace(pi_eff=base.pi_eff * s_pi, pi_attn=base.pi_attention * s_pa, host_step_s=1e-3)
+    cm = CostModel(MODEL, hw)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(3))
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.values["s_pi"] == pytest.approx(s_pi, rel=0.02)
+    assert fit.values["s_pi_attn"] == pytest.approx(s_pa, rel=0.02)
+    assert fit.hardware().pi_attention == pytest.approx(base.pi_attention * s_pa, rel=0.02)
+    assert not any("s_pi_attn" in w for w in fit.warnings)
+
+
+def test_attention_scale_tied_to_pi_when_attention_is_negligible():
+    steps = uniform_steps([0] * 5, [0] * 5, [0] * 5, [8, 16, 32, 64, 128], [100] * 5,
+                          [0.010, 0.0105, 0.011, 0.012, 0.014], "x")
+    fit = fit_steps(steps, MODEL, load_hardware("h100"))
+    assert fit.values["s_pi_attn"] == fit.values["s_pi"]
+    assert fit.hardware().pi_attn is None                       # priced at pi_eff, as the base does
+    assert any("s_pi_attn not identified" in w for w in fit.warnings)
+
+
 def test_fit_clamps_at_spec_peaks_and_says_so():
     base = load_hardware("h100")
     fast = base.replace(pi_eff=base.peak_flops * 1.5, beta_eff=base.peak_bandwidth * 1.4)
@@ -127,7 +151,8 @@ def test_unidentified_host_terms_are_held_at_zero():
                           [0.01, 0.011, 0.012, 0.014, 0.018], "x")
     fit = fit_steps(steps, MODEL, load_hardware("h100"))
     assert fit.values["host_per_prefill_seq_s"] == 0.0 and fit.values["host_per_seq_s"] == 0.0
-    assert sum("not identified" in w for w in fit.warnings) == 2
+    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 2
+    assert any(w.startswith("s_pi_attn not identified") for w in fit.warnings)   # decode attention is memory-bound
 
 
 def test_fit_of_40k_steps_is_fast():

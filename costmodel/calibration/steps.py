@@ -2,10 +2,13 @@
 
 A step costs what ``CostModel`` prices (costmodel/roofline.py) plus the engine's host time
 (costmodel/host.py). Kernel tables fix the operator shapes; step timings can only tell a few
-constants apart, so this fits five:
+constants apart, so this fits six:
 
-  s_π, s_β       scale factors on the base profile's π (pi_eff and pi_attn) and β (beta_eff and
-                 beta_attn): every operator's compute time F/π becomes F/(s_π·π), memory time B/(s_β·β)
+  s_π, s_β       scale factors on the base profile's π (pi_eff) and β (beta_eff and beta_attn): every
+                 operator's compute time F/π becomes F/(s_π·π), memory time B/(s_β·β)
+  s_π,attn       the scale on attention's π (pi_attn): the engine's attention kernels need not run at
+                 its GEMMs' efficiency (BLOOM's ALiBi bias kept an engine off FlashAttention); tied to
+                 s_π when quartering attention's π moves no step by ATTN_SHARE (not identified)
   host_step_s, host_per_seq_s, host_per_prefill_seq_s   the host terms
 
   t = Σ_ops combine(F/(s_π π), B/(s_β β), floor) + overhead + allreduce + step_overhead + host      (serial)
@@ -33,8 +36,10 @@ from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
 from .step_timings import STEP_COLUMNS
 
-PARAMS = ("s_pi", "s_beta", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
-HOST = PARAMS[2:]
+PARAMS = ("s_pi", "s_beta", "s_pi_attn", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
+SCALES = PARAMS[:3]
+HOST = PARAMS[3:]
+ATTN_SHARE = 0.05
 LOG_LOW = np.log(1e-3)
 AT_BOUND = 1e-3   # relative distance from a bound that counts as pressing on it
 
@@ -84,9 +89,13 @@ def step_terms(steps: pd.DataFrame, cm: CostModel) -> StepTerms:
     return StepTerms(np.where(has, tc, 0.0), np.where(has, tm, 0.0), floor_m, over_m, const, host, cm.quadrature)
 
 
-def step_times(terms: StepTerms, s_pi: float, s_beta: float, host, overlap: bool = False) -> np.ndarray:
-    """Seconds per step at these constants (host: the three host terms)."""
+def step_times(terms: StepTerms, s_pi: float, s_beta: float, host, overlap: bool = False,
+               s_pi_attn: float | None = None) -> np.ndarray:
+    """Seconds per step at these constants (host: the three host terms; attention's π scale is
+    s_pi unless s_pi_attn is given). The last two operators are attention's."""
     a, m = terms.tc / s_pi, terms.tm / s_beta
+    if s_pi_attn is not None and s_pi_attn != s_pi:
+        a[:, -2:] = terms.tc[:, -2:] / s_pi_attn
     op = np.sqrt(a * a + m * m) if terms.quadrature else np.maximum(a, m)
     gpu = (np.maximum(op, terms.floor) + terms.over).sum(1) + terms.const
     h = terms.host_cols @ np.asarray(host, dtype=float)
@@ -117,13 +126,15 @@ class StepFit:
     def hardware(self, name: str | None = None) -> Hardware:
         """The base profile with π, β (and attention's) scaled and the host terms set."""
         b, v = self.base, self.values
+        tied = v["s_pi_attn"] == v["s_pi"]
         return b.replace(
             name=name or f"{b.name}-steps", pi_eff=self.pi_eff, beta_eff=self.beta_eff,
-            pi_attn=b.pi_attn * v["s_pi"] if b.pi_attn else None,
+            pi_attn=(b.pi_attn * v["s_pi"] if b.pi_attn else None) if tied else b.pi_attention * v["s_pi_attn"],
             beta_attn=b.beta_attn * v["s_beta"] if b.beta_attn else None,
             **{k: float(v[k]) for k in HOST},
             description=f"{b.description or b.name}, step-calibrated",
-            notes=f"pi_eff, beta_eff (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}) and the host terms fitted "
+            notes=f"pi_eff, beta_eff (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}), attention's π "
+                  f"(x{v['s_pi_attn']:.4g}) and the host terms fitted "
                   f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration())
 
@@ -144,7 +155,7 @@ class StepFit:
                           "π, β bounded by the spec peaks"}
 
     def table(self) -> pd.DataFrame:
-        units = {"s_pi": "x", "s_beta": "x", **{k: "s" for k in HOST}}
+        units = {**{k: "x" for k in SCALES}, **{k: "s" for k in HOST}}
         return pd.DataFrame([{"parameter": k, "value": self.values[k], "unit": units[k],
                               "rel_sigma": self.rel_sigma[k]} for k in PARAMS])
 
@@ -155,10 +166,11 @@ def errors_by_kind(pred: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
                          for k, idx in steps.groupby("kind").indices.items()])
 
 
-def _upper(base: Hardware) -> tuple[float, float]:
-    """Largest scales that keep every π below peak_flops and every β below peak_bandwidth."""
-    return (base.peak_flops / max(base.pi_eff, base.pi_attention),
-            base.peak_bandwidth / max(base.beta_eff, base.beta_attention))
+def _upper(base: Hardware, tied: bool) -> tuple[float, float, float]:
+    """Largest scales (s_pi, s_beta, s_pi_attn) that keep every π below peak_flops and every β
+    below peak_bandwidth (s_pi carries attention's π too when the two are tied)."""
+    pi = base.peak_flops / (max(base.pi_eff, base.pi_attention) if tied else base.pi_eff)
+    return pi, base.peak_bandwidth / max(base.beta_eff, base.beta_attention), base.peak_flops / base.pi_attention
 
 
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
@@ -175,47 +187,55 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     terms = step_terms(steps, cm)
     t = steps["time_s"].to_numpy(float)
     scale = float(np.median(t))
-    up_pi, up_beta = _upper(base)
     fixed = dict(fixed or {})
     warns = []
+    zero = [0.0] * len(HOST)
+    moved = step_times(terms, 1.0, 1.0, zero, overlap, 0.25) / step_times(terms, 1.0, 1.0, zero, overlap) - 1.0
+    tied = "s_pi_attn" not in fixed and not (moved >= ATTN_SHARE).any()
+    if tied:
+        warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
+    up = dict(zip(SCALES, _upper(base, tied)))
     for k, col, why in (("host_per_prefill_seq_s", 2, "no step has a prefill sequence"),
                         ("host_per_seq_s", 1, "every step has the same number of sequences")):
         c = terms.host_cols[:, col]
         if k not in fixed and (not c.any() or (col == 1 and np.ptp(c) == 0)):
             fixed[k] = 0.0
             warns.append(f"{k} not identified: {why}; held at 0")
-    free = [p for p in PARAMS if p not in fixed]
+    free = [p for p in PARAMS if p not in fixed and not (tied and p == "s_pi_attn")]
 
     def unpack(x):
         v = dict(fixed)
         v.update(zip(free, x))
-        s_pi = np.exp(v["s_pi"]) if "s_pi" in free else v["s_pi"]
-        s_beta = np.exp(v["s_beta"]) if "s_beta" in free else v["s_beta"]
+        sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
+        if tied:
+            sc[2] = sc[0]
         host = [v[k] * (scale if k in free else 1.0) for k in HOST]
-        return s_pi, s_beta, host
+        return sc, host
 
     def resid(x):
-        s_pi, s_beta, host = unpack(x)
-        return np.log(step_times(terms, s_pi, s_beta, host, overlap) / t)
+        (s_pi, s_beta, s_pa), host = unpack(x)
+        return np.log(step_times(terms, s_pi, s_beta, host, overlap, s_pa) / t)
 
-    lo = [LOG_LOW if p in ("s_pi", "s_beta") else 0.0 for p in free]
-    hi = [np.log(up_pi) if p == "s_pi" else np.log(up_beta) if p == "s_beta" else np.inf for p in free]
-    x0 = [min(0.0, h - 1e-6) if p in ("s_pi", "s_beta") else 0.01 for p, h in zip(free, hi)]
+    lo = [LOG_LOW if p in SCALES else 0.0 for p in free]
+    hi = [np.log(up[p]) if p in SCALES else np.inf for p in free]
+    x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
     res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
-    s_pi, s_beta, host = unpack(res.x)
+    (s_pi, s_beta, s_pa), host = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
-    values = {"s_pi": float(s_pi), "s_beta": float(s_beta), **{k: float(h) for k, h in zip(HOST, host)}}
+    values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa),
+              **{k: float(h) for k, h in zip(HOST, host)}}
     for p, x, h in zip(free, res.x, hi):
-        if p in ("s_pi", "s_beta") and x >= h - AT_BOUND:
-            what = "pi_eff at peak_flops" if p == "s_pi" else "beta_eff at peak_bandwidth"
+        if p in SCALES and x >= h - AT_BOUND:
+            what = {"s_pi": "pi_eff at peak_flops", "s_beta": "beta_eff at peak_bandwidth",
+                    "s_pi_attn": "pi_attn at peak_flops"}[p]
             warns.append(f"{p} pressed against the spec sheet and was clamped: {what}")
     rel = _rel_sigma(res, free, values, len(t))
     for p in free:
         if p in HOST and values[p] == 0.0:
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
-    rel.update({p: np.inf for p in fixed})
-    pred = step_times(terms, s_pi, s_beta, host, overlap)
+    rel.update({p: np.inf for p in PARAMS if p not in free})
+    pred = step_times(terms, s_pi, s_beta, host, overlap, s_pa)
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
                    time.perf_counter() - t0, len(t), tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})))
 
@@ -233,7 +253,7 @@ def _rel_sigma(res, free, values, n) -> dict:
         return out
     for j, p in enumerate(free):
         sd = float(np.sqrt(max(cov[j, j], 0.0)))
-        out[p] = sd if p in ("s_pi", "s_beta") else (sd / res.x[j] if res.x[j] > 0 else np.inf)
+        out[p] = sd if p in SCALES else (sd / res.x[j] if res.x[j] > 0 else np.inf)
     return out
 
 
