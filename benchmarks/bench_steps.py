@@ -85,6 +85,11 @@ def main() -> None:
         for w in fit.warnings:
             print(f"  warning: {w}")
         print_evidence(raw, gpu)
+        shapes = uniform_steps([1, 16], [8192, 512], [0, 0], [0, 0], [0, 0], [1.0, 1.0], "check")
+        p1, p16 = predict_steps(shapes, model, hw, fit.tp) * 1e3
+        meas = per_token(raw, gpu).set_index(["prompt_size", "batch_size"]).prompt_time
+        print(f"  8192 tokens as 8192x1 minus as 512x16: measured {meas[(8192, 1)] - meas[(512, 16)]:.0f} ms, "
+              f"the fit prices {p1 - p16:.0f} ms (only attention tells the two apart)")
     rng = np.random.default_rng(0)
     n = 40_000
     kinds = rng.integers(0, 3, n)
