@@ -45,8 +45,12 @@ GPUS = {   # shipped name: (AIConfigurator folder, base profile or spec fields)
 }
 
 
-def base_of(spec) -> Hardware:
-    return load_hardware(spec) if isinstance(spec, str) else Hardware(**spec)
+SMS = {"h100-sxm": 132, "a100-sxm": 108, "l40s": 142, "b200": 148}   # SM counts (NVIDIA architecture whitepapers)
+
+
+def base_of(spec, name: str | None = None) -> Hardware:
+    hw = load_hardware(spec) if isinstance(spec, str) else Hardware(**spec)
+    return hw.replace(sms=SMS.get(name, hw.sms))
 
 
 VIDUR = ROOT.parent / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"
@@ -118,7 +122,7 @@ def main(names=None) -> None:
         if names and name not in names:
             continue
         print(f"{name}:")
-        print(write_profile(name, folder, base_of(spec)).to_string(index=False))
+        print(write_profile(name, folder, base_of(spec, name)).to_string(index=False))
 
 
 if __name__ == "__main__":

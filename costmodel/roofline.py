@@ -57,11 +57,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode_runs import DecodeRuns
+from .fitted_attention import FittedAttention
 from .errors import require
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
-from .shape import Q_TILE, ShapeStats, attention_sums
+from .shape import ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
 LINEAR_STATE_BYTES = 4   # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
@@ -100,7 +101,7 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
-class CostModel(DecodeRuns, HostTime):
+class CostModel(DecodeRuns, FittedAttention, HostTime):
     """One (model, hardware, tp, counting) bound once; prices many batch shapes (with
     ``overlap_host``, a step's host time hides behind its GPU time: costmodel/host.py)."""
 
@@ -139,16 +140,7 @@ class CostModel(DecodeRuns, HostTime):
         self.tile = hw.gemm_tile_rows
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
-        self.attn_fitted = hw.attn_form != "roofline"
-        if self.attn_fitted:            # q > 1 is prefill, q = 1 decode: pairs > 1·(kv + q) exactly when q > 1
-            self.attn_bound = 1.0
-            self.varlen = hw.attn_form == "varlen"
-            self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
-            self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
-            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
-        self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
-        if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
-            self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
+        self._init_fitted_attention(m, hw, tp, La, b)
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
@@ -235,34 +227,6 @@ class CostModel(DecodeRuns, HostTime):
         a, m = fl / pi, by / beta
         return (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
 
-    def _fitted_attention_terms(self, s: ShapeStats):
-        """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
-        hw, n = self.hw, s.seqs - s.prefill_seqs
-        out = []
-        if s.prefill_kv:
-            by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = self._prefill_compute(s) + by / hw.attn_prefill_beta
-            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
-        if s.decode_kv:
-            fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
-            if self.varlen and s.prefill_kv:
-                t = fl / hw.attn_mixed_pi + self.mix_seq * n
-            else:
-                a, m = fl / hw.attn_decode_pi, by / hw.beta_attention
-                t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
-            out.append(("attention_decode", fl, by, t))
-        return out
-
-    def _prefill_compute(self, s: ShapeStats) -> float:
-        """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
-        (``calibration.operator_models.prefill_compute``)."""
-        c = (self.attn_coef * s.prefill_pairs) / self.hw.pi_attention
-        if not self.q_tile:
-            return c
-        padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
-        waves = math.ceil(self.heads_gpu * s.prefill_tiles / self.hw.sms)
-        return max(padded, waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2))
-
     def allreduce_s(self, rows: int) -> float:
         if self.tp == 1:
             return 0.0
@@ -295,21 +259,9 @@ class CostModel(DecodeRuns, HostTime):
         `decodes` (memory-bound sequences), the pass's `rows` and prefill's `compute` time (the wave
         model's, from ``_prefill_compute``) matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
-        t = 0.0
         if self.attn_fitted:
-            hw = self.hw
-            if prefill_kv:
-                by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
-                c = (self.attn_coef * prefill_pairs) / pi if compute is None else compute
-                t += c + by / hw.attn_prefill_beta + self.pre_over
-            if decode_kv:
-                fl = self.attn_coef * decode_pairs
-                if self.varlen and prefill_kv:
-                    t += fl / hw.attn_mixed_pi + self.mix_seq * decodes
-                else:
-                    a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * decodes) / beta
-                    t += math.sqrt(a * a + m * m) + (self.dec_seq * decodes + self.dec_over)
-            return t
+            return self._fitted_attention_time(prefill_pairs, prefill_kv, decode_pairs, decode_kv, decodes, rows, compute)
+        t = 0.0
         if prefill_kv:
             a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over

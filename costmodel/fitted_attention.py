@@ -1,0 +1,77 @@
+"""Fitted attention (mixed into CostModel): profiles with attn_form "separate" or "varlen" price
+attention with the kernel models ``calibration/operator_models.py`` fits, per layer × L:
+
+  prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn,
+                          or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
+  decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
+  varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
+
+B is the KV read and written plus Q read and O written. ``_fitted_attention_time`` is the hot path;
+``decode_runs`` repeats its decode-only float operations in the same order (bit-identical).
+"""
+from __future__ import annotations
+
+import math
+
+from .shape import Q_TILE, ShapeStats
+
+
+class FittedAttention:
+    """Needs the CostModel's attn_coef, kv_coef and hw."""
+
+    def _init_fitted_attention(self, m, hw, tp: int, La: int, b: int) -> None:
+        self.attn_fitted = hw.attn_form != "roofline"
+        if self.attn_fitted:            # q > 1 is prefill, q = 1 decode: pairs > 1·(kv + q) exactly when q > 1
+            self.attn_bound = 1.0
+            self.varlen = hw.attn_form == "varlen"
+            self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
+            self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
+            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
+        self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
+        if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
+            self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
+
+    def _fitted_attention_terms(self, s: ShapeStats):
+        """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
+        hw, n = self.hw, s.seqs - s.prefill_seqs
+        out = []
+        if s.prefill_kv:
+            by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
+            t = self._prefill_compute(s) + by / hw.attn_prefill_beta
+            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
+        if s.decode_kv:
+            fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
+            if self.varlen and s.prefill_kv:
+                t = fl / hw.attn_mixed_pi + self.mix_seq * n
+            else:
+                a, m = fl / hw.attn_decode_pi, by / hw.beta_attention
+                t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
+            out.append(("attention_decode", fl, by, t))
+        return out
+
+    def _prefill_compute(self, s: ShapeStats) -> float:
+        """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
+        (``calibration.operator_models.prefill_compute``)."""
+        c = (self.attn_coef * s.prefill_pairs) / self.hw.pi_attention
+        if not self.q_tile:
+            return c
+        padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
+        waves = math.ceil(self.heads_gpu * s.prefill_tiles / self.hw.sms)
+        return max(padded, waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2))
+
+    def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
+                               decodes: int, rows: int, compute: float | None) -> float:
+        hw = self.hw
+        t = 0.0
+        if prefill_kv:
+            by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
+            c = (self.attn_coef * prefill_pairs) / hw.pi_attention if compute is None else compute
+            t += c + by / hw.attn_prefill_beta + self.pre_over
+        if decode_kv:
+            fl = self.attn_coef * decode_pairs
+            if self.varlen and prefill_kv:
+                t += fl / hw.attn_mixed_pi + self.mix_seq * decodes
+            else:
+                a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * decodes) / hw.beta_attention
+                t += math.sqrt(a * a + m * m) + (self.dec_seq * decodes + self.dec_over)
+        return t
