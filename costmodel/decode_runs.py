@@ -24,6 +24,8 @@ class DecodeRuns:
         that start before it (the first always does)."""
         hw = self.hw
         kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
+            return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
         x = decode_kv0   # kv0 + n·j, exact: integers
         if self.attn_fitted:
@@ -64,7 +66,8 @@ class DecodeRuns:
         integer sums and float operations, unrolled (the same bits). `leaves`: (f, base) in step
         order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
         `stop`, step j > sealed is taken only if it starts before stop."""
-        bound, fixed, attention = self.attn_bound, self._fixed_part, self._attention_time
+        bound, fixed, attention, has_host = self.attn_bound, self._fixed_part, self._attention_time, self.has_host
+        general = self.attn_fitted    # fitted attention: each step as step_time prices it
         decodes_compute_bound = 1 > bound
         out = []
         d = decode_kv0
@@ -78,6 +81,11 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
+            if general:
+                t += self.step_time((q,), (kv,), m, d)
+                out.append(t)
+                kv += q
+                continue
             p = q * kv + q * (q + 1) // 2
             pairs = pkv = dkv = dpairs = 0
             if decodes_compute_bound:
@@ -90,9 +98,20 @@ class DecodeRuns:
             else:
                 dpairs += p
                 dkv += kv + q
-            t += fixed(m + q, m + 1) + attention(float(pairs), float(pkv), float(dpairs), float(dkv))
+            g = fixed(m + q, m + 1) + attention(float(pairs), float(pkv), float(dpairs), float(dkv))
+            t += self._with_host(g, m + 1, 1 if q > 1 else 0) if has_host else g
             out.append(t)
             kv += q
+        return out
+
+    def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
+        out, fixed = [], self._fixed_part(n, n)
+        for _ in range(steps):
+            t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x, n, n), n, 0)
+            out.append(t)
+            if t >= stop:
+                break
+            x += n
         return out
 
     def decode_run(self, n: int, decode_kv0: float, steps: int) -> np.ndarray:
@@ -107,9 +126,11 @@ class DecodeRuns:
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)
         if hi > DECODE_TABLE_CAP:
-            return self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
-        table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
-        return table[lo:hi:n] + self._fixed_part(n, n)
+            d = self._decode_attention_of(np.arange(lo, hi, n, dtype=np.float64)) + self._fixed_part(n, n)
+        else:
+            table = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+            d = table[lo:hi:n] + self._fixed_part(n, n)
+        return self._with_host_array(d, n) if self.has_host else d
 
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
         """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""

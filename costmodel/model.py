@@ -47,6 +47,7 @@ class ModelSpec:
     lin_k_dim: int = 0            # key head dim,
     lin_v_dim: int = 0            # value head dim,
     lin_conv_kernel: int = 0      # causal short-convolution width
+    gated_mlp: bool = True        # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
 
     def __post_init__(self):
         if self.kv_layers is None:
@@ -101,7 +102,7 @@ class ModelSpec:
 
     @property
     def dense_mlp_params(self) -> int:
-        return 3 * self.H * self.ffn  # gate, up, down
+        return (3 if self.gated_mlp else 2) * self.H * self.ffn  # gate, up, down (or up, down)
 
     @property
     def expert_params(self) -> int:
@@ -233,7 +234,7 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary."""
     cfg = _check_types(cfg, name)
     f = lambda *n, default=None: _field(cfg, name, *n, default=default)  # noqa: E731
-    H, L, h = int(f("hidden_size", "d_model")), int(f("num_hidden_layers", "n_layer")), int(f("num_attention_heads"))
+    H, L, h = int(f("hidden_size", "d_model")), int(f("num_hidden_layers", "n_layer")), int(f("num_attention_heads", "n_head"))
     h_kv = int(f("num_key_value_heads", default=h))
     for key, v in (("hidden_size", H), ("num_hidden_layers", L), ("num_attention_heads", h),
                    ("num_key_value_heads", h_kv)):
@@ -248,18 +249,20 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         moe_layers = sum(1 for i in range(L) if (i + 1) % step == 0 and i not in only_dense and i >= first_dense)
     model_type = str(cfg.get("model_type", ""))
     kv_layers, lin = _hybrid_layers(cfg, name, L)
+    bloom = model_type == "bloom"   # HF BloomConfig: no intermediate_size, the MLP is 4h wide, not gated
     spec = ModelSpec(
         name=name, L=L, H=H, h=h, h_kv=h_kv, d_h=d_h,
-        ffn=int(f("intermediate_size", default=0)),
+        ffn=int(f("intermediate_size", default=0)) if not bloom else int(cfg.get("n_inner") or 4 * H),
         vocab=int(f("vocab_size")),
-        tied=bool(cfg.get("tie_word_embeddings", False)),
+        tied=bool(cfg.get("tie_word_embeddings", bloom)),
         b=_DTYPE_BYTES.get(str(cfg.get("torch_dtype", "bfloat16")), 2),
         num_experts=E,
         experts_per_tok=int(cfg.get("num_experts_per_tok") or (2 if E else 0)),
         expert_ffn=int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0) if E else 0,
         shared_expert_ffn=int(cfg.get("shared_expert_intermediate_size") or 0),
         moe_layers=moe_layers,
-        qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe"))),
+        qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "bloom"))),
+        gated_mlp=not bloom,
         max_model_len=int(cfg.get("max_position_embeddings") or 0),
         kv_layers=kv_layers,
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),

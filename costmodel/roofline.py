@@ -32,6 +32,8 @@ Operators (each one kernel family, summed over layers):
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
   sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
+  host              the engine's host time not hidden by the GPU (costmodel/host.py): all of it
+                    serially, the part beyond the GPU time with host/GPU overlap
 
 Profiles with attn_form "separate" or "varlen" price attention with the fitted kernel models of
 ``calibration/operator_models.py`` instead (L layers, per layer): prefill chunks (q > 1)
@@ -58,6 +60,7 @@ from .decode_runs import DecodeRuns
 from .fitted_attention import FittedAttention
 from .errors import require
 from .hardware import Hardware
+from .host import HostTime
 from .model import ModelSpec
 from .shape import ShapeStats, attention_sums
 
@@ -98,10 +101,12 @@ class Breakdown:
                 "operators": [op.__dict__.copy() for op in self.operators]}
 
 
-class CostModel(DecodeRuns, FittedAttention):
-    """One (model, hardware, tp, counting) bound once; prices many batch shapes."""
+class CostModel(DecodeRuns, FittedAttention, HostTime):
+    """One (model, hardware, tp, counting) bound once; prices many batch shapes (with
+    ``overlap_host``, a step's host time hides behind its GPU time: costmodel/host.py)."""
 
-    def __init__(self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None):
+    def __init__(self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None,
+                 overlap_host: bool = False):
         counting = counting or hw.counting
         require(counting in COUNTINGS, "counting", counting, f"must be one of {COUNTINGS}")
         require(isinstance(tp, int) and tp >= 1, "tp", tp, "must be a positive integer")
@@ -111,6 +116,7 @@ class CostModel(DecodeRuns, FittedAttention):
         require(tp == 1 or hw.interconnect_bandwidth > 0, "tp", tp,
                 f"hardware {hw.name} has no interconnect_bandwidth for tensor parallelism")
         self.model, self.hw, self.tp, self.counting = model, hw, tp, counting
+        self._init_host(overlap_host)
         m, b = model, model.b
         self.lin_params = m.always_on_layer_params / tp
         self.expert_params = m.moe_layers * m.expert_params / tp          # one expert in every MoE layer
@@ -266,10 +272,11 @@ class CostModel(DecodeRuns, FittedAttention):
 
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
-        return self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
-                                                                     s.memory_bound_pairs, s.decode_kv,
-                                                                     s.seqs - s.prefill_seqs, s.rows,
-                                                                     self._prefill_compute(s) if self.q_tile else None)
+        gpu = self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
+                                                                    s.memory_bound_pairs, s.decode_kv,
+                                                                    s.seqs - s.prefill_seqs, s.rows,
+                                                                    self._prefill_compute(s) if self.q_tile else None)
+        return self._with_host(gpu, s.seqs, s.prefill_seqs) if self.has_host else gpu
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
@@ -278,8 +285,9 @@ class CostModel(DecodeRuns, FittedAttention):
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes
-        return self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
-                                                                  seqs - pseqs, rows)
+        gpu = self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
+                                                                 seqs - pseqs, rows)
+        return self._with_host(gpu, seqs, pseqs) if self.has_host else gpu
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
@@ -293,15 +301,19 @@ class CostModel(DecodeRuns, FittedAttention):
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
         if self.hw.step_overhead_s:
             ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
+        if self.has_host:
+            gpu = sum(o.time_s for o in ops)
+            ops.append(Operator("host", 0.0, 0.0, self.exposed_host(gpu, s.seqs, s.prefill_seqs), "host"))
         return Breakdown(tuple(ops))
 
 
-def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None) -> Breakdown:
+def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None,
+         overlap_host: bool = False) -> Breakdown:
     """Price one forward pass of the batch whose sequences have q_lens new and kv_lens cached tokens."""
     q, kv = np.asarray(q_lens), np.asarray(kv_lens)
     require(q.shape == kv.shape, "kv_lens", list(kv_lens), f"has {kv.size} entries but q_lens has {q.size}")
     require(q.size > 0, "q_lens", list(q_lens), "batch is empty")
     require(bool((q > 0).all()), "q_lens", list(q_lens), "every sequence needs at least one new token")
     require(bool((kv >= 0).all()), "kv_lens", list(kv_lens), "cached tokens cannot be negative")
-    cm = CostModel(model, hardware, tp, counting)
+    cm = CostModel(model, hardware, tp, counting, overlap_host)
     return cm.breakdown(cm.shape(q, kv))

@@ -9,24 +9,24 @@ Q_TILE = 64   # query rows per FlashAttention CTA (FA2's kBlockM for head dim 12
 
 
 def attention_sums(q_lens, kv_lens, bound: float, decodes: int, decode_tokens: int) -> tuple[int, int, int, int, int, int]:
-    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs, compute-bound
-    sequences), exact integers; `decodes` more q = 1 sequences come as their total Σ(kv + 1),
-    compute-bound only when bound < 1."""
+    """(rows, compute-bound pairs, their KV tokens, memory-bound KV tokens, their pairs, prefill
+    sequences (q > 1)), exact integers; `decodes` more q = 1 sequences come as their total Σ(kv + 1),
+    compute-bound only when bound < 1. At bound 1 (fitted attention) the prefill sequences are
+    exactly the compute-bound ones: q·kv + q(q+1)/2 > kv + q exactly when q > 1."""
     rows, pairs, pkv, dkv, dpairs, pseqs = decodes, 0, 0, 0, 0, 0
     if decodes:
         if 1 > bound:
             pairs = pkv = decode_tokens
-            pseqs = decodes
         else:
             dkv = dpairs = decode_tokens
     for q, kv in zip(q_lens, kv_lens):
         q, kv = int(q), int(kv)
         rows += q
+        pseqs += q > 1
         p = q * kv + q * (q + 1) // 2
         if p > bound * (kv + q):
             pairs += p
             pkv += kv + q
-            pseqs += 1
         else:
             dpairs += p
             dkv += kv + q
@@ -48,7 +48,7 @@ class ShapeStats:
     prefill_kv: float     # compute-bound sequences: Σ kv + q           (KV tokens touched)
     decode_kv: float      # memory-bound sequences: Σ kv + q; for decodes (q = 1) pairs = tokens
     decode_pairs: float = -1.0   # memory-bound sequences' pairs; -1: equal to decode_kv (all decodes)
-    prefill_seqs: int = 0        # compute-bound sequences (the rest, seqs - prefill_seqs, are memory-bound)
+    prefill_seqs: int = 0        # sequences with q > 1 (host time's per-prefill term; at bound 1 the compute-bound ones)
     prefill_tiles: int = 0       # with a query tile T (attention wave model): Σ⌈q/T⌉ over the compute-bound ones
     prefill_tile_work: int = 0   # Σ⌈q/T⌉·(2·kv + q): their query-key pairs with q padded to whole tiles, ×2/T
     prefill_kv_max: int = 0      # their longest cached prefix
@@ -89,7 +89,7 @@ class ShapeStats:
             nt = -(-q[hot] // tile)
             tiles, work, kvmax = int(nt.sum()), int((nt * (2 * kv[hot] + q[hot])).sum()), int(kv[hot].max())
         return cls(int(q.sum()), len(q), float(p[hot].sum()), float(tokens[hot].sum()),
-                   float(tokens[~hot].sum()), float(p[~hot].sum()), int(hot.sum()), tiles, work, kvmax)
+                   float(tokens[~hot].sum()), float(p[~hot].sum()), int((q > 1).sum()), tiles, work, kvmax)
 
     @property
     def memory_bound_pairs(self) -> float:

@@ -115,10 +115,10 @@ class SchedulerState:
 
     def publish(self, req: Request, tokens: int) -> None:
         """vLLM's prefix cache takes a request's full blocks when they are scheduled (see
-        PrefixCache.publish); its private block count shrinks by what the cache took."""
+        PrefixCache.publish_scheduled); its private block count shrinks by what the cache took."""
         cache = self.pool.cache
         if cache is not None:
-            req.num_blocks -= cache.publish(req, tokens)
+            req.num_blocks -= cache.publish_scheduled(req, tokens)
 
     def retire(self, req: Request, last_step: bool = True) -> None:
         """A request sampled its last token. Its KV goes now, or, with ``hold_finished`` and when

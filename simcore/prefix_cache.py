@@ -97,7 +97,7 @@ class PrefixCache:
         self.hit_tokens -= min(len(path) * self.block_tokens, req.prompt_len)
         req.num_cached_tokens = 0
 
-    def publish(self, req, tokens: int) -> int:
+    def publish_scheduled(self, req, tokens: int) -> int:
         """vLLM caches a request's full blocks as soon as they are scheduled, not when it leaves
         (KVCacheManager.allocate_slots -> cache_blocks, vllm/v1/core/kv_cache_manager.py): the
         full prompt blocks of `req` up to `tokens` positions join the cache, still referenced by
@@ -159,7 +159,7 @@ class PrefixCache:
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 
-    def publish(self, req) -> tuple[int, int]:
+    def checkpoint(self, req) -> tuple[int, int]:
         """A running request's computed full prompt blocks join the tree while it keeps them pinned
         (SGLang checkpoint_kv_cache → RadixCache.checkpoint, after every prefill chunk and when the
         prefill completes), so a later request sharing the prefix hits them. Returns (pool blocks

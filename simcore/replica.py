@@ -36,7 +36,8 @@ from .runs import RunPlanning, steps_started
 class Replica(RunPlanning):
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
                  next_arrival, on_finish, fast_forward: bool = True, check: bool = False, log_iterations: bool = False):
-        self.env, self.index, self.policy, self.state, self.cm = env, index, policy, state, cm
+        self.env, self.index, self.policy, self.state = env, index, policy, state
+        self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))   # host/GPU overlap: costmodel/host.py
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None

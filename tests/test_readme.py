@@ -22,7 +22,7 @@ def readme_examples() -> list[str]:
 
 def test_examples_found():
     ex = readme_examples()
-    assert len(ex) == 9 and all(c.startswith("chunksim ") for c in ex)
+    assert len(ex) == 11 and all(c.startswith("chunksim ") for c in ex)
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from costmodel.errors import InputError
 
-from . import calibrate, cost, simulate, stall, sweep
+from . import calibrate, cost, simulate, stall, sweep, validate
 
-VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate}
+VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate,
+         "validate": validate}
 
 
 class UsageError(Exception):

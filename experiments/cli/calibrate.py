@@ -15,25 +15,34 @@ from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_p
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
 from costmodel.calibration.holdout import error_table, split_by_shape
-from costmodel.calibration.importers import FORMATS, load_source, spec_hardware
+from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, spec_hardware
+from costmodel.calibration.step_timings import STEP_FORMATS
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
 
+from . import calibrate_steps
 from ..bench_result import writable_dir
 from .common import positive_int
 from ..report import table
+
+FORMATS = KERNEL_FORMATS + STEP_FORMATS
+
 
 def add_parser(p):
     p.add_argument("--from", dest="sources", nargs=2, action="append", metavar=("FORMAT", "PATH"),
                    help="fit existing timings: 'vidur DIR|CSV' (mlp.csv, all_reduce.csv), 'timings CSV', "
                         "'aiconfigurator DIR' (<gpu>[/<framework>/<version>]) or 'llmservingsim DIR' "
-                        "(a profile folder: tp<N>/attention.csv, dense.csv, per_sequence.csv); repeatable, one fit")
+                        "(a profile folder: tp<N>/attention.csv, dense.csv, per_sequence.csv), or step timings "
+                        "'steps CSV', 'splitwise CSV', 'vllm-log LOG' (π, β scales and host terms on top of the "
+                        "kernel fit); repeatable, one fit")
     p.add_argument("--measure", action="store_true", help="run the microbenchmark here, then fit")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="microbenchmark back end (cuda needs torch)")
     p.add_argument("--model", default="llama-3.1-8b", help="shapes for the cuda microbenchmark")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shard for the cuda microbenchmark")
     p.add_argument("--holdout", metavar="PATH", action="append", default=[],
                    help="timings to predict, not fit (same formats as --from); repeatable")
+    p.add_argument("--holdout-steps", nargs=2, action="append", metavar=("FORMAT", "PATH"), default=[],
+                   help="step timings to predict, not fit (steps, splitwise, vllm-log); repeatable")
     p.add_argument("--holdout-shapes", type=float, metavar="FRACTION",
                    help="hold out this fraction of whole shapes (GEMM (n, k), attention head configurations, "
                         "all-reduce sizes) of the --from data and report the error on them")
@@ -46,6 +55,7 @@ def add_parser(p):
     p.add_argument("--name", help="name of the written profile")
     p.add_argument("--out", help="folder for fitted.yaml, timings.csv, residuals.png, report.json")
     p.add_argument("--json", action="store_true", help="print a machine-readable report")
+    calibrate_steps.add_arguments(p)
 
 
 def _timings(args) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
@@ -80,6 +90,9 @@ def calibrate(args) -> dict:
     if args.out:
         writable_dir(Path(args.out), "--out")
     args.notes = []
+    kernel_sources, step_sources = calibrate_steps.split_sources(args.sources)
+    if step_sources:
+        return _calibrate_steps(args, kernel_sources, step_sources)
     train, held, source = _timings(args)
     if args.holdout:
         held = pd.concat([load_timings(p) for p in args.holdout], ignore_index=True)
@@ -106,11 +119,42 @@ def calibrate(args) -> dict:
         residual_plot(result, train, files["plot"], held)
         report["files"] = {k: str(v) for k, v in files.items()}
         files["report"].write_text(json.dumps(report, indent=2, default=float))
+    report["_hardware"] = hw
     return report
+
+
+def _calibrate_steps(args, kernel_sources, step_sources) -> dict:
+    """Kernel sources first (their profile is the step fit's base), then the step fit."""
+    base = load_hardware(args.base or "h100")
+    kernel_report = None
+    if kernel_sources:
+        args.sources = kernel_sources
+        kernel_report = calibrate(argparse_copy(args, out=None))
+        base = kernel_report.pop("_hardware")
+    result, report = calibrate_steps.fit_from_args(step_sources, args, base)
+    hw = result.hardware(args.name)
+    report["files"], report["kernel_fit"] = {}, kernel_report
+    report["fitted"] = {"pi_eff": hw.pi_eff, "beta_eff": hw.beta_eff, "host_step_s": hw.host_step_s,
+                        "host_per_seq_s": hw.host_per_seq_s, "host_per_prefill_seq_s": hw.host_per_prefill_seq_s}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"profile": out / "fitted.yaml", "report": out / "report.json"}
+        files["profile"].write_text(hw.to_yaml())
+        report["files"] = {k: str(v) for k, v in files.items()}
+        files["report"].write_text(json.dumps(report, indent=2, default=float))
+    return report
+
+
+def argparse_copy(args, **changes):
+    import argparse
+    return argparse.Namespace(**{**vars(args), **changes})
 
 
 def run(args) -> int:
     report = calibrate(args)
+    if "fitted" in report:
+        return _print_steps(report, args)
     if args.json:
         print(json.dumps(report, indent=2, default=float))
         return 0
@@ -129,6 +173,34 @@ def run(args) -> int:
             print(table(report[key]))
     for n in report["skipped"]:
         print(f"note: {n}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
+    for kind, path in report["files"].items():
+        print(f"wrote {kind}: {path}")
+    return 0
+
+
+def _print_steps(report: dict, args) -> int:
+    report.pop("_hardware", None)
+    if report.get("kernel_fit"):
+        report["kernel_fit"].pop("_hardware", None)
+    if args.json:
+        print(json.dumps(report, indent=2, default=float))
+        return 0
+    print(f"fitted {report['points']} step timings of {report['model']} (tp={report['tp']}) from "
+          f"{report['source']} in {report['fit_seconds']:.2f} s, base {report['base']['name']}")
+    for what, n in report["skipped"].items():
+        print(f"skipped {n} rows: {what}")
+    print(table([{"parameter": r["parameter"], "value": r["value"], "unit": r["unit"], "1σ %": 100 * r["rel_sigma"]}
+                 for r in report["parameters"]]))
+    f = report["fitted"]
+    print(f"\nπ_eff {f['pi_eff'] / 1e12:.4g} TFLOP/s, β_eff {f['beta_eff'] / 1e12:.4g} TB/s; host "
+          f"{f['host_step_s'] * 1e3:.4g} ms/step + {f['host_per_seq_s'] * 1e6:.4g} µs/sequence + "
+          f"{f['host_per_prefill_seq_s'] * 1e6:.4g} µs/prefill sequence")
+    for title, key in (("error on the fitted steps (%)", "errors_fit"), ("error on held-out steps (%)", "errors_held_out")):
+        if report[key]:
+            print(f"\n{title}")
+            print(table(report[key]))
     for w in report["warnings"]:
         print(f"warning: {w}")
     for kind, path in report["files"].items():

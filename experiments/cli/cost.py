@@ -20,6 +20,8 @@ def add_parser(p):
     p.add_argument("--batch-file", help="CSV with columns q_len,kv_len")
     p.add_argument("--counting", choices=["seed", "faithful"], help="FLOP-counting convention (default: the profile's)")
     p.add_argument("--interval", action="store_true", help="prediction interval from a calibrated profile's covariance")
+    p.add_argument("--overlap-host", action="store_true",
+                   help="price host time as overlapped with the GPU (async scheduling): only host time beyond the GPU's shows")
 
 
 def _ints(field: str, text: str) -> list[int]:
@@ -67,7 +69,7 @@ def batch_from_args(args) -> tuple[list[int], list[int]]:
 def run(args) -> int:
     model, hw = model_and_hardware(args)
     q, kv = batch_from_args(args)
-    result = cost(model, hw, q, kv, args.tp, args.counting)
+    result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host)
     band = forward_interval(model, hw, q, kv, args.tp, args.counting) if args.interval else None
     if args.json:
         print(json.dumps(result.to_dict() | ({"interval": band} if band else {}), indent=2))

@@ -1,0 +1,105 @@
+"""Step level: fit Splitwise's BLOOM-176B tp 8 step times (../shared/data/steps) on some batch
+sizes and prompt lengths, predict the rest, print prefill and decode MAPE per GPU; and time a fit
+of a 40k-step table. Run: python benchmarks/bench_steps.py"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import one_core, reference_s  # noqa: E402
+from costmodel import load_hardware, load_model  # noqa: E402
+from costmodel.calibration.step_timings import load_steps, uniform_steps  # noqa: E402
+from costmodel.calibration.steps import errors_by_kind, fit_steps, predict_steps  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps" / "splitwise_bloom176b.csv"
+GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100"}   # Splitwise's hardware column -> base profile
+HELD_PROMPTS, HELD_BATCHES = (256, 1024, 4096), (4, 16)   # interior configurations the fit never sees
+
+
+def held_out(steps, raw_rows):
+    """Rows of held-out prompt lengths (batch 1) or batch sizes (prompt 512)."""
+    p, b = raw_rows["prompt_size"].to_numpy(), raw_rows["batch_size"].to_numpy()
+    return np.isin(p, HELD_PROMPTS) | np.isin(b, HELD_BATCHES)
+
+
+def per_token(raw, gpu: str):
+    """Median prefill ms per prompt token of each configuration, by total tokens; ``session`` is
+    whether the row's power columns were recorded (the A100 rows come from two sessions)."""
+    r = raw[raw.hardware == gpu].assign(tokens=lambda d: d.prompt_size * d.batch_size,
+                                        session=lambda d: (d.peak_power > 0).map({True: "power", False: "no-power"}))
+    g = r.groupby(["tokens", "prompt_size", "batch_size", "session"], as_index=False).prompt_time.median()
+    return g.assign(ms_per_token=g.prompt_time / g.tokens)
+
+
+def print_evidence(raw, gpu: str) -> None:
+    """Prefill time per token against total tokens and shape: what a physical model would have to follow."""
+    g = per_token(raw, gpu)
+    print("  prefill ms per token by total tokens (prompt x batch, session):")
+    for t, grp in g.groupby("tokens"):
+        cells = ", ".join(f"{r.prompt_size}x{r.batch_size} {r.ms_per_token:.3f} ({r.session})" for r in grp.itertuples())
+        print(f"    {t:6d}: {cells}")
+    p512 = g[g.prompt_size == 512].groupby("batch_size").ms_per_token.median()
+    b = list(p512.index)
+    ups = [(p512[y] / p512[x] - 1, x, y) for x, y in zip(b, b[1:]) if x * 512 >= 2048]
+    up, x, y = max(ups)
+    down, x2, y2 = min(ups)
+    print(f"  prompt 512 (same prompts, only the rows change): batch {x} -> {y} {up * 100:+.0f} % per token, "
+          f"batch {x2} -> {y2} {down * 100:+.0f} %")
+    print("  tile/wave quantisation (128- or 256-row tiles, 108 or 132 SMs, BLOOM's tp-8 GEMMs) makes a row 3-9 % cheaper "
+          "from 2048 to 4096 rows and 1-4 % from 8192 to 16384; it cannot make one dearer, nor can attention at a fixed prompt")
+
+
+def main() -> None:
+    if not DATA.is_file():
+        print(f"skipped: {DATA} not found")
+        return
+    import pandas as pd
+    print(f"machine: {one_core()}, reference loop {reference_s():.3f} s")
+    model = load_model("bloom-176b")
+    raw = pd.read_csv(DATA)
+    for gpu, base_name in GPUS.items():
+        steps = load_steps(DATA, "splitwise", gpu=gpu)
+        rows = raw[raw.hardware == gpu].reset_index(drop=True)
+        line = steps.source.str.rsplit(":", n=1).str[1].astype(int) - 2   # the raw row each step came from
+        test = held_out(steps, raw.loc[line.to_numpy()])
+        base = load_hardware(base_name)
+        fit = fit_steps(steps[~test], model, base)
+        hw = fit.hardware()
+        pred = predict_steps(steps[test], model, hw, fit.tp)
+        err = errors_by_kind(pred, steps[test]).set_index("kind")
+        fitted = fit.errors.set_index("kind")
+        print(f"\n{gpu} (base {base_name}): fit on {int((~test).sum())} steps, {len(rows)} rows; held out "
+              f"{int(test.sum())} steps (prompts {HELD_PROMPTS} at batch 1, batches {HELD_BATCHES} at prompt 512)")
+        print(f"  π_eff {hw.pi_eff / 1e12:.1f} TFLOP/s, attention π {hw.pi_attention / 1e12:.1f} TFLOP/s, "
+              f"β_eff {hw.beta_eff / 1e12:.3f} TB/s, host "
+              f"{hw.host_step_s * 1e3:.3f} ms/step + {hw.host_per_seq_s * 1e6:.1f} µs/seq + "
+              f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq")
+        for kind in ("prefill", "decode"):
+            print(f"  {kind:8s} held-out MAPE {err.loc[kind, 'mape']:5.2f} % (median {err.loc[kind, 'median_ape']:.2f}, "
+                  f"p90 {err.loc[kind, 'p90_ape']:.2f}); on the fitted steps {fitted.loc[kind, 'mape']:.2f} %")
+        for w in fit.warnings:
+            print(f"  warning: {w}")
+        print_evidence(raw, gpu)
+        shapes = uniform_steps([1, 16], [8192, 512], [0, 0], [0, 0], [0, 0], [1.0, 1.0], "check")
+        p1, p16 = predict_steps(shapes, model, hw, fit.tp) * 1e3
+        meas = per_token(raw, gpu).set_index(["prompt_size", "batch_size"]).prompt_time
+        print(f"  8192 tokens as 8192x1 minus as 512x16: measured {meas[(8192, 1)] - meas[(512, 16)]:.0f} ms, "
+              f"the fit prices {p1 - p16:.0f} ms (only attention tells the two apart)")
+    rng = np.random.default_rng(0)
+    n = 40_000
+    kinds = rng.integers(0, 3, n)
+    npf, nd = np.where(kinds == 1, 0, rng.integers(1, 5, n)), np.where(kinds == 0, 0, rng.integers(1, 256, n))
+    big = uniform_steps(npf, rng.integers(16, 2048, n), rng.integers(0, 4000, n), nd, rng.integers(10, 8000, n),
+                        rng.uniform(0.005, 0.3, n), "synthetic")
+    t0 = time.perf_counter()
+    fit_steps(big, load_model("llama-3.1-8b"), load_hardware("h100"))
+    print(f"\nfit of a {n:,}-step table: {time.perf_counter() - t0:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""chunksim validate on the two shared LLMServingSim runs (../shared/data/validation): each with a
+profile calibrated only from its own GPU's LLMServingSim profile folder when the `llmservingsim`
+calibration importer exists on this branch, otherwise with the GPU's spec-sheet profile (said so).
+Prints every figure, the mean |relative error|, the median-TPOT error and validate's wall time.
+
+A profile folder is measured on one GPU (tp<N>/ shrinks the layer N ways; its o_proj and down_proj
+times halve from tp1 to tp2, so no all-reduce is inside them): it says nothing about the
+all-reduce. For tp > 1 runs the script also prints the figures with the all-reduce priced from
+other sources, each named: the shipped l40s profile's all-reduce regimes (AIConfigurator's NCCL
+table measured on two PCIe L40S, not this card), and, for diagnosis only, LLMServingSim's own
+cluster-config link (16 GB/s, 20 µs per hop: configs/cluster/*.json's setting for PCIe machines,
+a setting of that simulator, not a measurement).
+Run: python benchmarks/bench_validate.py"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import one_core, reference_s  # noqa: E402
+from costmodel import load_hardware, load_model  # noqa: E402
+from experiments import calibrate_cmd  # noqa: E402
+from experiments.cli import main as cli  # noqa: E402
+from experiments.validate import load_run, validate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "validation" / "llmservingsim"
+RUNS = [("RTX4090/Llama-3.1-8B", "RTX4090/meta-llama/Llama-3.1-8B/bf16", "llama-3.1-8b", "rtx4090"),
+        ("RTXPRO6000/Qwen3-32B", "RTXPRO6000/Qwen/Qwen3-32B/bf16", "qwen3-32b", "rtx-pro-6000")]
+
+
+def profile_for(profile_dir: Path, model: str, base: str, tp: int, out: Path) -> tuple[str, str]:
+    """(hardware argument, how it was made)."""
+    if "llmservingsim" not in calibrate_cmd.FORMATS:
+        return base, (f"spec-sheet profile {base}: this branch has no `calibrate --from llmservingsim` importer "
+                      "(rerun after merging it to validate a profile calibrated from the profile folder)")
+    args = ["calibrate", "--from", "llmservingsim", str(profile_dir), "--base", base, "--model", model,
+            "--tp", str(tp), "--out", str(out)]
+    rc = cli(args)
+    if rc != 0:
+        return base, f"spec-sheet profile {base}: `chunksim {' '.join(args)}` failed (exit {rc})"
+    return str(out / "fitted.yaml"), f"calibrated from {profile_dir} only (base {base})"
+
+
+def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
+    """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
+    l40s = load_hardware("l40s").allreduce_regimes.get(tp)
+    out = []
+    if l40s:
+        out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
+                    hw.replace(allreduce_regimes={tp: list(l40s)})))
+    out.append(("all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
+                hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6)))
+    return out
+
+
+def main() -> None:
+    if not ROOT.is_dir():
+        print(f"skipped: {ROOT} not found")
+        return
+    print(f"machine: {one_core()}, reference loop {reference_s():.3f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        for run_rel, prof_rel, model_name, base in RUNS:
+            run = load_run(ROOT / "runs" / run_rel)
+            hw_arg, how = profile_for(ROOT / "profiles" / prof_rel, model_name, base, run.tp, Path(tmp) / base)
+            model, hw = load_model(model_name), load_hardware(hw_arg)
+            t0 = time.perf_counter()
+            table, overall, _, _ = validate(ROOT / "runs" / run_rel, model, hw, run=load_run(ROOT / "runs" / run_rel))
+            seconds = time.perf_counter() - t0
+            tpot = table.set_index("metric").loc["median_tpot_ms", "rel_error"]
+            print(f"\n{run_rel} (tp={run.tp}, {len(run.requests)} requests): {how}")
+            for r in table.itertuples():
+                print(f"  {r.metric:20s} measured {r.measured:12.2f}  simulated {r.simulated:12.2f}  {100 * r.rel_error:+7.1f} %")
+            print(f"  mean |relative error| {100 * overall:.1f} %, median TPOT {100 * tpot:+.1f} %, "
+                  f"validate {seconds:.2f} s")
+            if run.tp > 1:
+                print(f"  the profile folder holds no all-reduce; above: the base's spec-sheet link "
+                      f"({hw.interconnect_bandwidth / 1e9:.0f} GB/s, {hw.interconnect_latency_s * 1e6:.1f} µs per hop)")
+                for label, alt in interconnect_variants(hw, run.tp):
+                    t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
+                    print(f"  {label}: mean |relative error| {100 * o2:.1f} %, median TPOT "
+                          f"{100 * t2.set_index('metric').loc['median_tpot_ms', 'rel_error']:+.1f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The engine's host time per step, and how much of it the GPU's time hides (mixed into CostModel).
+
+Kernel tables see only the GPU. A serving engine also spends CPU time on every step: scheduling,
+building the input tensors, launching, sampling and detokenizing. Step-level timings (``calibrate
+--from steps`` / ``--from vllm-log``) reveal it as three terms of the Hardware profile:
+
+  host = host_step_s + host_per_seq_s · B + host_per_prefill_seq_s · B_prefill
+
+with B the step's sequences and B_prefill those with more than one new token (q > 1).
+
+How a step's wall time combines the two depends on the engine's loop:
+  serial   (``overlap_host=False``)  wall = gpu + host: the CPU prepares step n+1 after step n's
+           results are back (vLLM's synchronous ``EngineCore.step``, SGLang's normal loop)
+  overlap  (``overlap_host=True``)   wall = max(gpu, host): step n+1's host work runs while step n
+           is on the GPU (vLLM's ``--async-scheduling`` / ``EngineCore.step_with_batch_queue``,
+           SGLang's overlap scheduler ``event_loop_overlap``), so only host time beyond the
+           GPU's shows
+A replica prices with overlap when its policy says ``overlaps_host`` is True
+(simcore/replica.py). With the three terms zero (every built-in profile) the price is the GPU
+time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
+
+
+class HostTime:
+    """Needs ``self.hw`` and ``self.overlap_host``; sets ``self.has_host`` in ``_init_host``."""
+
+    def _init_host(self, overlap_host: bool) -> None:
+        hw = self.hw
+        self.overlap_host = bool(overlap_host)
+        self.host_step, self.host_seq, self.host_prefill = hw.host_step_s, hw.host_per_seq_s, hw.host_per_prefill_seq_s
+        self.has_host = bool(self.host_step or self.host_seq or self.host_prefill)
+        self._twin = None
+
+    def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
+        """Seconds of host work for a step of `seqs` sequences, `prefill_seqs` of them with q > 1."""
+        return self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
+
+    def _with_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
+        h = self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
+        if self.overlap_host:
+            return gpu if gpu >= h else h
+        return gpu + h
+
+    def _with_host_array(self, gpu: np.ndarray, seqs: int) -> np.ndarray:
+        """Decode-only passes of `seqs` sequences (no prefill), in place."""
+        h = self.host_step + self.host_seq * seqs
+        if self.overlap_host:
+            np.maximum(gpu, h, out=gpu)
+        else:
+            gpu += h
+        return gpu
+
+    def exposed_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
+        """The host time a step's wall time shows beyond its GPU time (the ``host`` operator)."""
+        h = self.host_time(seqs, prefill_seqs)
+        return max(h - gpu, 0.0) if self.overlap_host else h
+
+    def with_host_overlap(self, overlap: bool):
+        """This cost model pricing with (or without) host/GPU overlap: itself when that changes
+        nothing (no host terms, or already so), else one twin kept for every replica to share."""
+        if not self.has_host or bool(overlap) == self.overlap_host:
+            return self
+        if self._twin is None:
+            self._twin = type(self)(self.model, self.hw, self.tp, self.counting, overlap_host=bool(overlap))
+            self._twin._twin = self
+        return self._twin

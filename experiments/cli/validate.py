@@ -1,0 +1,62 @@
+"""Replay a measured serving run (LLMServingSim run folder, or `vllm bench serve --save-detailed`
+JSON) with its engine settings and parallelism, and print measured vs simulated latency figures."""
+from __future__ import annotations
+
+import json
+import time
+
+from costmodel import load_hardware, load_model
+
+from .common import fraction, nonneg_int, positive_int
+from ..report import table
+from ..validate import hardware_for, load_run, model_for, validate
+
+
+def add_parser(p):
+    p.add_argument("run", metavar="RUN", help="LLMServingSim run folder (meta.json, requests.jsonl) or a "
+                                              "`vllm bench serve --save-result --save-detailed` JSON")
+    p.add_argument("--model", help="short name or config.json (default: the run's model, if shipped)")
+    p.add_argument("--hardware", "--profile", dest="hardware",
+                   help="GPU profile or a calibrated YAML (default: the run's GPU's spec-sheet profile)")
+    p.add_argument("--tp", type=positive_int, help="tensor parallel (default: the run's)")
+    p.add_argument("--data-parallel-size", type=positive_int, help="data-parallel ranks (default: the run's)")
+    for flag in ("max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-gpu-blocks-override", "block-size"):
+        p.add_argument(f"--{flag}", type=positive_int, help="vLLM engine flag (default: the run's)")
+    p.add_argument("--long-prefill-token-threshold", type=nonneg_int, help="vLLM engine flag (default: the run's)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, help="vLLM engine flag (default: the run's)")
+    p.add_argument("--plots", metavar="DIR", help="write cdf_<metric>.png: measured and simulated CDFs on one axis")
+    p.add_argument("--json", action="store_true", help="print a machine-readable result")
+
+
+def run(args) -> int:
+    t0 = time.perf_counter()
+    measured = load_run(args.run)
+    if args.tp:
+        measured.tp = args.tp
+    if args.data_parallel_size:
+        measured.dp = args.data_parallel_size
+    model = load_model(args.model or model_for(measured))
+    hw = load_hardware(args.hardware or hardware_for(measured))
+    flags = {k: getattr(args, k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                                           "num_gpu_blocks_override", "block_size", "long_prefill_token_threshold",
+                                           "gpu_memory_utilization")}
+    figures, overall, result, _ = validate(args.run, model, hw, flags, measured)
+    seconds = time.perf_counter() - t0
+    tpot = figures.set_index("metric").loc["median_tpot_ms", "rel_error"]
+    if args.json:
+        print(json.dumps({"run": args.run, "model": model.name, "hardware": hw.name, "tp": measured.tp,
+                          "data_parallel_size": measured.dp, "requests": len(measured.requests),
+                          "figures": figures.to_dict("records"), "mean_abs_rel_error": overall,
+                          "seconds": seconds}, indent=2))
+    else:
+        print(f"{args.run}: {len(measured.requests)} requests, {model.name} on {hw.name} (tp={measured.tp}, "
+              f"dp={measured.dp}), KV pool {result.replicas[0].state.pool.total:,} blocks")
+        print(table([{"figure": r.metric, "measured": r.measured, "simulated": r.simulated,
+                      "error %": 100 * r.rel_error} for r in figures.itertuples()]))
+        print(f"\nmean |relative error| over {len(figures)} figures: {100 * overall:.1f} %  "
+              f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)")
+    if args.plots:
+        from ..validate import cdf_plots
+        for path in cdf_plots(measured, result, args.plots).values():
+            print(f"wrote plot: {path}")
+    return 0

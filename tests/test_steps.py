@@ -1,0 +1,194 @@
+"""Step-level timings: the importers on fixtures in the upstream formats, bad input named by file,
+line and field, and the step fit recovering known constants (host overhead included)."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel import CostModel, InputError, load_hardware, load_model
+from costmodel.calibration.step_timings import load_steps, uniform_steps
+from costmodel.calibration.steps import fit_steps, predict_steps
+
+DATA = Path(__file__).parent / "data"
+MODEL = load_model("llama-3.1-8b")
+
+
+def test_vllm_log_importer():
+    skipped = {}
+    st = load_steps(DATA / "vllm_iterations.log", "vllm-log", skipped=skipped)
+    assert skipped == {"dummy or empty iterations": 1}
+    assert list(st.kind) == ["prefill", "mixed", "decode"]
+    assert list(st.rows) == [3000, 2002, 3] and list(st.seqs) == [2, 3, 3] and list(st.prefill_seqs) == [2, 1, 0]
+    assert st.time_s.tolist() == pytest.approx([0.21055, 0.1501, 0.02137])
+    used = round(0.122 * 41408)                     # KV in use of the decode step: 3 decodes of kv + 1 tokens
+    assert st.decode_kv.iloc[2] == 3 * ((used - 3) // 3 + 1)
+    assert st.prefill_pairs.iloc[0] == 2 * (1500 * 1501 // 2)   # even split, no cached prefix
+    assert st.source.iloc[0].endswith("vllm_iterations.log:2")
+
+
+def test_splitwise_importer():
+    st = load_steps(DATA / "splitwise_rows.csv", "splitwise", gpu="a100-80gb")
+    pre, dec = st[st.kind == "prefill"], st[st.kind == "decode"]
+    assert list(pre.rows) == [512, 1024] and list(pre.seqs) == [1, 2] and set(st.tp) == {8}
+    assert pre.time_s.tolist() == pytest.approx([0.17410922795534134, 0.2854763069190085])
+    assert list(dec.rows) == [1, 2] and dec.decode_kv.tolist() == [1 * (512 + 63 + 1), 2 * (512 + 63 + 1)]
+    assert load_steps(DATA / "splitwise_rows.csv", "steps", gpu="h100-80gb").time_s.iloc[0] == pytest.approx(0.07713962200796232)
+    with pytest.raises(InputError, match="several GPUs"):
+        load_steps(DATA / "splitwise_rows.csv", "splitwise")
+
+
+def test_steps_csv_importer_skips_other_dtypes():
+    skipped = {}
+    st = load_steps(DATA / "steps.csv", "steps", skipped=skipped)
+    assert skipped == {"dtype": 1} and len(st) == 2
+    assert list(st.kind) == ["mixed", "decode"] and list(st.rows) == [514, 2]
+    assert st.prefill_pairs.iloc[0] == 512 * 513 // 2 and st.decode_kv.iloc[1] == 1002 + 2002
+    assert st.time_s.tolist() == pytest.approx([0.04, 0.0125])
+
+
+@pytest.mark.parametrize("text,where", [
+    ("step,q_len,time_s\n0,5,0.1\n", r"steps\.csv:1:kv_len"),
+    ("step,q_len,kv_len,time_s,dtype\n0,5,0,0.1,fp8\n1,5,0,0.1,int8\n", r"steps\.csv:2:dtype"),
+    ("step,q_len,kv_len,time_s\n0,5,0,0.1\n0,1,x,0.1\n", r"steps\.csv:3:kv_len"),
+    ("step,q_len,kv_len,time_s\n0,5,0,0.1\n0,1,9,0.2\n", r"steps\.csv:2:time_s"),
+])
+def test_bad_steps_csv_names_file_line_field(tmp_path, text, where):
+    p = tmp_path / "steps.csv"
+    p.write_text(text)
+    with pytest.raises(InputError, match=where) as e:
+        load_steps(p, "steps")
+    assert "\n" not in str(e.value)
+
+
+def test_truncated_log_line_names_file_line_field(tmp_path):
+    lines = (DATA / "vllm_iterations.log").read_text().splitlines()
+    lines[3] = lines[3][: lines[3].index("iteration elapsed") + 12]
+    p = tmp_path / "engine.log"
+    p.write_text("\n".join(lines))
+    with pytest.raises(InputError, match=r"engine\.log:4:iteration elapsed time"):
+        load_steps(p, "vllm-log")
+    p.write_text("\n".join(lines[1:3]))
+    with pytest.raises(InputError, match="KV cache size"):
+        load_steps(p, "vllm-log")
+    assert len(load_steps(p, "vllm-log", kv_cache_tokens=41408)) == 2
+    p.write_text("\n".join(lines[:2] + [lines[4].replace("21.37 ms", "0.03 ms")]))
+    skipped = {}
+    assert len(load_steps(p, "vllm-log", skipped=skipped)) == 1 and any("async" in k for k in skipped)
+
+
+def synthetic_steps(rng, n=400):
+    """Prefill batches, decode batches and mixed steps of varied shape."""
+    kinds = rng.integers(0, 3, n)
+    npf = np.where(kinds == 1, 0, rng.integers(1, 5, n))
+    q = rng.integers(64, 4096, n)
+    kvp = np.where(rng.random(n) < 0.5, 0, rng.integers(0, 4000, n))
+    nd = np.where(kinds == 0, 0, rng.integers(1, 200, n))
+    kvd = rng.integers(100, 8000, n)
+    return npf, q, kvp, nd, kvd
+
+
+@pytest.mark.parametrize("truth", [
+    dict(s_pi=0.8, s_beta=0.7, host_step_s=2.0e-3, host_per_seq_s=30e-6, host_per_prefill_seq_s=150e-6),
+    dict(s_pi=1.3, s_beta=1.1, host_step_s=0.6e-3, host_per_seq_s=8e-6, host_per_prefill_seq_s=1.2e-3),
+])
+@pytest.mark.parametrize("base_name", ["h100", "a100-80gb"])
+def test_fit_recovers_known_constants(truth, base_name):
+    base = load_hardware(base_name)
+    hw = base.replace(pi_eff=base.pi_eff * truth["s_pi"], beta_eff=base.beta_eff * truth["s_beta"],
+                      **{k: v for k, v in truth.items() if k.startswith("host")})
+    cm = CostModel(MODEL, hw)                          # the simulator's own pricing, step by step
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(7))
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic")
+    fit = fit_steps(steps, MODEL, base)
+    for k, v in truth.items():
+        assert fit.values[k] == pytest.approx(v, rel=0.02), k
+    assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
+
+
+@pytest.mark.parametrize("s_pi,s_pa", [(0.9, 0.3), (0.6, 1.1)])
+def test_fit_recovers_a_separate_attention_scale(s_pi, s_pa):
+    base = load_hardware("a100-80gb")
+    hw = base.replace(pi_eff=base.pi_eff * s_pi, pi_attn=base.pi_attention * s_pa, host_step_s=1e-3)
+    cm = CostModel(MODEL, hw)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(3))
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.values["s_pi"] == pytest.approx(s_pi, rel=0.02)
+    assert fit.values["s_pi_attn"] == pytest.approx(s_pa, rel=0.02)
+    assert fit.hardware().pi_attention == pytest.approx(base.pi_attention * s_pa, rel=0.02)
+    assert not any("s_pi_attn" in w for w in fit.warnings)
+
+
+def test_attention_scale_tied_to_pi_when_attention_is_negligible():
+    steps = uniform_steps([0] * 5, [0] * 5, [0] * 5, [8, 16, 32, 64, 128], [100] * 5,
+                          [0.010, 0.0105, 0.011, 0.012, 0.014], "x")
+    fit = fit_steps(steps, MODEL, load_hardware("h100"))
+    assert fit.values["s_pi_attn"] == fit.values["s_pi"]
+    assert fit.hardware().pi_attn is None                       # priced at pi_eff, as the base does
+    assert any("s_pi_attn not identified" in w for w in fit.warnings)
+
+
+def test_fit_clamps_at_spec_peaks_and_says_so():
+    base = load_hardware("h100")
+    fast = base.replace(pi_eff=base.peak_flops * 1.5, beta_eff=base.peak_bandwidth * 1.4)
+    cm = CostModel(MODEL, fast)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(1), 200)
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    hw = fit.hardware()
+    assert hw.pi_eff <= base.peak_flops * (1 + 1e-9) and hw.beta_eff <= base.peak_bandwidth * (1 + 1e-9)
+    assert any("pi_eff at peak_flops" in w for w in fit.warnings)
+    assert any("beta_eff at peak_bandwidth" in w for w in fit.warnings)
+
+
+def test_unidentified_host_terms_are_held_at_zero():
+    steps = uniform_steps([0] * 5, [0] * 5, [0] * 5, [8] * 5, [100, 500, 1000, 2000, 4000],
+                          [0.01, 0.011, 0.012, 0.014, 0.018], "x")
+    fit = fit_steps(steps, MODEL, load_hardware("h100"))
+    assert fit.values["host_per_prefill_seq_s"] == 0.0 and fit.values["host_per_seq_s"] == 0.0
+    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 2
+    assert any(w.startswith("s_pi_attn not identified") for w in fit.warnings)   # decode attention is memory-bound
+
+
+def test_fit_of_40k_steps_is_fast():
+    rng = np.random.default_rng(2)
+    npf, q, kvp, nd, kvd = synthetic_steps(rng, 40_000)
+    steps = uniform_steps(npf, q, kvp, nd, kvd, rng.uniform(0.01, 0.2, 40_000), "synthetic")
+    fit = fit_steps(steps, MODEL, load_hardware("h100"))
+    assert fit.points == 40_000 and fit.seconds < 30   # bench_steps prints the figure; this only guards a blow-up
+
+
+def test_calibrate_cli_from_steps(tmp_path, capsys):
+    from experiments.cli import main
+    assert main(["calibrate", "--from", "splitwise", str(DATA / "splitwise_rows.csv"), "--gpu", "a100-80gb",
+                 "--model", "bloom-176b", "--base", "a100-80gb", "--out", str(tmp_path)]) == 0
+    hw = load_hardware(str(tmp_path / "fitted.yaml"))
+    assert hw.pi_eff <= hw.peak_flops and hw.calibration["step_fit"]["tp"] == 8
+    assert main(["calibrate", "--from", "vllm-log", str(DATA / "steps.csv")]) == 2
+    assert "Iteration" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(load_steps(DATA / "splitwise_rows.csv", "splitwise", gpu="a100-80gb"),
+                                  load_steps(DATA / "splitwise_rows.csv", "steps", gpu="a100-80gb"))
+
+
+def test_kernel_and_step_sources_compose(tmp_path):
+    """--from vidur … --from steps …: kernels fit the base, the step fit scales it and adds host time."""
+    from experiments.cli import main
+    kernels = Path(__file__).resolve().parents[1] / "costmodel" / "calibration_data" / "h100_llama-2-7b_mlp.csv"
+    cm = CostModel(MODEL, load_hardware("h100").replace(host_step_s=1e-3, host_per_seq_s=20e-6))
+    shapes = [([700], [0]), ([1] * 8, [500] * 8), ([1] * 40, [1500] * 40), ([300, 1, 1], [0, 90, 900]),
+              ([2000], [1000]), ([1] * 3, [100] * 3)]
+    rows = [(i, q, kv, cm.step_time(qs, kvs)) for i, (qs, kvs) in enumerate(shapes) for q, kv in zip(qs, kvs)]
+    pd.DataFrame(rows, columns=["step", "q_len", "kv_len", "time_s"]).to_csv(tmp_path / "steps.csv", index=False)
+    assert main(["calibrate", "--from", "vidur", str(kernels), "--from", "steps", str(tmp_path / "steps.csv"),
+                 "--out", str(tmp_path / "cal")]) == 0
+    hw = load_hardware(str(tmp_path / "cal" / "fitted.yaml"))
+    cal = hw.calibration
+    assert "step_fit" in cal and "gemm.pi" in cal["kernel_fit"]["parameters"] and "log_covariance" not in cal
+    s_pi = cal["step_fit"]["parameters"]["s_pi"]["value"]
+    assert hw.pi_eff == pytest.approx(s_pi * cal["kernel_fit"]["parameters"]["gemm.pi"]["value"], rel=1e-9)
+    assert hw.host_step_s + hw.host_per_seq_s > 0 and hw.pi_eff <= hw.peak_flops

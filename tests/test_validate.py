@@ -1,0 +1,104 @@
+"""chunksim validate: a run written in each upstream format from a simulation replays to itself
+(every figure within rounding), engine settings are read, and expert parallel is refused."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, load_hardware, load_model
+from experiments.engines import build_cluster
+from experiments.validate import load_run, validate
+from simcore.simulation import Simulation, fixed_workload
+
+MODEL, HW = load_model("llama-3.1-8b"), load_hardware("rtx4090")
+ENGINE = {"max_num_seqs": 32, "max_num_batched_tokens": 1024, "max_model_len": 4096}
+
+
+def simulated(n=40, seed=0, dp=1):
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(0.2 / dp, n))
+    p, o = rng.integers(20, 1500, n), rng.integers(2, 200, n)
+    engines, route, L = build_cluster("vllm", MODEL, HW, 1, {**ENGINE, "num_gpu_blocks_override": 900}, dp,
+                                      "least_outstanding")
+    res = Simulation(engines, fixed_workload(arr, p, o), max_model_len=L, router=route if dp > 1 else None).run()
+    return res.requests, 1000.0 + arr   # an engine clock that does not start at 0
+
+
+def write_llmservingsim(folder, df, clock0, moe=False, dp=1):
+    folder.mkdir()
+    meta = {"schema_version": 1, "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+            "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1, "data_parallel_size": dp,
+                              "enable_expert_parallel": moe, **ENGINE, "dtype": "bfloat16"},
+            "kv_cache": {"num_gpu_blocks": 900, "block_size": 16, "gpu_memory_utilization": 0.9,
+                         "enable_prefix_caching": True},
+            "hardware": {"device_name": "NVIDIA GeForce RTX 4090"}}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with open(folder / "requests.jsonl", "w") as f:
+        for r, q in zip(df.itertuples(), clock0):
+            f.write(json.dumps({"request_id": f"bench-{r.rid}", "input_toks": int(r.prompt_len),
+                                "output_toks": int(r.output_len), "arrival_time": 1.7e9 + q, "queued_ts": q,
+                                "scheduled_ts": q + r.queue_s, "first_token_ts": q + r.ttft_s,
+                                "last_token_ts": q + r.e2el_s}) + "\n")
+
+
+def test_llmservingsim_run_replays_to_itself(tmp_path):
+    df, clock = simulated()
+    write_llmservingsim(tmp_path / "run", df, clock)
+    run = load_run(tmp_path / "run")
+    assert run.engine["num_gpu_blocks_override"] == 900 and run.engine["max_num_seqs"] == 32 and run.itl_s is None
+    table, overall, _, _ = validate(tmp_path / "run", MODEL, HW)
+    assert len(table) == 15 and overall < 1e-9
+    assert set(table.metric) >= {"median_tpot_ms", "p99_ttft_ms", "p90_e2el_ms", "duration_s", "output_throughput"}
+    slower, _, _, _ = validate(tmp_path / "run", MODEL, HW.replace(beta_eff=HW.beta_eff / 2))
+    assert slower.set_index("metric").loc["median_tpot_ms", "rel_error"] > 0.3
+
+
+def test_data_parallel_ranks_replay_to_themselves(tmp_path):
+    df, clock = simulated(n=60, seed=4, dp=2)
+    write_llmservingsim(tmp_path / "run", df, clock, dp=2)
+    table, overall, result, run = validate(tmp_path / "run", MODEL, HW)
+    assert run.dp == 2 and len(result.replicas) == 2 and overall < 1e-9
+    single, _, _, _ = validate(tmp_path / "run", MODEL, HW, run=dataclasses.replace(run, dp=1))
+    assert single.set_index("metric").loc["mean_ttft_ms", "rel_error"] > 0
+
+
+def test_vllm_bench_json_replays_to_itself(tmp_path):
+    df, clock = simulated(seed=1)
+    out = {"duration": float(df.finish_s.max() - df.arrival_s.min()), "completed": len(df),
+           "start_times": (clock + 5.0).tolist(), "input_lens": df.prompt_len.tolist(),
+           "output_lens": df.output_len.tolist(), "ttfts": df.ttft_s.tolist(), "latencies": df.e2el_s.tolist(),
+           "itls": [[] for _ in range(len(df))], "errors": [""] * len(df)}
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps(out))
+    table, overall, _, run = validate(p, MODEL, HW, {**ENGINE, "num_gpu_blocks_override": 900})
+    assert run.itl_s is None and overall < 1e-9
+    out["itls"] = [[t] * (int(k) - 1) for t, k in zip(df.tpot_s, df.output_len)]
+    p.write_text(json.dumps(out))
+    with_itl, _, _, _ = validate(p, MODEL, HW, {**ENGINE, "num_gpu_blocks_override": 900})
+    assert len(with_itl) == 19 and np.isfinite(with_itl.rel_error).all()
+    out["errors"][0] = "timeout"
+    p.write_text(json.dumps(out))
+    assert len(load_run(p).requests) == len(df) - 1
+    del out["ttfts"]
+    p.write_text(json.dumps(out))
+    with pytest.raises(InputError, match="ttfts"):
+        load_run(p)
+
+
+def test_expert_parallel_is_refused_for_moe(tmp_path):
+    df, clock = simulated(n=5)
+    write_llmservingsim(tmp_path / "run", df, clock, moe=True)
+    with pytest.raises(InputError, match="expert parallel is not modelled"):
+        validate(tmp_path / "run", load_model("qwen3-30b-a3b"), load_hardware("h100"))
+
+
+def test_validate_cli(tmp_path, capsys):
+    from experiments.cli import main
+    df, clock = simulated(n=20, seed=2)
+    write_llmservingsim(tmp_path / "run", df, clock)
+    assert main(["validate", str(tmp_path / "run"), "--plots", str(tmp_path / "plots")]) == 0
+    text = capsys.readouterr().out
+    assert "mean |relative error|" in text and "rtx4090" in text
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["cdf_e2el.png", "cdf_tpot.png", "cdf_ttft.png"]
+    assert main(["validate", str(tmp_path / "nothing")]) == 2
