@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import one_core, reference_s  # noqa: E402
 from costmodel import load_hardware, load_model  # noqa: E402
-from experiments import calibrate_cmd  # noqa: E402
+from experiments.cli import calibrate as calibrate_cmd  # noqa: E402
 from experiments.cli import main as cli  # noqa: E402
 from experiments.validate import load_run, validate  # noqa: E402
 
