@@ -8,7 +8,6 @@ finish every request at the same step (its timestamps are the same additions).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,25 +18,7 @@ from simcore.simulation import Simulation
 from workloads.workload import Workload
 
 from .sglang_engine import Step
-
-
-class UnitCost:
-    """Every forward pass takes one second."""
-
-    def step_time(self, *shape) -> float:
-        return 1.0
-
-    def decode_ends_list(self, n, kv, steps, t, stop=math.inf):
-        out = []
-        for _ in range(steps):
-            t += 1.0
-            out.append(t)
-            if t >= stop:
-                break
-        return out
-
-    def decode_run(self, n, kv, steps):
-        return np.ones(steps)
+from .unit_cost import UnitCost
 
 
 def page_hashes(tokens, page: int) -> tuple:

@@ -18,13 +18,13 @@ schedule(), and the rids that finished with that step's output.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections import deque
 
 import numpy as np
 
+from unit_cost import UnitCost
 from vllm_scenarios import VllmScenario
 
 VLLM_VERSION = "0.33.0"
@@ -158,25 +158,6 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
     return {t: (tok, sorted(p), sorted(f)) for t, (tok, p, f) in records.items()}
 
 
-class UnitSteps:
-    """A cost model whose every forward pass lasts 1 s: a step's start time is its index."""
-
-    def step_time(self, *args, **kwargs) -> float:
-        return 1.0
-
-    def decode_ends_list(self, n, decode_kv0, steps, t, stop=math.inf):
-        out = []
-        for _ in range(steps):
-            if out and t >= stop:
-                break
-            t += 1.0
-            out.append(t)
-        return out
-
-    def decode_run(self, n, decode_kv0, steps):
-        return np.ones(steps)
-
-
 class _Recorder:
     """Wraps a policy: keeps (time, {rid: n}, preempted rids) of every plan it makes."""
 
@@ -210,7 +191,7 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
                   [m for _, _, m in sc.requests],
                   block_hashes=[sc.block_hashes(p) for _, p, _ in sc.requests] if sc.enable_prefix_caching else None,
                   block_tokens=sc.block_size)
-    sim = Simulation([(policy, pool, UnitSteps())], wl, fast_forward=mode != "step", check=True,
+    sim = Simulation([(policy, pool, UnitCost())], wl, fast_forward=mode != "step", check=True,
                      max_model_len=max_len, record_iterations=mode != "cohort")
     rec = _Recorder(policy, sim.env)
     sim.replicas[0].policy = rec
