@@ -68,10 +68,10 @@ class BlockPool:
         req.num_blocks = 0
 
     def publish(self, req) -> None:
-        """The running request's computed prompt blocks move into the prefix cache (see PrefixCache.publish)."""
+        """The running request's computed prompt blocks move into the prefix cache (see PrefixCache.checkpoint)."""
         if self.cache is None or req.num_blocks == 0:
             return
-        adopted, dup = self.cache.publish(req)
+        adopted, dup = self.cache.checkpoint(req)
         req.num_blocks -= adopted + dup
         self.used -= dup
 

@@ -159,7 +159,7 @@ class PrefixCache:
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 
-    def publish(self, req) -> tuple[int, int]:
+    def checkpoint(self, req) -> tuple[int, int]:
         """A running request's computed full prompt blocks join the tree while it keeps them pinned
         (SGLang checkpoint_kv_cache → RadixCache.checkpoint, after every prefill chunk and when the
         prefill completes), so a later request sharing the prefix hits them. Returns (pool blocks
