@@ -439,7 +439,7 @@ class SGLangScheduler:
             req.num_computed_tokens, req.num_blocks, pool.used = now, blocks, used
         return out, 0
 
-    def on_lead(self, req, steps: int) -> None:
+    def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
         as add_chunked returning False does."""
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:

@@ -104,9 +104,9 @@ class PrefixCache:
         `req`, so a request looked up later in the same schedule() already hits them. Stops, for
         good, at a block someone else cached first (the request keeps its own copy of it, cached
         when it leaves). Generated tokens' blocks are cached when the request leaves: only the
-        request itself could hit them, after a preemption, which releases it first. Prompt blocks
-        are computed only in steps that are planned one by one, so fast-forward and stepping
-        publish alike. Returns how many of its private pool blocks the cache took over."""
+        request itself could hit them, after a preemption, which releases it first. A chunked
+        prefill's lead (simcore/chunked.py) publishes its later chunks through the policy's
+        ``on_lead``, chunk by chunk, as stepping would. Returns how many of its private pool blocks the cache took over."""
         path = req.cache_path if req.cache_path is not None else []
         prompt = min(len(req.block_hashes), req.prompt_len // self.block_tokens)
         k = min(prompt, tokens // self.block_tokens)
