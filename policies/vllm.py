@@ -184,7 +184,7 @@ class VLLMScheduler(PolicyHooks):
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
                 self._thr = cfg.long_prefill_token_threshold if running + held + waiting > 1 else 0
                 n = self._clamp(req, budget)
-                if n <= 0 or (waiting and running < cfg.max_num_seqs and n < budget):
+                if n <= 0 or (waiting and running + held < cfg.max_num_seqs and n < budget):
                     break
                 out.append(n)
                 if n == budget and sealed == len(out) - 1:
