@@ -159,6 +159,14 @@ class PrefixCache:
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 
+    def holds_next(self, req) -> bool:
+        """Whether the tree already holds the full prompt block after `req`'s path, so that a
+        ``checkpoint`` would free the request's own copy (past a block the request created itself,
+        every block is new: a new node has no children)."""
+        path = req.cache_path or ()
+        i = len(path)
+        return i < self._full_blocks(req) and (path[-1].serial if path else 0, req.block_hashes[i]) in self.nodes
+
     def checkpoint(self, req) -> tuple[int, int]:
         """A running request's computed full prompt blocks join the tree while it keeps them pinned
         (SGLang checkpoint_kv_cache → RadixCache.checkpoint, after every prefill chunk and when the
