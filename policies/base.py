@@ -210,9 +210,11 @@ class PolicyHooks:
         request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
 
-    def on_lead(self, req, steps: int) -> None:
-        """FAST-FORWARD HOOK: the replica took `steps` steps of a lead (``prefill_chunks``) of `req`,
-        whose num_computed_tokens is now as stepping would leave it (schedule() was not called)."""
+    def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
+        """FAST-FORWARD HOOK: the replica took a lead (``prefill_chunks``) of `req` through its
+        `chunks` (the first was planned by schedule(), the others were not), and num_computed_tokens
+        is now as stepping would leave it. Whatever schedule() would have done with each chunk
+        beyond the first (a prefix cache taking its blocks) is for the hook to do."""
 
     def on_finish(self) -> None:
         pass

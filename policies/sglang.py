@@ -415,11 +415,13 @@ class SGLangScheduler:
         nobody waiting, not mixed: the decodes sit out and each next batch is the chunked
         request's next chunk, as PrefillAdder.add_chunked cuts it with the KV it holds by then
         (the new-token ratio and the decodes' outputs left stand still in prefill batches). An
-        arrival would join the next prefill batch, so no chunk is sealed."""
+        arrival would join the next prefill batch, so no chunk is sealed. Declined when the radix
+        checkpoint after a chunk (``schedule``) would meet blocks the tree already holds: it frees
+        the request's copies, which changes the KV the next chunk is cut with."""
         if self.cfg.is_mixed_chunk or s.waiting or plan.cohort or len(plan.items) != 1:
             return [], 0
         req, q = plan.items[0]
-        if req is not self.chunked_req:
+        if req is not self.chunked_req or (s.pool.cache is not None and s.pool.cache.holds_next(req)):
             return [], 0
         pool, decoding = s.pool, self._decoding(s)
         out, done = [], req.num_computed_tokens + q
@@ -439,7 +441,7 @@ class SGLangScheduler:
             req.num_computed_tokens, req.num_blocks, pool.used = now, blocks, used
         return out, 0
 
-    def on_lead(self, req, steps: int) -> None:
+    def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
         as add_chunked returning False does."""
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:

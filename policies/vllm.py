@@ -155,7 +155,11 @@ class VLLMScheduler(PolicyHooks):
         walked before it, one token each) takes ``_clamp`` of the budget the decodes leave; the
         waiting queue is reached only when budget is left after P, so with a request waiting
         (and max_num_seqs not reached) the chunks stop before the first that leaves budget over,
-        and the chunks that use the whole budget are the ones an arrival cannot change."""
+        and the chunks that use the whole budget are the ones an arrival cannot change. Each
+        step's long_prefill_token_threshold is ``_threshold`` as that step's schedule() sees it:
+        the finished requests held through this plan's schedule() are gone by the next, a decode
+        that leaves at step f still counts at step f (async scheduling holds it) and not after,
+        and a chunk is sealed only if the threshold an arrival would switch on leaves it as is."""
         items, nc = plan.items, plan.cohort
         req, q = items[-1]
         if len(items) != len(s.running) or nc != s.num_in_cohort or s.running[-1] is not req \
@@ -164,26 +168,49 @@ class VLLMScheduler(PolicyHooks):
         for r, _ in items:
             if r.seq > req.seq:
                 return [], 0
-        budget = self.cfg.max_num_batched_tokens - (len(items) - 1 + nc)
-        admits = bool(s.waiting) and len(items) + nc < self.cfg.max_num_seqs
+        cfg, thr0 = self.cfg, self._thr
+        budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
+        running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         li, nl = 0, len(leaves)
         try:
             while done < req.num_tokens:
-                while li < nl and leaves[li] <= len(out) + 1:   # a decode fewer from this step on
+                j = len(out) + 1
+                while li < nl and leaves[li] <= j:   # a decode fewer from this step on
                     budget += 1
+                    running -= 1
                     li += 1
+                held = sum(1 for f in leaves[:li] if f == j) if hold else 0
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
+                self._thr = cfg.long_prefill_token_threshold if running + held + waiting > 1 else 0
                 n = self._clamp(req, budget)
-                if n <= 0 or (admits and n < budget):
+                if n <= 0 or (waiting and running + held < cfg.max_num_seqs and n < budget):
                     break
                 out.append(n)
                 if n == budget and sealed == len(out) - 1:
-                    sealed += 1
+                    self._thr = cfg.long_prefill_token_threshold
+                    if self._clamp(req, budget) == n:
+                        sealed += 1
                 done += n
         finally:
-            req.num_computed_tokens = now
+            req.num_computed_tokens, self._thr = now, thr0
         return out, sealed
+
+    def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
+        """FAST-FORWARD HOOK: the prefix cache takes each later chunk's full blocks as
+        schedule() would have when planning it (``SchedulerState.publish``), chunk by chunk:
+        a chunk that meets a block cached by someone else stops the publishing for good."""
+        if s.pool.cache is None or len(chunks) < 2:
+            return
+        now = req.num_computed_tokens
+        done = now - sum(chunks[1:])
+        try:
+            for q in chunks[1:]:
+                req.num_computed_tokens = done
+                done += q
+                s.publish(req, done)
+        finally:
+            req.num_computed_tokens = now
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """Decode-only steps repeat while no waiting request can be admitted: the queue is empty,

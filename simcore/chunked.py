@@ -11,8 +11,9 @@ integer sums and float additions stepping makes (``CostModel.prefill_lead_ends``
 The lead is cut where the KV blocks run out and, for a sole replica, before the first step that
 starts at or after its next arrival unless the hook says the waiting queue cannot change that
 step (vLLM: a chunk that takes the whole budget). A decode that finishes inside the lead leaves
-it where folding is allowed (open loop, nobody waiting, no router reading KV usage; the hook
-is told from which steps one decode fewer runs), else the lead ends there. When P's prompt
+it where folding is allowed (open loop, no router reading KV usage; the hook is told from
+which steps one decode fewer runs and keeps to the chunks the waiting queue cannot change),
+else the lead ends there; a lead with such a finish and requests waiting ends at P's last chunk. When P's prompt
 completes and the policy lets decodes repeat, the run goes on as a decode run of everyone,
 folded through finishes as any other (simcore/runs.py).
 
@@ -57,7 +58,7 @@ class ChunkedRuns:
             return None
         fold = everyone and nc and self.fold and not s.waiting   # decodes may finish inside the run
         leaves = ()
-        if fold and first_finish <= len(chunks):
+        if everyone and nc and self.fold and first_finish <= len(chunks):   # inside the lead even beside a queue
             chunks, sealed, leaves = self._lead_leavers(plan, chunks)
             qs = [q0] + chunks
         else:
@@ -69,6 +70,8 @@ class ChunkedRuns:
             mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
             if fold:
                 k = max(c.steps_to_empty(), longest, mine)
+            elif leaves:   # a finish freed blocks and a slot the waiting queue may take next
+                k = L
             else:
                 k = min(first_finish, mine, c.steps_to_finish() if nc else 1 << 62)
         stop = self.next_arrival() if self.pull is not None else math.inf

@@ -104,9 +104,9 @@ class PrefixCache:
         `req`, so a request looked up later in the same schedule() already hits them. Stops, for
         good, at a block someone else cached first (the request keeps its own copy of it, cached
         when it leaves). Generated tokens' blocks are cached when the request leaves: only the
-        request itself could hit them, after a preemption, which releases it first. Prompt blocks
-        are computed only in steps that are planned one by one, so fast-forward and stepping
-        publish alike. Returns how many of its private pool blocks the cache took over."""
+        request itself could hit them, after a preemption, which releases it first. A chunked
+        prefill's lead (simcore/chunked.py) publishes its later chunks through the policy's
+        ``on_lead``, chunk by chunk, as stepping would. Returns how many of its private pool blocks the cache took over."""
         path = req.cache_path if req.cache_path is not None else []
         prompt = min(len(req.block_hashes), req.prompt_len // self.block_tokens)
         k = min(prompt, tokens // self.block_tokens)
@@ -158,6 +158,14 @@ class PrefixCache:
         if parent is not None and len(path) < computed_blocks:   # only the chain's last node can be a leaf
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
+
+    def holds_next(self, req) -> bool:
+        """Whether the tree already holds the full prompt block after `req`'s path, so that a
+        ``checkpoint`` would free the request's own copy (past a block the request created itself,
+        every block is new: a new node has no children)."""
+        path = req.cache_path or ()
+        i = len(path)
+        return i < self._full_blocks(req) and (path[-1].serial if path else 0, req.block_hashes[i]) in self.nodes
 
     def checkpoint(self, req) -> tuple[int, int]:
         """A running request's computed full prompt blocks join the tree while it keeps them pinned

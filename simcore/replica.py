@@ -225,7 +225,7 @@ class Replica(RunPlanning):
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
             if lead is not None and req is lead[0]:
-                self.policy.on_lead(req, steps)
+                self.policy.on_lead(s, req, lead[1][:steps])
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 if steps > 1 and lead is not None and req is lead[0]:
                     held = pool.blocks_held(req, req.num_computed_tokens)
