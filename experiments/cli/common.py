@@ -11,21 +11,22 @@ from costmodel.errors import InputError, require
 from .. import datasets
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    v = _integer(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
     return v
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    v = _integer(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
     return v
