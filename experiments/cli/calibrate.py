@@ -167,17 +167,10 @@ def run(args) -> int:
     if pi and beta:
         print(f"\nπ_eff {pi / 1e12:.4g} TFLOP/s, β_eff {beta / 1e12:.4g} TB/s "
               f"(profile {b['name']}: {b['pi_eff'] / 1e12:.4g} TFLOP/s, {b['beta_eff'] / 1e12:.4g} TB/s)")
-    for title, key in (("error on the fitted timings (%)", "errors_fit"), ("error on held-out timings (%)", "errors_held_out")):
-        if report[key]:
-            print(f"\n{title}")
-            print(table(report[key]))
+    _print_errors(report, "timings")
     for n in report["skipped"]:
         print(f"note: {n}")
-    for w in report["warnings"]:
-        print(f"warning: {w}")
-    for kind, path in report["files"].items():
-        print(f"wrote {kind}: {path}")
-    return 0
+    return _print_warnings_and_files(report)
 
 
 def _print_steps(report: dict, args) -> int:
@@ -197,10 +190,18 @@ def _print_steps(report: dict, args) -> int:
     print(f"\nπ_eff {f['pi_eff'] / 1e12:.4g} TFLOP/s, β_eff {f['beta_eff'] / 1e12:.4g} TB/s; host "
           f"{f['host_step_s'] * 1e3:.4g} ms/step + {f['host_per_seq_s'] * 1e6:.4g} µs/sequence + "
           f"{f['host_per_prefill_seq_s'] * 1e6:.4g} µs/prefill sequence")
-    for title, key in (("error on the fitted steps (%)", "errors_fit"), ("error on held-out steps (%)", "errors_held_out")):
+    _print_errors(report, "steps")
+    return _print_warnings_and_files(report)
+
+
+def _print_errors(report: dict, what: str) -> None:
+    for title, key in ((f"error on the fitted {what} (%)", "errors_fit"), (f"error on held-out {what} (%)", "errors_held_out")):
         if report[key]:
             print(f"\n{title}")
             print(table(report[key]))
+
+
+def _print_warnings_and_files(report: dict) -> int:
     for w in report["warnings"]:
         print(f"warning: {w}")
     for kind, path in report["files"].items():

@@ -40,42 +40,36 @@ def chunk_size(text: str) -> int:
     return v
 
 
-def positive_float(text: str) -> float:
+def _number(text: str, hint: str = "") -> float:
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number{hint}") from None
+
+
+def positive_float(text: str) -> float:
+    v = _number(text)
     if not v > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0 (inf allowed)")
     return v
 
 
 def fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _number(text)
     if not 0 < v <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
     return v
 
 
 def unit_ratio(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a JSON dict per input/output is not "
-                                         "simulated; give one ratio)") from None
+    v = _number(text, " (a JSON dict per input/output is not simulated; give one ratio)")
     if not 0 <= v < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
     return v
 
 
 def finite_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _number(text)
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
     return v
