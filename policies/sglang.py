@@ -8,7 +8,8 @@ KV minus a reserve of new_token_ratio × the running requests' remaining outputs
 request is chunked at a time; it is re-entered first next step (add_chunked_req). Chunk
 lengths and prefix lengths are truncated to page_size multiples. A decode step that finds too
 little free KV retracts requests (fewest outputs first, then longest prompt) to the back of the
-waiting queue until 20 decode steps of headroom remain (ScheduleBatch.retract_decode).
+waiting queue until the next decode fits (ScheduleBatch.retract_decode, check_decode_mem).
+PrefillAdder itself is policies/sglang_prefill.py.
 """
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from costmodel import CostModel
 from costmodel.errors import require
 
 from .base import Plan, SchedulerState
+from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
 
-CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
-IGNORE_EOS_RESERVE_TOKENS = 1
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
@@ -99,167 +99,6 @@ def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) 
     return tokens // page_size * page_size
 
 
-def _page_up(n: int, page: int) -> int:
-    return -(-n // page) * page
-
-
-class _PrefillAdder:
-    """schedule_policy.py, PrefillAdder, with mem_cache/prefill_budget.py, PrefillBudget: the
-    budgets of one prefill batch. rem_input (max_prefill_tokens) and rem_chunk
-    (chunked_prefill_size) less the mixed decode tokens; KV read as free plus evictable tokens less
-    two offsets: total (every reservation, with the running requests' clipped outputs left × the
-    new-token ratio, 1.0 for ignore_eos: _get_running_request_total_token_offset) and current
-    (what this batch allocates now)."""
-
-    def __init__(self, cfg: SGLangConfig, s: SchedulerState, decoding: list, ratio: float):
-        mixed = len(decoding) + s.num_in_cohort if cfg.is_mixed_chunk else 0
-        self.page, self.ratio, self.radix_off = cfg.page_size, ratio, cfg.disable_radix_cache
-        self.rem_input = cfg.max_prefill_tokens - mixed
-        self.rem_chunk = cfg.chunk - mixed if cfg.chunk is not None else None
-        self.pool, self.s = s.pool, s
-        total = float(mixed)
-        for r in _running_order(s, decoding):
-            left = min(r.outputs_left, CLIP_MAX_NEW_TOKENS)
-            total += left * (1.0 if r.ignore_eos else ratio)
-        self.total_offset, self.current_offset = total, mixed
-        self.decoding = decoding
-        self.items, self.new_chunked, self.req_states = [], None, None
-
-    def _kv(self) -> int:
-        """Free plus evictable tokens now: read after each lookup, since a matched prefix is pinned
-        and no longer evictable (SGLang checks a request under _lock_node)."""
-        return self.pool.available * self.pool.block_size
-
-    @property
-    def rem_total(self) -> float:
-        return self._kv() - self.total_offset
-
-    @property
-    def rem_current(self) -> float:
-        return self._kv() - self.current_offset
-
-    def _reserve(self, extend: int, max_new: int) -> None:
-        """PrefillAdder._update_prefill_budget / PrefillBudget.reserve: a page of slack per request."""
-        extend = _page_up(extend, self.page)
-        self.total_offset += extend + self.page + max_new
-        self.current_offset += extend + self.page
-        self.rem_input -= extend
-        if self.rem_chunk is not None:
-            self.rem_chunk -= extend
-
-    def budget_state(self) -> str:
-        if not (self.rem_total > 0 and self.rem_current > 0):
-            return "no_token"
-        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
-            return "other"
-        return "continue"
-
-    def add_chunked(self, req) -> bool:
-        """PrefillAdder.add_chunked_req (PrefillBudget.available_chunk_tokens): the chunk is what the
-        chunk budget and the KV left allow, a whole chunk when no KV is left (it must progress).
-        True when the request is still truncated."""
-        rem = min(self.rem_chunk, int(self.rem_total))
-        if rem <= 0:
-            rem = self.rem_chunk
-        left = req.remaining_tokens
-        n = min(left, rem)
-        self.items.append((req, n))
-        self._reserve(n, min(req.output_len, CLIP_MAX_NEW_TOKENS) if n == left else 0)
-        return n < left
-
-    def add_one(self, req) -> str:
-        """PrefillAdder.add_one_req and _select_prefill_admission."""
-        if req.ignore_eos and self.radix_off:   # getattr(tree_cache, 'disable', True)
-            return self._add_ignore_eos(req)
-        extend = req.remaining_tokens
-        max_new = min(max(req.outputs_left, 0), CLIP_MAX_NEW_TOKENS)
-        if not extend + max_new + self.page < self.rem_total:
-            return "no_token"
-        tokens = _page_up(extend, self.page)
-        if self.rem_chunk is None and self.items and tokens >= self.rem_input:
-            return "other"   # without chunking, the first request may exceed the input cap
-        if self.rem_chunk is not None and tokens > self.rem_chunk:
-            trunc = self.rem_chunk // self.page * self.page
-            prefix = req.num_computed_tokens
-            trunc = (prefix + trunc) // self.page * self.page - prefix
-            if trunc <= 0:
-                return "other"
-            self.items.append((req, trunc))
-            self.new_chunked = req
-            self._reserve(trunc, 0)
-        else:
-            self.items.append((req, extend))
-            self._reserve(extend, min(req.output_len, CLIP_MAX_NEW_TOKENS))
-        return self.budget_state()
-
-    def _state_of(self, r):
-        left = r.output_len * (1.0 if r.ignore_eos else self.ratio) - r.num_output_tokens
-        return None if left <= 0 else (left, r.prompt_len + r.num_output_tokens)
-
-    def _add_ignore_eos(self, req) -> str:
-        """PrefillAdder.add_one_req_ignore_eos (radix cache disabled): the prompt fits now, and the
-        requests sorted by tokens left can all run to the end in turn, each freeing what it holds
-        (IGNORE_EOS_RESERVE_TOKENS a request to spare); no input cap; a chunk is cut exactly at
-        rem_chunk_tokens."""
-        extend = req.remaining_tokens
-        paged = _page_up(extend, self.page) + self.page
-        if paged > min(self.rem_current, self.rem_total):
-            return "no_token"
-        if self.req_states is None:
-            states = [self._state_of(r) for r in [req] + _running_order(self.s, self.decoding) + [r for r, _ in self.items]]
-            self.req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])
-        else:
-            x = self._state_of(req)
-            if x is not None:
-                st, i = self.req_states, 0
-                for i in range(len(st)):
-                    if x[0] <= st[i][0]:
-                        break
-                st.insert(i, x)
-        cur, freed, n = self.rem_current - paged, 0, len(self.req_states)
-        for i, (left, occupied) in enumerate(self.req_states):
-            bs = n - i
-            if cur + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
-                return "no_token"
-            freed += occupied
-        if self.rem_chunk is None or extend <= self.rem_chunk:
-            self.items.append((req, extend))
-            self._reserve(extend, min(req.output_len, CLIP_MAX_NEW_TOKENS))
-        else:
-            if self.rem_chunk <= 0 or self.new_chunked is not None:
-                # SGLang 0.5.23 would chunk this request too, after a page-floored chunk of another
-                # left budget over, and then track only this one: the other samples from a
-                # truncated prompt. One chunked request per batch, as the scheduler assumes.
-                return "other"
-            self.items.append((req, self.rem_chunk))
-            self.new_chunked = req
-            self._reserve(self.rem_chunk, 0)
-        return self.budget_state()
-
-
-def _running_order(s: SchedulerState, decoding: list) -> list:
-    """The running batch in queue order (cohort members included, with their current state)."""
-    if not s.num_in_cohort:
-        return decoding
-    c = s.cohort
-    members = list(c.members)
-    view = [_MemberView(r, c) for r in members]
-    return sorted(list(decoding) + view, key=lambda r: r.seq)
-
-
-class _MemberView:
-    """A cohort member as the adder reads it (outputs left now, without materializing it)."""
-    __slots__ = ("seq", "ignore_eos", "output_len", "num_output_tokens", "prompt_len")
-
-    def __init__(self, r, c):
-        self.seq, self.ignore_eos, self.output_len, self.prompt_len = r.seq, r.ignore_eos, r.output_len, r.prompt_len
-        self.num_output_tokens = r.num_output_tokens + c.tick - r.cohort_tick
-
-    @property
-    def outputs_left(self) -> int:
-        return self.output_len - self.num_output_tokens
-
-
 class SGLangScheduler:
     lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
     cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
@@ -332,7 +171,7 @@ class SGLangScheduler:
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
-        adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
+        adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
         resumed = self.chunked_req
         if resumed is not None and not adder.add_chunked(resumed):
             self.chunked_req = None
@@ -430,7 +269,7 @@ class SGLangScheduler:
             while done < req.num_tokens:
                 held = pool.blocks_held(req, done)   # the request as it would stand then
                 req.num_computed_tokens, req.num_blocks, pool.used = done, held, used + held - blocks
-                adder = _PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
+                adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
                 adder.add_chunked(req)
                 n = adder.items[-1][1]
                 if n <= 0:
@@ -468,7 +307,7 @@ class SGLangScheduler:
         outputs and IGNORE_EOS_RESERVE_TOKENS to spare."""
         page = self.cfg.page_size
         if req.ignore_eos and self.cfg.disable_radix_cache:
-            paged = _page_up(req.prompt_len, page) + page
+            paged = page_up(req.prompt_len, page) + page
             if paged > total or total - paged - req.output_len <= IGNORE_EOS_RESERVE_TOKENS:
                 return (f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
                         f"(add_one_req_ignore_eos needs {paged + req.output_len + IGNORE_EOS_RESERVE_TOKENS + 1} "
