@@ -11,11 +11,15 @@ from costmodel.errors import InputError, require
 from .. import datasets
 
 
-def _integer(text: str) -> int:
+def _parse(text: str, cast, what: str):
     try:
-        return int(text)
+        return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def _integer(text: str) -> int:
+    return _parse(text, int, "an integer")
 
 
 def positive_int(text: str) -> int:
@@ -41,10 +45,7 @@ def chunk_size(text: str) -> int:
 
 
 def _number(text: str, hint: str = "") -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number{hint}") from None
+    return _parse(text, float, "a number" + hint)
 
 
 def positive_float(text: str) -> float:
