@@ -19,6 +19,18 @@ a soft-l1 loss, as for kernels (calibration/fit.py). Physical bounds: no fitted 
 spec sheet's peak_flops, no β above its peak_bandwidth; a fit that presses against them says so
 and is clamped there. A parameter no step can see (no prefill steps: host_per_prefill_seq_s;
 one batch size only: host_per_seq_s against host_step_s) is held at 0 and reported.
+
+A second GEMM regime in rows: measured prefills need not follow one π. Splitwise's BLOOM-176B
+tp 8 steps cost the same per token at any split of the rows into prompts (512×16 ≈ 8192×1,
+512×8 ≈ 4096×1) but 25–30 % more per token above 2048 rows than at 2048, on A100 and H100 alike,
+which no tile or wave count can do (those only make a row cheaper as rows grow). So the fit also
+tries a break: GEMMs of more rows than b run at s_rows·π (s_rows ≤ 1),
+
+  b ∈ {2^k}: powers of two with at least two distinct prefill row counts of the fit set on each side
+
+fitting every candidate and keeping the best only if it pays for its two parameters (BIC on the
+loss) and moves π by at least MIN_REGIME. The result goes to the profile as gemm_rows_break /
+gemm_rows_pi_scale (costmodel/roofline.py, ``_pi_rows``), so a simulation prices the regime the fit saw.
 """
 from __future__ import annotations
 
@@ -34,14 +46,16 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
+from .rows_regime import MIN_REGIME, pays, pick_break, rows_breaks, subset
 from .step_timings import STEP_COLUMNS
 
-PARAMS = ("s_pi", "s_beta", "s_pi_attn", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
-SCALES = PARAMS[:3]
-HOST = PARAMS[3:]
+PARAMS = ("s_pi", "s_beta", "s_pi_attn", "s_rows", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
+SCALES = PARAMS[:4]
+HOST = PARAMS[4:]
 ATTN_SHARE = 0.05
 LOG_LOW = np.log(1e-3)
 AT_BOUND = 1e-3   # relative distance from a bound that counts as pressing on it
+GEMMS = ("linear", "moe_experts", "embedding", "lm_head")   # the ops priced at CostModel._pi_rows
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class StepTerms:
     const: np.ndarray     # (steps,) allreduce + step_overhead
     host_cols: np.ndarray  # (steps, 3): 1, seqs, prefill_seqs
     quadrature: bool
+    gemm_rows: np.ndarray = None   # (steps, ops): rows of each op's GEMM (0: not a GEMM on pi_eff)
 
 
 def step_terms(steps: pd.DataFrame, cm: CostModel) -> StepTerms:
@@ -86,14 +101,21 @@ def step_terms(steps: pd.DataFrame, cm: CostModel) -> StepTerms:
     host = np.stack([np.ones(len(rows)), seqs.astype(float), steps["prefill_seqs"].to_numpy(float)], 1)
     floor_m = np.where(has, np.array(floor), 0.0)
     over_m = np.where(has, np.array(over), 0.0)
-    return StepTerms(np.where(has, tc, 0.0), np.where(has, tm, 0.0), floor_m, over_m, const, host, cm.quadrature)
+    gemm = np.zeros(tc.shape)
+    for j, name in enumerate(names):
+        if name in GEMMS:
+            gemm[:, j] = seqs if (name == "lm_head" and cm.counting != "seed") else rows
+    return StepTerms(np.where(has, tc, 0.0), np.where(has, tm, 0.0), floor_m, over_m, const, host, cm.quadrature, gemm)
 
 
 def step_times(terms: StepTerms, s_pi: float, s_beta: float, host, overlap: bool = False,
-               s_pi_attn: float | None = None) -> np.ndarray:
+               s_pi_attn: float | None = None, rows_break: int = 0, s_rows: float = 1.0) -> np.ndarray:
     """Seconds per step at these constants (host: the three host terms; attention's π scale is
-    s_pi unless s_pi_attn is given). The last two operators are attention's."""
+    s_pi unless s_pi_attn is given; GEMMs of more rows than ``rows_break`` at s_rows·s_pi). The
+    last two operators are attention's."""
     a, m = terms.tc / s_pi, terms.tm / s_beta
+    if rows_break and s_rows != 1.0:
+        a = np.where(terms.gemm_rows > rows_break, a / s_rows, a)
     if s_pi_attn is not None and s_pi_attn != s_pi:
         a[:, -2:] = terms.tc[:, -2:] / s_pi_attn
     op = np.sqrt(a * a + m * m) if terms.quadrature else np.maximum(a, m)
@@ -114,6 +136,7 @@ class StepFit:
     seconds: float
     points: int
     sources: tuple = field(default=())
+    rows_break: int = 0          # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
 
     @property
     def pi_eff(self) -> float:
@@ -132,9 +155,12 @@ class StepFit:
             pi_attn=(b.pi_attn * v["s_pi"] if b.pi_attn else None) if tied else b.pi_attention * v["s_pi_attn"],
             beta_attn=b.beta_attn * v["s_beta"] if b.beta_attn else None,
             **{k: float(v[k]) for k in HOST},
+            **({"gemm_rows_break": int(self.rows_break), "gemm_rows_pi_scale": float(v["s_rows"])} if self.rows_break else {}),
             description=f"{b.description or b.name}, step-calibrated",
             notes=f"pi_eff, beta_eff (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}), attention's π "
-                  f"(x{v['s_pi_attn']:.4g}) and the host terms fitted "
+                  f"(x{v['s_pi_attn']:.4g}), "
+                  + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
+                  + f"and the host terms fitted "
                   f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration())
 
@@ -148,7 +174,7 @@ class StepFit:
         return {"parameters": {k: {"value": float(self.values[k]),
                                    "rel_sigma": float(self.rel_sigma[k]) if np.isfinite(self.rel_sigma[k]) else None}
                                for k in PARAMS},
-                "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
+                "gemm_rows_break": int(self.rows_break), "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
                 "errors_percent": self.errors.to_dict("records"), "warnings": list(self.warnings),
                 "sources": list(self.sources), "fit_seconds": self.seconds,
                 "method": "scipy.optimize.least_squares on ln(t_model/t_measured), soft_l1 loss; "
@@ -175,7 +201,8 @@ def _upper(base: Hardware, tied: bool) -> tuple[float, float, float]:
 
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
               fixed: dict | None = None) -> StepFit:
-    """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table."""
+    """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
+    GEMM rows regime where one pays for itself (module docstring)."""
     t0 = time.perf_counter()
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     require(not missing, "steps:columns", missing, "not a step table (costmodel/calibration/step_timings.py)")
@@ -194,50 +221,69 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     tied = "s_pi_attn" not in fixed and not (moved >= ATTN_SHARE).any()
     if tied:
         warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
-    up = dict(zip(SCALES, _upper(base, tied)))
+    up = dict(zip(SCALES, _upper(base, tied) + (1.0,)))
     for k, col, why in (("host_per_prefill_seq_s", 2, "no step has a prefill sequence"),
                         ("host_per_seq_s", 1, "every step has the same number of sequences")):
         c = terms.host_cols[:, col]
         if k not in fixed and (not c.any() or (col == 1 and np.ptp(c) == 0)):
             fixed[k] = 0.0
             warns.append(f"{k} not identified: {why}; held at 0")
-    free = [p for p in PARAMS if p not in fixed and not (tied and p == "s_pi_attn")]
+    breaks = [] if ("s_rows" in fixed or base.gemm_rows_break) else rows_breaks(steps)
 
-    def unpack(x):
-        v = dict(fixed)
-        v.update(zip(free, x))
-        sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
-        if tied:
-            sc[2] = sc[0]
-        host = [v[k] * (scale if k in free else 1.0) for k in HOST]
-        return sc, host
+    def solve(brk: int, start=None, idx=slice(None)):
+        tm, tt = subset(terms, idx), t[idx]
+        fx = dict(fixed) if brk else {**fixed, "s_rows": 1.0}
+        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")]
 
-    def resid(x):
-        (s_pi, s_beta, s_pa), host = unpack(x)
-        return np.log(step_times(terms, s_pi, s_beta, host, overlap, s_pa) / t)
+        def unpack(x):
+            v = dict(fx)
+            v.update(zip(free, x))
+            sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
+            if tied:
+                sc[2] = sc[0]
+            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST]
 
-    lo = [LOG_LOW if p in SCALES else 0.0 for p in free]
-    hi = [np.log(up[p]) if p in SCALES else np.inf for p in free]
-    x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
-    res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
-    (s_pi, s_beta, s_pa), host = unpack(res.x)
+        def resid(x):
+            (s_pi, s_beta, s_pa, s_rows), host = unpack(x)
+            return np.log(step_times(tm, s_pi, s_beta, host, overlap, s_pa, brk, s_rows) / tt)
+
+        lo = [LOG_LOW if p in SCALES else 0.0 for p in free]
+        hi = [np.log(up[p]) if p in SCALES else np.inf for p in free]
+        x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
+        if start is not None:   # the one-regime solution, s_rows at 1
+            x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
+        res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
+        return res, free, hi, unpack
+
+    best = solve(0)
+    brk = pick_break(solve, breaks, best, len(t))
+    if brk:
+        trial = solve(brk, dict(zip(best[1], best[0].x)))
+        s_rows = trial[3](trial[0].x)[0][3]
+        brk = brk if pays(trial[0].cost, best[0].cost, len(t)) and s_rows < 1.0 - MIN_REGIME else 0
+        best = trial if brk else best
+    n = len(t)
+    res, free, hi, unpack = best
+    if breaks and not brk:
+        warns.append("no GEMM rows regime: no break in rows paid for its two parameters (BIC); held at one π")
+    (s_pi, s_beta, s_pa, s_rows), host = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
-    values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa),
+    values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa), "s_rows": float(s_rows),
               **{k: float(h) for k, h in zip(HOST, host)}}
     for p, x, h in zip(free, res.x, hi):
-        if p in SCALES and x >= h - AT_BOUND:
+        if p in SCALES[:3] and x >= h - AT_BOUND:
             what = {"s_pi": "pi_eff at peak_flops", "s_beta": "beta_eff at peak_bandwidth",
                     "s_pi_attn": "pi_attn at peak_flops"}[p]
             warns.append(f"{p} pressed against the spec sheet and was clamped: {what}")
-    rel = _rel_sigma(res, free, values, len(t))
+    rel = _rel_sigma(res, free, values, n)
     for p in free:
         if p in HOST and values[p] == 0.0:
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
     rel.update({p: np.inf for p in PARAMS if p not in free})
-    pred = step_times(terms, s_pi, s_beta, host, overlap, s_pa)
+    pred = step_times(terms, s_pi, s_beta, host, overlap, s_pa, brk, s_rows)
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
-                   time.perf_counter() - t0, len(t), tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})))
+                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})), brk)
 
 
 def _rel_sigma(res, free, values, n) -> dict:
