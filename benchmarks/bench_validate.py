@@ -9,7 +9,9 @@ all-reduce. For tp > 1 runs the script also prints the figures with the all-redu
 other sources, each named: the shipped l40s profile's all-reduce regimes (AIConfigurator's NCCL
 table measured on two PCIe L40S, not this card), and, for diagnosis only, LLMServingSim's own
 cluster-config link (16 GB/s, 20 µs per hop: configs/cluster/*.json's setting for PCIe machines,
-a setting of that simulator, not a measurement).
+a setting of that simulator, not a measurement: it arrived in v1.1.0 with this very run, and its
+serving/__main__.py calls it the link_bw "that already calibrates AllReduce", so it is tuned to
+these runs and cannot count as a source fixed before them).
 Run: python benchmarks/bench_validate.py"""
 from __future__ import annotations
 
