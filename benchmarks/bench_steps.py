@@ -78,12 +78,18 @@ def main() -> None:
         print(f"  π_eff {hw.pi_eff / 1e12:.1f} TFLOP/s, attention π {hw.pi_attention / 1e12:.1f} TFLOP/s, "
               f"β_eff {hw.beta_eff / 1e12:.3f} TB/s, host "
               f"{hw.host_step_s * 1e3:.3f} ms/step + {hw.host_per_seq_s * 1e6:.1f} µs/seq + "
-              f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq; "
+              f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq + {hw.host_prefill_step_s * 1e3:.3f} ms/prefill step; "
               + (f"GEMMs above {hw.gemm_rows_break} rows at x{hw.gemm_rows_pi_scale:.3f} π" if hw.gemm_rows_break
                  else "one GEMM regime"))
         for kind in ("prefill", "decode"):
             print(f"  {kind:8s} held-out MAPE {err.loc[kind, 'mape']:5.2f} % (median {err.loc[kind, 'median_ape']:.2f}, "
                   f"p90 {err.loc[kind, 'p90_ape']:.2f}); on the fitted steps {fitted.loc[kind, 'mape']:.2f} %")
+        held = raw.loc[line.to_numpy()][test.to_numpy() if hasattr(test, "to_numpy") else test]
+        pf = (steps[test]["kind"] == "prefill").to_numpy()
+        rel = (pred / steps[test]["time_s"].to_numpy() - 1) * 100
+        cells = pd.Series(rel[pf]).groupby([held.prompt_size.to_numpy()[pf], held.batch_size.to_numpy()[pf]]).mean()
+        print("  held-out prefill error by configuration: "
+              + ", ".join(f"{p}x{b} {e:+.1f} %" for (p, b), e in cells.items()))
         for w in fit.warnings:
             print(f"  warning: {w}")
         print_evidence(raw, gpu)

@@ -91,6 +91,8 @@ def synthetic_steps(rng, n=400):
 @pytest.mark.parametrize("truth", [
     dict(s_pi=0.8, s_beta=0.7, host_step_s=2.0e-3, host_per_seq_s=30e-6, host_per_prefill_seq_s=150e-6),
     dict(s_pi=1.3, s_beta=1.1, host_step_s=0.6e-3, host_per_seq_s=8e-6, host_per_prefill_seq_s=1.2e-3),
+    dict(s_pi=0.9, s_beta=0.95, host_step_s=1.1e-3, host_per_seq_s=12e-6, host_per_prefill_seq_s=0.3e-3,
+         host_prefill_step_s=2.5e-3),
 ])
 @pytest.mark.parametrize("base_name", ["h100", "a100-80gb"])
 def test_fit_recovers_known_constants(truth, base_name):
@@ -113,7 +115,8 @@ def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
     """Timings priced by a profile whose GEMMs above `brk` rows run slower: the fit finds that break,
     its scale and the host terms (within 2 %), and the profile it writes prices the steps back."""
     base = load_hardware(base_name)
-    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3)
+    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
+                 host_prefill_step_s=3e-3)
     hw = base.replace(pi_eff=base.pi_eff * 0.9, beta_eff=base.beta_eff * 0.8, gemm_rows_break=brk,
                       gemm_rows_pi_scale=s_rows, **{k: v for k, v in truth.items() if k.startswith("host")})
     cm = CostModel(MODEL, hw)
@@ -128,6 +131,24 @@ def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
     out = fit.hardware()
     assert (out.gemm_rows_break, out.gemm_rows_pi_scale) == (brk, pytest.approx(s_rows, rel=0.02))
     assert predict_steps(steps, MODEL, out, 1) == pytest.approx(np.array(times), rel=0.01)
+
+
+def test_prefill_step_term_held_when_every_prefill_step_has_one_prefill():
+    """With one prefill sequence in every prefill step the per-prefill-step term is the
+    per-prefill-sequence term: held at 0, and the other recovers their sum."""
+    base = load_hardware("h100")
+    cm = CostModel(MODEL, base.replace(host_step_s=1e-3, host_per_prefill_seq_s=0.5e-3, host_prefill_step_s=2e-3))
+    rng = np.random.default_rng(2)
+    n = 200
+    npf, q = (rng.random(n) < 0.5).astype(int), rng.integers(64, 3000, n)
+    nd, kvd = rng.integers(0, 100, n), rng.integers(100, 4000, n)
+    nd[npf == 0] = np.maximum(nd[npf == 0], 1)
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [0] * int(p) + [int(v)] * int(d))
+             for p, a, d, v in zip(npf, q, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, np.zeros(n, int), nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.values["host_prefill_step_s"] == 0.0
+    assert fit.values["host_per_prefill_seq_s"] == pytest.approx(2.5e-3, rel=0.02)
+    assert any(w.startswith("host_prefill_step_s not identified") for w in fit.warnings)
 
 
 def test_no_rows_regime_without_one_in_the_data():
@@ -195,7 +216,8 @@ def test_unidentified_host_terms_are_held_at_zero():
                           [0.01, 0.011, 0.012, 0.014, 0.018], "x")
     fit = fit_steps(steps, MODEL, load_hardware("h100"))
     assert fit.values["host_per_prefill_seq_s"] == 0.0 and fit.values["host_per_seq_s"] == 0.0
-    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 2
+    assert fit.values["host_prefill_step_s"] == 0.0
+    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 3
     assert any(w.startswith("s_pi_attn not identified") for w in fit.warnings)   # decode attention is memory-bound
 
 

@@ -14,18 +14,20 @@ def pays(cost: float, one_regime: float, n: int) -> bool:
     return cost < one_regime * np.exp(-2 * np.log(n) / n)
 
 
-def pick_break(solve, breaks, one, n: int) -> int:
-    """The candidate break of least loss that pays for itself, screened on at most SCREEN steps
-    (every k-th; warm-started from the one-regime solution); 0 if none."""
+def screen(n: int) -> slice:
+    """Every k-th of n steps, at most SCREEN of them (all when n <= SCREEN)."""
+    return slice(None) if n <= SCREEN else slice(None, None, -(-n // SCREEN))
+
+
+def pick_break(solve, breaks, one, m: int, idx):
+    """(break, its solve) of least loss on the screened steps ``idx`` (m of them) that pays for
+    itself against the one-regime solve ``one`` (warm-started from it); (0, None) if none."""
     if not breaks:
-        return 0
-    idx = slice(None, None, -(-n // SCREEN))
-    m = len(range(n)[idx])
-    base = one if m == n else solve(0, dict(zip(one[1], one[0].x)), idx)
-    start = dict(zip(base[1], base[0].x))
-    costs = {b: solve(b, start, idx)[0].cost for b in breaks}
-    b = min(costs, key=costs.get)
-    return b if pays(costs[b], base[0].cost, m) else 0
+        return 0, None
+    start = dict(zip(one[1], one[0].x))
+    trials = {b: solve(b, start, idx) for b in breaks}
+    b = min(trials, key=lambda k: trials[k][0].cost)
+    return (b, trials[b]) if pays(trials[b][0].cost, one[0].cost, m) else (0, None)
 
 
 def subset(terms, idx):

@@ -2,14 +2,15 @@
 
 A step costs what ``CostModel`` prices (costmodel/roofline.py) plus the engine's host time
 (costmodel/host.py). Kernel tables fix the operator shapes; step timings can only tell a few
-constants apart, so this fits six:
+constants apart, so this fits these:
 
   s_π, s_β       scale factors on the base profile's π (pi_eff) and β (beta_eff and beta_attn): every
                  operator's compute time F/π becomes F/(s_π·π), memory time B/(s_β·β)
   s_π,attn       the scale on attention's π (pi_attn): the engine's attention kernels need not run at
                  its GEMMs' efficiency (BLOOM's ALiBi bias kept an engine off FlashAttention); tied to
                  s_π when quartering attention's π moves no step by ATTN_SHARE (not identified)
-  host_step_s, host_per_seq_s, host_per_prefill_seq_s   the host terms
+  host_step_s, host_per_seq_s, host_per_prefill_seq_s, host_prefill_step_s   the host terms
+                 (costmodel/host.py)
 
   t = Σ_ops combine(F/(s_π π), B/(s_β β), floor) + overhead + allreduce + step_overhead + host      (serial)
   t = max(GPU, host)                                                               (``overlap=True``)
@@ -17,8 +18,10 @@ constants apart, so this fits six:
 with combine the base profile's (max, or quadrature). Residuals are ln(t_model/t_measured) under
 a soft-l1 loss, as for kernels (calibration/fit.py). Physical bounds: no fitted π above the
 spec sheet's peak_flops, no β above its peak_bandwidth; a fit that presses against them says so
-and is clamped there. A parameter no step can see (no prefill steps: host_per_prefill_seq_s;
-one batch size only: host_per_seq_s against host_step_s) is held at 0 and reported.
+and is clamped there. A parameter no step can see (no prefill steps: host_per_prefill_seq_s and
+host_prefill_step_s; one batch size only: host_per_seq_s against host_step_s; every step with a
+prefill, or every prefill step with as many prefill sequences: host_prefill_step_s against
+host_step_s or host_per_prefill_seq_s) is held at 0 and reported.
 
 A second GEMM regime in rows: measured prefills need not follow one π. Splitwise's BLOOM-176B
 tp 8 steps cost the same per token at any split of the rows into prompts (512×16 ≈ 8192×1,
@@ -46,10 +49,11 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
-from .rows_regime import MIN_REGIME, pays, pick_break, rows_breaks, subset
+from .rows_regime import MIN_REGIME, pays, pick_break, rows_breaks, screen, subset
 from .step_timings import STEP_COLUMNS
 
-PARAMS = ("s_pi", "s_beta", "s_pi_attn", "s_rows", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
+PARAMS = ("s_pi", "s_beta", "s_pi_attn", "s_rows", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s",
+          "host_prefill_step_s")
 SCALES = PARAMS[:4]
 HOST = PARAMS[4:]
 ATTN_SHARE = 0.05
@@ -66,7 +70,7 @@ class StepTerms:
     floor: np.ndarray     # (ops,)
     over: np.ndarray      # (ops,)
     const: np.ndarray     # (steps,) allreduce + step_overhead
-    host_cols: np.ndarray  # (steps, 3): 1, seqs, prefill_seqs
+    host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
     quadrature: bool
     gemm_rows: np.ndarray = None   # (steps, ops): rows of each op's GEMM (0: not a GEMM on pi_eff)
 
@@ -98,7 +102,8 @@ def step_terms(steps: pd.DataFrame, cm: CostModel) -> StepTerms:
     has = np.concatenate([np.ones((len(rows), len(base)), bool),
                           np.stack([steps["prefill_kv"].to_numpy() > 0, steps["decode_kv"].to_numpy() > 0], 1)], 1)
     const = np.array([cm.allreduce_s(int(r)) for r in keys[:, 0]])[inv] + hw.step_overhead_s
-    host = np.stack([np.ones(len(rows)), seqs.astype(float), steps["prefill_seqs"].to_numpy(float)], 1)
+    pseqs = steps["prefill_seqs"].to_numpy(float)
+    host = np.stack([np.ones(len(rows)), seqs.astype(float), pseqs, (pseqs > 0).astype(float)], 1)
     floor_m = np.where(has, np.array(floor), 0.0)
     over_m = np.where(has, np.array(over), 0.0)
     gemm = np.zeros(tc.shape)
@@ -222,10 +227,8 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     if tied:
         warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
     up = dict(zip(SCALES, _upper(base, tied) + (1.0,)))
-    for k, col, why in (("host_per_prefill_seq_s", 2, "no step has a prefill sequence"),
-                        ("host_per_seq_s", 1, "every step has the same number of sequences")):
-        c = terms.host_cols[:, col]
-        if k not in fixed and (not c.any() or (col == 1 and np.ptp(c) == 0)):
+    for k, why in _unseen_host_terms(terms.host_cols):
+        if k not in fixed:
             fixed[k] = 0.0
             warns.append(f"{k} not identified: {why}; held at 0")
     breaks = [] if ("s_rows" in fixed or base.gemm_rows_break) else rows_breaks(steps)
@@ -255,14 +258,16 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
         return res, free, hi, unpack
 
-    best = solve(0)
-    brk = pick_break(solve, breaks, best, len(t))
-    if brk:
-        trial = solve(brk, dict(zip(best[1], best[0].x)))
-        s_rows = trial[3](trial[0].x)[0][3]
-        brk = brk if pays(trial[0].cost, best[0].cost, len(t)) and s_rows < 1.0 - MIN_REGIME else 0
-        best = trial if brk else best
     n = len(t)
+    idx = screen(n)
+    sub = solve(0, None, idx)
+    brk, sub_brk = pick_break(solve, breaks, sub, len(t[idx]), idx)
+    best = sub if idx == slice(None) else solve(0, _start(sub), slice(None))
+    if brk:
+        trial = solve(brk, _start(sub_brk))
+        s_rows = trial[3](trial[0].x)[0][3]
+        brk = brk if pays(trial[0].cost, best[0].cost, n) and s_rows < 1.0 - MIN_REGIME else 0
+        best = trial if brk else best
     res, free, hi, unpack = best
     if breaks and not brk:
         warns.append("no GEMM rows regime: no break in rows paid for its two parameters (BIC); held at one π")
@@ -286,6 +291,28 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
                    time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})), brk)
 
 
+def _start(solution) -> dict:
+    """A solve's free parameters -> values, to warm-start another solve from."""
+    return dict(zip(solution[1], solution[0].x))
+
+
+def _unseen_host_terms(cols: np.ndarray) -> list[tuple[str, str]]:
+    """(host term, why) for each host term the steps cannot tell apart from the others."""
+    seqs, pseqs, has = cols[:, 1], cols[:, 2], cols[:, 3] > 0
+    out = []
+    if not has.any():
+        out += [("host_per_prefill_seq_s", "no step has a prefill sequence"),
+                ("host_prefill_step_s", "no step has a prefill sequence")]
+    elif has.all():
+        out.append(("host_prefill_step_s", "every step has a prefill sequence (it is host_step_s)"))
+    elif np.ptp(pseqs[has]) == 0:
+        out.append(("host_prefill_step_s", "every prefill step has as many prefill sequences "
+                                           "(it is host_per_prefill_seq_s)"))
+    if np.ptp(seqs) == 0:
+        out.append(("host_per_seq_s", "every step has the same number of sequences"))
+    return out
+
+
 def _rel_sigma(res, free, values, n) -> dict:
     """1σ of each free parameter relative to its value, from inv(JᵀJ)·s² (x is ln s for the scales,
     host/median(t) for the host terms)."""
@@ -306,4 +333,4 @@ def _rel_sigma(res, free, values, n) -> dict:
 def predict_steps(steps: pd.DataFrame, model: ModelSpec, hw: Hardware, tp: int, overlap: bool = False) -> np.ndarray:
     """Seconds per step priced by ``hw`` (a fitted profile): the same arithmetic as the fit."""
     terms = step_terms(steps, CostModel(model, hw, tp))
-    return step_times(terms, 1.0, 1.0, [hw.host_step_s, hw.host_per_seq_s, hw.host_per_prefill_seq_s], overlap)
+    return step_times(terms, 1.0, 1.0, [getattr(hw, k) for k in HOST], overlap)
