@@ -151,6 +151,15 @@ def test_prefill_step_term_held_when_every_prefill_step_has_one_prefill():
     assert any(w.startswith("host_prefill_step_s not identified") for w in fit.warnings)
 
 
+@pytest.mark.parametrize("field,value", [("gemm_rows_break", -1), ("gemm_rows_break", 2.5),
+                                         ("gemm_rows_pi_scale", 0.0), ("host_prefill_step_s", -1e-3)])
+def test_bad_regime_and_host_fields_name_the_field(tmp_path, field, value):
+    p = tmp_path / "x.yaml"
+    p.write_text(f"name: x\nmemory_bytes: 1\npeak_flops: 1\npeak_bandwidth: 1\npi_eff: 1\nbeta_eff: 1\n{field}: {value}\n")
+    with pytest.raises(InputError, match=field):
+        load_hardware(str(p))
+
+
 def test_no_rows_regime_without_one_in_the_data():
     base = load_hardware("h100")
     cm = CostModel(MODEL, base.replace(host_step_s=1e-3))
