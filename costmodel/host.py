@@ -19,7 +19,7 @@ How a step's wall time combines the two depends on the engine's loop:
            SGLang's overlap scheduler ``event_loop_overlap``), so only host time beyond the
            GPU's shows
 A replica prices with overlap when its policy says ``overlaps_host`` is True
-(simcore/replica.py). With the three terms zero (every built-in profile) the price is the GPU
+(simcore/replica.py). With the four terms zero (every built-in profile) the price is the GPU
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
 """
 from __future__ import annotations

@@ -115,7 +115,7 @@ def step_terms(steps: pd.DataFrame, cm: CostModel) -> StepTerms:
 
 def step_times(terms: StepTerms, s_pi: float, s_beta: float, host, overlap: bool = False,
                s_pi_attn: float | None = None, rows_break: int = 0, s_rows: float = 1.0) -> np.ndarray:
-    """Seconds per step at these constants (host: the three host terms; attention's π scale is
+    """Seconds per step at these constants (host: the HOST terms; attention's π scale is
     s_pi unless s_pi_attn is given; GEMMs of more rows than ``rows_break`` at s_rows·s_pi). The
     last two operators are attention's."""
     a, m = terms.tc / s_pi, terms.tm / s_beta
