@@ -264,7 +264,7 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     brk, sub_brk = pick_break(solve, breaks, sub, len(t[idx]), idx)
     best = sub if idx == slice(None) else solve(0, _start(sub), slice(None))
     if brk:
-        trial = solve(brk, _start(sub_brk))
+        trial = sub_brk if idx == slice(None) else solve(brk, _start(sub_brk))
         s_rows = trial[3](trial[0].x)[0][3]
         brk = brk if pays(trial[0].cost, best[0].cost, n) and s_rows < 1.0 - MIN_REGIME else 0
         best = trial if brk else best
