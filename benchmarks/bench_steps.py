@@ -1,6 +1,7 @@
 """Step level: fit Splitwise's BLOOM-176B tp 8 step times (../shared/data/steps) on some batch
-sizes and prompt lengths, predict the rest, print prefill and decode MAPE per GPU; and time a fit
-of a 40k-step table. Run: python benchmarks/bench_steps.py"""
+sizes and prompt lengths, predict the rest, print prefill and decode MAPE per GPU (the split
+HELD_PROMPTS / HELD_BATCHES, and every configuration held out in turn); and time a fit of a
+40k-step table. Run: python benchmarks/bench_steps.py"""
 from __future__ import annotations
 
 import sys
@@ -54,6 +55,23 @@ def print_evidence(raw, gpu: str) -> None:
           "from 2048 to 4096 rows and 1-4 % from 8192 to 16384; it cannot make one dearer, nor can attention at a fixed prompt")
 
 
+def leave_one_out(steps, rows, model, base) -> str:
+    """Every (prompt, batch) configuration held out in turn, the fit on all the others: the
+    prefill error of each and the prefill / decode MAPE over them (a split no one chose)."""
+    cfg = list(zip(rows["prompt_size"], rows["batch_size"]))
+    errs, dec = {}, []
+    for c in sorted(set(cfg)):
+        test = np.array([x == c for x in cfg])
+        fit = fit_steps(steps[~test], model, base)
+        held = steps[test]
+        rel = (predict_steps(held, model, fit.hardware(), fit.tp) / held["time_s"].to_numpy() - 1) * 100
+        pf = (held["kind"] == "prefill").to_numpy()
+        errs[c], dec = rel[pf].mean(), dec + list(np.abs(rel[~pf]))
+    cells = ", ".join(f"{p}x{b} {e:+.1f}" for (p, b), e in errs.items())
+    return (f"prefill MAPE {np.mean(np.abs(list(errs.values()))):.2f} %, decode {np.mean(dec):.2f} %; "
+            f"prefill by configuration (%): {cells}")
+
+
 def main() -> None:
     if not DATA.is_file():
         print(f"skipped: {DATA} not found")
@@ -78,12 +96,21 @@ def main() -> None:
         print(f"  π_eff {hw.pi_eff / 1e12:.1f} TFLOP/s, attention π {hw.pi_attention / 1e12:.1f} TFLOP/s, "
               f"β_eff {hw.beta_eff / 1e12:.3f} TB/s, host "
               f"{hw.host_step_s * 1e3:.3f} ms/step + {hw.host_per_seq_s * 1e6:.1f} µs/seq + "
-              f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq")
+              f"{hw.host_per_prefill_seq_s * 1e3:.3f} ms/prefill seq + {hw.host_prefill_step_s * 1e3:.3f} ms/prefill step; "
+              + (f"GEMMs above {hw.gemm_rows_break} rows at x{hw.gemm_rows_pi_scale:.3f} π" if hw.gemm_rows_break
+                 else "one GEMM regime"))
         for kind in ("prefill", "decode"):
             print(f"  {kind:8s} held-out MAPE {err.loc[kind, 'mape']:5.2f} % (median {err.loc[kind, 'median_ape']:.2f}, "
                   f"p90 {err.loc[kind, 'p90_ape']:.2f}); on the fitted steps {fitted.loc[kind, 'mape']:.2f} %")
+        held = raw.loc[line.to_numpy()][test.to_numpy() if hasattr(test, "to_numpy") else test]
+        pf = (steps[test]["kind"] == "prefill").to_numpy()
+        rel = (pred / steps[test]["time_s"].to_numpy() - 1) * 100
+        cells = pd.Series(rel[pf]).groupby([held.prompt_size.to_numpy()[pf], held.batch_size.to_numpy()[pf]]).mean()
+        print("  held-out prefill error by configuration: "
+              + ", ".join(f"{p}x{b} {e:+.1f} %" for (p, b), e in cells.items()))
         for w in fit.warnings:
             print(f"  warning: {w}")
+        print(f"  leave one configuration out: {leave_one_out(steps, raw.loc[line.to_numpy()], model, base)}")
         print_evidence(raw, gpu)
         shapes = uniform_steps([1, 16], [8192, 512], [0, 0], [0, 0], [0, 0], [1.0, 1.0], "check")
         p1, p16 = predict_steps(shapes, model, hw, fit.tp) * 1e3

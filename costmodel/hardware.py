@@ -28,9 +28,12 @@ class Hardware:
     host_step_s: float = 0.0        # engine host time per step (scheduling, input preparation): costmodel/host.py
     host_per_seq_s: float = 0.0     # host time per sequence in the step
     host_per_prefill_seq_s: float = 0.0   # more host time per prefill sequence (q > 1)
+    host_prefill_step_s: float = 0.0      # more host time once per step that has a prefill sequence
     kernel_floor_s: float = 0.0     # smallest time any one operator takes (launch floor, inside the max)
     kernel_overhead_s: float = 0.0  # added to every kernel's time (calibrated forms offset/smooth)
     gemm_tile_rows: int = 1         # GEMM MMA work is padded up to a multiple of this many rows (1: none)
+    gemm_rows_break: int = 0        # GEMMs of more rows than this run at gemm_rows_pi_scale·π (0: one regime)
+    gemm_rows_pi_scale: float = 1.0   # π's scale beyond gemm_rows_break (step-fitted: calibration/steps.py)
     roofline_combine: str = "max"   # how a kernel's F/π and B/β combine: max, or quadrature (√(a²+b²))
     pi_attn: float | None = None    # separate attention throughput when calibrated; None = pi_eff
     beta_attn: float | None = None
@@ -93,7 +96,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
-    for fld in ("step_overhead_s", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "kernel_floor_s",
+    for fld in ("step_overhead_s", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "host_prefill_step_s",
+                "kernel_floor_s",
                 "kernel_overhead_s", "interconnect_bandwidth",
                 "interconnect_latency_s", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_decode_pi",
                 "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
@@ -102,6 +106,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
             hw.gemm_tile_rows, "must be a positive integer")
+    require(isinstance(hw.gemm_rows_break, int) and hw.gemm_rows_break >= 0, f"{source}:gemm_rows_break",
+            hw.gemm_rows_break, "must be a non-negative integer")
+    require(isinstance(hw.gemm_rows_pi_scale, (int, float)) and hw.gemm_rows_pi_scale > 0,
+            f"{source}:gemm_rows_pi_scale", hw.gemm_rows_pi_scale, "must be a positive number")
     require(hw.roofline_combine in COMBINES, f"{source}:roofline_combine", hw.roofline_combine,
             f"must be one of {', '.join(COMBINES)}")
     require(hw.attn_form in ATTN_FORMS, f"{source}:attn_form", hw.attn_form, f"must be one of {', '.join(ATTN_FORMS)}")

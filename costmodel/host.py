@@ -2,11 +2,14 @@
 
 Kernel tables see only the GPU. A serving engine also spends CPU time on every step: scheduling,
 building the input tensors, launching, sampling and detokenizing. Step-level timings (``calibrate
---from steps`` / ``--from vllm-log``) reveal it as three terms of the Hardware profile:
+--from steps`` / ``--from vllm-log``) reveal it as four terms of the Hardware profile:
 
   host = host_step_s + host_per_seq_s · B + host_per_prefill_seq_s · B_prefill
+         + host_prefill_step_s · [B_prefill > 0]
 
-with B the step's sequences and B_prefill those with more than one new token (q > 1).
+with B the step's sequences and B_prefill those with more than one new token (q > 1): the last term
+is paid once by a step that holds any prefill (the engine's prefill path; in Splitwise's prompt
+times, what a batch's time to first token holds beyond its forward pass).
 
 How a step's wall time combines the two depends on the engine's loop:
   serial   (``overlap_host=False``)  wall = gpu + host: the CPU prepares step n+1 after step n's
@@ -16,14 +19,14 @@ How a step's wall time combines the two depends on the engine's loop:
            SGLang's overlap scheduler ``event_loop_overlap``), so only host time beyond the
            GPU's shows
 A replica prices with overlap when its policy says ``overlaps_host`` is True
-(simcore/replica.py). With the three terms zero (every built-in profile) the price is the GPU
+(simcore/replica.py). With the four terms zero (every built-in profile) the price is the GPU
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
 """
 from __future__ import annotations
 
 import numpy as np
 
-HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s")
+HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "host_prefill_step_s")
 
 
 class HostTime:
@@ -33,15 +36,19 @@ class HostTime:
         hw = self.hw
         self.overlap_host = bool(overlap_host)
         self.host_step, self.host_seq, self.host_prefill = hw.host_step_s, hw.host_per_seq_s, hw.host_per_prefill_seq_s
-        self.has_host = bool(self.host_step or self.host_seq or self.host_prefill)
+        self.host_prefill_step = hw.host_prefill_step_s
+        self.has_host = bool(self.host_step or self.host_seq or self.host_prefill or self.host_prefill_step)
         self._twin = None
 
     def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
         """Seconds of host work for a step of `seqs` sequences, `prefill_seqs` of them with q > 1."""
-        return self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
+        return (self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
+                + (self.host_prefill_step if prefill_seqs else 0.0))
 
     def _with_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
         h = self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
+        if prefill_seqs:
+            h += self.host_prefill_step
         if self.overlap_host:
             return gpu if gpu >= h else h
         return gpu + h

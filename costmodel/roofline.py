@@ -44,7 +44,8 @@ beside a prefill chunk, decodes cost F/attn_mixed_pi + attn_mixed_seq_s each, in
 Each operator costs combine(F/π, B/β), at least kernel_floor_s per kernel, plus kernel_overhead_s per
 kernel: combine is max (the seed's roofline) or, for profiles calibrated with the "smooth" form,
 quadrature √(a²+b²); a GEMM's time pays for its rows padded up to gemm_tile_rows (its reported
-FLOPs stay the true ones). An operator stands for several kernels (linear: QKV, O, gate/up and down, 4 per layer), so the floor scales with
+FLOPs stay the true ones), and a GEMM of more rows than gemm_rows_break (step-fitted profiles) runs
+at gemm_rows_pi_scale·π. An operator stands for several kernels (linear: QKV, O, gate/up and down, 4 per layer), so the floor scales with
 layers and the overhead with kernels; the combine is applied to the operator's summed F and B (the
 kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
 With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
@@ -138,6 +139,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                                              + conv * max(0, m.lin_conv_kernel - 1) * b)
         self.floor_lin_attn, self.over_lin_attn = Ll * hw.kernel_floor_s, Ll * over
         self.tile = hw.gemm_tile_rows
+        self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
         self._init_fitted_attention(m, hw, tp, La, b)
@@ -175,7 +177,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
 
     def _pi_rows(self, pi: float, rows: int) -> float:
         """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
-        (the reported FLOPs stay the true ones; the time pays for the padded rows)."""
+        (the reported FLOPs stay the true ones; the time pays for the padded rows), scaled beyond
+        the profile's gemm_rows_break."""
+        if self.rows_break and rows > self.rows_break:
+            pi = pi * self.rows_pi_scale
         t = self.tile
         if t <= 1 or rows <= 0 or rows % t == 0:
             return pi

@@ -11,7 +11,7 @@ from simcore.simulation import Simulation
 from workloads.workload import Workload
 
 MODEL, H100 = load_model("llama-3.1-8b"), load_hardware("h100")
-HOST = H100.replace(host_step_s=2.0e-3, host_per_seq_s=40e-6, host_per_prefill_seq_s=0.3e-3)
+HOST = H100.replace(host_step_s=2.0e-3, host_per_seq_s=40e-6, host_per_prefill_seq_s=0.3e-3, host_prefill_step_s=1.1e-3)
 
 
 @pytest.mark.parametrize("q,kv", [([2016, 1, 1], [0, 2048, 2048]), ([1] * 7, [900] * 7), ([300, 200], [0, 50])])
@@ -19,7 +19,7 @@ HOST = H100.replace(host_step_s=2.0e-3, host_per_seq_s=40e-6, host_per_prefill_s
 def test_host_combines_with_gpu(q, kv, overlap):
     gpu = CostModel(MODEL, H100).step_time(q, kv)
     cm = CostModel(MODEL, HOST, overlap_host=overlap)
-    host = 2.0e-3 + 40e-6 * len(q) + 0.3e-3 * sum(x > 1 for x in q)
+    host = 2.0e-3 + 40e-6 * len(q) + 0.3e-3 * sum(x > 1 for x in q) + 1.1e-3 * any(x > 1 for x in q)
     want = max(gpu, host) if overlap else gpu + host
     assert cm.step_time(q, kv) == pytest.approx(want, rel=1e-12)
     assert cm.time(cm.shape(q, kv)) == cm.step_time(q, kv)

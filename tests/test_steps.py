@@ -91,6 +91,8 @@ def synthetic_steps(rng, n=400):
 @pytest.mark.parametrize("truth", [
     dict(s_pi=0.8, s_beta=0.7, host_step_s=2.0e-3, host_per_seq_s=30e-6, host_per_prefill_seq_s=150e-6),
     dict(s_pi=1.3, s_beta=1.1, host_step_s=0.6e-3, host_per_seq_s=8e-6, host_per_prefill_seq_s=1.2e-3),
+    dict(s_pi=0.9, s_beta=0.95, host_step_s=1.1e-3, host_per_seq_s=12e-6, host_per_prefill_seq_s=0.3e-3,
+         host_prefill_step_s=2.5e-3),
 ])
 @pytest.mark.parametrize("base_name", ["h100", "a100-80gb"])
 def test_fit_recovers_known_constants(truth, base_name):
@@ -106,6 +108,78 @@ def test_fit_recovers_known_constants(truth, base_name):
     for k, v in truth.items():
         assert fit.values[k] == pytest.approx(v, rel=0.02), k
     assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
+
+
+@pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb")])
+def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
+    """Timings priced by a profile whose GEMMs above `brk` rows run slower: the fit finds that break,
+    its scale and the host terms (within 2 %), and the profile it writes prices the steps back."""
+    base = load_hardware(base_name)
+    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
+                 host_prefill_step_s=3e-3)
+    hw = base.replace(pi_eff=base.pi_eff * 0.9, beta_eff=base.beta_eff * 0.8, gemm_rows_break=brk,
+                      gemm_rows_pi_scale=s_rows, **{k: v for k, v in truth.items() if k.startswith("host")})
+    cm = CostModel(MODEL, hw)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(11))
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic")
+    fit = fit_steps(steps, MODEL, base)
+    assert fit.rows_break == brk
+    for k, v in {**truth, "s_rows": s_rows}.items():
+        assert fit.values[k] == pytest.approx(v, rel=0.02), k
+    out = fit.hardware()
+    assert (out.gemm_rows_break, out.gemm_rows_pi_scale) == (brk, pytest.approx(s_rows, rel=0.02))
+    assert predict_steps(steps, MODEL, out, 1) == pytest.approx(np.array(times), rel=0.01)
+
+
+def test_prefill_step_term_held_when_every_prefill_step_has_one_prefill():
+    """With one prefill sequence in every prefill step the per-prefill-step term is the
+    per-prefill-sequence term: held at 0, and the other recovers their sum."""
+    base = load_hardware("h100")
+    cm = CostModel(MODEL, base.replace(host_step_s=1e-3, host_per_prefill_seq_s=0.5e-3, host_prefill_step_s=2e-3))
+    rng = np.random.default_rng(2)
+    n = 200
+    npf, q = (rng.random(n) < 0.5).astype(int), rng.integers(64, 3000, n)
+    nd, kvd = rng.integers(0, 100, n), rng.integers(100, 4000, n)
+    nd[npf == 0] = np.maximum(nd[npf == 0], 1)
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [0] * int(p) + [int(v)] * int(d))
+             for p, a, d, v in zip(npf, q, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, np.zeros(n, int), nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.values["host_prefill_step_s"] == 0.0
+    assert fit.values["host_per_prefill_seq_s"] == pytest.approx(2.5e-3, rel=0.02)
+    assert any(w.startswith("host_prefill_step_s not identified") for w in fit.warnings)
+
+
+@pytest.mark.parametrize("field,value", [("gemm_rows_break", -1), ("gemm_rows_break", 2.5),
+                                         ("gemm_rows_pi_scale", 0.0), ("host_prefill_step_s", -1e-3)])
+def test_bad_regime_and_host_fields_name_the_field(tmp_path, field, value):
+    p = tmp_path / "x.yaml"
+    p.write_text(f"name: x\nmemory_bytes: 1\npeak_flops: 1\npeak_bandwidth: 1\npi_eff: 1\nbeta_eff: 1\n{field}: {value}\n")
+    with pytest.raises(InputError, match=field):
+        load_hardware(str(p))
+
+
+def test_no_rows_regime_without_one_in_the_data():
+    base = load_hardware("h100")
+    cm = CostModel(MODEL, base.replace(host_step_s=1e-3))
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(5))
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.rows_break == 0 and fit.values["s_rows"] == 1.0
+    assert fit.hardware().gemm_rows_break == 0
+    assert any("no GEMM rows regime" in w for w in fit.warnings)
+
+
+def test_rows_regime_prices_only_gemms_above_the_break():
+    base = load_hardware("h100")
+    slow = base.replace(gemm_rows_break=1024, gemm_rows_pi_scale=0.5)
+    a, b = CostModel(MODEL, base), CostModel(MODEL, slow)
+    assert b.step_time([1024], [0]) == a.step_time([1024], [0])
+    lin = lambda cm, r: next(t for t in cm._weight_terms(r, 1) if t[0] == "linear")[3]
+    assert lin(b, 1025) == pytest.approx(0.5 * lin(a, 1025))
+    assert b.step_time([4096], [0]) > a.step_time([4096], [0]) * 1.3
 
 
 @pytest.mark.parametrize("s_pi,s_pa", [(0.9, 0.3), (0.6, 1.1)])
@@ -151,7 +225,8 @@ def test_unidentified_host_terms_are_held_at_zero():
                           [0.01, 0.011, 0.012, 0.014, 0.018], "x")
     fit = fit_steps(steps, MODEL, load_hardware("h100"))
     assert fit.values["host_per_prefill_seq_s"] == 0.0 and fit.values["host_per_seq_s"] == 0.0
-    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 2
+    assert fit.values["host_prefill_step_s"] == 0.0
+    assert sum(w.startswith("host_") and "not identified" in w for w in fit.warnings) == 3
     assert any(w.startswith("s_pi_attn not identified") for w in fit.warnings)   # decode attention is memory-bound
 
 
