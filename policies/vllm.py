@@ -171,16 +171,20 @@ class VLLMScheduler(PolicyHooks):
         cfg, thr0 = self.cfg, self._thr
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
         running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
+        if not leaves:
+            return _even_chunks(req.num_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
+                                running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         li, nl = 0, len(leaves)
         try:
             while done < req.num_tokens:
                 j = len(out) + 1
+                held = 0
                 while li < nl and leaves[li] <= j:   # a decode fewer from this step on
                     budget += 1
                     running -= 1
+                    held += hold and leaves[li] == j
                     li += 1
-                held = sum(1 for f in leaves[:li] if f == j) if hold else 0
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
                 self._thr = cfg.long_prefill_token_threshold if running + held + waiting > 1 else 0
                 n = self._clamp(req, budget)
@@ -238,3 +242,20 @@ class VLLMScheduler(PolicyHooks):
     @property
     def prefix_caching(self) -> bool:
         return self.cfg.enable_prefix_caching
+
+
+def _even_chunks(rem: int, budget: int, thr: int, thr_on: bool, cut: bool) -> tuple[list[int], int]:
+    """``prefill_chunks`` when nobody leaves (one threshold for every step): `rem` tokens in chunks
+    of _clamp's cap, the last one shorter; `cut` (a request waiting, a seat free): only the chunks
+    that take the whole budget. Sealed: the leading chunks of the whole budget when the threshold
+    an arrival would switch on leaves them so."""
+    if rem <= 0 or budget <= 0:
+        return [], 0
+    cap = thr if thr_on and 0 < thr < budget else budget
+    full, last = divmod(rem, cap)
+    if cut and cap < budget:
+        return [], 0
+    out = [cap] * full
+    if last and not cut:
+        out.append(last)
+    return out, (full if cap == budget and (thr <= 0 or thr >= budget) else 0)
