@@ -66,8 +66,11 @@ class DecodeRuns:
         integer sums and float operations, unrolled (the same bits). `leaves`: (f, base) in step
         order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
         `stop`, step j > sealed is taken only if it starts before stop."""
-        bound, fixed, attention, has_host = self.attn_bound, self._fixed_part, self._attention_time, self.has_host
-        general = self.attn_fitted    # fitted attention: each step as step_time prices it
+        if self.attn_fitted or self.has_host:   # each step as step_time prices it
+            return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves)
+        bound, fixed, cache, by_seqs = self.attn_bound, self._fixed_part, self._fixed, self._fixed_uses_seqs
+        ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
+        floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
         decodes_compute_bound = 1 > bound
         out = []
         d = decode_kv0
@@ -81,11 +84,6 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
-            if general:
-                t += self.step_time((q,), (kv,), m, d)
-                out.append(t)
-                kv += q
-                continue
             p = q * kv + q * (q + 1) // 2
             pairs = pkv = dkv = dpairs = 0
             if decodes_compute_bound:
@@ -98,8 +96,33 @@ class DecodeRuns:
             else:
                 dpairs += p
                 dkv += kv + q
-            g = fixed(m + q, m + 1) + attention(float(pairs), float(pkv), float(dpairs), float(dkv))
-            t += self._with_host(g, m + 1, 1 if q > 1 else 0) if has_host else g
+            g = cache.get((m + q, m + 1) if by_seqs else m + q)   # _fixed_part, memoized
+            if g is None:
+                g = fixed(m + q, m + 1)
+            a = 0.0   # _attention_time's operators, inlined
+            if pkv:
+                x, y = (ac * float(pairs)) / pi, (kc * float(pkv)) / beta
+                a += (max(sqrt(x * x + y * y), floor) if quad else max(x, y, floor)) + over
+            if dkv:
+                x, y = (ac * float(dpairs)) / pi, (kc * float(dkv)) / beta
+                a += (max(sqrt(x * x + y * y), floor) if quad else max(x, y, floor)) + over
+            t += g + a
+            out.append(t)
+            kv += q
+        return out
+
+    def _lead_ends_general(self, m, d, qs, kv, t, stop, sealed, leaves) -> list[float]:
+        out, li, nl = [], 0, len(leaves)
+        for j in range(1, len(qs)):
+            if t >= stop and j > sealed:
+                break
+            while li < nl and leaves[li][0] == j:
+                d -= leaves[li][1] + j - 1
+                m -= 1
+                li += 1
+            q = qs[j]
+            d += m
+            t += self.step_time((q,), (kv,), m, d)
             out.append(t)
             kv += q
         return out
