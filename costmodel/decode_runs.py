@@ -23,7 +23,10 @@ class DecodeRuns:
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
         hw = self.hw
-        kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        fixed = self._fixed.get((n, n) if self._fixed_uses_seqs else n)
+        if fixed is None:
+            fixed = self._fixed_part(n, n)
+        kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
         if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
@@ -39,6 +42,14 @@ class DecodeRuns:
                 x += n
             return out
         if self._decode_memory_bound:
+            if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
+                for _ in range(steps):
+                    t += x * kc / beta + over + fixed
+                    out.append(t)
+                    if t >= stop:
+                        break
+                    x += n
+                return out
             for _ in range(steps):
                 m = x * kc / beta
                 t += (m if m >= floor else floor) + over + fixed

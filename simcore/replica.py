@@ -196,6 +196,7 @@ class Replica(RunPlanning):
         first, last = float(ends[0]), float(ends[-1])
         s, itl = self.state, self.itl
         pool, c = s.pool, s.cohort
+        bs, cache = pool.block_size, pool.cache
         inner, inner_max, done = None, 0.0, ()
         left_at = {req: f for f, req in self._leaving if req.cohort_tick < 0} if self._leaving else None   # planned, leaving early
         lead, quiet = self._lead, 0   # quiet: inner gaps before the lead's P samples (it is not in them)
@@ -228,7 +229,7 @@ class Replica(RunPlanning):
                 self.policy.on_lead(s, req, lead[1][:steps])
             if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 if steps > 1 and lead is not None and req is lead[0]:
-                    held = pool.blocks_held(req, req.num_computed_tokens)
+                    held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)   # blocks_held
                     pool.used += held - req.num_blocks
                     req.num_blocks = held
                 continue
@@ -255,14 +256,14 @@ class Replica(RunPlanning):
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
             if steps > 1:
-                held = pool.blocks_held(req, req.num_computed_tokens)
+                held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
         if gaps:
             itl.add_many(gaps)
         if done:
             for req in done:
-                req.num_blocks = pool.blocks_held(req, req.num_computed_tokens)
+                req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
             finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
         assert pool.used <= pool.total
         if c is not None:
@@ -282,25 +283,32 @@ class Replica(RunPlanning):
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
         gap goes to the members' max ITL. Returns the members that finished and the run's largest
         inner gap."""
-        c, pool, itl = self.state.cohort, self.state.pool, self.itl
+        c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
         leaving, self._leaving = self._leaving, []
-        done, s0, i, inner_max = [], 0, 0, 0.0
+        members, listed, nl = c.members, type(inner) is list, len(leaving)
+        done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
         while s0 < steps:
-            f = leaving[i][0] if i < len(leaving) else steps
+            f = leaving[i][0] if i < nl else steps
             top = gap if s0 == 0 else -math.inf
             if f > 1:
-                a = max(s0 - 1, 0)
+                a = s0 - 1 if s0 else 0
                 seg = inner[a: f - 1]
                 if len(seg):
-                    _add_gaps(itl, seg, c.n + riders, max(0, min(quiet, f - 1) - a))
-                    m = _max(seg)
+                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # _add_gaps, inlined
+                    if q > 0:
+                        if w > 1:
+                            add(seg[:q], w - 1)
+                        add(seg[q:], w)
+                    else:
+                        add(seg, w)
+                    m = max(seg) if listed else float(np.maximum.reduce(seg))
                     if m > inner_max:
                         inner_max = m
                     if m > top:
                         top = m
-            pool.used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
+            used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
             group = []
-            while i < len(leaving) and leaving[i][0] == f:
+            while i < nl and leaving[i][0] == f:
                 req = leaving[i][1]
                 if req.cohort_tick >= 0:
                     group.append(req)
@@ -309,6 +317,7 @@ class Replica(RunPlanning):
                 i += 1
             done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f
+        pool.used += used
         return done, inner_max
 
     def _join_cohort(self, plan: Plan, last: float) -> None:

@@ -87,16 +87,26 @@ class RunPlanning(ChunkedRuns):
         ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
         if lead:
             t = lead[-1]
-        leaving = self._leaving
+        leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
         while pos < k and n > 0 and t < arrival:
-            f = min(c.steps_to_finish() if c.finish else k, riders[i][0] if i < len(riders) else k, k)
+            f = k
+            if finish and finish[0][0] - c.tick < f:
+                f = finish[0][0] - c.tick
+            if i < nr and riders[i][0] < f:
+                f = riders[i][0]
             seg = f - pos
             if seg > 0:
-                e = self._decode_ends(t, n, kv, seg, arrival)
-                if type(e) is list and not arrays:
+                if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                    e = listed(n, float(kv), seg, t, arrival)
+                    if len(e) > 1:
+                        self._step_estimate = e[-1] - e[-2]
                     ends += e
                 else:
-                    arrays.append(e)
+                    e = self._decode_ends(t, n, kv, seg, arrival)
+                    if type(e) is list and not arrays:
+                        ends += e
+                    else:
+                        arrays.append(e)
                 t = float(e[-1])
                 pos += len(e)
                 kv += n * len(e)
