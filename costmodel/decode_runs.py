@@ -110,13 +110,15 @@ class DecodeRuns:
             g = cache.get((m + q, m + 1) if by_seqs else m + q)   # _fixed_part, memoized
             if g is None:
                 g = fixed(m + q, m + 1)
-            a = 0.0   # _attention_time's operators, inlined
+            a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
-                x, y = (ac * float(pairs)) / pi, (kc * float(pkv)) / beta
-                a += (max(sqrt(x * x + y * y), floor) if quad else max(x, y, floor)) + over
+                x, y = (ac * pairs) / pi, (kc * pkv) / beta
+                x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                a += (x if x >= floor else floor) + over
             if dkv:
-                x, y = (ac * float(dpairs)) / pi, (kc * float(dkv)) / beta
-                a += (max(sqrt(x * x + y * y), floor) if quad else max(x, y, floor)) + over
+                x, y = (ac * dpairs) / pi, (kc * dkv) / beta
+                x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                a += (x if x >= floor else floor) + over
             t += g + a
             out.append(t)
             kv += q

@@ -130,12 +130,21 @@ class VLLMScheduler(PolicyHooks):
             num_running = s.num_running + len(s.finished)
             while waiting and budget > 0 and num_running < cfg.max_num_seqs:
                 req = waiting[0]
-                s.lookup(req)
+                if pool.cache is not None:
+                    s.lookup(req)
                 n = self._clamp(req, 1 << 62)
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
-                n = min(n, budget)
-                if not self._full_isl_fits(s, req) or not pool.grow(req, req.num_computed_tokens + n):
+                if n > budget:
+                    n = budget
+                if pool.cache is None and not req.num_blocks:   # _full_isl_fits and grow, without a cache to consult
+                    need = -(-(req.num_computed_tokens + n) // pool.block_size)
+                    if (cfg.scheduler_reserve_full_isl and -(-req.num_tokens // pool.block_size) > pool.total - pool.used) \
+                            or need > pool.total - pool.used:
+                        break
+                    pool.used += need
+                    req.num_blocks = need
+                elif not self._full_isl_fits(s, req) or not pool.grow(req, req.num_computed_tokens + n):
                     break
                 waiting.popleft()
                 s.admit(req)
