@@ -112,16 +112,22 @@ class VLLMScheduler(PolicyHooks):
         budget -= plan.cohort
         scheduled = {}
         i = 0
-        while i < len(s.running) and budget > 0:
-            req = s.running[i]
-            n = self._clamp(req, budget)
+        thr, running = self._thr, s.running
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                n = budget
             before = len(plan.preempted)
             fits = s.grow_or_preempt(req, req.num_computed_tokens + n, plan.preempted)
             for victim in plan.preempted[before:]:
                 budget += scheduled.pop(victim, 0)
             if not fits:
                 break
-            s.publish(req, req.num_computed_tokens + n)
+            if s.pool.cache is not None:
+                s.publish(req, req.num_computed_tokens + n)
             scheduled[req] = n
             budget -= n
             i += 1
@@ -132,7 +138,9 @@ class VLLMScheduler(PolicyHooks):
                 req = waiting[0]
                 if pool.cache is not None:
                     s.lookup(req)
-                n = self._clamp(req, 1 << 62)
+                n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
+                if 0 < thr < n:
+                    n = thr
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
                 if n > budget:
@@ -148,7 +156,8 @@ class VLLMScheduler(PolicyHooks):
                     break
                 waiting.popleft()
                 s.admit(req)
-                s.publish(req, req.num_computed_tokens + n)
+                if pool.cache is not None:
+                    s.publish(req, req.num_computed_tokens + n)
                 num_running += 1
                 scheduled[req] = n
                 budget -= n
@@ -171,8 +180,8 @@ class VLLMScheduler(PolicyHooks):
         and a chunk is sealed only if the threshold an arrival would switch on leaves it as is."""
         items, nc = plan.items, plan.cohort
         req, q = items[-1]
-        if len(items) != len(s.running) or nc != s.num_in_cohort or s.running[-1] is not req \
-                or (nc and s.cohort.top_seq > req.seq):
+        if len(items) != len(s.running) or nc != (len(s.cohort.members) if s.cohort is not None else 0) \
+                or s.running[-1] is not req or (nc and s.cohort.top_seq > req.seq):
             return [], 0
         for r, _ in items:
             if r.seq > req.seq:
@@ -181,7 +190,7 @@ class VLLMScheduler(PolicyHooks):
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
         running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
         if not leaves:
-            return _even_chunks(req.num_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
+            return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
                                 running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         li, nl = 0, len(leaves)
