@@ -138,6 +138,8 @@ class SchedulerState:
     def release_finished(self) -> int:
         """The held finished requests leave (after the schedule() that still saw them)."""
         n = len(self.finished)
+        if not n:
+            return 0
         for req in self.finished:
             self.pool.release(req)
         self.finished.clear()

@@ -90,6 +90,8 @@ class VLLMScheduler(PolicyHooks):
         the whole budget" -- the threshold applies only with running + waiting > 1 (running counts
         the finished requests async scheduling still holds)."""
         thr = self.cfg.long_prefill_token_threshold
+        if not thr:
+            return 0
         return thr if s.num_running + len(s.finished) + len(s.waiting) > 1 else 0
 
     def _clamp(self, req, budget: int) -> int:

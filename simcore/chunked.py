@@ -144,12 +144,12 @@ class ChunkedRuns:
         items, nc, cm = plan.items, plan.cohort, self.cm
         c = self.state.cohort
         cohort_kv = c.kv + nc if nc else 0
-        m, base, plain = len(items) - 1 + nc, cohort_kv, not (cm.attn_fitted or cm.has_host)
+        m, base, plain = len(items) - 1 + nc, cohort_kv, True
         for r, q in items[:-1]:
             base += r.num_computed_tokens + q
             if q != 1:
                 plain = False
-        if plain:   # step 0 is a lead step too: P's first chunk beside m decodes of Σ(kv + 1) = base
+        if plain:   # step 0 is a lead step too: P's first chunk beside m decodes of Σ(kv + 1) = base (the cohort's terms)
             return cm.prefill_lead_ends(m, base - m, [0] + qs, items[-1][0].num_computed_tokens, start, stop, sealed + 1,
                                         [(f + 1, b - 1) for f, _, b, _ in leaves] if leaves else ())
         t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)

@@ -70,7 +70,7 @@ class Replica(RunPlanning):
             return
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
-        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env._now:
             self.process.interrupt()
 
     @property
@@ -80,14 +80,14 @@ class Replica(RunPlanning):
         the arrivals stamped by now, which it would otherwise take only at its next plan (the same
         queue either way)."""
         if self.pull is not None:
-            self.pull(self.env.now)
+            self.pull(self.env._now)
         n = self._outstanding
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
             if times is None:
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
-            n -= bisect_right(times, self.env.now)
+            n -= bisect_right(times, self.env._now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -123,8 +123,9 @@ class Replica(RunPlanning):
 
     def run(self):
         state = self.state
+        env = self.env
         while True:
-            now = self.env.now if self._clock is None else self._clock
+            now = env._now if self._clock is None else self._clock
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
@@ -141,7 +142,7 @@ class Replica(RunPlanning):
                 state.settle_lookups()
             if self.checking:
                 check_replica(self, plan)
-            if not plan:
+            if not plan.items and not plan.cohort:   # an empty plan (Plan.__bool__)
                 if not plan.preempted and not plan.released:   # else plan again at once, from the queue
                     yield from self._wait_for_work()
                 continue

@@ -62,7 +62,9 @@ class RunPlanning(ChunkedRuns):
             if k <= 1:
                 return [start + first]
         n = len(items) + nc
-        kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        kv = cohort_kv
+        for r, q in items:
+            kv += r.num_computed_tokens + q
         if fold and min(c.steps_to_finish(), first_finish) < k:
             riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items]
             return self._folded_run(start, [] if decodes else [start + first], n, kv if decodes else kv + n, k, riders)

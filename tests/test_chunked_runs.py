@@ -211,3 +211,30 @@ def test_vidur_workload_example_is_the_benchmark_workload():
     assert (cfg["hardware"], cfg["tp"], cfg["policy"]) == ("a100-80gb", 2, "vllm")
     assert cfg["engine"]["max_num_batched_tokens"] == 512 and cfg["engine"]["max_num_seqs"] == 128
     assert load_model(cfg["model"]).L == 48
+
+
+PRICINGS = {
+    "fitted attention, wave model": lambda: load_hardware("h100-sxm"),
+    "host time per step": lambda: HW.replace(host_step_s=4e-3, host_per_seq_s=2e-5, host_per_prefill_seq_s=3e-4),
+    "quadrature, floors": lambda: HW.replace(roofline_combine="quadrature", kernel_floor_s=4e-5, kernel_overhead_s=3e-6),
+}
+POLICY_FLAGS = {
+    "vllm": dict(max_num_batched_tokens=384, max_num_seqs=48, max_model_len=8192),
+    "sglang": dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192),
+    "nochunk": dict(max_num_seqs=48, max_model_len=8192),
+}
+
+
+@pytest.mark.parametrize("pricing", sorted(PRICINGS))
+@pytest.mark.parametrize("policy", sorted(POLICY_FLAGS))
+def test_chunked_runs_match_stepping_under_every_pricing(policy, pricing, monkeypatch):
+    """A lead's first step is priced with its chunks (the decodes beside it as one sum, as the
+    cohort is): equal to stepping's explicit batch under fitted attention, host time and floors
+    too, in open loop (one replica, and three behind a router) and closed loop."""
+    monkeypatch.setitem(globals(), "HW", PRICINGS[pricing]())
+    leads = LeadCounter(monkeypatch)
+    for wl, replicas in ((busy(n=90, rate=5.0), 1), (busy(n=90, concurrency=5), 1), (busy(n=90, rate=12.0), 3)):
+        res = assert_modes_agree(policy, POLICY_FLAGS[policy], wl, replicas, "least_outstanding")
+        assert res.summary["completed"] == len(wl)
+    if policy != "nochunk":
+        assert leads.folded > 60, leads.folded
