@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from heapq import heappop
 
 import numpy as np
 
@@ -113,10 +114,12 @@ class RunPlanning(ChunkedRuns):
                 pos += len(e)
                 kv += n * len(e)
             if pos == f < k:
-                for req in c.take_finishing(pos):
+                tick = c.tick
+                while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
+                    req = heappop(finish)[2]
                     leaving.append((pos, req))
                     n -= 1
-                    kv -= c.current(req) + pos + 1
+                    kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
                 while i < len(riders) and riders[i][0] == pos:
                     _, _, base, req = riders[i]
                     leaving.append((pos, req))
