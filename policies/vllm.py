@@ -114,22 +114,16 @@ class VLLMScheduler(PolicyHooks):
         budget -= plan.cohort
         scheduled = {}
         i = 0
-        thr, running = self._thr, s.running
-        while i < len(running) and budget > 0:
-            req = running[i]
-            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
-            if 0 < thr < n:
-                n = thr
-            if n > budget:
-                n = budget
+        while i < len(s.running) and budget > 0:
+            req = s.running[i]
+            n = self._clamp(req, budget)
             before = len(plan.preempted)
             fits = s.grow_or_preempt(req, req.num_computed_tokens + n, plan.preempted)
             for victim in plan.preempted[before:]:
                 budget += scheduled.pop(victim, 0)
             if not fits:
                 break
-            if s.pool.cache is not None:
-                s.publish(req, req.num_computed_tokens + n)
+            s.publish(req, req.num_computed_tokens + n)
             scheduled[req] = n
             budget -= n
             i += 1
@@ -140,9 +134,7 @@ class VLLMScheduler(PolicyHooks):
                 req = waiting[0]
                 if pool.cache is not None:
                     s.lookup(req)
-                n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
-                if 0 < thr < n:
-                    n = thr
+                n = self._clamp(req, 1 << 62)
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
                 if n > budget:
