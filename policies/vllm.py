@@ -172,10 +172,11 @@ class VLLMScheduler(PolicyHooks):
         the finished requests held through this plan's schedule() are gone by the next, a decode
         that leaves at step f still counts at step f (async scheduling holds it) and not after,
         and a chunk is sealed only if the threshold an arrival would switch on leaves it as is."""
-        items, nc = plan.items, plan.cohort
+        items, nc, c = plan.items, plan.cohort, s.cohort
         req, q = items[-1]
-        if len(items) != len(s.running) or nc != (len(s.cohort.members) if s.cohort is not None else 0) \
-                or s.running[-1] is not req or (nc and s.cohort.top_seq > req.seq):
+        if len(items) != len(s.running) or s.running[-1] is not req:
+            return [], 0
+        if nc and (nc != len(c.members) or c.top_seq > req.seq) or not nc and c is not None and c.members:
             return [], 0
         for r, _ in items:
             if r.seq > req.seq:
