@@ -30,7 +30,7 @@ class DecodeRuns:
         if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
-        x = decode_kv0   # kv0 + n·j, exact: integers
+        x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
         if self.attn_fitted:
             ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
             for _ in range(steps):
@@ -39,7 +39,7 @@ class DecodeRuns:
                 out.append(t)
                 if t >= stop:
                     break
-                x += n
+                x += nf
             return out
         if self._decode_memory_bound:
             if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
@@ -48,7 +48,7 @@ class DecodeRuns:
                     out.append(t)
                     if t >= stop:
                         break
-                    x += n
+                    x += nf
                 return out
             for _ in range(steps):
                 m = x * kc / beta
@@ -56,7 +56,7 @@ class DecodeRuns:
                 out.append(t)
                 if t >= stop:
                     break
-                x += n
+                x += nf
             return out
         ac, pi = self.attn_coef, hw.pi_attention
         for _ in range(steps):
@@ -66,7 +66,7 @@ class DecodeRuns:
             out.append(t)
             if t >= stop:
                 break
-            x += n
+            x += nf
         return out
 
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
@@ -79,7 +79,10 @@ class DecodeRuns:
         `stop`, step j > sealed is taken only if it starts before stop."""
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves)
-        bound, fixed, cache, by_seqs = self.attn_bound, self._fixed_part, self._fixed, self._fixed_uses_seqs
+        bound, fixed = self.attn_bound, self._fixed_part
+        lead_fixed = self._lead_fixed
+        if len(lead_fixed) >= 1 << 17:
+            lead_fixed.clear()
         ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
         floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
         decodes_compute_bound = 1 > bound
@@ -107,9 +110,9 @@ class DecodeRuns:
             else:
                 dpairs += p
                 dkv += kv + q
-            g = cache.get((m + q, m + 1) if by_seqs else m + q)   # _fixed_part, memoized
+            g = lead_fixed.get((m + q) << 20 | m + 1)   # _fixed_part of (rows, seqs < 2^20), memoized by one int
             if g is None:
-                g = fixed(m + q, m + 1)
+                g = lead_fixed[(m + q) << 20 | m + 1] = fixed(m + q, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta

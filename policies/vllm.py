@@ -134,7 +134,9 @@ class VLLMScheduler(PolicyHooks):
                 req = waiting[0]
                 if pool.cache is not None:
                     s.lookup(req)
-                n = self._clamp(req, 1 << 62)
+                n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
+                if 0 < self._thr < n:
+                    n = self._thr
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
                 if n > budget:

@@ -124,6 +124,7 @@ class Replica(RunPlanning):
     def run(self):
         state = self.state
         env = self.env
+        skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
         while True:
             now = env._now if self._clock is None else self._clock
             if self.pull is not None:
@@ -151,7 +152,7 @@ class Replica(RunPlanning):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             while True:
-                if self.pull is not None and self.fast_forward and self._skip_to(float(ends[-1])):
+                if skipping and self._skip_to(float(ends[-1])):
                     break
                 try:
                     yield self.env.at(float(ends[-1]))
