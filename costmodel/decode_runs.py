@@ -70,15 +70,17 @@ class DecodeRuns:
         return out
 
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
-                          sealed: int = 0, leaves=()) -> list[float]:
+                          sealed: int = 0, leaves=(), head=()) -> list[float]:
         """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes
         qs[j] new tokens over kv + Σ qs[1:j] cached, beside m decodes whose Σ(kv + 1) is
         decode_kv0 + m·j. Each is ``step_time((qs[j],), (kv_j,), m, decode_kv0 + m·j)`` with its
         integer sums and float operations, unrolled (the same bits). `leaves`: (f, base) in step
         order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
-        `stop`, step j > sealed is taken only if it starts before stop."""
+        `stop`, step j > sealed is taken only if it starts before stop. `head`: (q, kv) of the
+        sequences among the m that take q > 1 tokens in step 1 (a prompt's last chunk), decodes
+        from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
-            return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves)
+            return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
         bound, fixed = self.attn_bound, self._fixed_part
         lead_fixed = self._lead_fixed
         if len(lead_fixed) >= 1 << 17:
@@ -98,21 +100,35 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
+            lump, rows = d, m + q
+            if head and j == 1:
+                for hq, hkv in head:
+                    lump -= hkv + hq
+                    rows += hq - 1
             p = q * kv + q * (q + 1) // 2
             pairs = pkv = dkv = dpairs = 0
             if decodes_compute_bound:
-                pairs = pkv = d
+                pairs = pkv = lump
             else:
-                dkv = dpairs = d
+                dkv = dpairs = lump
             if p > bound * (kv + q):
                 pairs += p
                 pkv += kv + q
             else:
                 dpairs += p
                 dkv += kv + q
-            g = lead_fixed.get((m + q) << 20 | m + 1)   # _fixed_part of (rows, seqs < 2^20), memoized by one int
+            if head and j == 1:
+                for hq, hkv in head:
+                    hp = hq * hkv + hq * (hq + 1) // 2
+                    if hp > bound * (hkv + hq):
+                        pairs += hp
+                        pkv += hkv + hq
+                    else:
+                        dpairs += hp
+                        dkv += hkv + hq
+            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_part of (rows, seqs < 2^20), memoized by one int
             if g is None:
-                g = lead_fixed[(m + q) << 20 | m + 1] = fixed(m + q, m + 1)
+                g = lead_fixed[rows << 20 | m + 1] = fixed(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta
@@ -127,7 +143,7 @@ class DecodeRuns:
             kv += q
         return out
 
-    def _lead_ends_general(self, m, d, qs, kv, t, stop, sealed, leaves) -> list[float]:
+    def _lead_ends_general(self, m, d, qs, kv, t, stop, sealed, leaves, head) -> list[float]:
         out, li, nl = [], 0, len(leaves)
         for j in range(1, len(qs)):
             if t >= stop and j > sealed:
@@ -138,7 +154,11 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
-            t += self.step_time((q,), (kv,), m, d)
+            if head and j == 1:
+                t += self.step_time([hq for hq, _ in head] + [q], [hkv for _, hkv in head] + [kv], m - len(head),
+                                    d - sum(hq + hkv for hq, hkv in head))
+            else:
+                t += self.step_time((q,), (kv,), m, d)
             out.append(t)
             kv += q
         return out

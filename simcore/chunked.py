@@ -136,28 +136,22 @@ class ChunkedRuns:
         return chunks, sealed, [x for x in leaves if x[0] < L]
 
     def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int, leaves=()) -> list:
-        """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
-        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j (less the
-        `leaves` from their step on); a step that starts at or after `stop` (an arrival, then
-        waiting) only if it is one of the first `sealed` after step 0, which the waiting queue
-        cannot change (``prefill_chunks``)."""
+        """End times of the lead's steps, each priced as stepping prices it (``prefill_lead_ends``,
+        step 0 its first): step j as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j
+        (less the `leaves` from their step on; in step 0 a planned prompt's last chunk is its own
+        sequence); a step that starts at or after `stop` (an arrival, then waiting) only if it is
+        one of the first `sealed` after step 0, which the waiting queue cannot change
+        (``prefill_chunks``)."""
         items, nc, cm = plan.items, plan.cohort, self.cm
         c = self.state.cohort
         cohort_kv = c.kv + nc if nc else 0
-        m, base, plain = len(items) - 1 + nc, cohort_kv, True
+        m, base, head = len(items) - 1 + nc, cohort_kv, ()
         for r, q in items[:-1]:
             base += r.num_computed_tokens + q
-            if q != 1:
-                plain = False
-        if plain:   # step 0 is a lead step too: P's first chunk beside m decodes of Σ(kv + 1) = base (the cohort's terms)
-            return cm.prefill_lead_ends(m, base - m, [0] + qs, items[-1][0].num_computed_tokens, start, stop, sealed + 1,
-                                        [(f + 1, b - 1) for f, _, b, _ in leaves] if leaves else ())
-        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
-        ends = [t]
-        if len(qs) > 1:
-            ends += cm.prefill_lead_ends(m, base, qs, items[-1][0].num_computed_tokens + qs[0], t,
-                                         stop, sealed, [(f, b) for f, _, b, _ in leaves] if leaves else ())
-        return ends
+            if q != 1:   # a prompt's last chunk: priced as its own sequence in step 0
+                head = head + ((q, r.num_computed_tokens),)
+        return cm.prefill_lead_ends(m, base - m, [0] + qs, items[-1][0].num_computed_tokens, start, stop, sealed + 1,
+                                    [(f + 1, b - 1) for f, _, b, _ in leaves] if leaves else (), head)
 
     def _lead_positions(self, steps: int) -> int:
         """Positions the lead's P holds once `steps` steps of the run have been taken (≥ 1)."""
