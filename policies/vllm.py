@@ -143,7 +143,8 @@ class VLLMScheduler(PolicyHooks):
                     n = budget
                 if pool.cache is None and not req.num_blocks:   # _full_isl_fits and grow, without a cache to consult
                     need = -(-(req.num_computed_tokens + n) // pool.block_size)
-                    if (cfg.scheduler_reserve_full_isl and -(-req.num_tokens // pool.block_size) > pool.total - pool.used) \
+                    if (cfg.scheduler_reserve_full_isl
+                            and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > pool.total - pool.used) \
                             or need > pool.total - pool.used:
                         break
                     pool.used += need
@@ -162,7 +163,9 @@ class VLLMScheduler(PolicyHooks):
         return plan
 
     def _wants(self, req) -> int:
-        return self._clamp(req, 1 << 62)
+        """``_clamp`` with no budget (the cohort's check of the running queue)."""
+        n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
+        return self._thr if 0 < self._thr < n else n
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
@@ -190,9 +193,9 @@ class VLLMScheduler(PolicyHooks):
             return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
                                 running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
-        li, nl = 0, len(leaves)
+        li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
         try:
-            while done < req.num_tokens:
+            while done < tokens:
                 j = len(out) + 1
                 held = 0
                 while li < nl and leaves[li] <= j:   # a decode fewer from this step on
