@@ -152,8 +152,11 @@ class Replica(RunPlanning):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             while True:
-                if skipping and self._skip_to(float(ends[-1])):
-                    break
+                if skipping:   # _skip_to, inlined
+                    t, queue = float(ends[-1]), env._queue
+                    if not queue or queue[0][0] > t:
+                        env._now = t
+                        break
                 try:
                     yield self.env.at(float(ends[-1]))
                     break
@@ -220,7 +223,7 @@ class Replica(RunPlanning):
                 done, inner_max = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
             else:
                 if inner is not None:
-                    inner_max = _max(inner)
+                    inner_max = max(inner) if type(inner) is list else float(np.maximum.reduce(inner))
                     _add_gaps(itl, inner, len(items) + plan.cohort, quiet)
                 pool.used += c.new_blocks(c.tick + 1, steps - 1)
                 done = c.advance(steps, gap if gap > inner_max else inner_max, last)
