@@ -23,11 +23,14 @@ class DecodeRuns:
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
         hw = self.hw
-        kc, beta, floor, over, fixed = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers, self._fixed_part(n, n)
+        fixed = self._fixed.get((n, n) if self._fixed_uses_seqs else n)
+        if fixed is None:
+            fixed = self._fixed_part(n, n)
+        kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
         if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
-        x = decode_kv0   # kv0 + n·j, exact: integers
+        x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
         if self.attn_fitted:
             ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
             for _ in range(steps):
@@ -36,16 +39,24 @@ class DecodeRuns:
                 out.append(t)
                 if t >= stop:
                     break
-                x += n
+                x += nf
             return out
         if self._decode_memory_bound:
+            if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
+                for _ in range(steps):
+                    t += x * kc / beta + over + fixed
+                    out.append(t)
+                    if t >= stop:
+                        break
+                    x += nf
+                return out
             for _ in range(steps):
                 m = x * kc / beta
                 t += (m if m >= floor else floor) + over + fixed
                 out.append(t)
                 if t >= stop:
                     break
-                x += n
+                x += nf
             return out
         ac, pi = self.attn_coef, hw.pi_attention
         for _ in range(steps):
@@ -55,19 +66,27 @@ class DecodeRuns:
             out.append(t)
             if t >= stop:
                 break
-            x += n
+            x += nf
         return out
 
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
-                          sealed: int = 0, leaves=()) -> list[float]:
+                          sealed: int = 0, leaves=(), head=()) -> list[float]:
         """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes
         qs[j] new tokens over kv + Σ qs[1:j] cached, beside m decodes whose Σ(kv + 1) is
         decode_kv0 + m·j. Each is ``step_time((qs[j],), (kv_j,), m, decode_kv0 + m·j)`` with its
         integer sums and float operations, unrolled (the same bits). `leaves`: (f, base) in step
         order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
-        `stop`, step j > sealed is taken only if it starts before stop."""
-        bound, fixed, attention, has_host = self.attn_bound, self._fixed_part, self._attention_time, self.has_host
-        general = self.attn_fitted    # fitted attention: each step as step_time prices it
+        `stop`, step j > sealed is taken only if it starts before stop. `head`: (q, kv) of the
+        sequences among the m that take q > 1 tokens in step 1 (a prompt's last chunk), decodes
+        from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
+        if self.attn_fitted or self.has_host:   # each step as step_time prices it
+            return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
+        bound, fixed = self.attn_bound, self._fixed_part
+        lead_fixed = self._lead_fixed
+        if len(lead_fixed) >= 1 << 17:
+            lead_fixed.clear()
+        ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
+        floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
         decodes_compute_bound = 1 > bound
         out = []
         d = decode_kv0
@@ -81,25 +100,65 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
-            if general:
-                t += self.step_time((q,), (kv,), m, d)
-                out.append(t)
-                kv += q
-                continue
+            lump, rows = d, m + q
+            if head and j == 1:
+                for hq, hkv in head:
+                    lump -= hkv + hq
+                    rows += hq - 1
             p = q * kv + q * (q + 1) // 2
             pairs = pkv = dkv = dpairs = 0
             if decodes_compute_bound:
-                pairs = pkv = d
+                pairs = pkv = lump
             else:
-                dkv = dpairs = d
+                dkv = dpairs = lump
             if p > bound * (kv + q):
                 pairs += p
                 pkv += kv + q
             else:
                 dpairs += p
                 dkv += kv + q
-            g = fixed(m + q, m + 1) + attention(float(pairs), float(pkv), float(dpairs), float(dkv))
-            t += self._with_host(g, m + 1, 1 if q > 1 else 0) if has_host else g
+            if head and j == 1:
+                for hq, hkv in head:
+                    hp = hq * hkv + hq * (hq + 1) // 2
+                    if hp > bound * (hkv + hq):
+                        pairs += hp
+                        pkv += hkv + hq
+                    else:
+                        dpairs += hp
+                        dkv += hkv + hq
+            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_part of (rows, seqs < 2^20), memoized by one int
+            if g is None:
+                g = lead_fixed[rows << 20 | m + 1] = fixed(rows, m + 1)
+            a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
+            if pkv:
+                x, y = (ac * pairs) / pi, (kc * pkv) / beta
+                x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                a += (x if x >= floor else floor) + over
+            if dkv:
+                x, y = (ac * dpairs) / pi, (kc * dkv) / beta
+                x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                a += (x if x >= floor else floor) + over
+            t += g + a
+            out.append(t)
+            kv += q
+        return out
+
+    def _lead_ends_general(self, m, d, qs, kv, t, stop, sealed, leaves, head) -> list[float]:
+        out, li, nl = [], 0, len(leaves)
+        for j in range(1, len(qs)):
+            if t >= stop and j > sealed:
+                break
+            while li < nl and leaves[li][0] == j:
+                d -= leaves[li][1] + j - 1
+                m -= 1
+                li += 1
+            q = qs[j]
+            d += m
+            if head and j == 1:
+                t += self.step_time([hq for hq, _ in head] + [q], [hkv for _, hkv in head] + [kv], m - len(head),
+                                    d - sum(hq + hkv for hq, hkv in head))
+            else:
+                t += self.step_time((q,), (kv,), m, d)
             out.append(t)
             kv += q
         return out

@@ -24,11 +24,11 @@ class SchedulerState:
 
     @property
     def num_running(self) -> int:
-        return len(self.running) + (self.cohort.n if self.cohort is not None else 0)
+        return len(self.running) + (len(self.cohort.members) if self.cohort is not None else 0)
 
     @property
     def num_in_cohort(self) -> int:
-        return self.cohort.n if self.cohort is not None else 0
+        return len(self.cohort.members) if self.cohort is not None else 0
 
     def admit(self, req: Request) -> None:
         """To the end of the running queue; the stamp keeps queue order across the cohort."""
@@ -54,8 +54,9 @@ class SchedulerState:
         c, pool = self.cohort, self.pool
         if c is None or not c.members:
             return 0
+        n = len(c.members)
         cohort_blocks = c.new_blocks(c.tick, 1)
-        tokens, blocks, left = c.n, cohort_blocks, budget - c.n
+        tokens, blocks, left = n, cohort_blocks, budget - n
         for req in self.running if others is None else others:
             n = wants(req)
             if n > left:
@@ -70,7 +71,7 @@ class SchedulerState:
             self.dissolve_cohort()
             return 0
         pool.used += cohort_blocks
-        return c.n
+        return len(c.members)
 
     def head_blocked(self, new_tokens) -> bool:
         """Whether the queue head, looked up as the next schedule() would, lacks the KV blocks for
@@ -137,6 +138,8 @@ class SchedulerState:
     def release_finished(self) -> int:
         """The held finished requests leave (after the schedule() that still saw them)."""
         n = len(self.finished)
+        if not n:
+            return 0
         for req in self.finished:
             self.pool.release(req)
         self.finished.clear()

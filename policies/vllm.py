@@ -90,6 +90,8 @@ class VLLMScheduler(PolicyHooks):
         the whole budget" -- the threshold applies only with running + waiting > 1 (running counts
         the finished requests async scheduling still holds)."""
         thr = self.cfg.long_prefill_token_threshold
+        if not thr:
+            return 0
         return thr if s.num_running + len(s.finished) + len(s.waiting) > 1 else 0
 
     def _clamp(self, req, budget: int) -> int:
@@ -130,16 +132,29 @@ class VLLMScheduler(PolicyHooks):
             num_running = s.num_running + len(s.finished)
             while waiting and budget > 0 and num_running < cfg.max_num_seqs:
                 req = waiting[0]
-                s.lookup(req)
-                n = self._clamp(req, 1 << 62)
+                if pool.cache is not None:
+                    s.lookup(req)
+                n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
+                if 0 < self._thr < n:
+                    n = self._thr
                 if not cfg.enable_chunked_prefill and n > budget:
                     break
-                n = min(n, budget)
-                if not self._full_isl_fits(s, req) or not pool.grow(req, req.num_computed_tokens + n):
+                if n > budget:
+                    n = budget
+                if pool.cache is None and not req.num_blocks:   # _full_isl_fits and grow, without a cache to consult
+                    need = -(-(req.num_computed_tokens + n) // pool.block_size)
+                    if (cfg.scheduler_reserve_full_isl
+                            and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > pool.total - pool.used) \
+                            or need > pool.total - pool.used:
+                        break
+                    pool.used += need
+                    req.num_blocks = need
+                elif not self._full_isl_fits(s, req) or not pool.grow(req, req.num_computed_tokens + n):
                     break
                 waiting.popleft()
                 s.admit(req)
-                s.publish(req, req.num_computed_tokens + n)
+                if pool.cache is not None:
+                    s.publish(req, req.num_computed_tokens + n)
                 num_running += 1
                 scheduled[req] = n
                 budget -= n
@@ -148,7 +163,9 @@ class VLLMScheduler(PolicyHooks):
         return plan
 
     def _wants(self, req) -> int:
-        return self._clamp(req, 1 << 62)
+        """``_clamp`` with no budget (the cohort's check of the running queue)."""
+        n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
+        return self._thr if 0 < self._thr < n else n
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). P last in the running queue (every decode is
@@ -160,10 +177,11 @@ class VLLMScheduler(PolicyHooks):
         the finished requests held through this plan's schedule() are gone by the next, a decode
         that leaves at step f still counts at step f (async scheduling holds it) and not after,
         and a chunk is sealed only if the threshold an arrival would switch on leaves it as is."""
-        items, nc = plan.items, plan.cohort
+        items, nc, c = plan.items, plan.cohort, s.cohort
         req, q = items[-1]
-        if len(items) != len(s.running) or nc != s.num_in_cohort or s.running[-1] is not req \
-                or (nc and s.cohort.top_seq > req.seq):
+        if len(items) != len(s.running) or s.running[-1] is not req:
+            return [], 0
+        if nc and (nc != len(c.members) or c.top_seq > req.seq) or not nc and c is not None and c.members:
             return [], 0
         for r, _ in items:
             if r.seq > req.seq:
@@ -171,16 +189,20 @@ class VLLMScheduler(PolicyHooks):
         cfg, thr0 = self.cfg, self._thr
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
         running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
+        if not leaves:
+            return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
+                                running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
-        li, nl = 0, len(leaves)
+        li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
         try:
-            while done < req.num_tokens:
+            while done < tokens:
                 j = len(out) + 1
+                held = 0
                 while li < nl and leaves[li] <= j:   # a decode fewer from this step on
                     budget += 1
                     running -= 1
+                    held += hold and leaves[li] == j
                     li += 1
-                held = sum(1 for f in leaves[:li] if f == j) if hold else 0
                 req.num_computed_tokens = done   # _clamp reads the request as it would stand then
                 self._thr = cfg.long_prefill_token_threshold if running + held + waiting > 1 else 0
                 n = self._clamp(req, budget)
@@ -238,3 +260,20 @@ class VLLMScheduler(PolicyHooks):
     @property
     def prefix_caching(self) -> bool:
         return self.cfg.enable_prefix_caching
+
+
+def _even_chunks(rem: int, budget: int, thr: int, thr_on: bool, cut: bool) -> tuple[list[int], int]:
+    """``prefill_chunks`` when nobody leaves (one threshold for every step): `rem` tokens in chunks
+    of _clamp's cap, the last one shorter; `cut` (a request waiting, a seat free): only the chunks
+    that take the whole budget. Sealed: the leading chunks of the whole budget when the threshold
+    an arrival would switch on leaves them so."""
+    if rem <= 0 or budget <= 0:
+        return [], 0
+    cap = thr if thr_on and 0 < thr < budget else budget
+    full, last = divmod(rem, cap)
+    if cut and cap < budget:
+        return [], 0
+    out = [cap] * full
+    if last and not cut:
+        out.append(last)
+    return out, (full if cap == budget and (thr <= 0 or thr >= budget) else 0)

@@ -37,9 +37,9 @@ class ChunkedRuns:
         """End times of a run that starts with P's chunks (see the module), or None: one step."""
         items, nc, s = plan.items, plan.cohort, self.state
         c = s.cohort
-        everyone = len(items) == len(s.running) and nc == s.num_in_cohort   # else the rest sit the lead out
+        everyone = len(items) == len(s.running) and nc == (len(c.members) if c is not None else 0)   # else the rest sit the lead out
         req, q0 = items[-1]
-        if req.num_computed_tokens + q0 >= req.num_tokens:
+        if req.num_computed_tokens + q0 >= req.prompt_len + req.num_output_tokens:
             return None
         others = items[:-1]
         first_finish, longest = 1 << 62, 0
@@ -64,7 +64,7 @@ class ChunkedRuns:
         else:
             qs = [q0] + chunks[:first_finish - 1]   # the batch holds while nobody finishes
         L, total = len(qs), sum(qs)
-        completes = req.num_computed_tokens + total == req.num_tokens
+        completes = req.num_computed_tokens + total == req.prompt_len + req.num_output_tokens
         k = L
         if completes and everyone and self.policy.can_fast_forward(s):
             mine = L - 1 + req.output_len - req.num_output_tokens   # the step P leaves after
@@ -87,21 +87,26 @@ class ChunkedRuns:
             qs, L, completes = qs[:k], k, False
         ends = self._lead_ends(plan, start, qs, stop, sealed, leaves)
         ran = len(ends)
-        self._lead = (req, qs[:ran])
-        gone = [x for x in leaves if x[0] < ran]   # left inside the lead as run; the others are still in
-        for f, _, _, r in leaves:
-            if f >= ran and r.cohort_tick >= 0:
-                c.put_back(r)
-        self._leaving += [(f, r) for f, _, _, r in gone]
+        self._lead = (req, qs[:ran] if ran < L else qs)
+        gone = ()
+        if leaves:
+            gone = [x for x in leaves if x[0] < ran]   # left inside the lead as run; the others are still in
+            for f, _, _, r in leaves:
+                if f >= ran and r.cohort_tick >= 0:
+                    c.put_back(r)
+            self._leaving += [(f, r) for f, _, _, r in gone]
         if ran < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
             return ends
         n = len(others) + nc + 1 - len(gone)
-        kv = sum(r.num_computed_tokens + q for r, q in others) + (c.kv + nc if nc else 0) + (len(others) + nc + 1) * L \
-            + req.num_computed_tokens + total - L + 1 - sum(b + L for _, _, b, _ in gone)   # Σ(kv + 1) of everyone in step L
+        kv = (c.kv + nc if nc else 0) + (len(others) + nc + 1) * L + req.num_computed_tokens + total - L + 1   # Σ(kv + 1) of everyone in step L
+        for r, q in others:
+            kv += r.num_computed_tokens + q
+        for _, _, b, _ in gone:
+            kv -= b + L
         if fold:
             left = {id(r) for _, _, _, r in gone}
             riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others
-                      if id(r) not in left]
+                      if id(r) not in left] if others else []
             riders.append((mine, req.seq, req.num_computed_tokens + total - L + 1, req))
             return self._folded_run(start, ends, n, kv, k, riders)
         t = ends[-1]
@@ -131,21 +136,22 @@ class ChunkedRuns:
         return chunks, sealed, [x for x in leaves if x[0] < L]
 
     def _lead_ends(self, plan, start: float, qs: list, stop: float, sealed: int, leaves=()) -> list:
-        """End times of the lead's steps, each priced as stepping prices it: step 0 as planned,
-        step j ≥ 1 as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j (less the
-        `leaves` from their step on); a step that starts at or after `stop` (an arrival, then
-        waiting) only if it is one of the first `sealed` after step 0, which the waiting queue
-        cannot change (``prefill_chunks``)."""
+        """End times of the lead's steps, each priced as stepping prices it (``prefill_lead_ends``,
+        step 0 its first): step j as P's chunk beside m decodes whose Σ(kv + 1) is base + m·j
+        (less the `leaves` from their step on; in step 0 a planned prompt's last chunk is its own
+        sequence); a step that starts at or after `stop` (an arrival, then waiting) only if it is
+        one of the first `sealed` after step 0, which the waiting queue cannot change
+        (``prefill_chunks``)."""
         items, nc, cm = plan.items, plan.cohort, self.cm
         c = self.state.cohort
         cohort_kv = c.kv + nc if nc else 0
-        t = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
-        ends = [t]
-        if len(qs) > 1:
-            base = sum(r.num_computed_tokens + q for r, q in items[:-1]) + cohort_kv
-            ends += cm.prefill_lead_ends(len(items) - 1 + nc, base, qs, items[-1][0].num_computed_tokens + qs[0], t,
-                                         stop, sealed, [(f, b) for f, _, b, _ in leaves])
-        return ends
+        m, base, head = len(items) - 1 + nc, cohort_kv, ()
+        for r, q in items[:-1]:
+            base += r.num_computed_tokens + q
+            if q != 1:   # a prompt's last chunk: priced as its own sequence in step 0
+                head = head + ((q, r.num_computed_tokens),)
+        return cm.prefill_lead_ends(m, base - m, [0] + qs, items[-1][0].num_computed_tokens, start, stop, sealed + 1,
+                                    [(f + 1, b - 1) for f, _, b, _ in leaves] if leaves else (), head)
 
     def _lead_positions(self, steps: int) -> int:
         """Positions the lead's P holds once `steps` steps of the run have been taken (≥ 1)."""

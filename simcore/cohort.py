@@ -54,15 +54,25 @@ class DecodeCohort:
         return self._top
 
     def join(self, req) -> None:
-        """`req` has just sampled a token at ``last_end`` and decodes next step."""
-        req.cohort_tick = self.tick
+        """`req` has just sampled a token at ``last_end`` and decodes next step (``put_back``
+        inlined: the hot path). Computing position c at tick t, it needs a new block iff c ≡ 0
+        (mod bs), i.e. at the ticks t ≡ cohort_tick − num_computed_tokens (its join values): due."""
+        tick, bs = self.tick, self.bs
+        req.cohort_tick = tick
         self.members[req] = None
         if 0 <= self._top < req.seq:
             self._top = req.seq
         self.kv += req.num_computed_tokens
-        self.left += req.output_len - req.num_output_tokens + req.cohort_tick
-        self._count_due(req, 1)
-        self.put_back(req)
+        left = req.output_len - req.num_output_tokens
+        self.left += left + tick
+        r = (tick - req.num_computed_tokens) % bs
+        due = self._due
+        due[r] += 1
+        due[r + bs] += 1
+        f = tick + left
+        heapq.heappush(self.finish, (f, req.seq, req))
+        if f > self.last_finish:
+            self.last_finish = f
 
     def put_back(self, req) -> None:
         """Onto the finish heap at the tick of its last token (from its join values)."""
@@ -78,13 +88,6 @@ class DecodeCohort:
             out.append(heapq.heappop(self.finish)[2])
         return out
 
-    def _count_due(self, req, delta: int) -> None:
-        """A member computing position c at tick t needs a new block iff c ≡ 0 (mod bs), i.e. at the
-        ticks t ≡ cohort_tick − num_computed_tokens (its join values)."""
-        r = (req.cohort_tick - req.num_computed_tokens) % self.bs
-        self._due[r] += delta
-        self._due[r + self.bs] += delta
-
     def outputs_left(self) -> int:
         """Σ output tokens the members have still to sample."""
         return self.left - len(self.members) * self.tick
@@ -98,47 +101,63 @@ class DecodeCohort:
 
     def new_blocks(self, start_tick: int, steps: int) -> int:
         """Blocks the members need for `steps` steps starting at `start_tick`."""
-        if steps <= 0:
-            return 0
-        full, rem = divmod(steps, self.bs)
+        bs = self.bs
+        if steps < bs:
+            if steps <= 0:
+                return 0
+            if steps == 1:
+                return self._due[start_tick % bs]
+            i = start_tick % bs
+            return sum(self._due[i:i + steps])
+        full, rem = divmod(steps, bs)
         if not rem:
             return full * len(self.members)
-        i = start_tick % self.bs
+        i = start_tick % bs
         return full * len(self.members) + sum(self._due[i:i + rem])
 
     def advance(self, steps: int, max_gap: float, last_end: float, leaving=()) -> list:
         """The cohort took `steps` steps whose largest gap for members was `max_gap`; returns the
         members that sampled their last token (`leaving`, already off the finish heap, then those
-        still on it), materialized."""
+        still on it), materialized (``_leave``, inlined: the hot path)."""
         ticks, gaps = self._ticks, self._gaps
         while gaps and gaps[-1] <= max_gap:
             ticks.pop()
             gaps.pop()
         ticks.append(self.tick)
         gaps.append(max_gap)
-        self.tick += steps
-        self.kv += steps * len(self.members)
+        tick = self.tick = self.tick + steps
+        members, finish = self.members, self.finish
+        self.kv += steps * len(members)
         self.last_end = last_end
+        if not leaving and not (finish and finish[0][0] <= tick):
+            return []
         done = list(leaving)
+        while finish and finish[0][0] <= tick:
+            done.append(heapq.heappop(finish)[2])
+        bs, due, kv, left, ng = self.bs, self._due, self.kv, self.left, len(gaps)
         for req in done:
-            self._leave(req)
-        while self.finish and self.finish[0][0] <= self.tick:
-            req = heapq.heappop(self.finish)[2]
-            self._leave(req)
-            done.append(req)
+            joined, computed = req.cohort_tick, req.num_computed_tokens
+            d = tick - joined
+            kv -= computed + d
+            left -= req.output_len - req.num_output_tokens + joined
+            r = (joined - computed) % bs
+            due[r] -= 1
+            due[r + bs] -= 1
+            del members[req]
+            if req.seq == self._top:
+                self._top = -1
+            req.num_computed_tokens = computed + d
+            req.num_output_tokens += d
+            req.cohort_tick = -1
+            req.last_token_s = last_end
+            i = bisect_left(ticks, joined)
+            if i < ng and gaps[i] > req.max_itl_s:
+                req.max_itl_s = gaps[i]
+        self.kv, self.left = kv, left
+        if not members:
+            ticks.clear()
+            gaps.clear()
         return done
-
-    def _leave(self, req) -> None:
-        self.kv -= self.current(req)
-        self.left -= req.output_len - req.num_output_tokens + req.cohort_tick
-        self._count_due(req, -1)
-        del self.members[req]
-        if req.seq == self._top:
-            self._top = -1
-        self.materialize(req)
-        if not self.members:
-            self._ticks.clear()
-            self._gaps.clear()
 
     def materialize(self, req) -> None:
         """Write the member's tokens, last token time and max ITL back to its Request."""

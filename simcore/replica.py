@@ -24,7 +24,7 @@ import numpy as np
 import simpy
 
 from costmodel import CostModel
-from policies.base import Plan, SchedulerState
+from policies.base import Plan, PolicyHooks, SchedulerState
 
 from .clock import LATE
 from .cohort import DecodeCohort
@@ -56,6 +56,8 @@ class Replica(RunPlanning):
         self._outstanding = 0   # submitted and not yet applied as finished
         self.iteration_log: list | None = [] if log_iterations else None
         state.hold_finished = getattr(policy, "holds_finished", False)
+        self._counts_runs = getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward   # no-ops skipped
+        self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
         if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
@@ -68,7 +70,7 @@ class Replica(RunPlanning):
             return
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
-        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env._now:
             self.process.interrupt()
 
     @property
@@ -78,14 +80,14 @@ class Replica(RunPlanning):
         the arrivals stamped by now, which it would otherwise take only at its next plan (the same
         queue either way)."""
         if self.pull is not None:
-            self.pull(self.env.now)
+            self.pull(self.env._now)
         n = self._outstanding
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
             if times is None:
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
-            n -= bisect_right(times, self.env.now)
+            n -= bisect_right(times, self.env._now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -121,8 +123,10 @@ class Replica(RunPlanning):
 
     def run(self):
         state = self.state
+        env = self.env
+        skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
         while True:
-            now = self.env.now if self._clock is None else self._clock
+            now = env._now if self._clock is None else self._clock
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
@@ -139,7 +143,7 @@ class Replica(RunPlanning):
                 state.settle_lookups()
             if self.checking:
                 check_replica(self, plan)
-            if not plan:
+            if not plan.items and not plan.cohort:   # an empty plan (Plan.__bool__)
                 if not plan.preempted and not plan.released:   # else plan again at once, from the queue
                     yield from self._wait_for_work()
                 continue
@@ -148,8 +152,11 @@ class Replica(RunPlanning):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             while True:
-                if self.pull is not None and self.fast_forward and self._skip_to(float(ends[-1])):
-                    break
+                if skipping:   # _skip_to, inlined
+                    t, queue = float(ends[-1]), env._queue
+                    if not queue or queue[0][0] > t:
+                        env._now = t
+                        break
                 try:
                     yield self.env.at(float(ends[-1]))
                     break
@@ -194,50 +201,55 @@ class Replica(RunPlanning):
         if self.iteration_log is not None:
             self._log(plan, start, ends)
         first, last = float(ends[0]), float(ends[-1])
-        s, itl = self.state, self.itl
+        s, itl, items = self.state, self.itl, plan.items
         pool, c = s.pool, s.cohort
+        bs, cache = pool.block_size, pool.cache
         inner, inner_max, done = None, 0.0, ()
-        left_at = {req: f for f, req in self._leaving if req.cohort_tick < 0} if self._leaving else None   # planned, leaving early
-        lead, quiet = self._lead, 0   # quiet: inner gaps before the lead's P samples (it is not in them)
+        leaving = self._leaving
+        left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None   # planned, leaving early
+        lead, quiet, P = self._lead, 0, None   # quiet: inner gaps before the lead's P samples (it is not in them)
         if lead is not None:
-            lead[0].num_computed_tokens += sum(lead[1][1:steps])   # the loop below adds its first chunk
-            quiet = min(len(lead[1]), steps) - 1
+            P, chunks = lead
+            P.num_computed_tokens += sum(chunks[1:steps])   # the loop below adds its first chunk
+            quiet = min(len(chunks), steps) - 1
         if steps > 1:
-            self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
+            if self._counts_runs:
+                self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
             inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
-            itl.add(gap, weight=plan.cohort)
-            if self._leaving:
-                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(plan.items), quiet)
+            itl.add(gap, plan.cohort)
+            if leaving:
+                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
             else:
                 if inner is not None:
-                    inner_max = _max(inner)
-                    _add_gaps(itl, inner, len(plan.items) + plan.cohort, quiet)
+                    inner_max = max(inner) if type(inner) is list else float(np.maximum.reduce(inner))
+                    _add_gaps(itl, inner, len(items) + plan.cohort, quiet)
                 pool.used += c.new_blocks(c.tick + 1, steps - 1)
-                done = c.advance(steps, max(gap, inner_max), last)
+                done = c.advance(steps, gap if gap > inner_max else inner_max, last)
         elif inner is not None:
             inner_max = _max(inner)
-            _add_gaps(itl, inner, len(plan.items), quiet)
+            _add_gaps(itl, inner, len(items), quiet)
         gaps, finished = [], []
-        for req, n in plan.items:
+        for req, n in items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
-            if lead is not None and req is lead[0]:
-                self.policy.on_lead(s, req, lead[1][:steps])
-            if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
-                if steps > 1 and lead is not None and req is lead[0]:
-                    held = pool.blocks_held(req, req.num_computed_tokens)
-                    pool.used += held - req.num_blocks
-                    req.num_blocks = held
-                continue
             s0, mine, top, at = 0, steps, inner_max, first   # its first sampling step, steps it samples in, largest inner gap, first sample
-            if lead is not None and req is lead[0]:
+            if req is P:
+                self.policy.on_lead(s, req, chunks[:steps])
+                if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
+                    if steps > 1:
+                        held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)   # blocks_held
+                        pool.used += held - req.num_blocks
+                        req.num_blocks = held
+                    continue
                 s0 = quiet
                 at = float(ends[s0])
                 mine = (left_at[req] if left_at and req in left_at else steps) - s0
                 top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0
+            elif req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
+                continue
             elif left_at and req in left_at:
                 mine = left_at[req]
                 top = _max(inner[:mine - 1]) if mine > 1 else 0.0
@@ -255,26 +267,29 @@ class Replica(RunPlanning):
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
             if steps > 1:
-                held = pool.blocks_held(req, req.num_computed_tokens)
+                held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
         if gaps:
             itl.add_many(gaps)
         if done:
             for req in done:
-                req.num_blocks = pool.blocks_held(req, req.num_computed_tokens)
-            finished = sorted(finished + done, key=lambda r: (r.last_token_s, r.seq)) if finished else done
+                req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
+            finished = sorted(finished + done, key=_finish_order) if finished else done
         assert pool.used <= pool.total
-        if c is not None:
-            self._join_cohort(plan, last)
-        for req in finished:
-            req.finish_s = req.last_token_s
-            s.retire(req, req.last_token_s == last)
-            if c is None or req in s.running:
-                s.running.remove(req)
-            self._outstanding -= 1
-            self.policy.on_finish()
-            self.on_finish(req)
+        if c is not None and (plan.cohort or not c.members):   # _join_cohort
+            self._join_cohort(items, last)
+        if finished:
+            running, on_finish = s.running, self.policy.on_finish if self._counts_finishes else None
+            for req in finished:
+                req.finish_s = req.last_token_s
+                s.retire(req, req.last_token_s == last)
+                if c is None or req in running:
+                    running.remove(req)
+                self._outstanding -= 1
+                if on_finish is not None:
+                    on_finish()
+                self.on_finish(req)
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members or
@@ -282,25 +297,32 @@ class Replica(RunPlanning):
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
         gap goes to the members' max ITL. Returns the members that finished and the run's largest
         inner gap."""
-        c, pool, itl = self.state.cohort, self.state.pool, self.itl
+        c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
         leaving, self._leaving = self._leaving, []
-        done, s0, i, inner_max = [], 0, 0, 0.0
+        members, listed, nl = c.members, type(inner) is list, len(leaving)
+        done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
         while s0 < steps:
-            f = leaving[i][0] if i < len(leaving) else steps
+            f = leaving[i][0] if i < nl else steps
             top = gap if s0 == 0 else -math.inf
             if f > 1:
-                a = max(s0 - 1, 0)
+                a = s0 - 1 if s0 else 0
                 seg = inner[a: f - 1]
                 if len(seg):
-                    _add_gaps(itl, seg, c.n + riders, max(0, min(quiet, f - 1) - a))
-                    m = _max(seg)
+                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # _add_gaps, inlined
+                    if q > 0:
+                        if w > 1:
+                            add(seg[:q], w - 1)
+                        add(seg[q:], w)
+                    else:
+                        add(seg, w)
+                    m = max(seg) if listed else float(np.maximum.reduce(seg))
                     if m > inner_max:
                         inner_max = m
                     if m > top:
                         top = m
-            pool.used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
+            used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
             group = []
-            while i < len(leaving) and leaving[i][0] == f:
+            while i < nl and leaving[i][0] == f:
                 req = leaving[i][1]
                 if req.cohort_tick >= 0:
                     group.append(req)
@@ -309,16 +331,15 @@ class Replica(RunPlanning):
                 i += 1
             done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f
+        pool.used += used
         return done, inner_max
 
-    def _join_cohort(self, plan: Plan, last: float) -> None:
-        """Planned requests that sampled a token at `last` and decode next join the cohort, if it
-        took part in the step (its members sampled at `last` too) or is empty."""
-        c, running = self.state.cohort, self.state.running
-        if c.members and not plan.cohort:
-            return
+    def _join_cohort(self, items, last: float) -> None:
+        """Planned requests that sampled a token at `last` and decode next join the cohort (called
+        when it took part in the step, its members sampling at `last` too, or is empty)."""
+        c = self.state.cohort
         joined, limit = False, self.policy.cohort_max_outputs_left
-        for req, _ in plan.items:
+        for req, _ in items:
             if (req.last_token_s == last and req.num_output_tokens < req.output_len
                     and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens
                     and req.output_len - req.num_output_tokens <= limit):
@@ -326,6 +347,7 @@ class Replica(RunPlanning):
                     c.last_end, joined = last, True
                 c.join(req)
         if joined:
+            running = self.state.running
             running[:] = [r for r in running if r.cohort_tick < 0]
 
     def _log(self, plan: Plan, start: float, ends) -> None:
@@ -350,6 +372,10 @@ def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:
             itl.add_many(inner[:quiet], weight=weight - 1)
         inner = inner[quiet:]
     itl.add_many(inner, weight=weight)
+
+
+def _finish_order(req):
+    return req.last_token_s, req.seq
 
 
 def _max(values) -> float:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from heapq import heappop
 
 import numpy as np
 
@@ -62,7 +63,9 @@ class RunPlanning(ChunkedRuns):
             if k <= 1:
                 return [start + first]
         n = len(items) + nc
-        kv = sum(r.num_computed_tokens + q for r, q in items) + cohort_kv
+        kv = cohort_kv
+        for r, q in items:
+            kv += r.num_computed_tokens + q
         if fold and min(c.steps_to_finish(), first_finish) < k:
             riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items]
             return self._folded_run(start, [] if decodes else [start + first], n, kv if decodes else kv + n, k, riders)
@@ -87,24 +90,36 @@ class RunPlanning(ChunkedRuns):
         ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
         if lead:
             t = lead[-1]
-        leaving = self._leaving
+        leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
         while pos < k and n > 0 and t < arrival:
-            f = min(c.steps_to_finish() if c.finish else k, riders[i][0] if i < len(riders) else k, k)
+            f = k
+            if finish and finish[0][0] - c.tick < f:
+                f = finish[0][0] - c.tick
+            if i < nr and riders[i][0] < f:
+                f = riders[i][0]
             seg = f - pos
             if seg > 0:
-                e = self._decode_ends(t, n, kv, seg, arrival)
-                if type(e) is list and not arrays:
+                if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                    e = listed(n, float(kv), seg, t, arrival)
+                    if len(e) > 1:
+                        self._step_estimate = e[-1] - e[-2]
                     ends += e
                 else:
-                    arrays.append(e)
+                    e = self._decode_ends(t, n, kv, seg, arrival)
+                    if type(e) is list and not arrays:
+                        ends += e
+                    else:
+                        arrays.append(e)
                 t = float(e[-1])
                 pos += len(e)
                 kv += n * len(e)
             if pos == f < k:
-                for req in c.take_finishing(pos):
+                tick = c.tick
+                while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
+                    req = heappop(finish)[2]
                     leaving.append((pos, req))
                     n -= 1
-                    kv -= c.current(req) + pos + 1
+                    kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
                 while i < len(riders) and riders[i][0] == pos:
                     _, _, base, req = riders[i]
                     leaving.append((pos, req))

@@ -108,7 +108,7 @@ class Simulation:
         at t); in front of several, the arrival events do. Every request is stamped with its own
         send time. Not re-entered: a router reading a sole replica's load while one of
         these arrivals is being routed would otherwise collect, and route, arrivals again."""
-        if self._arriving:
+        if self._arriving or self._arrival_s[self._next] > t:
             return
         self._arriving = True
         arrival_s, n = self._arrival_s, self._n

@@ -86,6 +86,33 @@ def test_prefill_lead_ends_are_stepping_sums(m, qs, kv, decode_kv, variant, mode
     assert got == want[1:1 + len(got)] and len(got) == next((j - 1 for j in range(1, len(qs)) if j not in started), len(qs) - 1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(0, 30), head=st.lists(st.tuples(st.integers(2, 1500), st.integers(0, 9000)), max_size=3),
+       qs=st.lists(st.integers(1, 2048), min_size=1, max_size=6), kv=st.integers(0, 30000), decode_kv=st.integers(0, 200),
+       variant=st.sampled_from([{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
+                                {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
+                                {"host_step_s": 3e-3, "host_per_prefill_seq_s": 2e-4}]),
+       hardware=st.sampled_from(["h100", "h100-sxm"]))
+def test_a_leads_first_step_prices_planned_last_chunks_as_stepping(m, head, qs, kv, decode_kv, variant, hardware):
+    """Step 0 of a lead priced with its chunks: P's chunk beside m decodes and the `head`, last
+    chunks of other prompts taking q > 1 in that step only, decodes after it; every step's clock
+    as stepping gets it from the explicit batch, to the bit."""
+    from costmodel import CostModel
+    cm = CostModel(load_model("llama-3.1-8b"), load_hardware(hardware).replace(**variant))
+    kvs = [decode_kv + 3 * i for i in range(m)]
+    t, want, p = 2.25, [], kv
+    for j in range(len(qs)):
+        first = [(hq, hkv) for hq, hkv in head] if j == 0 else [(1, hkv + hq + j - 1) for hq, hkv in head]
+        batch = [(1, x + j) for x in kvs] + first + [(qs[j], p)]
+        t += cm.time(cm.shape([q for q, _ in batch], [x for _, x in batch]))
+        want.append(t)
+        p += qs[j]
+    others = len(kvs) + len(head)
+    base = sum(x + 1 for x in kvs) + sum(hq + hkv for hq, hkv in head)   # Σ(kv + q) of the others in step 0
+    got = cm.prefill_lead_ends(others, base - others, [0] + qs, kv, 2.25, sealed=len(qs), head=tuple(head))
+    assert got == want
+
+
 @st.composite
 def chunky(draw):
     """Prompts of several chunks at the budgets drawn below, some sharing a prefix."""
@@ -211,3 +238,30 @@ def test_vidur_workload_example_is_the_benchmark_workload():
     assert (cfg["hardware"], cfg["tp"], cfg["policy"]) == ("a100-80gb", 2, "vllm")
     assert cfg["engine"]["max_num_batched_tokens"] == 512 and cfg["engine"]["max_num_seqs"] == 128
     assert load_model(cfg["model"]).L == 48
+
+
+PRICINGS = {
+    "fitted attention, wave model": lambda: load_hardware("h100-sxm"),
+    "host time per step": lambda: HW.replace(host_step_s=4e-3, host_per_seq_s=2e-5, host_per_prefill_seq_s=3e-4),
+    "quadrature, floors": lambda: HW.replace(roofline_combine="quadrature", kernel_floor_s=4e-5, kernel_overhead_s=3e-6),
+}
+POLICY_FLAGS = {
+    "vllm": dict(max_num_batched_tokens=384, max_num_seqs=48, max_model_len=8192),
+    "sglang": dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192),
+    "nochunk": dict(max_num_seqs=48, max_model_len=8192),
+}
+
+
+@pytest.mark.parametrize("pricing", sorted(PRICINGS))
+@pytest.mark.parametrize("policy", sorted(POLICY_FLAGS))
+def test_chunked_runs_match_stepping_under_every_pricing(policy, pricing, monkeypatch):
+    """A lead's first step is priced with its chunks (the decodes beside it as one sum, as the
+    cohort is): equal to stepping's explicit batch under fitted attention, host time and floors
+    too, in open loop (one replica, and three behind a router) and closed loop."""
+    monkeypatch.setitem(globals(), "HW", PRICINGS[pricing]())
+    leads = LeadCounter(monkeypatch)
+    for wl, replicas in ((busy(n=90, rate=5.0), 1), (busy(n=90, concurrency=5), 1), (busy(n=90, rate=12.0), 3)):
+        res = assert_modes_agree(policy, POLICY_FLAGS[policy], wl, replicas, "least_outstanding")
+        assert res.summary["completed"] == len(wl)
+    if policy != "nochunk":
+        assert leads.folded > 60, leads.folded

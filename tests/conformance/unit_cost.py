@@ -30,7 +30,7 @@ class UnitCost:
                 break
         return out
 
-    def prefill_lead_ends(self, m, decode_kv0, qs, kv, t, stop=math.inf, sealed=0, leaves=()) -> list[float]:
+    def prefill_lead_ends(self, m, decode_kv0, qs, kv, t, stop=math.inf, sealed=0, leaves=(), head=()) -> list[float]:
         """Steps 1 … len(qs) − 1 of a chunked lead, as CostModel.prefill_lead_ends stops them."""
         out = []
         for j in range(1, len(qs)):
