@@ -46,11 +46,15 @@ GPUS = {   # shipped name: (AIConfigurator folder, base profile or spec fields)
 
 
 SMS = {"h100-sxm": 132, "a100-sxm": 108, "l40s": 142, "b200": 148}   # SM counts (NVIDIA architecture whitepapers)
+MiB = 1 << 20
+L2 = {"h100-sxm": 50 * MiB, "a100-sxm": 40 * MiB, "l40s": 96 * MiB, "b200": 126 * MiB}
+# L2 sizes: NVIDIA A100 (Ampere) and H100 (Hopper) architecture whitepapers; Ada (AD102) whitepaper
+# for the L40S; B200: chipsandcheese.com "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (126 MB)
 
 
 def base_of(spec, name: str | None = None) -> Hardware:
     hw = load_hardware(spec) if isinstance(spec, str) else Hardware(**spec)
-    return hw.replace(sms=SMS.get(name, hw.sms))
+    return hw.replace(sms=SMS.get(name, hw.sms), l2_bytes=float(L2.get(name, hw.l2_bytes)))
 
 
 VIDUR = ROOT.parent / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"

@@ -14,6 +14,7 @@ HARDWARE_DIR = Path(__file__).parent / "hardware"
 GiB = 1 << 30
 COMBINES = ("max", "quadrature")
 ATTN_FORMS = ("roofline", "separate", "varlen")
+GEMM_FORMS = ("roofline", "tiles")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class Hardware:
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
     sms: int = 0                    # streaming multiprocessors (spec; the attention wave model needs it)
+    l2_bytes: float = 0.0           # L2 cache (spec; the tile GEMM and unit decode models' L2-resident regime)
+    gemm_form: str = "roofline"     # weight GEMMs: the roofline above, or "tiles" (costmodel/gemm_tiles.py)
+    gemm_l2_beta: float = 0.0       # tiles: L2 → SM bandwidth (B/s)
+    gemm_cta_beta: float = 0.0      # tiles: bandwidth one thread block keeps in flight (B/s)
+    gemm_split_s: float = 0.0       # tiles: the reduction pass of a split-K kernel
+    gemm_wave_s: float = 0.0        # tiles: fixed latency of one wave of output tiles
+    gemm_l2_resident_bytes: float = 0.0   # tiles: working set served from the L2 below this (≤ l2_bytes)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -110,6 +118,12 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
     require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
+    require(hw.gemm_form in GEMM_FORMS, f"{source}:gemm_form", hw.gemm_form, f"must be one of {', '.join(GEMM_FORMS)}")
+    if hw.gemm_form == "tiles":
+        for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes"):
+            require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with gemm_form tiles")
+    for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s"):
+        require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
     for tp, v in regimes.items():

@@ -296,7 +296,8 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
     """Fit every operator class in the tidy table (or those named); ``device`` holds the GPU
     constants of the norm model (default H100); ``spec`` (a Hardware) caps the rates at its spec
     sheet. Attention and the sampler always use their own models (``operator_models``); the
-    all-reduce does under the "physical" form (two regimes per GPU count)."""
+    all-reduce does under the "physical" form (regimes per GPU count), and so does the GEMM when
+    the spec gives the SM count and L2 size (the tile/wave model, ``costmodel/gemm_tiles.py``)."""
     from .operator_models import CUSTOM_CLASSES, fit_model_class
     t0 = time.perf_counter()
     df = validate(df)
@@ -307,7 +308,10 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
         require(cls in have, "classes", cls, f"no timings of this class; have {have}")
         sub = df[df["op_class"] == cls]
         cap = upper if cls in CAPPED_CLASSES else {}
-        if cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
+        if cls == "gemm" and form == "physical" and getattr(spec, "sms", 0) and getattr(spec, "l2_bytes", 0):
+            from .gemm_fit import fit_gemm_tiles
+            fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
+        elif cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
             fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)

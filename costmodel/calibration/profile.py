@@ -89,6 +89,12 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
+    g = fit.classes.get("gemm")
+    if g is not None and "beta_cta" in g.params:
+        v = dict(zip(g.params, (float(x) for x in g.values)))
+        changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],
+                       gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
+                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], sms=g.sms)
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         r = len(ALLREDUCE_REGIME)
