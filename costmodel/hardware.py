@@ -41,6 +41,14 @@ class Hardware:
     attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
     attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
+    attn_decode_unit_s: float = 0.0        # unit decode model (costmodel/decode_units.py; 0: off): grouped kernel's cost per (sequence, KV head)
+    attn_decode_unit_q: float = 0.0        # ... its growth per query head the unit serves
+    attn_decode_unit_mha_s: float = 0.0    # ... per-head kernel's cost per (sequence, query head)
+    attn_decode_overhead_mha_s: float = 0.0   # ... per-head kernel's fixed cost per layer
+    attn_decode_beta_mha: float = 0.0      # ... per-head kernel's HBM bandwidth (grouped: beta_attn)
+    attn_decode_l2_beta: float = 0.0       # ... bandwidth of KV served from the L2
+    attn_decode_l2_bytes: float = 0.0      # ... KV working set resident in the L2 below this (≤ l2_bytes)
+    attn_decode_cta_beta: float = 0.0      # ... bandwidth one thread block keeps in flight
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
@@ -105,7 +113,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "kernel_overhead_s", "interconnect_bandwidth",
                 "interconnect_latency_s", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_decode_pi",
                 "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
-                "elementwise_beta", "elementwise_floor_s",
+                "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
+                "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
+                "attn_decode_l2_bytes", "attn_decode_cta_beta",
                 "sampler_seq_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -117,6 +127,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
     require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
+    if hw.attn_decode_unit_s:
+        for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
+                    "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
+            require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     require(hw.gemm_form in GEMM_FORMS, f"{source}:gemm_form", hw.gemm_form, f"must be one of {', '.join(GEMM_FORMS)}")
     if hw.gemm_form == "tiles":

@@ -214,7 +214,8 @@ def upper_bounds(spec) -> dict:
     if spec is None:
         return {}
     out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
-           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth}
+           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth,
+           "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth}
     if spec.interconnect_bandwidth:
         out.update(bandwidth=spec.interconnect_bandwidth, bandwidth_large=spec.interconnect_bandwidth,
                    bandwidth_small=spec.interconnect_bandwidth)
@@ -312,7 +313,8 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
             from .gemm_fit import fit_gemm_tiles
             fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
         elif cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
-            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0)
+            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
+                                        getattr(spec, "l2_bytes", 0.0) or 0.0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

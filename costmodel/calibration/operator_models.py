@@ -35,11 +35,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..decode_units import PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
 
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
+ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
@@ -47,6 +49,7 @@ R = len(ALLREDUCE_REGIME)
 UNITS = {"wave": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
+UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
@@ -87,7 +90,15 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
-    decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
+    if "unit" in p:   # B: the KV part of the bytes (Q read, O written: 2·d·b per head and sequence, b = 2)
+        decode, d = np.zeros(len(df)), n > 0
+        h, hkv, dh = (df[c].to_numpy(float)[d] for c in ("heads", "kv_heads", "n"))
+        decode[d] = decode_unit_times([p[q] for q in DECODE_UNITS], n[d], df["k"].to_numpy(float)[d] + 1.0, fd[d],
+                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms)
+    elif "seq" in p:
+        decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
+    else:                  # a table of prefill kernels only
+        decode = np.zeros(len(df))
     comp = prefill_compute(fp, df, p["pi_prefill"], p.get("wave", 0.0), sms if "wave" in p else 0)
     prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
@@ -119,7 +130,13 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         tmin = float(np.min(t))
         env = lambda q: float(np.max(q[q > 0] / t[q > 0])) if (q > 0).any() else 1.0  # noqa: E731
         seq = tmin / max(1.0, float(np.median(n[n > 0])) if (n > 0).any() else 1.0)
-        out = [env(fp), env(bp), 0.5 * tmin, env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
+        out = [env(fp), env(bp), 0.5 * tmin]
+        if "overhead_decode" not in params:
+            pass
+        elif "unit" in params:
+            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin]
+        else:
+            out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
         return np.array(out + [1e-8] if "wave" in params else out)
     if op_class == "sampler":
@@ -155,21 +172,27 @@ def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0) -
     return allreduce_times(values, df, params)
 
 
-def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0) -> tuple[str, ...]:
+def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0) -> tuple[str, ...]:
     if op_class == "attention":
         mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
-        return (ATTENTION_VARLEN if mixed.any() else ATTENTION) + waves
+        if mixed.any():
+            return ATTENTION_VARLEN + waves
+        if not (df["decode_flops"].to_numpy(float) > 0).any():
+            return ATTENTION_UNITS[:3] + waves
+        return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
-def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0) -> ModelFit:
+def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0) -> ModelFit:
     """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
     physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
-    (the GPU's SM count, 0: unknown) turns on attention's wave model."""
+    (the GPU's SM count, 0: unknown) turns on attention's wave model, with ``l2`` (its L2 bytes)
+    the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     from .fit import clamp_warning  # the bound's wording is shared with the roofline classes
-    params = class_params_for(op_class, df, sms)
+    params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
+    upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
     p0 = _start(op_class, params, df, t)
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..hardware import Hardware
 from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
+from ..decode_units import FIELDS as DECODE_FIELDS
 from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
@@ -31,6 +32,9 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
                     "attention.wave": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s"}
+
+
+ATTENTION_FIELDS.update({f"attention.{p}": fld for p, fld in DECODE_FIELDS.items()})
 
 
 def hw_fields(form: str) -> dict:
