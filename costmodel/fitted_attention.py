@@ -3,6 +3,7 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
 
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn,
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
+                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2))
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
   varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
   attn_decode_unit_s > 0  decodes by the unit model of ``decode_units`` (grouped or per-head kernel,
@@ -73,8 +74,12 @@ class FittedAttention:
         if not self.q_tile:
             return c
         padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
-        waves = math.ceil(self.heads_gpu * s.prefill_tiles / self.hw.sms)
-        return max(padded, waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2))
+        tiles = self.heads_gpu * s.prefill_tiles
+        waves = math.ceil(tiles / self.hw.sms)
+        latency = waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2)
+        if self.hw.attn_wave_form == "quantized":
+            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency
+        return max(padded, latency)
 
     def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
                                decodes: int, rows: int, compute: float | None) -> float:

@@ -9,10 +9,12 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
              pipeline overlaps; then a fixed per-tile latency and the epilogue's store of the
              output tile, c = b, or 4 for fp32 split-K partials; π_sm = π/SMs and so on)
   t_comp   = ⌈ctas/SMs⌉ · t_tile
-  t_mem    = B·(1-r)/min(β, ctas·β_cta) + B·r/min(β_l2, ctas·β_cta)
+  t_mem    = B·(1-r)/min(β, f·β_cta) + B·r/min(β_l2, f·β_cta),  f = ⌈n/Tn⌉·s
              (B = b·(n·k + m·k + m·n) + 4·m·n·s partials; Little's law: a kernel of few thread
-             blocks cannot keep enough bytes in flight to reach β; r = 1/(1 + (B/C)⁸) is the share
-             served from the L2 when the working set fits its resident capacity C ≤ the L2 size)
+             blocks cannot keep enough bytes in flight to reach β, and only the f blocks of one
+             row of tiles stream distinct weights (the other rows re-read them from the L2), so
+             more rows never make it faster; r = 1/(1 + (B/C)⁸) is the share served from the L2
+             when the working set fits its resident capacity C ≤ the L2 size)
   t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor
 
 the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction). The
@@ -44,7 +46,7 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
     s = np.array([c[2] for c in cfg], float)[:, None]
     ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
     B = b * (n * k + m * k + m * n) + np.where(s > 1, 4.0 * m * n * s, 0.0)
-    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": ctas, "B": B, "split": (s > 1) + 0.0 * m,
+    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "split": (s > 1) + 0.0 * m,
             "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
             "sms": float(sms)}
 

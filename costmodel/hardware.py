@@ -52,6 +52,7 @@ class Hardware:
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
+    attn_wave_form: str = "max"     # ... max(F'/π, waves·wave·…), or "quantized": F'/π·waves·SMs/tiles + waves·wave·…
     sms: int = 0                    # streaming multiprocessors (spec; the attention wave model needs it)
     l2_bytes: float = 0.0           # L2 cache (spec; the tile GEMM and unit decode models' L2-resident regime)
     gemm_form: str = "roofline"     # weight GEMMs: the roofline above, or "tiles" (costmodel/gemm_tiles.py)
@@ -132,6 +133,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
             require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
+    require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
+            "must be one of max, quantized")
     require(hw.gemm_form in GEMM_FORMS, f"{source}:gemm_form", hw.gemm_form, f"must be one of {', '.join(GEMM_FORMS)}")
     if hw.gemm_form == "tiles":
         for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes"):

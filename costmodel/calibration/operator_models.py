@@ -46,7 +46,7 @@ ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UN
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
-UNITS = {"wave": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
@@ -65,12 +65,14 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int) -> np.ndarray:
+def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False) -> np.ndarray:
     """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
     F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
     as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
     same as 256-token ones (LLMServingSim's RTX 4090 attention.csv: 16- to 256-token chunks over a
-    16k prefix all take ~520 µs)."""
+    16k prefix all take ~520 µs). ``quantized`` (kernel-separate tables, AIConfigurator's): the
+    last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
+    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %)."""
     if not sms:
         return fp / pi_p
     b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
@@ -78,6 +80,8 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     tiles = b * np.ceil(q / Q_TILE)
     padded = 4 * h * d * Q_TILE * tiles * (2 * kv + q) / 2
     waves = np.ceil(h * tiles / sms)
+    if quantized:
+        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * (kv + Q_TILE / 2)
     return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
 
 
@@ -99,7 +103,8 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
     else:                  # a table of prefill kernels only
         decode = np.zeros(len(df))
-    comp = prefill_compute(fp, df, p["pi_prefill"], p.get("wave", 0.0), sms if "wave" in p else 0)
+    wave = p.get("wave", p.get("wave_q", 0.0))
+    comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
     prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
@@ -138,7 +143,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
-        return np.array(out + [1e-8] if "wave" in params else out)
+        return np.array(out + [1e-8] if ("wave" in params or "wave_q" in params) else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -178,6 +183,7 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
         if mixed.any():
             return ATTENTION_VARLEN + waves
+        waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves
         return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves

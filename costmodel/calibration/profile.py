@@ -30,7 +30,7 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.beta_decode": "beta_attn", "attention.seq": "attn_decode_seq_s",
                     "attention.overhead_decode": "attn_decode_overhead_s", "attention.pi_mixed": "attn_mixed_pi",
                     "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
-                    "attention.wave": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
+                    "attention.wave": "attn_wave_s", "attention.wave_q": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s"}
 
 
@@ -93,6 +93,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
+        changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
