@@ -44,11 +44,11 @@ ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 
 SAMPLER = ("floor", "per_seq")
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
+ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
 UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
-         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
+         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
