@@ -16,6 +16,9 @@ With n sequences of mean length kv, B the KV bytes of the layer, F its FLOPs (4�
   t_unit   = units·u_k·(1 + c_q·q)              (each unit's fixed work: block table, softmax, the
                                                  combine of its splits, the output)
   t        = √((F/π)² + t_mem² + t_unit²) + o_k
+Which group sizes the grouped kernel takes is the GPU's and library's (B200's TensorRT-LLM runs
+g = 24 and 32 like the per-head kernel, ~10× slower than grouped; the L40S's g = 1 fits the
+grouped kernel): the fit picks (g_min, g_max) among ``GROUPINGS`` by its loss on a sample.
 k is the kernel (grouped or per-head): β_k ≤ the spec HBM bandwidth, u_k, o_k its own. The per-unit
 term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while their KV is 8 MB; the L2
 term lets small working sets run above HBM speed only while they fit (the β ≤ spec bound stays
@@ -28,6 +31,7 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
+GROUPINGS = ((2, 32), (2, 16), (1, 32), (1, 16))   # (g_min, g_max) of the grouped kernel, chosen by the fit
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
@@ -39,11 +43,11 @@ UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", 
          "overhead_decode_mha": "s"}
 
 
-def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int):
+def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
     """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order."""
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
     g = h / h_kv
-    grouped = (g > 1) & (g <= GROUP_MAX)
+    grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
     split = np.clip(np.floor(2.0 * sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
     flow = units * split * cta
@@ -56,11 +60,12 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int):
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(grouped, over, over_mha)
 
 
-def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int) -> float:
+def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
+                     groups=(2, GROUP_MAX)) -> float:
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
     g = h / h_kv
-    grouped = 1 < g <= GROUP_MAX
+    grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
     split = min(max(math.floor(2.0 * sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
     flow = units * split * cta

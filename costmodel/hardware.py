@@ -49,6 +49,8 @@ class Hardware:
     attn_decode_l2_beta: float = 0.0       # ... bandwidth of KV served from the L2
     attn_decode_l2_bytes: float = 0.0      # ... KV working set resident in the L2 below this (≤ l2_bytes)
     attn_decode_cta_beta: float = 0.0      # ... bandwidth one thread block keeps in flight
+    attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
+    attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
@@ -128,6 +130,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
     require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
+    require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
+            and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
+            [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
     if hw.attn_decode_unit_s:
         for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):

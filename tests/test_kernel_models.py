@@ -95,7 +95,7 @@ DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, bet
 
 def decode_table(v) -> pd.DataFrame:
     rows = []
-    for h, hkv in ((32, 8), (64, 8), (32, 32), (8, 1), (64, 1), (40, 40), (28, 4)):
+    for h, hkv in ((32, 8), (64, 8), (32, 32), (8, 1), (64, 1), (40, 40), (28, 4), (32, 1)):
         for b in (1, 4, 16, 64, 256, 1024):
             for kv in (7, 63, 511, 4095, 32767):
                 rows.append((b, kv, h, hkv))
@@ -114,6 +114,17 @@ def test_unit_decode_recovers_known_constants():
     got = dict(zip(a.params, a.values))
     for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha"):
         assert got[p] == pytest.approx(DEC_TRUE[p], rel=0.05), p
+
+
+def test_unit_decode_picks_the_grouping_the_table_follows():
+    """Timings made with a grouped kernel that stops at g = 16 (B200-like) are fitted with that rule."""
+    v = [DEC_TRUE[p] for p in DEC]
+    df = decode_table(v)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 16))
+    f = fit(df, form="physical", spec=A100)
+    assert f.classes["attention"].groups == (2, 16) and f.classes["attention"].errors["mape"] < 2.0
 
 
 def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
@@ -150,7 +161,10 @@ def test_fitted_profile_prices_decode_as_the_fit_does():
     got = cm.breakdown(cm.shape([1] * n, [kv] * n)).op("attention_decode").time_s
     h, hkv, La = model.h, model.h_kv, model.L
     fv = [f.value(f"attention.{p}") for p in DEC]
-    want = La * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h, hkv, 108)
+    groups = f.classes["attention"].groups
+    assert groups == (2, 32) and (hw.attn_decode_group_min, hw.attn_decode_group_max) == groups   # the table's rule
+    want = La * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h, hkv, 108,
+                                 groups)
     assert got == pytest.approx(want, rel=1e-12)
     for q in (300, 2048):       # prefill: the quantized wave form, priced as the fit predicts a layer
         row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([float(q)]), 0.0, h, hkv, 128, 2, 1.0))

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import GROUPINGS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
 
@@ -85,7 +85,7 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
 
 
-def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0) -> np.ndarray:
+def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32)) -> np.ndarray:
     """Separate kernels: prefill and decode parts add, each with its overhead. One varlen kernel
     (pi_mixed, seq_mixed): a batch with a prefill chunk runs its decodes as one-row query tiles of
     the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
@@ -98,7 +98,7 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         decode, d = np.zeros(len(df)), n > 0
         h, hkv, dh = (df[c].to_numpy(float)[d] for c in ("heads", "kv_heads", "n"))
         decode[d] = decode_unit_times([p[q] for q in DECODE_UNITS], n[d], df["k"].to_numpy(float)[d] + 1.0, fd[d],
-                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms)
+                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms, groups)
     elif "seq" in p:
         decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
     else:                  # a table of prefill kernels only
@@ -164,14 +164,15 @@ class ModelFit(ClassFit):
     """A ClassFit whose times come from one of this module's models."""
     units: dict = None
     sms: int = 0
+    groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df, self.sms)
+        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups)
 
 
-def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0) -> np.ndarray:
+def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32)) -> np.ndarray:
     if op_class == "attention":
-        return attention_times(values, df, params, sms)
+        return attention_times(values, df, params, sms, groups)
     if op_class == "sampler":
         return sampler_times(values, df)
     return allreduce_times(values, df, params)
@@ -200,20 +201,27 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     t = df["time_s"].to_numpy(float)
     upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
     p0 = _start(op_class, params, df, t)
+    if "l2_decode" in params and l2:          # start the resident capacity near the spec L2 (the cliff's scale)
+        p0[params.index("l2_decode")] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms) / t)  # noqa: E731
-    res = least_squares(fn, np.zeros(len(params)), bounds=(np.full(len(params), -np.log(1e6)), hi),
-                        loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
+    lo = np.full(len(params), -np.log(1e6))
+    groups = (2, 32)
+    if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
+        groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups) / t)  # noqa: E731
+    solver = {"tr_solver": "lsmr"} if "unit" in params else {}    # no SVD per step: 10 k-row tables stay fast
+    res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
+                        **solver)
     values = p0 * np.exp(res.x)
     eps = 1e-3
     active = {}
-    base = np.log(model_times(op_class, params, values, df, sms))
+    base = np.log(model_times(op_class, params, values, df, sms, groups))
     for j, p in enumerate(params):
         bumped = values.copy()
         bumped[j] *= np.exp(eps)
-        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms)) - base) / eps
+        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms, groups)) - base) / eps
         active[p] = int((share >= 0.1).sum())
     ok = np.array([active[p] > 0 for p in params])
     cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
@@ -225,7 +233,20 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
             warns.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
         if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
             warns.append(clamp_warning(op_class, p, cap[j], UNITS[base_name(p)]))
-    errors = ape_stats(model_times(op_class, params, values, df, sms), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups), t)
     units = {p: UNITS[base_name(p)] for p in params}
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms)
+                    sms=sms, groups=groups)
+
+
+def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
+    """The (g_min, g_max) of ``GROUPINGS`` whose fit on a sample of the rows has the least loss."""
+    idx = np.random.default_rng(0).permutation(len(t))[:sample]
+    sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
+    best = None
+    for groups in GROUPINGS:
+        fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
+        cost = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+                             ftol=1e-3, tr_solver="lsmr").cost
+        best = min(best or (cost, groups), (cost, groups))
+    return best[1]

@@ -94,6 +94,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
         changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
+        if "unit" in fit.classes["attention"].params:
+            changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, fit.classes["attention"].groups)
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
