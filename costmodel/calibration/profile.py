@@ -22,7 +22,9 @@ from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
-             "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s"}
+             "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s",
+             "gemm.beta_l2": "gemm_l2_beta", "gemm.beta_cta": "gemm_cta_beta", "gemm.split": "gemm_split_s",
+             "gemm.wave": "gemm_wave_s", "gemm.l2": "gemm_l2_resident_bytes"}
 
 
 ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill": "attn_prefill_beta",
