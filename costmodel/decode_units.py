@@ -9,7 +9,7 @@ head in a thread block):
            query heads is read g times, all but the first from the L2.
 With n sequences of mean length kv, B the KV bytes of the layer, F its FLOPs (4·h·d·Σ(kv + 1)):
   units    = n·h_kv (grouped) or n·h (per-head); q = g (grouped) or 1 query heads per unit
-  split    = clip(⌊2·SMs/units⌋, 1, ⌈kv/256⌉)   (split-KV "multi-block" mode fills the SMs)
+  split    = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉)     (split-KV "multi-block" mode fills one wave)
   flow     = units·split·β_cta                  (Little's law: bytes in flight per thread block)
   r        = 1/(1 + (B/C)⁶)                     (share of B resident in the L2, C ≤ the spec L2)
   t_mem    = B·(1-r)/min(β_k, flow) + (B·r + B_re)/min(β_L2, flow),  B_re = (g-1)·B per-head, else 0
@@ -49,7 +49,7 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
-    split = np.clip(np.floor(2.0 * sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
+    split = np.clip(np.floor(sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
     flow = units * split * cta
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
@@ -67,7 +67,7 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
-    split = min(max(math.floor(2.0 * sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
+    split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
     flow = units * split * cta
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
