@@ -211,7 +211,7 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
         groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
     fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups) / t)  # noqa: E731
-    solver = {"tr_solver": "lsmr"} if "unit" in params else {}    # no SVD per step: 10 k-row tables stay fast
+    solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
     res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
