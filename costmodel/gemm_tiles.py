@@ -7,19 +7,21 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
   t_tile   = ⌈k/s⌉·√((2·Tm·Tn/π_sm)² + (b·(Tm+Tn)/β_l2,sm)²) + wave + c·Tm·Tn/β_sm
              (main loop: tensor-core MMAs against the A and B tiles fed from the L2, which the
              pipeline overlaps; then a fixed per-tile latency and the epilogue's store of the
-             output tile, c = b, or 4 for fp32 split-K partials; π_sm = π/SMs and so on)
+             output tile, c = b, or 4 for fp32 split-K partials, at β or β_l2 by r_o; π_sm = π/SMs …)
   t_comp   = ⌈ctas/SMs⌉ · t_tile
-  t_mem    = B·(1-r)/min(β, f·β_cta) + B·r/min(β_l2, f·β_cta),  f = ⌈n/Tn⌉·s
-             (B = b·(n·k + m·k + m·n) + 4·m·n·s partials; Little's law: a kernel of few thread
-             blocks cannot keep enough bytes in flight to reach β, and only the f blocks of one
-             row of tiles stream distinct weights (the other rows re-read them from the L2), so
-             more rows never make it faster; r = 1/(1 + (B/C)⁸) is the share served from the L2
-             when the working set fits its resident capacity C ≤ the L2 size)
+  t_mem    = (B·(1-r) + O·(1-r_o))/min(β, f·β_cta) + (B·r + O·r_o)/min(β_l2, f·β_cta),  f = ⌈n/Tn⌉·s
+             (inputs B = b·(n·k + m·k), output O = b·m·n + 4·m·n·s partials; Little's law: a
+             kernel of few thread blocks cannot keep enough bytes in flight to reach β, and only
+             the f blocks of one row of tiles stream distinct weights (the other rows re-read them
+             from the L2), so more rows never make it faster; r = 1/(1 + (B/C)⁸) is the share of the
+             inputs the L2 holds while they fit its resident capacity C, r_o the output's share
+             written back to it below C_o; C, C_o ≤ the L2 size. They differ: on the L40S inputs
+             stop being L2-resident near 20 MB, while outputs of ~70 MB are still absorbed)
   t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor
 
 the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction). The
 tiles are CUTLASS's sm80/sm90 tensor-core tile shapes (64–256 rows and columns); splits 1–16.
-π ≤ the spec peak, β ≤ the spec bandwidth and C ≤ the spec L2 bound the fit; π_sm, β_sm, β_l2,sm
+π ≤ the spec peak, β ≤ the spec bandwidth and C, C_o ≤ the spec L2 bound the fit; π_sm, β_sm, β_l2,sm
 spread the whole-GPU rates over the SMs. Used by the fit (``calibration/gemm_fit.py``) and by the
 roofline to price weight GEMMs of profiles with gemm_form "tiles", so both are one formula.
 """
@@ -31,9 +33,9 @@ import numpy as np
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
-PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2")
+PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out")
 UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "beta_cta": "B/s", "floor": "s", "split": "s",
-         "wave": "s", "l2": "B"}
+         "wave": "s", "l2": "B", "l2_out": "B"}
 
 
 def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
@@ -45,8 +47,9 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
     tn = np.array([c[1] for c in cfg], float)[:, None]
     s = np.array([c[2] for c in cfg], float)[:, None]
     ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
-    B = b * (n * k + m * k + m * n) + np.where(s > 1, 4.0 * m * n * s, 0.0)
-    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "split": (s > 1) + 0.0 * m,
+    B = b * (n * k + m * k) + 0.0 * s
+    out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
+    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "out": out, "split": (s > 1) + 0.0 * m,
             "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
             "sms": float(sms)}
 
@@ -64,24 +67,30 @@ def times_on(g: dict, values) -> np.ndarray:
     return times_all(g, values).min(axis=0) + float(values[4])
 
 
+def _resident(x: np.ndarray, capacity: float) -> np.ndarray:
+    """1/(1 + (x/C)⁸): the share of x bytes the L2 holds (1 well below C, 0 well above)."""
+    x = x / capacity
+    x *= x
+    x *= x
+    x *= x
+    return 1.0 / (1.0 + x)
+
+
 def times_all(g: dict, values) -> np.ndarray:
     """Seconds of every candidate kernel (configs × rows), without the launch floor."""
-    pi, beta, beta_l2, beta_cta, floor, split, wave, l2 = (float(v) for v in values)
+    pi, beta, beta_l2, beta_cta, floor, split, wave, l2, l2_out = (float(v) for v in values)
     sms = g["sms"]
     a, c = g["mma"] * (sms / pi), g["feed"] * (sms / beta_l2)
-    B = g["B"]
-    x = B / l2
-    x *= x
-    x *= x
-    x *= x
-    r = 1.0 / (1.0 + x)                         # share served from (and written back to) the L2
+    B, out = g["B"], g["out"]
+    r, r_out = _resident(B, l2), _resident(out, l2_out)   # inputs read from, output written back to, the L2
     comp = g["kk"] * np.sqrt(a * a + c * c)
     comp += wave
-    comp += g["store"] * sms * ((1.0 - r) / beta + r / beta_l2)
+    comp += g["store"] * sms * ((1.0 - r_out) / beta + r_out / beta_l2)
     comp *= g["waves"]
     flow = g["ctas"] * beta_cta
-    mem = B * (1.0 - r) / np.minimum(flow, beta)
-    mem += B * r / np.minimum(flow, beta_l2)
+    hbm, l2f = np.minimum(flow, beta), np.minimum(flow, beta_l2)
+    mem = (B * (1.0 - r) + out * (1.0 - r_out)) / hbm
+    mem += (B * r + out * r_out) / l2f
     comp *= comp
     mem *= mem
     comp += mem
@@ -101,6 +110,7 @@ class GemmTiles:
     split: float
     wave: float
     l2: float
+    l2_out: float
     sms: int
 
     @property

@@ -62,7 +62,8 @@ class Hardware:
     gemm_cta_beta: float = 0.0      # tiles: bandwidth one thread block keeps in flight (B/s)
     gemm_split_s: float = 0.0       # tiles: the reduction pass of a split-K kernel
     gemm_wave_s: float = 0.0        # tiles: fixed latency of one wave of output tiles
-    gemm_l2_resident_bytes: float = 0.0   # tiles: working set served from the L2 below this (≤ l2_bytes)
+    gemm_l2_resident_bytes: float = 0.0   # tiles: inputs served from the L2 below this (≤ l2_bytes)
+    gemm_l2_out_bytes: float = 0.0  # tiles: output written back to the L2 below this (≤ l2_bytes)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -142,7 +143,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             "must be one of max, quantized")
     require(hw.gemm_form in GEMM_FORMS, f"{source}:gemm_form", hw.gemm_form, f"must be one of {', '.join(GEMM_FORMS)}")
     if hw.gemm_form == "tiles":
-        for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes"):
+        for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes", "gemm_l2_out_bytes"):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with gemm_form tiles")
     for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")

@@ -144,7 +144,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
             self.tiles = GemmTiles(hw.pi_eff, hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s,
-                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.sms)
+                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"

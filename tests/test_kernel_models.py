@@ -23,7 +23,7 @@ from costmodel.hardware import hardware_from_dict
 
 MiB = 1 << 20
 A100 = load_hardware("a100-80gb").replace(sms=108, l2_bytes=40.0 * MiB)
-TRUE = dict(pi=250e12, beta=1.6e12, beta_l2=6e12, beta_cta=60e9, floor=3e-6, split=2e-6, wave=4e-7, l2=20e6)
+TRUE = dict(pi=250e12, beta=1.6e12, beta_l2=6e12, beta_cta=60e9, floor=3e-6, split=2e-6, wave=4e-7, l2=20e6, l2_out=30e6)
 
 
 def gemm_table(model: GemmTiles, scale=None) -> pd.DataFrame:
@@ -72,7 +72,8 @@ def test_gemm_waves_quantize_time():
 def test_roofline_prices_weight_gemms_with_the_tile_model():
     hw = A100.replace(gemm_form="tiles", pi_eff=TRUE["pi"], beta_eff=TRUE["beta"], kernel_overhead_s=TRUE["floor"],
                       gemm_l2_beta=TRUE["beta_l2"], gemm_cta_beta=TRUE["beta_cta"], gemm_split_s=TRUE["split"],
-                      gemm_wave_s=TRUE["wave"], gemm_l2_resident_bytes=TRUE["l2"], counting="faithful")
+                      gemm_wave_s=TRUE["wave"], gemm_l2_resident_bytes=TRUE["l2"], gemm_l2_out_bytes=TRUE["l2_out"],
+                      counting="faithful")
     hw = hardware_from_dict(yaml.safe_load(hw.to_yaml()))
     model = load_model("llama-3.1-8b")
     tiles = GemmTiles(**TRUE, sms=108)

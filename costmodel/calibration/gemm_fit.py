@@ -38,12 +38,12 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     t = df["time_s"].to_numpy(float)
     g = _grid(df, sms)
     beta_cap = upper.get("beta", np.inf)
-    spec = {"pi": upper.get("pi", np.inf), "beta": beta_cap, "beta_cta": beta_cap, "l2": l2_bytes}
+    spec = {"pi": upper.get("pi", np.inf), "beta": beta_cap, "beta_cta": beta_cap, "l2": l2_bytes, "l2_out": l2_bytes}
     cap = np.array([spec.get(p, np.inf) for p in PARAMS])
     F, B = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
     env = lambda q: float(np.max(q / t))  # noqa: E731  (upper envelope of a rate)
     p0 = np.array([0.7 * env(F), 0.7 * env(B), 3 * env(B), 0.02 * env(B), 0.5 * t.min(), 0.5 * t.min(),
-                   0.1 * t.min(), 0.5 * l2_bytes])
+                   0.1 * t.min(), 0.5 * l2_bytes, 0.5 * l2_bytes])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.minimum(np.log(1e4), np.log(cap / p0))
     lo = np.full(len(PARAMS), -np.log(1e4))
