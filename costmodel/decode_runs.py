@@ -27,7 +27,7 @@ class DecodeRuns:
         if fixed is None:
             fixed = self._fixed_part(n, n)
         kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
-        if self.has_host:   # host terms: the general path, step by step (the same operations as ``time``)
+        if self.has_host or self.units:   # host terms, unit decode model: step by step (``time``'s operations)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
         x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
@@ -181,6 +181,8 @@ class DecodeRuns:
         n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
+        if self.units:            # unit decode model: each pass as ``time`` prices it
+            return np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
         if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)

@@ -3,8 +3,11 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
 
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn,
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
+                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2))
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
   varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
+  attn_decode_unit_s > 0  decodes by the unit model of ``decode_units`` (grouped or per-head kernel,
+                          per-unit cost, L2-resident KV, Little's-law bandwidth), per layer × L
 
 B is the KV read and written plus Q read and O written. ``_fitted_attention_time`` is the hot path;
 ``decode_runs`` repeats its decode-only float operations in the same order (bit-identical).
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from .decode_units import decode_unit_time
 from .shape import Q_TILE, ShapeStats
 
 
@@ -27,6 +31,13 @@ class FittedAttention:
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
+        self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
+        if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
+            self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
+                           hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
+                           hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s)
+            self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
+            self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max)
         self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
         if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
             self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
@@ -43,11 +54,19 @@ class FittedAttention:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
             if self.varlen and s.prefill_kv:
                 t = fl / hw.attn_mixed_pi + self.mix_seq * n
+            elif self.units:
+                t = self._unit_decode(fl, s.decode_kv, n)
             else:
                 a, m = fl / hw.attn_decode_pi, by / hw.beta_attention
                 t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
             out.append(("attention_decode", fl, by, t))
         return out
+
+    def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
+        """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
+        La = self.unit_layers
+        return La * decode_unit_time(self.unit_v, float(n), decode_kv / max(n, 1), flops / La, self.kv_coef * decode_kv / La,
+                                     self.unit_h, self.unit_hkv, self.hw.sms, self.unit_groups)
 
     def _prefill_compute(self, s: ShapeStats) -> float:
         """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
@@ -56,8 +75,12 @@ class FittedAttention:
         if not self.q_tile:
             return c
         padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
-        waves = math.ceil(self.heads_gpu * s.prefill_tiles / self.hw.sms)
-        return max(padded, waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2))
+        tiles = self.heads_gpu * s.prefill_tiles
+        waves = math.ceil(tiles / self.hw.sms)
+        latency = waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2)
+        if self.hw.attn_wave_form == "quantized":
+            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency
+        return max(padded, latency)
 
     def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
                                decodes: int, rows: int, compute: float | None) -> float:
@@ -71,6 +94,8 @@ class FittedAttention:
             fl = self.attn_coef * decode_pairs
             if self.varlen and prefill_kv:
                 t += fl / hw.attn_mixed_pi + self.mix_seq * decodes
+            elif self.units:
+                t += self._unit_decode(fl, decode_kv, decodes)
             else:
                 a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * decodes) / hw.beta_attention
                 t += math.sqrt(a * a + m * m) + (self.dec_seq * decodes + self.dec_over)

@@ -14,6 +14,7 @@ HARDWARE_DIR = Path(__file__).parent / "hardware"
 GiB = 1 << 30
 COMBINES = ("max", "quadrature")
 ATTN_FORMS = ("roofline", "separate", "varlen")
+GEMM_FORMS = ("roofline", "tiles")
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,29 @@ class Hardware:
     attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
     attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
+    attn_decode_unit_s: float = 0.0        # unit decode model (costmodel/decode_units.py; 0: off): grouped kernel's cost per (sequence, KV head)
+    attn_decode_unit_q: float = 0.0        # ... its growth per query head the unit serves
+    attn_decode_unit_mha_s: float = 0.0    # ... per-head kernel's cost per (sequence, query head)
+    attn_decode_overhead_mha_s: float = 0.0   # ... per-head kernel's fixed cost per layer
+    attn_decode_beta_mha: float = 0.0      # ... per-head kernel's HBM bandwidth (grouped: beta_attn)
+    attn_decode_l2_beta: float = 0.0       # ... bandwidth of KV served from the L2
+    attn_decode_l2_bytes: float = 0.0      # ... KV working set resident in the L2 below this (≤ l2_bytes)
+    attn_decode_cta_beta: float = 0.0      # ... bandwidth one thread block keeps in flight
+    attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
+    attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
+    attn_wave_form: str = "max"     # ... max(F'/π, waves·wave·…), or "quantized": F'/π·waves·SMs/tiles + waves·wave·…
     sms: int = 0                    # streaming multiprocessors (spec; the attention wave model needs it)
+    l2_bytes: float = 0.0           # L2 cache (spec; the tile GEMM and unit decode models' L2-resident regime)
+    gemm_form: str = "roofline"     # weight GEMMs: the roofline above, or "tiles" (costmodel/gemm_tiles.py)
+    gemm_l2_beta: float = 0.0       # tiles: L2 → SM bandwidth (B/s)
+    gemm_cta_beta: float = 0.0      # tiles: bandwidth one thread block keeps in flight (B/s)
+    gemm_split_s: float = 0.0       # tiles: the reduction pass of a split-K kernel
+    gemm_wave_s: float = 0.0        # tiles: fixed latency of one wave of output tiles
+    gemm_l2_resident_bytes: float = 0.0   # tiles: inputs served from the L2 below this (≤ l2_bytes)
+    gemm_l2_out_bytes: float = 0.0  # tiles: output written back to the L2 below this (≤ l2_bytes)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -101,7 +121,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "kernel_overhead_s", "interconnect_bandwidth",
                 "interconnect_latency_s", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_decode_pi",
                 "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
-                "elementwise_beta", "elementwise_floor_s",
+                "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
+                "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
+                "attn_decode_l2_bytes", "attn_decode_cta_beta",
                 "sampler_seq_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -117,7 +139,22 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
     require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
+    require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
+            and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
+            [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
+    if hw.attn_decode_unit_s:
+        for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
+                    "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
+            require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
+    require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
+            "must be one of max, quantized")
+    require(hw.gemm_form in GEMM_FORMS, f"{source}:gemm_form", hw.gemm_form, f"must be one of {', '.join(GEMM_FORMS)}")
+    if hw.gemm_form == "tiles":
+        for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes", "gemm_l2_out_bytes"):
+            require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with gemm_form tiles")
+    for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s"):
+        require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
     for tp, v in regimes.items():

@@ -49,6 +49,8 @@ at gemm_rows_pi_scale·π. An operator stands for several kernels (linear: QKV, 
 layers and the overhead with kernels; the combine is applied to the operator's summed F and B (the
 kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
 With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
+Profiles with gemm_form "tiles" price the weight GEMMs of linear and lm_head with the tile/wave
+model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency).
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ import numpy as np
 
 from .decode_runs import DecodeRuns
 from .fitted_attention import FittedAttention
+from .gemm_tiles import GemmTiles, layer_gemms
 from .errors import require
 from .hardware import Hardware
 from .host import HostTime
@@ -140,6 +143,12 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.floor_lin_attn, self.over_lin_attn = Ll * hw.kernel_floor_s, Ll * over
         self.tile = hw.gemm_tile_rows
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
+        self.tiles = None
+        if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
+            self.tiles = GemmTiles(hw.pi_eff, hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s,
+                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
+            self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
+            self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
         self._init_fitted_attention(m, hw, tp, La, b)
@@ -241,9 +250,24 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(0, len(r), 2))
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
+    def _tiled_time(self, name: str, rows: int, seqs: int) -> float:
+        """Tile-model profiles: the linear operator's weight GEMMs (plus the rest of its weights on
+        the roofline) or the LM head, by ``gemm_tiles``."""
+        hw, b = self.hw, self.model.b
+        if name == "lm_head":
+            m = rows if self.counting == "seed" else seqs
+            return self.tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
+        t = float((self.tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
+        if self.lin_rest:
+            t += math.hypot(2 * self.lin_rest * rows / hw.pi_eff, b * self.lin_rest / hw.beta_eff)
+        return t
+
     def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
-        for _, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
+        for name, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
+            if self.tiles is not None and name in ("linear", "lm_head"):
+                t += self._tiled_time(name, rows, seqs)
+                continue
             a, m = fl / pi, by / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t + self.allreduce_s(rows)
@@ -300,8 +324,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         fitted = self._fitted_attention_terms(s) if self.attn_fitted else []
         for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + ([] if fitted else self.attention_terms(s)):
             tc, tm = fl / pi, by / beta
-            ops.append(Operator(name, fl, by, self._op_time(fl, by, pi, beta, floor, over),
-                                "compute" if tc >= tm else "memory"))
+            t = (self._tiled_time(name, s.rows, s.seqs) if self.tiles is not None and name in ("linear", "lm_head")
+                 else self._op_time(fl, by, pi, beta, floor, over))
+            ops.append(Operator(name, fl, by, t, "compute" if tc >= tm else "memory"))
         ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]
         if self.tp > 1:
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))

@@ -43,7 +43,8 @@ def test_aiconfigurator_rows_and_units(aic):
            & (df.kv_heads == c.num_key_value_heads) & (df.k == c.isl + c.step - 1)].iloc[0]
     kv = c.isl + c.step - 1                           # key length s = isl + step: s - 1 cached tokens + the new one
     assert d.flops == 4 * c.num_heads * c.head_dim * c.batch_size * (kv + 1)
-    assert d.decode_bytes == d.bytes == 2 * c.head_dim * 2 * c.batch_size * (c.num_key_value_heads * (kv + 1) + c.num_heads)
+    # TensorRT-LLM's collector caches K only (SELFKONLY): one of K, V per token, plus Q read and O written
+    assert d.decode_bytes == d.bytes == 2 * c.head_dim * 2 * c.batch_size * (c.num_key_value_heads * (kv + 1) / 2 + c.num_heads)
     assert set(df.op_class) == {"gemm", "attention", "allreduce"}
     assert any("int8_wo" in n for n in notes) and any("all_gather" in n for n in notes)
     ar = df[df.op_class == "allreduce"]

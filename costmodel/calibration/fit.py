@@ -214,7 +214,8 @@ def upper_bounds(spec) -> dict:
     if spec is None:
         return {}
     out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
-           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth}
+           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth,
+           "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth}
     if spec.interconnect_bandwidth:
         out.update(bandwidth=spec.interconnect_bandwidth, bandwidth_large=spec.interconnect_bandwidth,
                    bandwidth_small=spec.interconnect_bandwidth)
@@ -296,7 +297,8 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
     """Fit every operator class in the tidy table (or those named); ``device`` holds the GPU
     constants of the norm model (default H100); ``spec`` (a Hardware) caps the rates at its spec
     sheet. Attention and the sampler always use their own models (``operator_models``); the
-    all-reduce does under the "physical" form (two regimes per GPU count)."""
+    all-reduce does under the "physical" form (regimes per GPU count), and so does the GEMM when
+    the spec gives the SM count and L2 size (the tile/wave model, ``costmodel/gemm_tiles.py``)."""
     from .operator_models import CUSTOM_CLASSES, fit_model_class
     t0 = time.perf_counter()
     df = validate(df)
@@ -307,8 +309,12 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
         require(cls in have, "classes", cls, f"no timings of this class; have {have}")
         sub = df[df["op_class"] == cls]
         cap = upper if cls in CAPPED_CLASSES else {}
-        if cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
-            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0)
+        if cls == "gemm" and form == "physical" and getattr(spec, "sms", 0) and getattr(spec, "l2_bytes", 0):
+            from .gemm_fit import fit_gemm_tiles
+            fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
+        elif cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
+            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
+                                        getattr(spec, "l2_bytes", 0.0) or 0.0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

@@ -35,18 +35,21 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..decode_units import GROUPINGS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
 
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
+ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 
 SAMPLER = ("floor", "per_seq")
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_large", "bandwidth_large")
+ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
-UNITS = {"wave": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
-         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s"}
+         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
+UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
@@ -62,12 +65,14 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int) -> np.ndarray:
+def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False) -> np.ndarray:
     """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
     F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
     as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
     same as 256-token ones (LLMServingSim's RTX 4090 attention.csv: 16- to 256-token chunks over a
-    16k prefix all take ~520 µs)."""
+    16k prefix all take ~520 µs). ``quantized`` (kernel-separate tables, AIConfigurator's): the
+    last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
+    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %)."""
     if not sms:
         return fp / pi_p
     b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
@@ -75,10 +80,12 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     tiles = b * np.ceil(q / Q_TILE)
     padded = 4 * h * d * Q_TILE * tiles * (2 * kv + q) / 2
     waves = np.ceil(h * tiles / sms)
+    if quantized:
+        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * (kv + Q_TILE / 2)
     return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
 
 
-def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0) -> np.ndarray:
+def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32)) -> np.ndarray:
     """Separate kernels: prefill and decode parts add, each with its overhead. One varlen kernel
     (pi_mixed, seq_mixed): a batch with a prefill chunk runs its decodes as one-row query tiles of
     the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
@@ -87,8 +94,17 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
-    decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
-    comp = prefill_compute(fp, df, p["pi_prefill"], p.get("wave", 0.0), sms if "wave" in p else 0)
+    if "unit" in p:   # B: the KV part of the bytes (Q read, O written: 2·d·b per head and sequence, b = 2)
+        decode, d = np.zeros(len(df)), n > 0
+        h, hkv, dh = (df[c].to_numpy(float)[d] for c in ("heads", "kv_heads", "n"))
+        decode[d] = decode_unit_times([p[q] for q in DECODE_UNITS], n[d], df["k"].to_numpy(float)[d] + 1.0, fd[d],
+                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms, groups)
+    elif "seq" in p:
+        decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
+    else:                  # a table of prefill kernels only
+        decode = np.zeros(len(df))
+    wave = p.get("wave", p.get("wave_q", 0.0))
+    comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
     prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
@@ -119,9 +135,15 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         tmin = float(np.min(t))
         env = lambda q: float(np.max(q[q > 0] / t[q > 0])) if (q > 0).any() else 1.0  # noqa: E731
         seq = tmin / max(1.0, float(np.median(n[n > 0])) if (n > 0).any() else 1.0)
-        out = [env(fp), env(bp), 0.5 * tmin, env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
+        out = [env(fp), env(bp), 0.5 * tmin]
+        if "overhead_decode" not in params:
+            pass
+        elif "unit" in params:
+            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin]
+        else:
+            out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
-        return np.array(out + [1e-8] if "wave" in params else out)
+        return np.array(out + [1e-8] if ("wave" in params or "wave_q" in params) else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -142,49 +164,64 @@ class ModelFit(ClassFit):
     """A ClassFit whose times come from one of this module's models."""
     units: dict = None
     sms: int = 0
+    groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df, self.sms)
+        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups)
 
 
-def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0) -> np.ndarray:
+def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32)) -> np.ndarray:
     if op_class == "attention":
-        return attention_times(values, df, params, sms)
+        return attention_times(values, df, params, sms, groups)
     if op_class == "sampler":
         return sampler_times(values, df)
     return allreduce_times(values, df, params)
 
 
-def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0) -> tuple[str, ...]:
+def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0) -> tuple[str, ...]:
     if op_class == "attention":
         mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
-        return (ATTENTION_VARLEN if mixed.any() else ATTENTION) + waves
+        if mixed.any():
+            return ATTENTION_VARLEN + waves
+        waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
+        if not (df["decode_flops"].to_numpy(float) > 0).any():
+            return ATTENTION_UNITS[:3] + waves
+        return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
-def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0) -> ModelFit:
+def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0) -> ModelFit:
     """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
     physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
-    (the GPU's SM count, 0: unknown) turns on attention's wave model."""
+    (the GPU's SM count, 0: unknown) turns on attention's wave model, with ``l2`` (its L2 bytes)
+    the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     from .fit import clamp_warning  # the bound's wording is shared with the roofline classes
-    params = class_params_for(op_class, df, sms)
+    params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
+    upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
     p0 = _start(op_class, params, df, t)
+    if "l2_decode" in params and l2:          # start the resident capacity near the spec L2 (the cliff's scale)
+        p0[params.index("l2_decode")] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms) / t)  # noqa: E731
-    res = least_squares(fn, np.zeros(len(params)), bounds=(np.full(len(params), -np.log(1e6)), hi),
-                        loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
+    lo = np.full(len(params), -np.log(1e6))
+    groups = (2, 32)
+    if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
+        groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups) / t)  # noqa: E731
+    solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
+    res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
+                        **solver)
     values = p0 * np.exp(res.x)
     eps = 1e-3
     active = {}
-    base = np.log(model_times(op_class, params, values, df, sms))
+    base = np.log(model_times(op_class, params, values, df, sms, groups))
     for j, p in enumerate(params):
         bumped = values.copy()
         bumped[j] *= np.exp(eps)
-        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms)) - base) / eps
+        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms, groups)) - base) / eps
         active[p] = int((share >= 0.1).sum())
     ok = np.array([active[p] > 0 for p in params])
     cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
@@ -196,7 +233,20 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
             warns.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
         if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
             warns.append(clamp_warning(op_class, p, cap[j], UNITS[base_name(p)]))
-    errors = ape_stats(model_times(op_class, params, values, df, sms), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups), t)
     units = {p: UNITS[base_name(p)] for p in params}
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms)
+                    sms=sms, groups=groups)
+
+
+def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
+    """The (g_min, g_max) of ``GROUPINGS`` whose fit on a sample of the rows has the least loss."""
+    idx = np.random.default_rng(0).permutation(len(t))[:sample]
+    sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
+    best = None
+    for groups in GROUPINGS:
+        fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
+        cost = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+                             ftol=1e-3, tr_solver="lsmr").cost
+        best = min(best or (cost, groups), (cost, groups))
+    return best[1]

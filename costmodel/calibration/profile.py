@@ -17,11 +17,14 @@ import numpy as np
 
 from ..hardware import Hardware
 from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
+from ..decode_units import FIELDS as DECODE_FIELDS
 from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
-             "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s"}
+             "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s",
+             "gemm.beta_l2": "gemm_l2_beta", "gemm.beta_cta": "gemm_cta_beta", "gemm.split": "gemm_split_s",
+             "gemm.wave": "gemm_wave_s", "gemm.l2": "gemm_l2_resident_bytes", "gemm.l2_out": "gemm_l2_out_bytes"}
 
 
 ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill": "attn_prefill_beta",
@@ -29,8 +32,11 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.beta_decode": "beta_attn", "attention.seq": "attn_decode_seq_s",
                     "attention.overhead_decode": "attn_decode_overhead_s", "attention.pi_mixed": "attn_mixed_pi",
                     "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
-                    "attention.wave": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
+                    "attention.wave": "attn_wave_s", "attention.wave_q": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s"}
+
+
+ATTENTION_FIELDS.update({f"attention.{p}": fld for p, fld in DECODE_FIELDS.items()})
 
 
 def hw_fields(form: str) -> dict:
@@ -89,6 +95,15 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
+        changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
+        if "unit" in fit.classes["attention"].params:
+            changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, fit.classes["attention"].groups)
+    g = fit.classes.get("gemm")
+    if g is not None and "beta_cta" in g.params:
+        v = dict(zip(g.params, (float(x) for x in g.values)))
+        changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],
+                       gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
+                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], sms=g.sms)
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         r = len(ALLREDUCE_REGIME)

@@ -8,7 +8,8 @@ tokens plus the new one); all-reduce message sizes are in elements of the dtype.
 All-reduce: for each (GPUs, size) the faster of the custom (engine) and NCCL tables is kept, as the
 engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond). Rows faster
 than the spec sheet's float16 peak (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped
-and reported: no 16-bit kernel can do that.
+and reported: no 16-bit kernel can do that. SGLang's attention tables (H100) also lose the rows at
+their 3 µs timing floor and those slower than a larger problem (``tables.drop_floor``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import yaml
 from ...errors import require
 from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
-from .tables import drop_failed, keep_dtype, read_table
+from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
 ATTN = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step", "latency"]
@@ -46,12 +47,33 @@ def _attention(path: Path, op_class: str, notes: list) -> pd.DataFrame:
     else:
         df = pd.DataFrame(attention_row("attention", b, 1.0, s + step - 1, h, hkv, d, 2, t, dtype="float16",
                                         source=str(path)))
+        if k_only(raw):
+            df["bytes"] -= 2.0 * d * b * hkv * (s + step)       # one of K and V per cached token: see k_only
+            notes.append(f"{path}: generation rows read K only (TensorRT-LLM collector's SELFKONLY cache): "
+                         f"bytes are half the KV a serving decode reads")
         df = df.assign(decode_flops=df["flops"], decode_bytes=df["bytes"])
     df["op"] = op_class
+    sglang = "framework" in raw and bool((raw["framework"].astype(str).str.lower() == "sglang").all())
     if op_class == "attention_prefill":
         df["seqs"] = 0
-        return drop_failed(df.assign(b=b), ["b", "heads", "kv_heads", "n"], "m", str(path), notes).drop(columns="b")
+        df = df.assign(b=b)
+        if sglang:
+            df = drop_floor(df, ["heads", "kv_heads", "n"], ["b", "prefill_q"], str(path), notes)
+        return drop_failed(df, ["b", "heads", "kv_heads", "n"], "m", str(path), notes).drop(columns="b")
+    if sglang:
+        df = drop_floor(df, ["heads", "kv_heads", "n"], ["seqs", "k"], str(path), notes)
     return drop_failed(df, ["seqs", "heads", "kv_heads", "n"], "k", str(path), notes)
+
+
+def k_only(raw: pd.DataFrame) -> bool:
+    """Whether a generation table was measured over a cache of keys only: AIConfigurator's
+    TensorRT-LLM collector (``collector/trtllm/collect_attn.py``, ``run_attention_torch``) builds its
+    KVCacheManager with ``CacheType.SELFKONLY``. The tables agree: counted as K + V, decode rows run
+    at up to 1.7× (A100), 5.4× (L40S) and 1.6× (B200) the spec HBM bandwidth on working sets far
+    beyond the L2, and the A100's and L40S's drop from L2 to HBM speed falls where K alone outgrows
+    their 40 / 96 MiB L2; counted as K only, no A100 or B200 row exceeds the spec bandwidth and the
+    L40S's only beyond the L2 are 52 of 10,042 rows within 8 % of its size (101–104 MB)."""
+    return bool((raw["framework"].astype(str).str.upper() == "TRTLLM").all()) if "framework" in raw else False
 
 
 def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:

@@ -66,3 +66,23 @@ def drop_failed(df: pd.DataFrame, keys: list[str], size: str, src: str, notes: l
         notes.append(f"{src}: skipped {int(bad.sum())} rows faster than {factor:g}× a smaller problem of the "
                      f"same shape (failed measurements)")
     return d[~bad].sort_index().reset_index(drop=True)
+
+
+def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, notes: list[str]) -> pd.DataFrame:
+    """Drop a table's failed runs of the kind AIConfigurator's H100 SGLang attention tables hold:
+    rows at the table's timing floor (within 20 % of its fastest row: an empty launch, whatever the
+    problem), then rows slower than twice a larger problem of the same configuration (``keys``;
+    larger in every one of ``sizes``): a kernel cannot get faster when given more work."""
+    floor = (df["time_s"] <= 1.2 * df["time_s"].min()).to_numpy()
+    d = df[~floor]
+    bad = np.zeros(len(d), bool)
+    for _, g in d.groupby(keys):
+        v, t = g[sizes].to_numpy(float), g["time_s"].to_numpy(float)
+        larger = (v[None, :, :] >= v[:, None, :]).all(2) & ~np.eye(len(g), dtype=bool)
+        fastest = np.where(larger, t[None, :], np.inf).min(1)
+        bad[d.index.get_indexer(g.index)] = t > 2.0 * fastest
+    if floor.any() or bad.any():
+        notes.append(f"{src}: skipped {int(floor.sum())} rows at the table's timing floor "
+                     f"({1e6 * df['time_s'].min():.2g} µs) and {int(bad.sum())} slower than twice a larger problem "
+                     f"of the same shape (failed measurements)")
+    return d[~bad].reset_index(drop=True)

@@ -1,0 +1,78 @@
+"""Decode (generation) attention from the units of work its kernel runs, per layer.
+
+TensorRT-LLM's decode kernels take one of two shapes (AIConfigurator's collector,
+``collector/trtllm/collect_attn.py``, notes the grouped kernel's limit of 32 query heads per KV
+head in a thread block):
+  grouped  (XQA; 1 < g = h/h_kv ≤ 32): one unit per (sequence, KV head) serves its g query heads,
+           so each KV head is read once;
+  per-head (MMHA; g = 1, or g > 32): one unit per (sequence, query head); a KV head shared by g
+           query heads is read g times, all but the first from the L2.
+With n sequences of mean length kv, B the KV bytes of the layer, F its FLOPs (4·h·d·Σ(kv + 1)):
+  units    = n·h_kv (grouped) or n·h (per-head); q = g (grouped) or 1 query heads per unit
+  split    = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉)     (split-KV "multi-block" mode fills one wave)
+  flow     = units·split·β_cta                  (Little's law: bytes in flight per thread block)
+  r        = 1/(1 + (B/C)⁶)                     (share of B resident in the L2, C ≤ the spec L2)
+  t_mem    = B·(1-r)/min(β_k, flow) + (B·r + B_re)/min(β_L2, flow),  B_re = (g-1)·B per-head, else 0
+  t_unit   = units·u_k·(1 + c_q·q)              (each unit's fixed work: block table, softmax, the
+                                                 combine of its splits, the output)
+  t        = √((F/π)² + t_mem² + t_unit²) + o_k
+Which group sizes the grouped kernel takes is the GPU's and library's (B200's TensorRT-LLM runs
+g = 24 and 32 like the per-head kernel, ~10× slower than grouped; the L40S's g = 1 fits the
+grouped kernel): the fit picks (g_min, g_max) among ``GROUPINGS`` by its loss on a sample.
+k is the kernel (grouped or per-head): β_k ≤ the spec HBM bandwidth, u_k, o_k its own. The per-unit
+term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while their KV is 8 MB; the L2
+term lets small working sets run above HBM speed only while they fit (the β ≤ spec bound stays
+honest for HBM). Used by the fit (``calibration/operator_models.py``) and by fitted attention.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+GROUP_MAX = 32
+GROUPINGS = ((2, 32), (2, 16), (1, 32), (1, 16))   # (g_min, g_max) of the grouped kernel, chosen by the fit
+PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
+          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha")
+FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
+          "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
+          "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
+          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s"}
+UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
+         "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
+         "overhead_decode_mha": "s"}
+
+
+def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
+    """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order."""
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    g = h / h_kv
+    grouped = (g >= groups[0]) & (g <= groups[1])
+    units = np.where(grouped, n * h_kv, n * h)
+    split = np.clip(np.floor(sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
+    flow = units * split * cta
+    x = (B / l2) ** 2
+    r = 1.0 / (1.0 + x * x * x)
+    reread = np.where(grouped, 0.0, B * (g - 1.0))
+    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
+    fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
+    c = F / pi
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(grouped, over, over_mha)
+
+
+def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
+                     groups=(2, GROUP_MAX)) -> float:
+    """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    g = h / h_kv
+    grouped = groups[0] <= g <= groups[1]
+    units = n * h_kv if grouped else n * h
+    split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
+    flow = units * split * cta
+    x = (B / l2) ** 2
+    r = 1.0 / (1.0 + x * x * x)
+    reread = 0.0 if grouped else B * (g - 1.0)
+    mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
+    fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
+    c = F / pi
+    return math.sqrt(c * c + mem * mem + fixed * fixed) + (over if grouped else over_mha)

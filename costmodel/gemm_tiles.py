@@ -1,0 +1,141 @@
+"""A GEMM's time from how cuBLAS/CUTLASS-style kernels run it: CTA tiles in waves over the SMs,
+split-K for skinny problems, and the operands streamed from HBM (or the L2 while they fit).
+
+For (m×k)·(k×n) in b-byte elements, each candidate kernel (a Tm×Tn output tile, K split s ways)
+runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of them, and costs
+
+  t_tile   = ⌈k/s⌉·√((2·Tm·Tn/π_sm)² + (b·(Tm+Tn)/β_l2,sm)²) + wave + c·Tm·Tn/β_sm
+             (main loop: tensor-core MMAs against the A and B tiles fed from the L2, which the
+             pipeline overlaps; then a fixed per-tile latency and the epilogue's store of the
+             output tile, c = b, or 4 for fp32 split-K partials, at β or β_l2 by r_o; π_sm = π/SMs …)
+  t_comp   = ⌈ctas/SMs⌉ · t_tile
+  t_mem    = (B·(1-r) + O·(1-r_o))/min(β, f·β_cta) + (B·r + O·r_o)/min(β_l2, f·β_cta),  f = ⌈n/Tn⌉·s
+             (inputs B = b·(n·k + m·k), output O = b·m·n + 4·m·n·s partials; Little's law: a
+             kernel of few thread blocks cannot keep enough bytes in flight to reach β, and only
+             the f blocks of one row of tiles stream distinct weights (the other rows re-read them
+             from the L2), so more rows never make it faster; r = 1/(1 + (B/C)⁸) is the share of the
+             inputs the L2 holds while they fit its resident capacity C, r_o the output's share
+             written back to it below C_o; C, C_o ≤ the L2 size. They differ: on the L40S inputs
+             stop being L2-resident near 20 MB, while outputs of ~70 MB are still absorbed)
+  t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor
+
+the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction). The
+tiles are CUTLASS's sm80/sm90 tensor-core tile shapes (64–256 rows and columns); splits 1–16.
+π ≤ the spec peak, β ≤ the spec bandwidth and C, C_o ≤ the spec L2 bound the fit; π_sm, β_sm, β_l2,sm
+spread the whole-GPU rates over the SMs. Used by the fit (``calibration/gemm_fit.py``) and by the
+roofline to price weight GEMMs of profiles with gemm_form "tiles", so both are one formula.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out")
+UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "beta_cta": "B/s", "floor": "s", "split": "s",
+         "wave": "s", "l2": "B", "l2_out": "B"}
+
+
+def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
+    """The parameter-free part of every candidate kernel (configs × rows arrays), computed once
+    per table so that a fit's many evaluations only redo the arithmetic in the constants."""
+    m, n, k = (np.atleast_1d(np.asarray(x, float)) for x in (m, n, k))
+    cfg = [(tm, tn, s) for tm, tn in TILES for s in SPLITS]
+    tm = np.array([c[0] for c in cfg], float)[:, None]
+    tn = np.array([c[1] for c in cfg], float)[:, None]
+    s = np.array([c[2] for c in cfg], float)[:, None]
+    ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
+    B = b * (n * k + m * k) + 0.0 * s
+    out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
+    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "out": out, "split": (s > 1) + 0.0 * m,
+            "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
+            "sms": float(sms)}
+
+
+def shortlist(g: dict, values, keep: int = 6) -> dict:
+    """The grid cut to each row's ``keep`` fastest kernels at these constants (the fit refines on
+    it: the library's choice moves little as the constants do)."""
+    t = times_all(g, values)
+    idx = np.argsort(t, axis=0)[:keep]
+    return {k: (np.take_along_axis(v, idx, 0) if isinstance(v, np.ndarray) else v) for k, v in g.items()}
+
+
+def times_on(g: dict, values) -> np.ndarray:
+    """Seconds per row of the grid's GEMMs at the constants (``PARAMS`` order, SI)."""
+    return times_all(g, values).min(axis=0) + float(values[4])
+
+
+def _resident(x: np.ndarray, capacity: float) -> np.ndarray:
+    """1/(1 + (x/C)⁸): the share of x bytes the L2 holds (1 well below C, 0 well above)."""
+    x = x / capacity
+    x *= x
+    x *= x
+    x *= x
+    return 1.0 / (1.0 + x)
+
+
+def times_all(g: dict, values) -> np.ndarray:
+    """Seconds of every candidate kernel (configs × rows), without the launch floor."""
+    pi, beta, beta_l2, beta_cta, floor, split, wave, l2, l2_out = (float(v) for v in values)
+    sms = g["sms"]
+    a, c = g["mma"] * (sms / pi), g["feed"] * (sms / beta_l2)
+    B, out = g["B"], g["out"]
+    r, r_out = _resident(B, l2), _resident(out, l2_out)   # inputs read from, output written back to, the L2
+    comp = g["kk"] * np.sqrt(a * a + c * c)
+    comp += wave
+    comp += g["store"] * sms * ((1.0 - r_out) / beta + r_out / beta_l2)
+    comp *= g["waves"]
+    flow = g["ctas"] * beta_cta
+    hbm, l2f = np.minimum(flow, beta), np.minimum(flow, beta_l2)
+    mem = (B * (1.0 - r) + out * (1.0 - r_out)) / hbm
+    mem += (B * r + out * r_out) / l2f
+    comp *= comp
+    mem *= mem
+    comp += mem
+    t = np.sqrt(comp, out=comp)
+    t += split * g["split"]
+    return t
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """The fitted constants (SI) and the GPU's SM count."""
+    pi: float
+    beta: float
+    beta_l2: float
+    beta_cta: float
+    floor: float
+    split: float
+    wave: float
+    l2: float
+    l2_out: float
+    sms: int
+
+    @property
+    def values(self) -> tuple:
+        return tuple(getattr(self, p) for p in PARAMS)
+
+    def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
+        """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
+        return times_on(grid(m, n, k, self.sms, b), self.values)
+
+    def time(self, m: int, n: float, k: float, b: float = 2.0) -> float:
+        return float(self.times(m, n, k, b)[0])
+
+
+def layer_gemms(model, tp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k, n, count) of the weight GEMMs of one pass per GPU under tensor parallelism tp: each
+    full-attention layer's fused QKV (H → (h + 2·h_kv)·d_h/tp, KV heads replicated beyond h_kv,
+    with Qwen3-Next's output gate) and O projections; each dense layer's gate/up (H → 2·ffn/tp,
+    or ffn/tp ungated) and down projections (Megatron column/row splits). The other always-on
+    weights (norms, routers, shared experts, linear-attention layers) stay on the roofline."""
+    m, La, Ld = model, model.kv_layers, model.dense_layers
+    q, kv = m.h * m.d_h / tp, max(1, m.h_kv // tp) * m.d_h
+    qkv = q * (2 if m.attn_output_gate else 1) + 2 * kv
+    k = np.array([m.H, q, m.H, m.ffn / tp], float)
+    n = np.array([qkv, m.H, (2 if m.gated_mlp else 1) * m.ffn / tp, m.H], float)
+    count = np.array([La, La, Ld, Ld], float)
+    keep = (count > 0) & (k * n > 0)
+    return k[keep], n[keep], count[keep]

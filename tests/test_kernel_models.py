@@ -1,0 +1,188 @@
+"""The physical kernel models: tile/wave GEMMs (costmodel/gemm_tiles.py) and unit decode attention
+(costmodel/decode_units.py): known constants recovered from synthetic timings, spec caps honoured,
+monotone in the work, and priced by the cost model with the same formula the fit uses."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel import CostModel, load_hardware, load_model
+from costmodel.calibration.fit import fit
+from costmodel.calibration.importers.tables import drop_floor
+from costmodel.calibration.profile import profile_from_fit
+from costmodel.calibration.timings import attention_row, gemm_row
+from costmodel.decode_units import PARAMS as DEC, decode_unit_time, decode_unit_times
+from costmodel.gemm_tiles import PARAMS, GemmTiles, layer_gemms
+from costmodel.hardware import hardware_from_dict
+
+MiB = 1 << 20
+A100 = load_hardware("a100-80gb").replace(sms=108, l2_bytes=40.0 * MiB)
+TRUE = dict(pi=250e12, beta=1.6e12, beta_l2=6e12, beta_cta=60e9, floor=3e-6, split=2e-6, wave=4e-7, l2=20e6, l2_out=30e6)
+
+
+def gemm_table(model: GemmTiles, scale=None) -> pd.DataFrame:
+    m = np.array([1, 2, 8, 16, 64, 96, 128, 200, 256, 512, 1000, 2048, 4096, 8192], float)
+    nk = [(n, k) for n in (256, 1024, 3072, 4096, 8192, 14336) for k in (128, 1024, 4096, 8192)]
+    M = np.repeat(m, len(nk))
+    N, K = (np.tile(np.array([x[i] for x in nk], float), len(m)) for i in (0, 1))
+    t = model.times(M, N, K)
+    return pd.DataFrame(gemm_row("gemm", M, K, N, 2, t * (1 if scale is None else scale)))
+
+
+@pytest.mark.parametrize("sms", [108, 132])
+def test_gemm_tiles_recovers_known_constants(sms):
+    truth = GemmTiles(**TRUE, sms=sms)
+    f = fit(gemm_table(truth), form="physical", spec=A100.replace(sms=sms))
+    g = f.classes["gemm"]
+    got = dict(zip(g.params, g.values))
+    for p in ("pi", "beta", "floor", "beta_l2"):
+        assert got[p] == pytest.approx(TRUE[p], rel=0.02), p
+    assert g.errors["mape"] < 0.5
+
+
+def test_gemm_tiles_clamps_at_the_spec_peak():
+    too_fast = GemmTiles(**{**TRUE, "pi": 2 * A100.peak_flops}, sms=108)
+    f = fit(gemm_table(too_fast), form="physical", spec=A100)
+    assert f.value("gemm.pi") <= A100.peak_flops * (1 + 1e-9)
+    assert any("gemm.pi clamped" in w for w in f.warnings)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 20000), n=st.sampled_from([128, 1000, 4096, 14336]), k=st.sampled_from([64, 4096, 16384]))
+def test_gemm_time_never_falls_with_more_rows(m, n, k):
+    g = GemmTiles(**TRUE, sms=132)
+    assert g.time(m + 1, n, k) >= g.time(m, n, k) * (1 - 1e-12)
+
+
+def test_gemm_waves_quantize_time():
+    """One more row past a full wave of 128×256 tiles starts a second wave: the time jumps, while
+    inside a wave it barely moves (compute-bound shape)."""
+    g = GemmTiles(**{**TRUE, "beta_cta": 1e12}, sms=108)
+    n, k = 256 * 108, 8192                       # one 128×256 tile column per SM at m = 128
+    inside, across = g.time(120, n, k) / g.time(64, n, k), g.time(129, n, k) / g.time(128, n, k)
+    assert across > 1.3 and inside < across
+
+
+def test_roofline_prices_weight_gemms_with_the_tile_model():
+    hw = A100.replace(gemm_form="tiles", pi_eff=TRUE["pi"], beta_eff=TRUE["beta"], kernel_overhead_s=TRUE["floor"],
+                      gemm_l2_beta=TRUE["beta_l2"], gemm_cta_beta=TRUE["beta_cta"], gemm_split_s=TRUE["split"],
+                      gemm_wave_s=TRUE["wave"], gemm_l2_resident_bytes=TRUE["l2"], gemm_l2_out_bytes=TRUE["l2_out"],
+                      counting="faithful")
+    hw = hardware_from_dict(yaml.safe_load(hw.to_yaml()))
+    model = load_model("llama-3.1-8b")
+    tiles = GemmTiles(**TRUE, sms=108)
+    for tp in (1, 2):
+        cm = CostModel(model, hw, tp)
+        k, n, count = layer_gemms(model, tp)
+        assert len(k) == 4 and count[0] == model.L
+        for rows in (1, 77, 4096):
+            want = sum(c * tiles.time(rows, nn, kk) for kk, nn, c in zip(k, n, count))
+            want += math.hypot(2 * cm.lin_rest * rows / hw.pi_eff, 2 * cm.lin_rest / hw.beta_eff)
+            got = cm.breakdown(cm.shape([rows], [0])).op("linear").time_s
+            assert got == pytest.approx(want, rel=1e-12)
+            assert cm.step_time([rows], [0]) == pytest.approx(cm.breakdown(cm.shape([rows], [0])).time_s, rel=1e-12)
+
+
+DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
+                cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
+                overhead_decode_mha=1.0e-5)
+
+
+def decode_table(v) -> pd.DataFrame:
+    rows = []
+    for h, hkv in ((32, 8), (64, 8), (32, 32), (8, 1), (64, 1), (40, 40), (28, 4), (32, 1)):
+        for b in (1, 4, 16, 64, 256, 1024):
+            for kv in (7, 63, 511, 4095, 32767):
+                rows.append((b, kv, h, hkv))
+    b, kv, h, hkv = (np.array(x, float) for x in zip(*rows))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    t = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108)
+    return pd.DataFrame(attention_row("attention", b, 1.0, kv, h, hkv, 128, 2, t)).assign(
+        op="attention_decode", decode_flops=F, decode_bytes=B + 4 * 128 * b * h)
+
+
+def test_unit_decode_recovers_known_constants():
+    v = [DEC_TRUE[p] for p in DEC]
+    f = fit(decode_table(v), form="physical", spec=A100)
+    a = f.classes["attention"]
+    assert a.errors["mape"] < 1.0
+    got = dict(zip(a.params, a.values))
+    for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha"):
+        assert got[p] == pytest.approx(DEC_TRUE[p], rel=0.05), p
+
+
+def test_unit_decode_picks_the_grouping_the_table_follows():
+    """Timings made with a grouped kernel that stops at g = 16 (B200-like) are fitted with that rule."""
+    v = [DEC_TRUE[p] for p in DEC]
+    df = decode_table(v)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 16))
+    f = fit(df, form="physical", spec=A100)
+    assert f.classes["attention"].groups == (2, 16) and f.classes["attention"].errors["mape"] < 2.0
+
+
+def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
+    v = [{**DEC_TRUE, "beta_decode": 2 * A100.peak_bandwidth}[p] for p in DEC]
+    f = fit(decode_table(v), form="physical", spec=A100)
+    assert f.value("attention.beta_decode") <= A100.peak_bandwidth * (1 + 1e-9)
+    assert f.value("attention.l2_decode") <= A100.l2_bytes * (1 + 1e-9)
+    assert any("attention.beta_decode clamped" in w for w in f.warnings)
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
+       g=st.sampled_from([1, 2, 4, 8, 64]))
+def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g):
+    hkv = max(1, h // g)
+    v = [DEC_TRUE[p] for p in DEC]
+    F, B = 4.0 * h * 128 * kv * n, 4.0 * 128 * hkv * kv * n
+    assert decode_unit_time(v, n, kv, F, B, h, hkv, 132) == pytest.approx(
+        float(decode_unit_times(v, n, kv, F, B, h, hkv, 132)), rel=1e-12)
+
+
+def test_fitted_profile_prices_decode_as_the_fit_does():
+    """A profile from a unit-model fit prices an n-sequence decode batch of a 1-layer model with the
+    fit's formula (on the full K + V bytes the serving decode reads), and decode runs agree with time."""
+    v = [DEC_TRUE[p] for p in DEC]
+    df = decode_table(v)
+    pre = pd.DataFrame(attention_row("attention", np.array([1.0, 2, 4]), np.array([512.0, 1024, 2048]), 0.0, 32, 8, 128, 2,
+                                     np.array([3e-5, 9e-5, 3e-4]))).assign(op="attention_prefill", seqs=0)
+    f = fit(pd.concat([df, pre], ignore_index=True), classes=["attention"], form="physical", spec=A100)
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    n, kv = 16, 1000
+    got = cm.breakdown(cm.shape([1] * n, [kv] * n)).op("attention_decode").time_s
+    h, hkv, La = model.h, model.h_kv, model.L
+    fv = [f.value(f"attention.{p}") for p in DEC]
+    groups = f.classes["attention"].groups
+    assert groups == (2, 32) and (hw.attn_decode_group_min, hw.attn_decode_group_max) == groups   # the table's rule
+    want = La * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h, hkv, 108,
+                                 groups)
+    assert got == pytest.approx(want, rel=1e-12)
+    for q in (300, 2048):       # prefill: the quantized wave form, priced as the fit predicts a layer
+        row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([float(q)]), 0.0, h, hkv, 128, 2, 1.0))
+        row = row.assign(op="attention_prefill", seqs=0, decode_flops=0.0, decode_bytes=0.0)
+        fitted = La * f.classes["attention"].predict(row)[0]
+        assert cm.breakdown(cm.shape([q], [0])).op("attention_prefill").time_s == pytest.approx(fitted, rel=1e-9)
+    assert hw.attn_wave_form == "quantized"
+    run = cm.decode_run(n, n * (kv + 1), 4)
+    assert list(run) == [cm.time(cm.shape([1] * n, [kv + j] * n)) for j in range(4)]
+
+
+def test_drop_floor_removes_failed_runs():
+    b = [1, 2, 1, 2, 4, 1, 8]
+    q = [16, 16, 512, 512, 512, 1024, 512]
+    t = [3e-6, 3.1e-6, 9e-3, 5e-4, 1e-3, 1e-3, 2e-3]
+    df = pd.DataFrame({"heads": 8, "kv_heads": 8, "n": 128, "b": b, "prefill_q": q, "time_s": t})
+    notes: list[str] = []
+    out = drop_floor(df, ["heads", "kv_heads", "n"], ["b", "prefill_q"], "t.csv", notes)
+    assert sorted(out["time_s"]) == [5e-4, 1e-3, 1e-3, 2e-3]    # the floor rows; 9 ms beside 0.5 ms for twice the work
+    assert "2 rows at the table's timing floor" in notes[0] and "1 slower than twice" in notes[0]
