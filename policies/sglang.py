@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from costmodel import CostModel
 from costmodel.errors import require
 
+from simcore.radix_cache import REFRESH_INTERVAL, REFRESH_MAX, RadixCache
+
 from .base import Plan, SchedulerState
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
 
@@ -110,7 +112,44 @@ class SGLangScheduler:
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
-        self._prefilled = []   # requests extended by the last plan: their prompt KV is published next
+        self._last = []   # the last plan in batch order: (request, its extend's end, or None for a decode)
+        self._refreshes = 0
+        self._cache = self._pool = None
+        self._decoded = 0   # decode-only steps of the run being applied (on_fast_forward, for on_lead)
+
+    def make_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
+        self._cache = RadixCache(block_tokens, engine_block_size)
+        return self._cache
+
+    @property
+    def holds_finished(self) -> bool:
+        """With the radix cache, requests that finished in a step are released by the next
+        schedule(), in batch order with the step's checkpoints (see ``_settle``)."""
+        return self._cache is not None
+
+    def _settle(self, s: SchedulerState) -> None:
+        """The last step's results into the radix tree, in batch order as SGLang processes them
+        (BatchResultProcessor.process_batch_result_prefill / _decode): a finished request's KV
+        (release_kv_cache), a completed prefill's prompt (checkpoint_kv_cache); then the chunked
+        request's chunk (Scheduler.get_next_batch_to_run, stash_chunked_request)."""
+        fin, last, self._last = s.finished, self._last, []
+        done = {id(r) for r in fin}
+        chunked = None
+        for r, end in last:
+            if id(r) in done:
+                s.pool.release(r)
+                done.discard(id(r))
+            elif end is not None and r.finish_s is None:
+                if r is self.chunked_req:
+                    chunked = (r, end)
+                else:
+                    _checkpoint(s.pool, r, end)
+        for r in fin:
+            if id(r) in done:
+                s.pool.release(r)
+        fin.clear()
+        if chunked is not None:
+            _checkpoint(s.pool, *chunked)
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
@@ -119,8 +158,9 @@ class SGLangScheduler:
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
         """Every decode, one token each, when all of them get their KV page (check_decode_mem), else
         none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
-        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+        if not self._decode_fits(s, decoding):
             return plan
+        _evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)   # prepare_for_decode
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
         if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
@@ -133,11 +173,9 @@ class SGLangScheduler:
         return plan
 
     def schedule(self, s: SchedulerState) -> Plan:
-        if self._prefilled:
-            for r in self._prefilled:   # stash_chunked_request / process_batch_result_prefill: checkpoint_kv_cache
-                if r.num_blocks and r.finish_s is None:
-                    s.pool.publish(r)
-            self._prefilled = []
+        if self._cache is not None:
+            self._pool, self._decoded = s.pool, 0
+            self._settle(s)
         if self._replaced:
             self.batch_is_full = False
             self._replaced = False
@@ -145,8 +183,6 @@ class SGLangScheduler:
         had_running = bool(decoding) or bool(s.num_in_cohort)
         plan = self._prefill(s, decoding)
         self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
-        if s.pool.cache is not None:
-            self._prefilled = [r for r, _ in plan.items]
         if plan:
             # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
             # batch_is_full) when none ran beside it or a mixed step took the decodes along; a
@@ -156,10 +192,15 @@ class SGLangScheduler:
                 n = len(plan.items)
                 plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
-            return plan
+            return self._remember(plan)
         if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        return self._decode(s, decoding)
+        return self._remember(self._decode(s, decoding))
+
+    def _remember(self, plan: Plan) -> Plan:
+        if self._cache is not None:
+            self._last = [(r, r.num_computed_tokens + n if i < self._extends else None) for i, (r, n) in enumerate(plan.items)]
+        return plan
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
@@ -171,6 +212,11 @@ class SGLangScheduler:
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
+        if self._cache is not None and s.waiting:   # SchedulePolicy.calc_priority → _touch_waiting_prefixes
+            if self._refreshes % REFRESH_INTERVAL == 0:
+                for r in reversed(list(s.waiting)[:REFRESH_MAX]):
+                    self._cache.touch_prefix(r)
+            self._refreshes += 1
         adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
         resumed = self.chunked_req
         if resumed is not None and not adder.add_chunked(resumed):
@@ -190,6 +236,9 @@ class SGLangScheduler:
                     self.batch_is_full = bool(adder.items) or bool(decoding) or bool(s.num_in_cohort)
                 break
         plan = Plan()
+        if adder.items:   # ScheduleBatch.prepare_for_extend: evict for the extend, a page a request when paged
+            page = self.cfg.page_size
+            _evict_for(s.pool, sum(n for _, n in adder.items) + (len(adder.items) * page if page > 1 else 0))
         for req, n in adder.items:
             ok = s.pool.grow(req, req.num_computed_tokens + n)
             assert ok, "admission let through more KV than the pool holds"
@@ -209,13 +258,19 @@ class SGLangScheduler:
         plan = Plan()
         if not decoding and not s.num_in_cohort:
             return plan
-        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+        if not self._decode_fits(s, decoding):
             s.dissolve_cohort()
             decoding = self._decoding(s)
             self._retract(s, decoding, plan)
         else:
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return self._with_decodes(s, plan, decoding)
+
+    def _decode_fits(self, s, decoding) -> bool:
+        """ScheduleBatch.check_decode_mem: evict for the decodes' new pages, then whether they are free."""
+        need = self._decode_need(s, decoding)
+        _evict_for(s.pool, need)
+        return s.pool.free * s.pool.block_size >= need
 
     def _decode_need(self, s, decoding) -> int:
         """Tokens of the new KV pages the decodes need this step (a whole page each)."""
@@ -232,7 +287,7 @@ class SGLangScheduler:
         new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
-        while first or s.pool.available * s.pool.block_size < self._decode_need(s, order):
+        while first or not self._decode_fits(s, order):
             if len(order) == 1:
                 break
             first = False
@@ -242,12 +297,41 @@ class SGLangScheduler:
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
             _evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+        self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
-        return self.chunked_req is None and not s.waiting
+        """Decode-only steps repeat while nobody waits; with the radix cache only while no step of
+        any run could evict (prepare_for_decode evicts once fewer than a page a request is free,
+        and every eviction reshapes the tree): the free pages cover every request to its end and
+        a page each to spare."""
+        if self.chunked_req is not None or s.waiting:
+            return False
+        if self._cache is None:
+            return True
+        pool, n = s.pool, s.num_running
+        left = sum(r.outputs_left for r in s.running) + (s.cohort.outputs_left() if s.num_in_cohort else 0)
+        return pool.free >= pool.blocks_for(left) + 3 * n
+
+    def on_fast_forward(self, steps: int) -> None:
+        """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,
+        before anything later in the run (process_batch_result_prefill); the chunked request's
+        chunks are on_lead's."""
+        self._decoded = steps
+        if self._last:
+            rest = []
+            for r, end in self._last:
+                if end is not None and r is not self.chunked_req:
+                    _checkpoint(self._pool, r, end)
+                    end = None
+                rest.append((r, end))
+            self._last = rest
+        for _ in range(steps):
+            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
+                break
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,
@@ -262,7 +346,7 @@ class SGLangScheduler:
         req, q = plan.items[0]
         if req is not self.chunked_req or (s.pool.cache is not None and s.pool.cache.holds_next(req)):
             return [], 0
-        pool, decoding = s.pool, self._decoding(s)
+        pool, decoding, page = s.pool, self._decoding(s), self.cfg.page_size
         out, done = [], req.num_computed_tokens + q
         now, used, blocks = req.num_computed_tokens, pool.used, req.num_blocks
         try:
@@ -272,8 +356,8 @@ class SGLangScheduler:
                 adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
                 adder.add_chunked(req)
                 n = adder.items[-1][1]
-                if n <= 0:
-                    break
+                if n <= 0 or (self._cache is not None and pool.blocks_for(n + (page if page > 1 else 0)) > pool.free):
+                    break   # (prepare_for_extend would evict: the tree changes shape)
                 out.append(n)
                 done += n
         finally:
@@ -282,7 +366,26 @@ class SGLangScheduler:
 
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
-        as add_chunked returning False does."""
+        as add_chunked returning False does. With the radix cache each chunk but the last is
+        checkpointed as the next schedule() would have (a node per chunk), and the last too when
+        the run went on decoding."""
+        if self._cache is not None:
+            now, pool = req.num_computed_tokens, s.pool
+            end, ends = now - sum(chunks), []
+            for q in chunks:
+                end += q
+                ends.append(end)
+            final = now >= req.num_tokens and self._decoded > 0
+            try:
+                for end in ends if final else ends[:-1]:
+                    req.num_computed_tokens = end
+                    held = pool.blocks_held(req, end)
+                    pool.used += held - req.num_blocks
+                    req.num_blocks = held
+                    _checkpoint(pool, req, end)
+            finally:
+                req.num_computed_tokens = now
+            self._last = [] if final else [(req, now)]
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
             self.chunked_req = None
 
@@ -317,11 +420,6 @@ class SGLangScheduler:
                     f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)")
         return None
 
-    def on_fast_forward(self, steps: int) -> None:
-        for _ in range(steps):
-            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
-                break
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
 
     def on_finish(self) -> None:
         self.batch_is_full = False
@@ -350,6 +448,14 @@ class SGLangScheduler:
     @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
+
+
+def _checkpoint(pool, req, end: int) -> None:
+    """checkpoint_kv_cache: the request's first `end` positions into the radix tree; its private
+    blocks shrink by what the tree took over, and by its copies of what the tree held."""
+    adopted, dup = pool.cache.checkpoint(req, end)
+    req.num_blocks -= adopted + dup
+    pool.used -= dup
 
 
 def _evict_for(pool, tokens: int) -> None:
