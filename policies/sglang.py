@@ -9,7 +9,8 @@ request is chunked at a time; it is re-entered first next step (add_chunked_req)
 lengths and prefix lengths are truncated to page_size multiples. A decode step that finds too
 little free KV retracts requests (fewest outputs first, then longest prompt) to the back of the
 waiting queue until the next decode fits (ScheduleBatch.retract_decode, check_decode_mem).
-PrefillAdder itself is policies/sglang_prefill.py.
+PrefillAdder itself is policies/sglang_prefill.py; with the radix cache on, the tree
+(simcore/radix_cache.py) is driven as SGLang drives it by policies/sglang_radix.py.
 """
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from dataclasses import dataclass
 from costmodel import CostModel
 from costmodel.errors import require
 
-from simcore.radix_cache import REFRESH_INTERVAL, REFRESH_MAX, RadixCache
-
 from .base import Plan, SchedulerState
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
+from .sglang_radix import RadixDriving, evict_for
 
 RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -101,7 +101,7 @@ def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) 
     return tokens // page_size * page_size
 
 
-class SGLangScheduler:
+class SGLangScheduler(RadixDriving):
     lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
     cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
 
@@ -112,44 +112,7 @@ class SGLangScheduler:
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
-        self._last = []   # the last plan in batch order: (request, its extend's end, or None for a decode)
-        self._refreshes = 0
-        self._cache = self._pool = None
-        self._decoded = 0   # decode-only steps of the run being applied (on_fast_forward, for on_lead)
-
-    def make_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
-        self._cache = RadixCache(block_tokens, engine_block_size)
-        return self._cache
-
-    @property
-    def holds_finished(self) -> bool:
-        """With the radix cache, requests that finished in a step are released by the next
-        schedule(), in batch order with the step's checkpoints (see ``_settle``)."""
-        return self._cache is not None
-
-    def _settle(self, s: SchedulerState) -> None:
-        """The last step's results into the radix tree, in batch order as SGLang processes them
-        (BatchResultProcessor.process_batch_result_prefill / _decode): a finished request's KV
-        (release_kv_cache), a completed prefill's prompt (checkpoint_kv_cache); then the chunked
-        request's chunk (Scheduler.get_next_batch_to_run, stash_chunked_request)."""
-        fin, last, self._last = s.finished, self._last, []
-        done = {id(r) for r in fin}
-        chunked = None
-        for r, end in last:
-            if id(r) in done:
-                s.pool.release(r)
-                done.discard(id(r))
-            elif end is not None and r.finish_s is None:
-                if r is self.chunked_req:
-                    chunked = (r, end)
-                else:
-                    _checkpoint(s.pool, r, end)
-        for r in fin:
-            if id(r) in done:
-                s.pool.release(r)
-        fin.clear()
-        if chunked is not None:
-            _checkpoint(s.pool, *chunked)
+        self._init_radix()
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
@@ -160,7 +123,7 @@ class SGLangScheduler:
         none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
         if not self._decode_fits(s, decoding):
             return plan
-        _evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)   # prepare_for_decode
+        evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)   # prepare_for_decode
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
         if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
@@ -174,7 +137,6 @@ class SGLangScheduler:
 
     def schedule(self, s: SchedulerState) -> Plan:
         if self._cache is not None:
-            self._pool, self._decoded = s.pool, 0
             self._settle(s)
         if self._replaced:
             self.batch_is_full = False
@@ -197,11 +159,6 @@ class SGLangScheduler:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         return self._remember(self._decode(s, decoding))
 
-    def _remember(self, plan: Plan) -> Plan:
-        if self._cache is not None:
-            self._last = [(r, r.num_computed_tokens + n if i < self._extends else None) for i, (r, n) in enumerate(plan.items)]
-        return plan
-
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
         if not decoding and not s.num_in_cohort:
@@ -212,11 +169,7 @@ class SGLangScheduler:
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
-        if self._cache is not None and s.waiting:   # SchedulePolicy.calc_priority → _touch_waiting_prefixes
-            if self._refreshes % REFRESH_INTERVAL == 0:
-                for r in reversed(list(s.waiting)[:REFRESH_MAX]):
-                    self._cache.touch_prefix(r)
-            self._refreshes += 1
+        self._refresh_waiting(s)
         adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
         resumed = self.chunked_req
         if resumed is not None and not adder.add_chunked(resumed):
@@ -238,7 +191,7 @@ class SGLangScheduler:
         plan = Plan()
         if adder.items:   # ScheduleBatch.prepare_for_extend: evict for the extend, a page a request when paged
             page = self.cfg.page_size
-            _evict_for(s.pool, sum(n for _, n in adder.items) + (len(adder.items) * page if page > 1 else 0))
+            evict_for(s.pool, sum(n for _, n in adder.items) + (len(adder.items) * page if page > 1 else 0))
         for req, n in adder.items:
             ok = s.pool.grow(req, req.num_computed_tokens + n)
             assert ok, "admission let through more KV than the pool holds"
@@ -269,7 +222,7 @@ class SGLangScheduler:
     def _decode_fits(self, s, decoding) -> bool:
         """ScheduleBatch.check_decode_mem: evict for the decodes' new pages, then whether they are free."""
         need = self._decode_need(s, decoding)
-        _evict_for(s.pool, need)
+        evict_for(s.pool, need)
         return s.pool.free * s.pool.block_size >= need
 
     def _decode_need(self, s, decoding) -> int:
@@ -296,7 +249,7 @@ class SGLangScheduler:
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
-            _evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+            evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
         self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
@@ -309,25 +262,14 @@ class SGLangScheduler:
         a page each to spare."""
         if self.chunked_req is not None or s.waiting:
             return False
-        if self._cache is None:
-            return True
-        pool, n = s.pool, s.num_running
-        left = sum(r.outputs_left for r in s.running) + (s.cohort.outputs_left() if s.num_in_cohort else 0)
-        return pool.free >= pool.blocks_for(left) + 3 * n
+        return self._cache is None or self._runs_cannot_evict(s)
 
     def on_fast_forward(self, steps: int) -> None:
         """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,
         before anything later in the run (process_batch_result_prefill); the chunked request's
         chunks are on_lead's."""
-        self._decoded = steps
-        if self._last:
-            rest = []
-            for r, end in self._last:
-                if end is not None and r is not self.chunked_req:
-                    _checkpoint(self._pool, r, end)
-                    end = None
-                rest.append((r, end))
-            self._last = rest
+        if self._cache is not None:
+            self._checkpoint_completed(steps)
         for _ in range(steps):
             if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
                 break
@@ -370,22 +312,7 @@ class SGLangScheduler:
         checkpointed as the next schedule() would have (a node per chunk), and the last too when
         the run went on decoding."""
         if self._cache is not None:
-            now, pool = req.num_computed_tokens, s.pool
-            end, ends = now - sum(chunks), []
-            for q in chunks:
-                end += q
-                ends.append(end)
-            final = now >= req.num_tokens and self._decoded > 0
-            try:
-                for end in ends if final else ends[:-1]:
-                    req.num_computed_tokens = end
-                    held = pool.blocks_held(req, end)
-                    pool.used += held - req.num_blocks
-                    req.num_blocks = held
-                    _checkpoint(pool, req, end)
-            finally:
-                req.num_computed_tokens = now
-            self._last = [] if final else [(req, now)]
+            self._lead_checkpoints(s, req, chunks)
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
             self.chunked_req = None
 
@@ -448,22 +375,6 @@ class SGLangScheduler:
     @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
-
-
-def _checkpoint(pool, req, end: int) -> None:
-    """checkpoint_kv_cache: the request's first `end` positions into the radix tree; its private
-    blocks shrink by what the tree took over, and by its copies of what the tree held."""
-    adopted, dup = pool.cache.checkpoint(req, end)
-    req.num_blocks -= adopted + dup
-    pool.used -= dup
-
-
-def _evict_for(pool, tokens: int) -> None:
-    """schedule_batch.py, release_req → evict_from_tree_cache: after a retraction the radix tree
-    gives up cached prefixes until `tokens` are free (SGLANG_RETRACT_DECODE_STEPS per request left)."""
-    short = pool.blocks_for(tokens) - pool.free
-    if pool.cache is not None and short > 0:
-        pool.used -= pool.cache.evict(short)
 
 
 def _one(req) -> int:
