@@ -256,13 +256,7 @@ class SGLangScheduler(RadixDriving):
         self.batch_is_full = False
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
-        """Decode-only steps repeat while nobody waits; with the radix cache only while no step of
-        any run could evict (prepare_for_decode evicts once fewer than a page a request is free,
-        and every eviction reshapes the tree): the free pages cover every request to its end and
-        a page each to spare."""
-        if self.chunked_req is not None or s.waiting:
-            return False
-        return self._cache is None or self._runs_cannot_evict(s)
+        return self.chunked_req is None and not s.waiting
 
     def on_fast_forward(self, steps: int) -> None:
         """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,

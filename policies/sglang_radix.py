@@ -13,8 +13,8 @@ When the tree is touched decides what it evicts, so the order is SGLang's:
 - every SCHEDULE_REFRESH-th prefill attempt with requests waiting walks their prefixes for LRU
   (SchedulePolicy._touch_waiting_prefixes).
 Fast-forward keeps the same order: completed prefills are checkpointed after a run's first step
-(``on_fast_forward``), a chunked lead node by node (``lead_checkpoints``), and runs stop short of
-any step that would evict (the tree would change shape between steps nobody plans).
+(``on_fast_forward``), a chunked lead node by node (``_lead_checkpoints``), and runs stop short of
+any step that would evict (``run_headroom``; the tree would change shape between steps nobody plans).
 """
 from __future__ import annotations
 
@@ -108,13 +108,11 @@ class RadixDriving:
             req.num_computed_tokens = now
         self._last = [] if final else [(req, now)]
 
-    def _runs_cannot_evict(self, s) -> bool:
-        """No step of any decode run from here evicts: the free pages cover every running request
-        to its end with a page each to spare (prepare_for_decode evicts once fewer than a page a
-        request is free)."""
-        pool = s.pool
-        left = sum(r.outputs_left for r in s.running) + (s.cohort.outputs_left() if s.num_in_cohort else 0)
-        return pool.free >= pool.blocks_for(left) + 3 * s.num_running
+    def run_headroom(self, s) -> int:
+        """FAST-FORWARD HOOK (simcore/runs.py): a decode run keeps a page a request free before each
+        of its steps, since prepare_for_decode evicts from the tree below that and every eviction
+        reshapes it."""
+        return s.num_running if self._cache is not None else 0
 
 
 def checkpoint(pool, req, end: int) -> None:

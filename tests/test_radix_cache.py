@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.radix_cache import RadixCache
+from simcore.replica import Replica
 from simcore.request import Request
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -188,9 +189,10 @@ def _run(flags, wl, ff):
 def test_radix_under_kv_pressure_fast_forward_equals_stepping(mixed, page, monkeypatch):
     """SGLang with the radix cache on a pool that retracts and evicts: fast-forward and the decode
     cohort finish every request at the same time as stepping, to the bit."""
-    freed = []
-    evict = RadixCache.evict
+    freed, events = [], []
+    evict, apply = RadixCache.evict, Replica._apply
     monkeypatch.setattr(RadixCache, "evict", lambda self, n: freed.append(evict(self, n)) or freed[-1])
+    monkeypatch.setattr(Replica, "_apply", lambda self, *a: events.append(1) or apply(self, *a))
     rng = np.random.default_rng(6)
     n = 80
     prompts = rng.integers(50, 600, n)
@@ -202,6 +204,7 @@ def test_radix_under_kv_pressure_fast_forward_equals_stepping(mixed, page, monke
     flags = dict(chunked_prefill_size=256, max_prefill_tokens=1024, enable_mixed_chunk=mixed, page_size=page,
                  max_total_tokens=4000, max_running_requests=48, disable_radix_cache=False, max_model_len=8192)
     sim, a = _run(flags, wl, True)
+    fast = len(events)
     _, b = _run(flags, wl, False)
     assert sim.accounted()
     for col in ("first_token_s", "finish_s", "max_itl_s"):
@@ -210,3 +213,4 @@ def test_radix_under_kv_pressure_fast_forward_equals_stepping(mixed, page, monke
         assert a.requests[col].equals(b.requests[col]), col
     assert a.requests.num_preemptions.sum() > 0 and a.requests.num_cached_tokens.sum() > 0
     assert sum(f > 0 for f in freed) > 100
+    assert fast < sim.replicas[0].num_iterations - 100   # runs of several steps were taken
