@@ -150,7 +150,7 @@ class RunPlanning(ChunkedRuns):
     def _headroom(self) -> int:
         """Blocks a run must leave free before each of its steps (the policy's ``run_headroom``:
         SGLang evicts from its radix tree below a page a request, which no run may skip)."""
-        room = getattr(self.policy, "run_headroom", None)
+        room = getattr(getattr(self, "policy", None), "run_headroom", None)
         return room(self.state) if room is not None else 0
 
     @staticmethod
