@@ -10,7 +10,7 @@ When the tree is touched decides what it evicts, so the order is SGLang's:
   (ScheduleBatch.prepare_for_extend: the extend tokens, a page a request when paged), in
   check_decode_mem (the decodes' new pages), before a decode (prepare_for_decode: a page a
   request), after each retraction (release_req: SGLANG_RETRACT_DECODE_STEPS a request left).
-- every SCHEDULE_REFRESH-th prefill attempt with requests waiting walks their prefixes for LRU
+- every 32nd prefill attempt with requests waiting walks their prefixes for LRU
   (SchedulePolicy._touch_waiting_prefixes).
 Fast-forward keeps the same order: completed prefills are checkpointed after a run's first step
 (``on_fast_forward``), a chunked lead node by node (``_lead_checkpoints``), and runs stop short of
