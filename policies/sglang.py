@@ -9,7 +9,8 @@ request is chunked at a time; it is re-entered first next step (add_chunked_req)
 lengths and prefix lengths are truncated to page_size multiples. A decode step that finds too
 little free KV retracts requests (fewest outputs first, then longest prompt) to the back of the
 waiting queue until the next decode fits (ScheduleBatch.retract_decode, check_decode_mem).
-PrefillAdder itself is policies/sglang_prefill.py.
+PrefillAdder itself is policies/sglang_prefill.py; with the radix cache on, the tree
+(simcore/radix_cache.py) is driven as SGLang drives it by policies/sglang_radix.py.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from costmodel.errors import require
 
 from .base import Plan, SchedulerState
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
+from .sglang_radix import RadixDriving, evict_for
 
 RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -99,7 +101,7 @@ def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) 
     return tokens // page_size * page_size
 
 
-class SGLangScheduler:
+class SGLangScheduler(RadixDriving):
     lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
     cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
 
@@ -110,7 +112,7 @@ class SGLangScheduler:
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
-        self._prefilled = []   # requests extended by the last plan: their prompt KV is published next
+        self._init_radix()
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
@@ -119,8 +121,9 @@ class SGLangScheduler:
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
         """Every decode, one token each, when all of them get their KV page (check_decode_mem), else
         none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
-        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+        if not self._decode_fits(s, decoding):
             return plan
+        evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)   # prepare_for_decode
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
         if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
@@ -133,11 +136,8 @@ class SGLangScheduler:
         return plan
 
     def schedule(self, s: SchedulerState) -> Plan:
-        if self._prefilled:
-            for r in self._prefilled:   # stash_chunked_request / process_batch_result_prefill: checkpoint_kv_cache
-                if r.num_blocks and r.finish_s is None:
-                    s.pool.publish(r)
-            self._prefilled = []
+        if self._cache is not None:
+            self._settle(s)
         if self._replaced:
             self.batch_is_full = False
             self._replaced = False
@@ -145,8 +145,6 @@ class SGLangScheduler:
         had_running = bool(decoding) or bool(s.num_in_cohort)
         plan = self._prefill(s, decoding)
         self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
-        if s.pool.cache is not None:
-            self._prefilled = [r for r, _ in plan.items]
         if plan:
             # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
             # batch_is_full) when none ran beside it or a mixed step took the decodes along; a
@@ -156,10 +154,10 @@ class SGLangScheduler:
                 n = len(plan.items)
                 plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
-            return plan
+            return self._remember(plan)
         if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        return self._decode(s, decoding)
+        return self._remember(self._decode(s, decoding))
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
@@ -171,6 +169,7 @@ class SGLangScheduler:
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
+        self._refresh_waiting(s)
         adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
         resumed = self.chunked_req
         if resumed is not None and not adder.add_chunked(resumed):
@@ -190,6 +189,9 @@ class SGLangScheduler:
                     self.batch_is_full = bool(adder.items) or bool(decoding) or bool(s.num_in_cohort)
                 break
         plan = Plan()
+        if adder.items:   # ScheduleBatch.prepare_for_extend: evict for the extend, a page a request when paged
+            page = self.cfg.page_size
+            evict_for(s.pool, sum(n for _, n in adder.items) + (len(adder.items) * page if page > 1 else 0))
         for req, n in adder.items:
             ok = s.pool.grow(req, req.num_computed_tokens + n)
             assert ok, "admission let through more KV than the pool holds"
@@ -209,13 +211,19 @@ class SGLangScheduler:
         plan = Plan()
         if not decoding and not s.num_in_cohort:
             return plan
-        if s.pool.available * s.pool.block_size < self._decode_need(s, decoding):
+        if not self._decode_fits(s, decoding):
             s.dissolve_cohort()
             decoding = self._decoding(s)
             self._retract(s, decoding, plan)
         else:
             self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return self._with_decodes(s, plan, decoding)
+
+    def _decode_fits(self, s, decoding) -> bool:
+        """ScheduleBatch.check_decode_mem: evict for the decodes' new pages, then whether they are free."""
+        need = self._decode_need(s, decoding)
+        evict_for(s.pool, need)
+        return s.pool.free * s.pool.block_size >= need
 
     def _decode_need(self, s, decoding) -> int:
         """Tokens of the new KV pages the decodes need this step (a whole page each)."""
@@ -232,7 +240,7 @@ class SGLangScheduler:
         new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
-        while first or s.pool.available * s.pool.block_size < self._decode_need(s, order):
+        while first or not self._decode_fits(s, order):
             if len(order) == 1:
                 break
             first = False
@@ -241,13 +249,25 @@ class SGLangScheduler:
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
-            _evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+            evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+        self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
+
+    def on_fast_forward(self, steps: int) -> None:
+        """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,
+        before anything later in the run (process_batch_result_prefill); the chunked request's
+        chunks are on_lead's."""
+        if self._cache is not None:
+            self._checkpoint_completed(steps)
+        for _ in range(steps):
+            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
+                break
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,
@@ -262,7 +282,7 @@ class SGLangScheduler:
         req, q = plan.items[0]
         if req is not self.chunked_req or (s.pool.cache is not None and s.pool.cache.holds_next(req)):
             return [], 0
-        pool, decoding = s.pool, self._decoding(s)
+        pool, decoding, page = s.pool, self._decoding(s), self.cfg.page_size
         out, done = [], req.num_computed_tokens + q
         now, used, blocks = req.num_computed_tokens, pool.used, req.num_blocks
         try:
@@ -272,8 +292,8 @@ class SGLangScheduler:
                 adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
                 adder.add_chunked(req)
                 n = adder.items[-1][1]
-                if n <= 0:
-                    break
+                if n <= 0 or (self._cache is not None and pool.blocks_for(n + (page if page > 1 else 0)) > pool.free):
+                    break   # (prepare_for_extend would evict: the tree changes shape)
                 out.append(n)
                 done += n
         finally:
@@ -282,7 +302,11 @@ class SGLangScheduler:
 
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
-        as add_chunked returning False does."""
+        as add_chunked returning False does. With the radix cache each chunk but the last is
+        checkpointed as the next schedule() would have (a node per chunk), and the last too when
+        the run went on decoding."""
+        if self._cache is not None:
+            self._lead_checkpoints(s, req, chunks)
         if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
             self.chunked_req = None
 
@@ -317,11 +341,6 @@ class SGLangScheduler:
                     f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)")
         return None
 
-    def on_fast_forward(self, steps: int) -> None:
-        for _ in range(steps):
-            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
-                break
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
 
     def on_finish(self) -> None:
         self.batch_is_full = False
@@ -350,14 +369,6 @@ class SGLangScheduler:
     @property
     def prefix_caching(self) -> bool:
         return not self.cfg.disable_radix_cache
-
-
-def _evict_for(pool, tokens: int) -> None:
-    """schedule_batch.py, release_req → evict_from_tree_cache: after a retraction the radix tree
-    gives up cached prefixes until `tokens` are free (SGLANG_RETRACT_DECODE_STEPS per request left)."""
-    short = pool.blocks_for(tokens) - pool.free
-    if pool.cache is not None and short > 0:
-        pool.used -= pool.cache.evict(short)
 
 
 def _one(req) -> int:

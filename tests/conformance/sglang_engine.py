@@ -6,8 +6,11 @@ tensors on CPU), and the KV bookkeeping of sglang/srt/mem_cache/common.py (`chec
 `release_kv_cache`, `evict_from_tree_cache`) and schedule_batch.py (`release_req`). What this file
 writes itself is the glue that SGLang keeps on `Scheduler` and `ScheduleBatch`, whose constructors
 need a model and a GPU; each method names the function it follows. The model forward is a stub:
-every request whose prefill completes, and every decode, samples token 7, and a request finishes
-by length at max_new_tokens, which is what chunksim's fixed output lengths are.
+every request whose prefill completes, and every decode, samples a token of its own (one id per
+request, above every prompt token), and a request finishes by length at max_new_tokens, which is
+what chunksim's fixed output lengths are. Own tokens, because chunksim's prefix cache names a
+request's generated blocks after the request alone: with a shared token, a cached output could
+match another request's prompt or output, which no real workload's block hashes say.
 
 Importing SGLang on CPU: sglang/srt/configs/__init__.py imports every model's config eagerly (and
 through them torchvision, whose PyPI wheels need CUDA), so the package is entered without that
@@ -24,6 +27,7 @@ from array import array
 from dataclasses import dataclass, field
 
 SGLANG_VERSION = "0.5.23"
+OUTPUT_TOKEN_BASE = 1 << 16   # sampled tokens: OUTPUT_TOKEN_BASE + the request's index (prompts stay below)
 
 
 def _light_import() -> None:
@@ -182,12 +186,14 @@ class SGLangEngine:
         self.last_batch = None
         self.chunked_req = None
         self.time = 0
+        self._sampled: dict = {}   # rid → the token its fake forward samples
 
     def add(self, rid: str, tokens, max_new_tokens: int, ignore_eos: bool) -> None:
         """Scheduler._add_request_to_queue: to the back of the waiting queue."""
         sp = self.sg.SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
         sp.normalize(None)
         req = self.sg.sb.Req(rid, "", array("q", tokens), sp, vocab_size=1 << 20)
+        self._sampled[rid] = OUTPUT_TOKEN_BASE + len(self._sampled)
         self.waiting.append(req)
 
     @property
@@ -416,7 +422,7 @@ class SGLangEngine:
             if req.finished() or req.is_retracted:
                 continue
             if req.inflight_middle_chunks <= 0:
-                req.output_ids.append(7)
+                req.output_ids.append(self._sampled[req.rid])
                 req.update_finish_state()
                 if req.finished():
                     sg.common.release_kv_cache(req, self.tree, checkpoint=True)
@@ -434,7 +440,7 @@ class SGLangEngine:
         sg = self.sg
         for req in batch.reqs:
             rec.tokens[req.rid] = 1
-            req.output_ids.append(7)
+            req.output_ids.append(self._sampled[req.rid])
             req.update_finish_state()
             if req.finished():
                 sg.common.release_kv_cache(req, self.tree, checkpoint=True)

@@ -26,18 +26,9 @@ def test_seed_scene_matches(scene):
     assert v.match, v.divergence
 
 
-# Known: under KV pressure SGLang's radix tree evicts whole nodes (a node is one insert's span, split
-# where a later match or insert diverges), and every match, also of requests left waiting
-# (SchedulePolicy.calc_priority), refreshes LRU times; chunksim's cache evicts page by page and
-# touches on admission only, so a later request can hit a prefix SGLang has evicted.
-KNOWN = {"mixed-off/radix-on/tight", "mixed-on/radix-on/tight"}
-
-
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("seed", range(SAMPLE))
 def test_random_scenario_matches(config, seed):
     sc = random_scenario(config, seed)
     v = compare(sc, run_engine(sc))
-    if config in KNOWN and not v.match:
-        pytest.xfail(f"radix eviction granularity: {v.divergence}")
     assert v.match, v.divergence
