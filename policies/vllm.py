@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from costmodel.errors import require
 from costmodel.hardware import GiB
 
+from simcore.apc import BlockHashCache
+
 from .base import Plan, PolicyHooks, SchedulerState
 
 
@@ -71,7 +73,7 @@ class VLLMScheduler(PolicyHooks):
     replica hands this to the cost model, which prices the host part of a step accordingly.
     """
     lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
-    caches_outputs = True   # generated tokens' blocks enter the prefix cache too (PrefixCache.cache_outputs)
+    prefix_cache_class = BlockHashCache   # vLLM's own block-hash cache (simcore/apc.py)
 
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
