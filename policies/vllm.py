@@ -73,11 +73,14 @@ class VLLMScheduler(PolicyHooks):
     replica hands this to the cost model, which prices the host part of a step accordingly.
     """
     lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
-    prefix_cache_class = BlockHashCache   # vLLM's own block-hash cache (simcore/apc.py)
 
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
         self._thr = cfg.long_prefill_token_threshold
+
+    def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> BlockHashCache:
+        """vLLM's own block-hash cache (simcore/apc.py)."""
+        return BlockHashCache(block_tokens, engine_block_size, outputs_lag=self.cfg.async_scheduling)
 
     @property
     def overlaps_host(self) -> bool:
@@ -109,6 +112,9 @@ class VLLMScheduler(PolicyHooks):
 
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
+        cache = s.pool.cache if isinstance(s.pool.cache, BlockHashCache) else None
+        if cache is not None:
+            cache.begin_schedule()
         self._thr = self._threshold(s)
         plan.cohort = s.cohort_rides(self._wants, budget)
         budget -= plan.cohort
@@ -127,6 +133,8 @@ class VLLMScheduler(PolicyHooks):
             scheduled[req] = n
             budget -= n
             i += 1
+        if cache is not None:
+            cache.end_schedule(s.running[i:])
         if not plan.preempted and s.waiting:
             waiting, pool, cfg = s.waiting, s.pool, self.cfg
             num_running = s.num_running + len(s.finished)

@@ -27,19 +27,42 @@ import heapq
 
 
 class _Copy:
-    """One physical cached block (or cache unit)."""
-    __slots__ = ("key", "refs", "stamp", "queued", "cached", "serial")
+    """One physical cached block (or cache unit). ``refs``: requests holding it (vLLM's ref_cnt);
+    ``pins``: lookups of this schedule() not yet admitted (vLLM has not touched it for them, so
+    they leave its place in the queue alone, but it must not be handed out under them)."""
+    __slots__ = ("key", "refs", "pins", "stamp", "queued", "cached", "serial")
 
     def __init__(self, key: int, serial: int):
         self.key, self.serial = key, serial
-        self.refs, self.stamp, self.queued, self.cached = 1, 0, False, True
+        self.refs, self.pins, self.stamp, self.queued, self.cached = 1, 0, 0, False, True
+
+
+class _Held(list):
+    """A request's cached copies, blocks [0, len) in order, and when its blocks were last cached:
+    ``pub`` the schedule() that did it, ``pub_T`` the positions it held then, ``ph`` whether its
+    last token was still in flight (async), ``skip`` the last schedule() that did not reach it."""
+    __slots__ = ("pub", "pub_T", "ph", "skip")
+
+    def __init__(self):
+        super().__init__()
+        self.pub = self.skip = -2
+        self.pub_T, self.ph = 0, False
 
 
 class BlockHashCache:
-    """The prefix-cache side of vLLM's BlockPool: the hash map and the cached part of the free queue."""
+    """The prefix-cache side of vLLM's BlockPool: the hash map and the cached part of the free queue.
 
-    def __init__(self, block_tokens: int, engine_block_size: int):
-        self.block_tokens, self.engine_block_size = block_tokens, engine_block_size
+    ``outputs_lag`` (async scheduling): schedule(n+1) runs before the output of step n is
+    processed, so a request that sampled in step n has one token fewer than chunksim's count
+    (Request.num_tokens excludes the placeholder) when allocate_slots caches its blocks; the
+    block that token completes is cached by update_from_output (cache_blocks up to
+    num_computed_tokens − num_in_flight_tokens), after schedule(n+1). A request preempted in
+    schedule(n+1) that sampled in steps n − 1 and n has its blocks cached only up to the
+    positions of step n − 1 (vllm/v1/core/sched/scheduler.py, update_from_output)."""
+
+    def __init__(self, block_tokens: int, engine_block_size: int, outputs_lag: bool = False):
+        self.block_tokens, self.engine_block_size, self.outputs_lag = block_tokens, engine_block_size, outputs_lag
+        self.sched, self.in_schedule = 0, False
         self.engine_blocks = -(-block_tokens // engine_block_size)
         self._map: dict = {}            # chained key -> [copies], oldest first (get_one_block's pick)
         self._queue: list = []          # (stamp, serial, copy): copies nobody references, in free-queue order
@@ -78,7 +101,7 @@ class BlockHashCache:
         from it: KVCacheManager.get_computed_blocks); the hit copies are pinned. Returns tokens."""
         bt, get = self.block_tokens, self._map.get
         limit = min(self._full_blocks(req), (req.num_tokens - 1) // bt)
-        path, key = [], 0
+        path, key = _Held(), 0
         for i in range(limit):
             key = self._key(req, i, key)
             copies = get(key)
@@ -86,9 +109,9 @@ class BlockHashCache:
                 break
             path.append(copies[0])
         for c in path:
-            if not c.refs:
+            if not c.refs and not c.pins:
                 self.free_copies -= 1
-            c.refs += 1
+            c.pins += 1
         req.cache_path = path
         hit = len(path) * bt
         self.lookup_tokens += req.prompt_len
@@ -97,15 +120,20 @@ class BlockHashCache:
         return hit
 
     def touch(self, req) -> None:
-        """Admitted: the pinned copies stay out of the queue until freed (BlockPool.touch)."""
+        """Admitted: the request holds its hit copies, out of the queue until freed (BlockPool.touch)."""
+        path = req.cache_path or ()
+        for i in range(min(len(path), req.num_cached_tokens // self.block_tokens)):
+            c = path[i]
+            c.pins -= 1
+            c.refs += 1
 
     def unmatch(self, req) -> None:
         """Undo ``match`` for a request that was not admitted: vLLM touched nothing, so every copy
         goes back to its place in the queue."""
         path, req.cache_path = req.cache_path or [], None
         for c in path:
-            c.refs -= 1
-            if not c.refs:
+            c.pins -= 1
+            if not c.refs and not c.pins:
                 self.free_copies += 1
                 if not c.queued:
                     c.queued = True
@@ -114,13 +142,39 @@ class BlockHashCache:
         self.hit_tokens -= min(len(path) * self.block_tokens, req.prompt_len)
         req.num_cached_tokens = 0
 
+    def begin_schedule(self) -> None:
+        self.sched += 1
+        self.in_schedule = True
+
+    def end_schedule(self, skipped) -> None:
+        """The running requests that schedule() did not reach (`skipped`) sampled nothing."""
+        for req in skipped:
+            if req.cache_path is not None:
+                req.cache_path.skip = self.sched
+        self.in_schedule = False
+
+    def _sampled_last(self, req, path) -> bool:
+        """Whether `req` sampled in the step just applied: it decodes next and the last schedule()
+        reached it (it was published then, or has advanced since, in a cohort or a run)."""
+        return (req.num_computed_tokens == req.num_tokens - 1 and path.skip != self.sched - 1
+                and (path.pub == self.sched - 1 or req.num_computed_tokens > path.pub_T))
+
     def publish_scheduled(self, req, tokens: int) -> int:
-        """cache_full_blocks up to `tokens` positions: each full block of `req` past those already
-        cached becomes a cached copy under its key, beside any copy cached before it (no dedup).
-        Returns how many of the request's private pool blocks became cached copies."""
+        """allocate_slots -> cache_full_blocks up to `tokens` positions (less a token still in
+        flight, see ``outputs_lag``): each full block of `req` past those already cached becomes a
+        cached copy under its key, beside any copy cached before it (no dedup). Returns how many
+        of the request's private pool blocks became cached copies."""
         path = req.cache_path
         if path is None:
-            path = req.cache_path = []
+            path = req.cache_path = _Held()
+        if self.outputs_lag:
+            ph = self._sampled_last(req, path)
+            path.pub, path.pub_T, path.ph = self.sched, tokens, ph
+            if ph:
+                tokens = min(tokens, req.num_tokens - 1)
+        return self._cache(req, path, tokens)
+
+    def _cache(self, req, path, tokens: int) -> int:
         k = min(self._full_blocks(req), tokens // self.block_tokens)
         n = len(path)
         if k <= n:
@@ -143,19 +197,25 @@ class BlockHashCache:
         return len(req.cache_path or ()) * self.engine_blocks
 
     def release(self, req) -> int:
-        """The request leaves (finished or preempted): its full computed blocks not yet cached are
-        cached, then every block is freed in reverse order (KVCacheManager.free): the private ones
+        """The request leaves (finished, or preempted in schedule()): its full computed blocks not
+        yet cached are cached (a preempted one's as ``outputs_lag`` says), then every block is freed in reverse order (KVCacheManager.free): the private ones
         to the front of the free queue, the cached copies nobody else holds to its back, tail
         first. Returns how many of its private pool blocks became cached copies."""
-        adopted = self.publish_scheduled(req, req.num_computed_tokens)
-        path, req.cache_path = req.cache_path, None
+        path, tokens = req.cache_path, req.num_computed_tokens
+        if path is None:
+            path = _Held()
+        elif self.in_schedule and self.outputs_lag and self._sampled_last(req, path) and (
+                tokens > path.pub_T or (path.pub == self.sched - 1 and path.ph)):
+            tokens -= 1   # preempted with steps n − 1 and n both sampling: cached to step n − 1's positions
+        adopted = self._cache(req, path, tokens)
+        req.cache_path = None
         queue = self._queue
         for c in reversed(path):
             c.refs -= 1
             if not c.refs:
                 self._stamp += 1
                 c.stamp, c.queued = self._stamp, True
-                self.free_copies += 1
+                self.free_copies += not c.pins
                 heapq.heappush(queue, (c.stamp, c.serial, c))
         if len(queue) > 4 * self.free_copies + 64:
             self._compact()
@@ -178,7 +238,7 @@ class BlockHashCache:
             if stamp != c.stamp:
                 continue
             c.queued = False
-            if c.refs or not c.cached:
+            if c.refs or c.pins or not c.cached:
                 continue
             copies = m[c.key]
             copies.remove(c)
