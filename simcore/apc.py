@@ -40,13 +40,14 @@ class _Copy:
 class _Held(list):
     """A request's cached copies, blocks [0, len) in order, and when its blocks were last cached:
     ``pub`` the schedule() that did it, ``pub_T`` the positions it held then, ``ph`` whether its
-    last token was still in flight (async), ``skip`` the last schedule() that did not reach it."""
-    __slots__ = ("pub", "pub_T", "ph", "skip")
+    last token was still in flight (async), ``samp`` whether that step samples (it reaches
+    num_tokens), ``skip`` the last schedule() that did not reach it."""
+    __slots__ = ("pub", "pub_T", "ph", "samp", "skip")
 
     def __init__(self):
         super().__init__()
         self.pub = self.skip = -2
-        self.pub_T, self.ph = 0, False
+        self.pub_T, self.ph, self.samp = 0, False, False
 
 
 class BlockHashCache:
@@ -154,10 +155,10 @@ class BlockHashCache:
         self.in_schedule = False
 
     def _sampled_last(self, req, path) -> bool:
-        """Whether `req` sampled in the step just applied: it decodes next and the last schedule()
-        reached it (it was published then, or has advanced since, in a cohort or a run)."""
-        return (req.num_computed_tokens == req.num_tokens - 1 and path.skip != self.sched - 1
-                and (path.pub == self.sched - 1 or req.num_computed_tokens > path.pub_T))
+        """Whether `req` sampled in the step just applied: the last schedule() reached it and it
+        sampled there, or it has decoded since its last publish (in a cohort or a run)."""
+        return path.skip != self.sched - 1 and (
+            (path.pub == self.sched - 1 and path.samp) or req.num_computed_tokens > path.pub_T)
 
     def publish_scheduled(self, req, tokens: int) -> int:
         """allocate_slots -> cache_full_blocks up to `tokens` positions (less a token still in
@@ -169,7 +170,7 @@ class BlockHashCache:
             path = req.cache_path = _Held()
         if self.outputs_lag:
             ph = self._sampled_last(req, path)
-            path.pub, path.pub_T, path.ph = self.sched, tokens, ph
+            path.pub, path.pub_T, path.ph, path.samp = self.sched, tokens, ph, tokens >= req.num_tokens
             if ph:
                 tokens = min(tokens, req.num_tokens - 1)
         return self._cache(req, path, tokens)
