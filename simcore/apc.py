@@ -115,6 +115,7 @@ class BlockHashCache:
             c.pins += 1
         req.cache_path = path
         hit = len(path) * bt
+        path.pub_T = hit
         self.lookup_tokens += req.prompt_len
         self.hit_tokens += min(hit, req.prompt_len)
         req.num_cached_tokens = hit
