@@ -8,7 +8,8 @@ KV blocks, the last running request is preempted (recompute, to the front of wai
 can; a step with a preemption admits no waiting request. With scheduler_reserve_full_isl (on by
 default) a waiting request is admitted only when the free blocks hold its whole current token
 count, not just its first chunk. With async_scheduling (on by default) a request that sampled its
-last token keeps its slot and blocks through the next schedule() (SchedulerState.retire).
+last token keeps its slot and blocks through the next schedule() (SchedulerState.retire). With
+prefix caching, blocks are cached, hit and evicted as vLLM's BlockPool does (simcore/apc.py).
 Checked step for step against vLLM's own Scheduler and AsyncScheduler (tests/conformance).
 """
 from __future__ import annotations
