@@ -116,7 +116,7 @@ class SchedulerState:
 
     def publish(self, req: Request, tokens: int) -> None:
         """vLLM's prefix cache takes a request's full blocks when they are scheduled (see
-        PrefixCache.publish_scheduled); its private block count shrinks by what the cache took."""
+        BlockHashCache.publish_scheduled); its private block count shrinks by what the cache took."""
         cache = self.pool.cache
         if cache is not None:
             req.num_blocks -= cache.publish_scheduled(req, tokens)

@@ -30,7 +30,7 @@ class RadixDriving:
         self._refreshes = 0
         self._decoded = 0     # decode-only steps of the run being applied (on_fast_forward, for on_lead)
 
-    def make_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
+    def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
         self._cache = RadixCache(block_tokens, engine_block_size)
         return self._cache
 

@@ -8,7 +8,8 @@ KV blocks, the last running request is preempted (recompute, to the front of wai
 can; a step with a preemption admits no waiting request. With scheduler_reserve_full_isl (on by
 default) a waiting request is admitted only when the free blocks hold its whole current token
 count, not just its first chunk. With async_scheduling (on by default) a request that sampled its
-last token keeps its slot and blocks through the next schedule() (SchedulerState.retire).
+last token keeps its slot and blocks through the next schedule() (SchedulerState.retire). With
+prefix caching, blocks are cached, hit and evicted as vLLM's BlockPool does (simcore/apc.py).
 Checked step for step against vLLM's own Scheduler and AsyncScheduler (tests/conformance).
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 from costmodel.errors import require
 from costmodel.hardware import GiB
+
+from simcore.apc import BlockHashCache
 
 from .base import Plan, PolicyHooks, SchedulerState
 
@@ -71,11 +74,14 @@ class VLLMScheduler(PolicyHooks):
     replica hands this to the cost model, which prices the host part of a step accordingly.
     """
     lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
-    caches_outputs = True   # generated tokens' blocks enter the prefix cache too (PrefixCache.cache_outputs)
 
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
         self._thr = cfg.long_prefill_token_threshold
+
+    def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> BlockHashCache:
+        """vLLM's own block-hash cache (simcore/apc.py)."""
+        return BlockHashCache(block_tokens, engine_block_size, outputs_lag=self.cfg.async_scheduling)
 
     @property
     def overlaps_host(self) -> bool:
@@ -109,6 +115,9 @@ class VLLMScheduler(PolicyHooks):
 
     def schedule(self, s: SchedulerState) -> Plan:
         plan, budget = Plan(), self.cfg.max_num_batched_tokens
+        cache = s.pool.cache if isinstance(s.pool.cache, BlockHashCache) else None
+        if cache is not None:
+            cache.begin_schedule()
         self._thr = self._threshold(s)
         plan.cohort = s.cohort_rides(self._wants, budget)
         budget -= plan.cohort
@@ -127,6 +136,8 @@ class VLLMScheduler(PolicyHooks):
             scheduled[req] = n
             budget -= n
             i += 1
+        if cache is not None:
+            cache.end_schedule(s.running[i:])
         if not plan.preempted and s.waiting:
             waiting, pool, cfg = s.waiting, s.pool, self.cfg
             num_running = s.num_running + len(s.finished)

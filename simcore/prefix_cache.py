@@ -1,16 +1,16 @@
-"""Prefix caching over block hashes: vLLM automatic prefix caching and SGLang's radix cache.
+"""Prefix caching over block hashes as a radix tree: SGLang's RadixCache, and the no-chunking policy's.
 
 A prompt is named by a chain of block hashes (Mooncake `hash_ids`: equal id at index i means
 equal tokens up to the end of block i), each covering `block_tokens` tokens. The cache is a
 tree of such blocks; a node holds `engine_blocks` KV blocks of the replica's pool. Requests
 reference the nodes of their cached prefix; unreferenced nodes stay cached, counted as used,
-and are evicted least-recently-used, leaves first, when the pool needs room. That is SGLang's
-radix-tree eviction, and what vLLM's free-block queue does in effect, since vLLM frees a
-request's blocks tail first so that they are evicted first (vllm/v1/core/block_pool.py).
+and are evicted least-recently-used, leaves first, when the pool needs room: SGLang's
+radix-tree eviction. vLLM keeps its cache otherwise (duplicates, its free-block queue):
+simcore/apc.py.
 
 A request pins its matched prefix only once admitted; a lookup that is not admitted is undone.
 A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
-last token is always recomputed to sample from it: vLLM get_computed_blocks).
+last token is always recomputed to sample from it).
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ class PrefixCache:
     lookup_tokens: int = 0
     unreferenced: int = 0          # nodes with no request referencing them (evictable or inner)
     created: int = 0
-    cache_outputs: bool = False    # vLLM: generated tokens' full blocks are cached too (a resumed request hits them)
     _lru: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -50,17 +49,8 @@ class PrefixCache:
         return len(self.nodes) * self.engine_blocks
 
     def _full_blocks(self, req) -> int:
-        """Full blocks of `req` that have a name: its prompt's, and with ``cache_outputs`` (when
-        every full prompt block is named) the blocks that hold generated tokens, named after the
-        request alone since nobody else generated them (vLLM hashes every full block of
-        request.all_token_ids, vllm/v1/core/kv_cache_utils.py, get_request_block_hasher)."""
-        prompt = req.prompt_len // self.block_tokens
-        if self.cache_outputs and len(req.block_hashes) >= prompt:
-            return req.num_tokens // self.block_tokens
-        return min(len(req.block_hashes), prompt)
-
-    def _hash(self, req, i: int):
-        return req.block_hashes[i] if i < req.prompt_len // self.block_tokens else ("out", req.rid)
+        """Full prompt blocks of `req` that have a name."""
+        return min(len(req.block_hashes), req.prompt_len // self.block_tokens)
 
     def match(self, req) -> int:
         """Reference (pin) the cached prefix of `req`; returns its length in tokens. Nothing is touched
@@ -68,7 +58,7 @@ class PrefixCache:
         path, nodes, parent = [], self.nodes, 0
         limit = min(self._full_blocks(req), (req.num_tokens - 1) // self.block_tokens)
         for i in range(limit):
-            node = nodes.get((parent, self._hash(req, i)))
+            node = nodes.get((parent, req.block_hashes[i]))
             if node is None:
                 break
             path.append(node)
@@ -97,37 +87,6 @@ class PrefixCache:
         self.hit_tokens -= min(len(path) * self.block_tokens, req.prompt_len)
         req.num_cached_tokens = 0
 
-    def publish_scheduled(self, req, tokens: int) -> int:
-        """vLLM caches a request's full blocks as soon as they are scheduled, not when it leaves
-        (KVCacheManager.allocate_slots -> cache_blocks, vllm/v1/core/kv_cache_manager.py): the
-        full prompt blocks of `req` up to `tokens` positions join the cache, still referenced by
-        `req`, so a request looked up later in the same schedule() already hits them. Stops, for
-        good, at a block someone else cached first (the request keeps its own copy of it, cached
-        when it leaves). Generated tokens' blocks are cached when the request leaves: only the
-        request itself could hit them, after a preemption, which releases it first. A chunked
-        prefill's lead (simcore/chunked.py) publishes its later chunks through the policy's
-        ``on_lead``, chunk by chunk, as stepping would. Returns how many of its private pool blocks the cache took over."""
-        path = req.cache_path if req.cache_path is not None else []
-        prompt = min(len(req.block_hashes), req.prompt_len // self.block_tokens)
-        k = min(prompt, tokens // self.block_tokens)
-        if k <= len(path) or len(path) < min(prompt, req.num_computed_tokens // self.block_tokens):
-            return 0
-        nodes, parent, adopted = self.nodes, (path[-1] if path else None), 0
-        for i in range(len(path), k):
-            key = (parent.serial if parent is not None else 0, self._hash(req, i))
-            if key in nodes:
-                break
-            self.created += 1
-            node = _Node(key, parent, i + 1, refs=1, last_use=self.clock, serial=self.created)
-            nodes[key] = node
-            if parent is not None:
-                parent.children += 1
-            path.append(node)
-            parent = node
-            adopted += 1
-        req.cache_path = path
-        return adopted * self.engine_blocks
-
     def shared_blocks(self, req) -> int:
         return len(req.cache_path or ()) * self.engine_blocks
 
@@ -140,7 +99,7 @@ class PrefixCache:
         parent = path[-1] if path else None
         adopted, clock, nodes = 0, self.clock, self.nodes
         for i in range(len(path), computed_blocks):
-            key = (parent.serial if parent is not None else 0, self._hash(req, i))
+            key = (parent.serial if parent is not None else 0, req.block_hashes[i])
             node = nodes.get(key)
             if node is None:
                 self.created += 1

@@ -51,9 +51,7 @@ class Simulation:
                 tokens = int(getattr(workload, "block_tokens", pool.block_size))
                 require(tokens % pool.block_size == 0, "workload:block_tokens", tokens,
                         f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching")
-                make = getattr(pol, "make_prefix_cache", None)   # a policy with a cache model of its own
-                pool.cache = make(tokens, pool.block_size) if make else PrefixCache(
-                    tokens, pool.block_size, cache_outputs=getattr(pol, "caches_outputs", False))
+                pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
                                  fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()

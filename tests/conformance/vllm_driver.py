@@ -4,7 +4,7 @@ vLLM side (needs the engine, see ``vllm_available``): ``Scheduler`` or ``AsyncSc
 CPU as vLLM's tests/v1/core build one (a local config.json, ``skip_tokenizer_init``, an explicit
 ``KVCacheConfig`` of N blocks), advanced with ``update_from_output`` and a fake
 ``ModelRunnerOutput``: one sampled token for every scheduled request that is no longer a prefill
-chunk; requests carry ``max_tokens`` with ``ignore_eos``. Sync runs ``EngineCore.step``
+chunk, a token of the request's own (two requests with one prompt do not generate one text); requests carry ``max_tokens`` with ``ignore_eos``. Sync runs ``EngineCore.step``
 (schedule, execute, update); async runs ``EngineCore.step_with_batch_queue`` with two batches in
 flight: schedule n+1 happens before the output of step n is processed.
 
@@ -28,6 +28,8 @@ from unit_cost import UnitCost
 from vllm_scenarios import VllmScenario
 
 VLLM_VERSION = "0.33.0"
+_OUTPUT_TOKEN = 30_001   # + rid: every request generates its own token, outside the prompts' 1..29999, so
+                         # generated blocks are the request's own, as chunksim names them (simcore/apc.py)
 _MODEL_DIR = None
 for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
     os.environ.setdefault(_k, _v)
@@ -115,7 +117,7 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
 
     def fake_output(out):
         ids = list(out.num_scheduled_tokens)
-        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [7] for r in ids]
+        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [_OUTPUT_TOKEN + int(r)] for r in ids]
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=sampled)
 
