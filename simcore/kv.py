@@ -67,14 +67,6 @@ class BlockPool:
         self.used -= req.num_blocks - adopted
         req.num_blocks = 0
 
-    def publish(self, req) -> None:
-        """The running request's computed prompt blocks move into the prefix cache (see PrefixCache.checkpoint)."""
-        if self.cache is None or req.num_blocks == 0:
-            return
-        adopted, dup = self.cache.checkpoint(req)
-        req.num_blocks -= adopted + dup
-        self.used -= dup
-
     def check(self, running=()) -> None:
         assert 0 <= self.used <= self.total
         cached = self.cache.cached_blocks if self.cache else 0

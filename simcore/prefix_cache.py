@@ -1,12 +1,12 @@
-"""Prefix caching over block hashes as a radix tree: SGLang's RadixCache, and the no-chunking policy's.
+"""The no-chunking policy's prefix cache: block hashes in a radix tree, one node per block.
 
 A prompt is named by a chain of block hashes (Mooncake `hash_ids`: equal id at index i means
 equal tokens up to the end of block i), each covering `block_tokens` tokens. The cache is a
 tree of such blocks; a node holds `engine_blocks` KV blocks of the replica's pool. Requests
 reference the nodes of their cached prefix; unreferenced nodes stay cached, counted as used,
-and are evicted least-recently-used, leaves first, when the pool needs room: SGLang's
-radix-tree eviction. vLLM keeps its cache otherwise (duplicates, its free-block queue):
-simcore/apc.py.
+and are evicted least-recently-used, leaves first, when the pool needs room. The engines keep
+theirs otherwise: SGLang's RadixCache (whole nodes, splits, a refresh on every match) is
+simcore/radix_cache.py, vLLM's BlockPool (duplicates, its free-block queue) simcore/apc.py.
 
 A request pins its matched prefix only once admitted; a lookup that is not admitted is undone.
 A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
@@ -117,47 +117,6 @@ class PrefixCache:
         if parent is not None and len(path) < computed_blocks:   # only the chain's last node can be a leaf
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
-
-    def holds_next(self, req) -> bool:
-        """Whether the tree already holds the full prompt block after `req`'s path, so that a
-        ``checkpoint`` would free the request's own copy (past a block the request created itself,
-        every block is new: a new node has no children)."""
-        path = req.cache_path or ()
-        i = len(path)
-        return i < self._full_blocks(req) and (path[-1].serial if path else 0, req.block_hashes[i]) in self.nodes
-
-    def checkpoint(self, req) -> tuple[int, int]:
-        """A running request's computed full prompt blocks join the tree while it keeps them pinned
-        (SGLang checkpoint_kv_cache → RadixCache.checkpoint, after every prefill chunk and when the
-        prefill completes), so a later request sharing the prefix hits them. Returns (pool blocks
-        the cache took over, pool blocks freed because the tree already held that prefix)."""
-        path = req.cache_path if req.cache_path is not None else []
-        computed_blocks = min(self._full_blocks(req), req.num_computed_tokens // self.block_tokens)
-        if computed_blocks <= len(path):
-            return 0, 0
-        self.clock += 1
-        parent = path[-1] if path else None
-        adopted = dup = 0
-        nodes, clock = self.nodes, self.clock
-        for i in range(len(path), computed_blocks):
-            key = (parent.serial if parent is not None else 0, req.block_hashes[i])
-            node = nodes.get(key)
-            if node is None:
-                self.created += 1
-                node = _Node(key, parent, i + 1, serial=self.created)
-                nodes[key] = node
-                if parent is not None:
-                    parent.children += 1
-                adopted += 1
-            else:
-                dup += 1
-                self.unreferenced -= node.refs == 0
-            node.refs += 1
-            node.last_use = clock
-            path.append(node)
-            parent = node
-        req.cache_path = path
-        return adopted * self.engine_blocks, dup * self.engine_blocks
 
     def _unpin(self, path) -> None:
         """Every node but a path's last has a child (the next), so only the last can become a leaf."""
