@@ -15,7 +15,8 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
-from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, _covariance, ape_stats, clamp_warning
+from .fit import F_SCALE, LOSS, ClassFit, ape_stats
+from .identify import identify
 
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
@@ -55,21 +56,7 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     res = least_squares(lambda x: np.log(times_on(short, p0 * np.exp(x)) / t), x0,
                         bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", tr_solver="lsmr")
     values = p0 * np.exp(res.x)
+    active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(t), cap, UNITS)
     base = np.log(times_on(g, values))
-    active = {}
-    for j, p in enumerate(PARAMS):
-        bumped = values.copy()
-        bumped[j] *= np.exp(1e-3)
-        active[p] = int((np.abs(np.log(times_on(g, bumped)) - base) / 1e-3 >= 0.1).sum())
-    ok = np.array([active[p] > 0 for p in PARAMS])
-    cov, s2, _ = _covariance(res, ok, max(len(t) - len(PARAMS), 1))
-    warns = []
-    for j, p in enumerate(PARAMS):
-        if not active[p]:
-            warns.append(f"gemm.{p} not identified: no point depends on it by 10 %")
-        elif np.isfinite(cov[j, j]) and np.sqrt(cov[j, j]) > POOR_REL_SIGMA:
-            warns.append(f"gemm.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
-        if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
-            warns.append(clamp_warning("gemm", p, cap[j], UNITS[p]))
     return GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active,
                         ape_stats(np.exp(base), t), tuple(warns), units=dict(UNITS), sms=sms)

@@ -37,7 +37,8 @@ from scipy.optimize import least_squares
 
 from ..decode_units import GROUPINGS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
-from .fit import F_SCALE, LOSS, POOR_REL_SIGMA, ClassFit, ape_stats, _covariance
+from .fit import F_SCALE, LOSS, ClassFit, ape_stats
+from .identify import identify
 
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
@@ -196,7 +197,6 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
     (the GPU's SM count, 0: unknown) turns on attention's wave model, with ``l2`` (its L2 bytes)
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
-    from .fit import clamp_warning  # the bound's wording is shared with the roofline classes
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
     upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
@@ -215,26 +215,10 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
-    eps = 1e-3
-    active = {}
-    base = np.log(model_times(op_class, params, values, df, sms, groups))
-    for j, p in enumerate(params):
-        bumped = values.copy()
-        bumped[j] *= np.exp(eps)
-        share = np.abs(np.log(model_times(op_class, params, bumped, df, sms, groups)) - base) / eps
-        active[p] = int((share >= 0.1).sum())
-    ok = np.array([active[p] > 0 for p in params])
-    cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
-    warns = []
-    for j, p in enumerate(params):
-        if not active[p]:
-            warns.append(f"{op_class}.{p} not identified: no point depends on it by 10 %")
-        elif np.isfinite(cov[j, j]) and np.sqrt(cov[j, j]) > POOR_REL_SIGMA:
-            warns.append(f"{op_class}.{p} poorly identified: 1σ is {100 * np.sqrt(cov[j, j]):.0f} %")
-        if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6):
-            warns.append(clamp_warning(op_class, p, cap[j], UNITS[base_name(p)]))
-    errors = ape_stats(model_times(op_class, params, values, df, sms, groups), t)
     units = {p: UNITS[base_name(p)] for p in params}
+    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups),
+                                      res, len(t), cap, units)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups), t)
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
                     sms=sms, groups=groups)
 
