@@ -222,6 +222,11 @@ class PolicyHooks:
     def on_finish(self) -> None:
         pass
 
+    def run_headroom(self, s: SchedulerState) -> int:
+        """FAST-FORWARD HOOK (simcore/runs.py, chunked.py): pool blocks a run must leave free before
+        each of its steps, because the engine would act below that (SGLang evicts from its tree)."""
+        return 0
+
     @staticmethod
     def reject_reason(req, pool) -> str | None:
         """Why this engine would refuse `req` outright, beyond max_model_len and the pool's size."""

@@ -162,12 +162,6 @@ class RunPlanning(ChunkedRuns):
             if req.cohort_tick >= 0:
                 self.state.cohort.put_back(req)
 
-    def _headroom(self) -> int:
-        """Blocks a run must leave free before each of its steps (the policy's ``run_headroom``:
-        SGLang evicts from its radix tree below a page a request, which no run may skip)."""
-        room = getattr(getattr(self, "policy", None), "run_headroom", None)
-        return room(self.state) if room is not None else 0
-
     @staticmethod
     def _run_length(items) -> tuple[int, int, bool]:
         """(steps until the first finish, until the last, whether all are decodes now) if every item
@@ -190,7 +184,7 @@ class RunPlanning(ChunkedRuns):
         An item (r, q) holds r.num_computed_tokens + q − 1 + j positions after step j; with
         `decoding` False an item may grow by more than one a step before that (a chunked lead)."""
         pool, c = self.state.pool, self.state.cohort
-        bs, free, cache = pool.block_size, pool.total - pool.used - self._headroom(), pool.cache
+        bs, free, cache = pool.block_size, pool.total - pool.used - self.policy.run_headroom(self.state), pool.cache
         if decoding and (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
             return k
         held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)

@@ -200,7 +200,7 @@ def test_a_simulation_runs_once():
        spare=st.integers(0, 40), k=st.integers(2, 3000))
 def test_single_request_kv_limit_closed_form(computed, q, bs, spare, k):
     """The one-request shortcut equals the search: the most steps whose blocks fit."""
-    from policies.base import SchedulerState
+    from policies.base import PolicyHooks, SchedulerState
     from simcore.kv import BlockPool
     from simcore.replica import Replica
     pool = BlockPool(10_000, bs)
@@ -208,7 +208,7 @@ def test_single_request_kv_limit_closed_form(computed, q, bs, spare, k):
     assert pool.grow(r, computed + q)
     pool.used = pool.total - spare
     rep = Replica.__new__(Replica)
-    rep.state = SchedulerState(pool, running=[r])
+    rep.state, rep.policy = SchedulerState(pool, running=[r]), PolicyHooks()
     got = rep._kv_limited([(r, q)], k, 0)
     brute = max(j for j in range(1, k + 1) if -(-(computed + q - 1 + j) // bs) - r.num_blocks <= spare)
     assert got == brute
