@@ -22,13 +22,13 @@ class DecodeRuns:
         floats, the same operations in the same order (so bit-identical), cheaper than numpy's
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
+        if self.has_host or self.units:   # host terms, unit decode model: step by step (``time``'s operations)
+            return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         hw = self.hw
         fixed = self._fixed.get((n, n) if self._fixed_uses_seqs else n)
         if fixed is None:
             fixed = self._fixed_part(n, n)
         kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
-        if self.has_host or self.units:   # host terms, unit decode model: step by step (``time``'s operations)
-            return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         out = []
         x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
         if self.attn_fitted:
@@ -81,7 +81,7 @@ class DecodeRuns:
         from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
-        bound, fixed = self.attn_bound, self._fixed_part
+        bound, fixed = self.attn_bound, self._fixed_time   # memoized here, by one int key
         lead_fixed = self._lead_fixed
         if len(lead_fixed) >= 1 << 17:
             lead_fixed.clear()
@@ -126,7 +126,7 @@ class DecodeRuns:
                     else:
                         dpairs += hp
                         dkv += hkv + hq
-            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_part of (rows, seqs < 2^20), memoized by one int
+            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_time of (rows, seqs < 2^20)
             if g is None:
                 g = lead_fixed[rows << 20 | m + 1] = fixed(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)

@@ -157,7 +157,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
-        self._lead_fixed: dict = {}   # _fixed_part by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
+        self._lead_fixed: dict = {}   # _fixed_time by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
         self._decode_attention = np.empty(0)
         self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
                                  or bool(hw.sampler_seq_s))
