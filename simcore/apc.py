@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 
+from .cache_hits import HitCount
+
 
 class _Copy:
     """One physical cached block (or cache unit). ``refs``: requests holding it (vLLM's ref_cnt);
@@ -50,7 +52,7 @@ class _Held(list):
         self.pub_T, self.ph, self.samp = 0, False, False
 
 
-class BlockHashCache:
+class BlockHashCache(HitCount):
     """The prefix-cache side of vLLM's BlockPool: the hash map and the cached part of the free queue.
 
     ``outputs_lag`` (async scheduling): schedule(n+1) runs before the output of step n is
@@ -69,7 +71,6 @@ class BlockHashCache:
         self._queue: list = []          # (stamp, serial, copy): copies nobody references, in free-queue order
         self._stamp = self._serial = 0
         self.copies = self.free_copies = 0
-        self.hit_tokens = self.lookup_tokens = 0
 
     @property
     def cached_blocks(self) -> int:
@@ -116,8 +117,7 @@ class BlockHashCache:
         req.cache_path = path
         hit = len(path) * bt
         path.pub_T = hit
-        self.lookup_tokens += req.prompt_len
-        self.hit_tokens += min(hit, req.prompt_len)
+        self._count_lookup(req, hit)
         req.num_cached_tokens = hit
         return hit
 
@@ -140,8 +140,7 @@ class BlockHashCache:
                 if not c.queued:
                     c.queued = True
                     heapq.heappush(self._queue, (c.stamp, c.serial, c))
-        self.lookup_tokens -= req.prompt_len
-        self.hit_tokens -= min(len(path) * self.block_tokens, req.prompt_len)
+        self._count_lookup(req, len(path) * self.block_tokens, -1)
         req.num_cached_tokens = 0
 
     def begin_schedule(self) -> None:
@@ -251,7 +250,3 @@ class BlockHashCache:
             self.free_copies -= 1
             freed += self.engine_blocks
         return freed
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.lookup_tokens if self.lookup_tokens else 0.0

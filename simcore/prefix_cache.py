@@ -17,6 +17,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from .cache_hits import HitCount
+
 
 @dataclass(eq=False)
 class _Node:
@@ -30,7 +32,7 @@ class _Node:
 
 
 @dataclass
-class PrefixCache:
+class PrefixCache(HitCount):
     block_tokens: int
     engine_block_size: int
     nodes: dict = field(default_factory=dict)
@@ -68,8 +70,7 @@ class PrefixCache:
             node.refs += 1
         req.cache_path = path
         hit = len(path) * self.block_tokens
-        self.lookup_tokens += req.prompt_len
-        self.hit_tokens += min(hit, req.prompt_len)
+        self._count_lookup(req, hit)
         req.num_cached_tokens = hit
         return hit
 
@@ -83,8 +84,7 @@ class PrefixCache:
         """Undo ``match`` for a request that was not admitted (its lookup is not counted either)."""
         path, req.cache_path = req.cache_path or [], None
         self._unpin(path)
-        self.lookup_tokens -= req.prompt_len
-        self.hit_tokens -= min(len(path) * self.block_tokens, req.prompt_len)
+        self._count_lookup(req, len(path) * self.block_tokens, -1)
         req.num_cached_tokens = 0
 
     def shared_blocks(self, req) -> int:
@@ -149,11 +149,6 @@ class PrefixCache:
         return freed
 
     @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.lookup_tokens if self.lookup_tokens else 0.0
-
-    @property
     def evictable_blocks(self) -> int:
-        """Blocks no request references: what SGLang's evictable_size counts (inner nodes included,
-        since evicting their leaves first frees them too)."""
+        """Blocks no request references, inner nodes included (evicting their leaves first frees them too)."""
         return self.unreferenced * self.engine_blocks

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import heapq
 
+from .cache_hits import HitCount
+
 REFRESH_INTERVAL = 32   # schedule_policy.py, WAITING_PREFIX_REFRESH_INTERVAL
 REFRESH_MAX = 128       # schedule_policy.py, WAITING_QUEUE_PREFIX_MATCH_MAX
 
@@ -53,7 +55,7 @@ def _common(names: tuple, key: tuple, pos: int, end: int) -> int:
     return lo
 
 
-class RadixCache:
+class RadixCache(HitCount):
     """The interface policies/sglang.py and simcore/kv.py use (as simcore/prefix_cache.py's)."""
 
     def __init__(self, block_tokens: int, engine_block_size: int):
@@ -62,7 +64,6 @@ class RadixCache:
         self.root = _Node(None, (), 0, 0, 0, refs=1)
         self.clock = self.created = self.nodes = 0
         self.blocks = self.unreferenced = 0   # names in the tree, and in unpinned nodes
-        self.hit_tokens = self.lookup_tokens = 0
         self._heap: list = []
         self._keys: dict = {}
 
@@ -179,8 +180,7 @@ class RadixCache:
         self._lock(node)
         req.cache_path = node
         hit = node.end * self.block_tokens
-        self.lookup_tokens += req.prompt_len
-        self.hit_tokens += min(hit, req.prompt_len)
+        self._count_lookup(req, hit)
         req.num_cached_tokens = hit
         return hit
 
@@ -188,8 +188,7 @@ class RadixCache:
         node, req.cache_path = req.cache_path, None
         if node is not None:
             self._unlock(node)
-            self.lookup_tokens -= req.prompt_len
-            self.hit_tokens -= min(node.end * self.block_tokens, req.prompt_len)
+            self._count_lookup(req, node.end * self.block_tokens, -1)
         req.num_cached_tokens = 0
 
     def touch(self, req) -> None:
@@ -273,7 +272,3 @@ class RadixCache:
     @property
     def evictable_blocks(self) -> int:
         return self.unreferenced * self.engine_blocks
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.lookup_tokens if self.lookup_tokens else 0.0
