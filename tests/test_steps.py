@@ -89,8 +89,7 @@ def synthetic_steps(rng, n=400):
 
 
 def grid_steps(rng, n=160):
-    """synthetic_steps on a grid of prompt lengths and batch sizes: few distinct rows, so that a
-    tile-model profile (whose GEMMs cost ~0.3 ms to price per distinct row count) fits fast."""
+    """synthetic_steps on a grid of prompt lengths and batch sizes (few distinct row counts)."""
     npf, q, kvp, nd, kvd = synthetic_steps(rng, n)
     q = rng.choice([96, 384, 700, 1500, 2600, 3900], n)
     nd = np.where(nd > 0, rng.choice([3, 24, 90, 190], n), 0)
@@ -166,8 +165,7 @@ def test_fit_recovers_known_constants(truth, base_name):
     assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
 
 
-@pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb"),
-                                                   pytest.param(1024, 0.7, "a100-sxm", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb"), (1024, 0.7, "a100-sxm")])
 def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
     """Timings priced by a profile whose GEMMs above `brk` rows run slower: the fit finds that break,
     its scale and the host terms (within 2 %), and the profile it writes prices the steps back."""
@@ -237,6 +235,21 @@ def test_rows_regime_prices_only_gemms_above_the_break():
     lin = lambda cm, r: next(t for t in cm._weight_terms(r, 1) if t[0] == "linear")[3]
     assert lin(b, 1025) == pytest.approx(0.5 * lin(a, 1025))
     assert b.step_time([4096], [0]) > a.step_time([4096], [0]) * 1.3
+
+
+@pytest.mark.parametrize("counting,brk", [("seed", 0), ("faithful", 1024)])
+def test_step_pricing_is_the_simulators_step_time(counting, brk):
+    """The fit's pricing (tile GEMMs for every distinct row count at once) equals CostModel.step_time
+    batch by batch, host terms included."""
+    from costmodel.calibration.step_pricing import gpu_times, price_steps, step_shapes
+    hw = load_hardware("a100-sxm").replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(4), 60)
+    steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(60), "x")
+    gpu = gpu_times(step_shapes(steps), MODEL, hw, 1)
+    assert gpu == pytest.approx(priced(CostModel(MODEL, hw), npf, q, kvp, nd, kvd), rel=1e-12)
+    host = hw.replace(host_step_s=1e-3, host_per_seq_s=2e-5, host_prefill_step_s=3e-3)
+    assert price_steps(steps, MODEL, host, 1) == pytest.approx(priced(CostModel(MODEL, host), npf, q, kvp, nd, kvd),
+                                                               rel=1e-12)
 
 
 def test_rows_regime_scales_the_tile_models_gemms_above_the_break():

@@ -16,11 +16,13 @@ and the host terms are the profile's (costmodel/host.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ..gemm_tiles import grid, times_on
 from ..hardware import Hardware
 from ..host import HOST_FIELDS
 from ..model import ModelSpec
@@ -63,6 +65,7 @@ class StepShapes:
     inv: np.ndarray        # step -> its batch
     host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
     rows: np.ndarray       # (steps,) Σ q
+    cache: dict = field(default_factory=dict, compare=False)   # the tile model's grids (``_tiled_lookup``)
 
     def __len__(self) -> int:
         return len(self.inv)
@@ -91,17 +94,69 @@ def subset(shapes: StepShapes, idx) -> StepShapes:
     """The steps ``idx`` (a slice or index array) of a StepShapes."""
     if isinstance(idx, slice) and idx == slice(None):
         return shapes
-    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx])
+    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache)
 
 
 def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np.ndarray:
-    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off."""
-    price = CostModel(model, hw.replace(**NO_HOST), tp).step_time
+    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off
+    (a tile-model profile's GEMMs priced for every distinct row count at once: ``_tiled_lookup``)."""
+    cm = CostModel(model, hw.replace(**NO_HOST), tp)
     used = np.unique(shapes.inv)
-    t = np.zeros(len(shapes.batches))
     b = shapes.batches
-    t[used] = [price(*b[j]) for j in used]
+    if cm.tiles is not None:
+        _tiled_lookup(cm, shapes, used)
+    t = np.zeros(len(b))
+    t[used] = [cm.step_time(*b[j]) for j in used]
     return t[shapes.inv]
+
+
+def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
+    """Give ``cm`` its tile-model GEMM times (``CostModel._tiled_time``) for every distinct row count
+    of the batches ``used`` from one vectorized evaluation of the tile model on grids built once per
+    table (``gemm_tiles.grid``: only the constants change between a fit's evaluations). Installed
+    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12."""
+    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()))
+    g = shapes.cache.get(key)
+    bt, m = cm.model.b, cm.model
+    if g is None:
+        rows = np.unique([sum(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
+        seqs = np.unique([len(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
+        heads = rows if cm.counting == "seed" else seqs
+        K = len(cm.tile_k)
+        g_lin = grid(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows)), cm.hw.sms, bt)
+        g = shapes.cache[key] = (rows, g_lin, heads, grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt))
+        if len(shapes.cache) > 8:
+            shapes.cache.pop(next(iter(shapes.cache)))
+    rows, g_lin, heads, g_head = g
+
+    def table(x, gr, width, weights, name):
+        t = times_on(gr, cm.tiles.values).reshape(len(x), width)
+        if cm.rows_break and (x > cm.rows_break).any():
+            above = times_on(gr, cm.tiles_above.values).reshape(len(x), width)
+            t = np.where((x > cm.rows_break)[:, None], above, t)
+        t = (t * weights).sum(1) if weights is not None else t[:, 0]
+        if name == "linear" and cm.lin_rest:
+            pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
+            t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
+        return dict(zip(x.tolist(), t.tolist()))
+
+    lin = table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear")
+    head = table(heads, g_head, 1, None, "lm_head")
+    seed = cm.counting == "seed"
+
+    def fast(name, r, s):
+        try:
+            return head[r if seed else s] if name == "lm_head" else lin[r]
+        except KeyError:
+            return CostModel._tiled_time(cm, name, r, s)
+
+    for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
+        s = int(heads[0]) if not seed else r
+        for name in ("linear", "lm_head"):
+            ref = CostModel._tiled_time(cm, name, r, s)
+            if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
+                return
+    cm._tiled_time = fast
 
 
 def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:
