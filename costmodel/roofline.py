@@ -145,8 +145,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
-            self.tiles = GemmTiles(hw.pi_eff, hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s,
-                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
+            rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
+                    hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
+            self.tiles = GemmTiles(hw.pi_eff, *rest)
+            self.tiles_above = GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest) if self.rows_break else self.tiles
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
@@ -254,12 +256,15 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         """Tile-model profiles: the linear operator's weight GEMMs (plus the rest of its weights on
         the roofline) or the LM head, by ``gemm_tiles``."""
         hw, b = self.hw, self.model.b
+        m = rows if name != "lm_head" or self.counting == "seed" else seqs
+        above = bool(self.rows_break) and m > self.rows_break     # gemm_rows_break: π scaled, as in _pi_rows
+        tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
-            m = rows if self.counting == "seed" else seqs
-            return self.tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
-        t = float((self.tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
+            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
+        t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
         if self.lin_rest:
-            t += math.hypot(2 * self.lin_rest * rows / hw.pi_eff, b * self.lin_rest / hw.beta_eff)
+            pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff
+            t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
         return t
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
