@@ -14,13 +14,14 @@ T tokens, each routed to k of E experts (E/ep on this GPU), experts of H×I spli
                                             (N = 48 at tp 32 of a 128-expert model)
   t = floor + √((F / π)² + ((b·P·u + b·2H·T·k/ep) / β)²)
 every touched expert's weights streamed once, each routed row's activations read and written;
-``floor`` is the layer's fixed cost (its five kernels' launches). Fitted on the H100 table (float16,
-held out by model configuration) the five constants take the held-out MAPE from 47 % (the generic
-bytes/β + floor class) to about 15 %. What is left is mostly the engine's tuned kernel configs:
+``floor`` is the layer's fixed cost (its five kernels' launches). Fitted on the H100 table (float16)
+and each whole model configuration held out in turn, the five constants take the MAPE from 48 %
+(median 45 %; the generic bytes/β + floor class) to 20 % (median 11 %).
+What is left is mostly the engine's tuned kernel configs:
 SGLang looks up a Triton config by (E, N, GPU) and falls back to a default one (``fused_moe_triton``
-``get_config_file_name`` / ``get_default_config``); the H100 table's 8-expert shapes run at
-~550 TFLOP/s at N = 1792–7168 and ~200 at N = 448, 896 and 14336, which no smooth law in the shape
-follows.
+``get_config_file_name`` / ``get_default_config``); at 20k tokens the H100 table's 8-expert shapes
+run at 530–580 TFLOP/s at N = 1,792–7,168 and 190–235 at N = 448–1,024 and 8,192–16,384, which no
+smooth law in the shape follows.
 """
 from __future__ import annotations
 

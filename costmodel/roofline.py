@@ -71,7 +71,6 @@ from .errors import require
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
-from .moe_cost import experts_touched
 from .shape import ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
@@ -195,7 +194,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         m = self.model
         if not m.is_moe or rows == 0:
             return 0.0
-        return float(experts_touched(rows, m.experts_per_tok, m.num_experts))
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)   # moe_cost.experts_touched
 
     def _moe_terms(self, rows: int) -> tuple[float, float, float]:
         """Fitted MoE, summed over the MoE layers: (true FLOPs, the fit's FLOPs F', bytes)."""
