@@ -36,12 +36,13 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   320 against 426 µs), and the cheaper one wins each size; 4M to 16M elements then cost 10.0, 19.4
   and 26.0 ms, less per byte at 16M than at 8M, which no concave curve follows.
 - Past 128 tokens (1M elements) only the two-shot / NCCL lines run; a held-out 1M is priced by
-  lines fitted from 2M up, steeper below than they can know (up to 45 % there; most of the remaining
-  all-reduce error on NVLink GPUs).
+  lines fitted from 2M up, and the curve is steeper below 2M than they can see (up to 45 % there;
+  most of the remaining all-reduce error on NVLink GPUs).
 - H100 fused MoE (SGLang's Triton kernels): at 20k tokens the 8-expert configurations run at
   530–580 TFLOP/s at N = I/tp of 1,792 to 7,168 and 190–235 at 448 to 1,024 and 8,192 to 16,384
-  (the engine's tuned kernel configs by (E, N), or its default one), which no law in the shape follows; held out, such a
-  configuration is priced at the rate the others taught (``costmodel/moe_cost.py``).
+  (the engine's tuned kernel configs by (E, N), or its default one), which no law in the shape
+  follows: the fit gives the tuned shapes it sees their own rate, and prices a held-out one at the
+  default rate (``calibration/moe_fit.py``).
 """
 from __future__ import annotations
 

@@ -14,14 +14,14 @@ T tokens, each routed to k of E experts (E/ep on this GPU), experts of H×I spli
                                             (N = 48 at tp 32 of a 128-expert model)
   t = floor + √((F / π)² + ((b·P·u + b·2H·T·k/ep) / β)²)
 every touched expert's weights streamed once, each routed row's activations read and written;
-``floor`` is the layer's fixed cost (its five kernels' launches). Fitted on the H100 table (float16)
-and each whole model configuration held out in turn, the five constants take the MAPE from 48 %
-(median 45 %; the generic bytes/β + floor class) to 20 % (median 11 %).
-What is left is mostly the engine's tuned kernel configs:
-SGLang looks up a Triton config by (E, N, GPU) and falls back to a default one (``fused_moe_triton``
-``get_config_file_name`` / ``get_default_config``); at 20k tokens the H100 table's 8-expert shapes
-run at 530–580 TFLOP/s at N = 1,792–7,168 and 190–235 at N = 448–1,024 and 8,192–16,384, which no
-smooth law in the shape follows.
+``floor`` is the layer's fixed cost (its five kernels' launches). ``pi`` is the rate of the
+engine's default kernel config; shapes it ships a tuned config for run at their own rate
+(``calibration/moe_fit.py``: the profile's moe_tuned_pi and moe_tuned_shapes). Fitted on the H100
+table (float16), each whole model configuration held out in turn, the constants take the MAPE
+from 48 % (median 45 %; the generic bytes/β + floor class) to 21 % (median 12 %); on the fitted
+rows 9.5 % (median 8.2 %), weights streamed at 3.23 TB/s (spec 3.35). What a held-out shape cannot
+know is whether the engine has a tuned config for it: at 20k tokens the H100 table's 8-expert
+shapes run at 530–580 TFLOP/s at N = 1,792–7,168 and 190–235 at N = 448–1,024 and 8,192–16,384.
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ Operators (each one kernel family, summed over layers):
                     profiles with a fitted MoE layer (moe_pi, moe_beta: ``costmodel/moe_cost.py``)
                     price each MoE layer as that fit: floor + √((F'/π_moe)² + (B/β_moe)²), F' with
                     each touched expert's padded rows and the per-tile depth, B the touched experts'
-                    weights and the routed rows' activations
+                    weights and the routed rows' activations; π_moe is moe_tuned_pi for the
+                    (experts, expert width per GPU) shapes in moe_tuned_shapes
   embedding         seed convention: a GEMM on every row (2·V·H); faithful: a gather of T rows
   lm_head           seed convention: every row; faithful: only the sampled rows (one per sequence,
                     as vLLM's logits_indices = query_start_loc[1:] - 1)
@@ -174,6 +175,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
+            tuned = [m.num_experts, round(n)] in [list(x) for x in hw.moe_tuned_shapes]
+            self.moe_pi = hw.moe_tuned_pi if tuned else hw.moe_pi
             self.moe_row_flops = 2.0 * (3.0 * m.H * n + hw.moe_tile_depth * (2.0 * n + m.H))
             self.moe_expert_bytes, self.moe_row_bytes = b * 3.0 * m.H * n, b * 2.0 * m.H
         qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
@@ -209,7 +212,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
     def _moe_time(self, rows: int) -> float:
         """The fitted MoE layers' seconds (quadrature, whatever the profile's combine)."""
         _, eff, by = self._moe_terms(rows)
-        return math.hypot(eff / self.hw.moe_pi, by / self.hw.moe_beta) + self.model.moe_layers * self.hw.moe_floor_s
+        return math.hypot(eff / self.moe_pi, by / self.hw.moe_beta) + self.model.moe_layers * self.hw.moe_floor_s
 
     def _pi_rows(self, pi: float, rows: int) -> float:
         """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
@@ -233,7 +236,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         out = [("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
         if self.moe_fitted:         # the fit's F'/π_moe as true FLOPs over an effective π
             true, eff, by = self._moe_terms(rows)
-            out.append(("moe_experts", true, by, hw.moe_pi * true / eff if eff else hw.moe_pi, hw.moe_beta, 0.0,
+            out.append(("moe_experts", true, by, self.moe_pi * true / eff if eff else self.moe_pi, hw.moe_beta, 0.0,
                         m.moe_layers * hw.moe_floor_s))
         elif m.is_moe:
             out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * rows,

@@ -33,14 +33,16 @@ def moe_formula(T, H, inter, tp, k, E, u, pi, beta, floor, pad, depth, b=2.0):
     return floor + np.sqrt((flops / pi) ** 2 + (by / beta) ** 2)
 
 
-def synthetic_moe(seed: int, noise: float = 0.01) -> pd.DataFrame:
+def synthetic_moe(seed: int, noise: float = 0.01, tuned=(), tuned_pi: float = 0.0) -> pd.DataFrame:
+    """Timings of the CONFIGS at tp 1, 4, 16; shapes (E, I/tp) in ``tuned`` compute at tuned_pi."""
     rng = np.random.default_rng(seed)
     rows = []
     for H, inter, k, E in CONFIGS:
         for tp in (1, 4, 16):
             T = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384], float)
             u = E * (1 - (1 - k / E) ** T) * rng.uniform(0.6, 1.0, len(T))     # any routing: the fit is told u
-            t = moe_formula(T, H, inter, tp, k, E, u, **MOE_TRUTH) * np.exp(noise * rng.standard_normal(len(T)))
+            truth = {**MOE_TRUTH, "pi": tuned_pi if (E, inter // tp) in tuned else MOE_TRUTH["pi"]}
+            t = moe_formula(T, H, inter, tp, k, E, u, **truth) * np.exp(noise * rng.standard_normal(len(T)))
             rows.append(pd.DataFrame(dict(op_class="moe", op="synthetic", tokens=T, m=T, k=H, n=inter, tp=tp, workers=1,
                                           flops=2.0 * 3 * H * inter / tp * T * k, bytes=2.0 * 3 * H * inter / tp * u,
                                           seqs=u, heads=k, kv_heads=E, time_s=t)))
@@ -53,6 +55,16 @@ def test_moe_fit_recovers_known_parameters():
         err, sigma = abs(np.log(f.value(f"moe.{p}_moe") / v)), f.rel_sigma(f"moe.{p}_moe")
         assert err < 0.1 and err < 3 * sigma + 0.01, (p, err, sigma)
     assert f.classes["moe"].errors["mape"] < 2.0
+
+
+def test_moe_fit_finds_the_shapes_with_a_faster_kernel():
+    tuned = ((8, 3584), (128, 384))
+    f = fit(synthetic_moe(9, tuned=tuned, tuned_pi=2.3 * MOE_TRUTH["pi"]), form="physical")
+    assert f.classes["moe"].tuned == tuned
+    assert f.value("moe.pi_tuned_moe") == pytest.approx(2.3 * MOE_TRUTH["pi"], rel=0.05)
+    assert f.value("moe.pi_moe") == pytest.approx(MOE_TRUTH["pi"], rel=0.05)
+    assert f.classes["moe"].errors["mape"] < 2.0
+    assert "pi_tuned_moe" not in fit(synthetic_moe(9), form="physical").classes["moe"].params   # one rate: none
 
 
 def test_moe_fit_caps_bandwidth_at_the_spec():
@@ -109,15 +121,25 @@ def test_moe_layers_priced_from_the_fit_as_batch_grows(moe_profile, name, tp):
 
 
 def test_moe_profile_from_fit_and_defaults(moe_profile):
-    f = fit(synthetic_moe(5), form="physical")
+    f = fit(synthetic_moe(5, tuned=((8, 3584),), tuned_pi=2.3 * MOE_TRUTH["pi"]), form="physical")
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "moe-test")
     assert hw.moe_pi == pytest.approx(f.value("moe.pi_moe")) and hw.moe_tile_depth == pytest.approx(f.value("moe.depth_moe"))
+    assert hw.moe_tuned_shapes == [[8, 3584]] and hw.moe_tuned_pi == pytest.approx(f.value("moe.pi_tuned_moe"))
+    m = load_model("mixtral-8x7b")                   # 8 experts of 14336: at tp 4 the tuned shape (8, 3584)
+    fast, slow = CostModel(m, hw, 4), CostModel(m, hw, 2)
+    big = 16384
+    t4 = fast.breakdown(fast.shape([big], [0])).op("moe_experts").time_s
+    t2 = slow.breakdown(slow.shape([big], [0])).op("moe_experts").time_s
+    assert fast.moe_pi == hw.moe_tuned_pi and slow.moe_pi == hw.moe_pi
+    assert t2 / t4 == pytest.approx(2 * hw.moe_tuned_pi / hw.moe_pi, rel=0.1)     # half the work per GPU, at the tuned rate
     back = hardware_from_dict(__import__("yaml").safe_load(hw.to_yaml()), "roundtrip")
     assert back.moe_pad_rows == hw.moe_pad_rows
     dense = CostModel(load_model("mixtral-8x7b"), load_hardware("h100"))         # no MoE fit: the roofline's experts
     assert not dense.moe_fitted
     with pytest.raises(InputError, match="moe_beta"):
         hardware_from_dict({**load_hardware("h100").__dict__, "moe_pi": 1e14}, "bad")
+    with pytest.raises(InputError, match="moe_tuned_shapes"):
+        hardware_from_dict({**hw.__dict__, "moe_tuned_shapes": [[8, "3584"]]}, "bad")
 
 
 # --- all-reduce ---

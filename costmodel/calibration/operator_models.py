@@ -45,7 +45,6 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from .. import moe_cost
 from ..decode_units import GROUPINGS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
@@ -64,12 +63,10 @@ UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
-MOE = tuple(f"{p}_moe" for p in moe_cost.PARAMS)
-UNITS.update({f"{p}_moe": u for p, u in moe_cost.UNITS.items()})
-BOUND_KIND = {"pi_moe": "flops", "beta_moe": "bandwidth", "pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
+BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
               "bandwidth_mid2": "interconnect"}
-CUSTOM_CLASSES = ("attention", "sampler", "moe")
+CUSTOM_CLASSES = ("attention", "sampler")
 
 
 def base_name(p: str) -> str:
@@ -126,12 +123,6 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     if "pi_mixed" not in p:
         return prefill + decode
     return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
-
-
-def moe_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
-    """``costmodel/moe_cost.py``'s fused-MoE layer; seqs: the experts the table's routing touches."""
-    c = {k: df[k].to_numpy(float) for k in ("tokens", "k", "n", "tp", "workers", "heads", "seqs")}
-    return moe_cost.moe_time(c["tokens"], c["k"], c["n"], c["tp"], c["workers"], c["heads"], c["seqs"], *v)
 
 
 def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -204,9 +195,6 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
         return np.array(out + [1e-8] if ("wave" in params or "wave_q" in params) else out)
-    if op_class == "moe":
-        f, b = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
-        return np.array([float(np.max(f / t)), float(np.max(b / t)), 0.5 * float(np.min(t)), 8.0, 64.0])
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -240,8 +228,6 @@ def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, g
         return attention_times(values, df, params, sms, groups)
     if op_class == "sampler":
         return sampler_times(values, df)
-    if op_class == "moe":
-        return moe_times(values, df)
     return allreduce_times(values, df, params, cap_tokens)
 
 
@@ -255,7 +241,7 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves
         return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves
-    return {"sampler": SAMPLER, "moe": MOE}.get(op_class) or allreduce_params(df)
+    return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
 def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0) -> ModelFit:

@@ -116,7 +116,10 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
     moe = fit.classes.get("moe")
     if moe is not None and "pi_moe" in moe.params:
-        changes.update({MOE_FIELDS[p.rsplit("_", 1)[0]]: float(v) for p, v in zip(moe.params, moe.values)})
+        v = dict(zip(moe.params, (float(x) for x in moe.values)))
+        changes.update({fld: v[f"{p}_moe"] for p, fld in MOE_FIELDS.items()})
+        changes.update(moe_tuned_pi=v.get("pi_tuned_moe", 0.0),
+                       moe_tuned_shapes=[[int(e), int(n)] for e, n in getattr(moe, "tuned", ())])
     other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
     return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),
