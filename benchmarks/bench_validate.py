@@ -75,11 +75,12 @@ def physical_pcie(hw, tp: int) -> list[tuple[str, object]]:
 
 def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
-    l40s = load_hardware("l40s").allreduce_regimes.get(tp)
+    ref = load_hardware("l40s")
+    l40s = ref.allreduce_regimes.get(tp)
     out = physical_pcie(hw, tp) if tp == 2 else []
     if l40s:
         out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
-                    hw.replace(allreduce_regimes={tp: list(l40s)})))
+                    hw.replace(allreduce_regimes={tp: list(l40s)}, allreduce_oneshot_tokens=ref.allreduce_oneshot_tokens)))
     out.append(("all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
                 hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6)))
     return out
