@@ -73,17 +73,22 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     same as 256-token ones (LLMServingSim's RTX 4090 attention.csv: 16- to 256-token chunks over a
     16k prefix all take ~520 µs). ``quantized`` (kernel-separate tables, AIConfigurator's): the
     last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
-    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %)."""
+    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %).
+    Rows with ``causal`` = 0 (a benchmark without the mask: SGLang's H100 tables) give every query
+    all kv + q keys, both in F' and in the waves' latency; compute and latency then both scale as
+    waves·keys, so such a table alone fixes only their sum per key, not π and wave apart."""
     if not sms:
         return fp / pi_p
     b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
     h, d = df["heads"].to_numpy(float), df["n"].to_numpy(float)
+    causal = df["causal"].to_numpy(float) > 0 if "causal" in df else np.ones(len(df), bool)
     tiles = b * np.ceil(q / Q_TILE)
-    padded = 4 * h * d * Q_TILE * tiles * (2 * kv + q) / 2
+    padded = 4 * h * d * Q_TILE * tiles * np.where(causal, kv + q / 2, kv + q)
     waves = np.ceil(h * tiles / sms)
+    keys = np.where(causal, kv + Q_TILE / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
     if quantized:
-        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * (kv + Q_TILE / 2)
-    return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
+        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * keys
+    return np.maximum(padded / pi_p, waves * wave * keys)
 
 
 def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32)) -> np.ndarray:
