@@ -1,7 +1,8 @@
 """Fitted attention (mixed into CostModel): profiles with attn_form "separate" or "varlen" price
 attention with the kernel models ``calibration/operator_models.py`` fits, per layer × L:
 
-  prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn,
+  prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
+                          (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
                           (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2))
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
@@ -31,6 +32,7 @@ class FittedAttention:
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
+            self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
         if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
@@ -48,7 +50,7 @@ class FittedAttention:
         out = []
         if s.prefill_kv:
             by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = self._prefill_compute(s) + by / hw.attn_prefill_beta
+            t = self._prefill_compute(s) + self._prefill_bytes_time(by)
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
@@ -61,6 +63,16 @@ class FittedAttention:
                 t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
             out.append(("attention_decode", fl, by, t))
         return out
+
+    def _prefill_bytes_time(self, by: float) -> float:
+        """B/β_prefill; with attn_prefill_l2_beta, the share r = 1/(1 + (B_layer/C)⁶) of each layer's
+        bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate instead."""
+        hw = self.hw
+        if not self.pre_l2:
+            return by / hw.attn_prefill_beta
+        x = (by / self.pre_l2) ** 2
+        r = 1.0 / (1.0 + x * x * x)
+        return by * (1.0 - r) / hw.attn_prefill_beta + by * r / hw.attn_prefill_l2_beta
 
     def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
         """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
@@ -89,7 +101,7 @@ class FittedAttention:
         if prefill_kv:
             by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
             c = (self.attn_coef * prefill_pairs) / hw.pi_attention if compute is None else compute
-            t += c + by / hw.attn_prefill_beta + self.pre_over
+            t += c + self._prefill_bytes_time(by) + self.pre_over
         if decode_kv:
             fl = self.attn_coef * decode_pairs
             if self.varlen and prefill_kv:

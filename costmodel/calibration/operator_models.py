@@ -43,11 +43,12 @@ from .identify import identify
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
+PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
 
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
-UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
@@ -111,7 +112,13 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         decode = np.zeros(len(df))
     wave = p.get("wave", p.get("wave_q", 0.0))
     comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
-    prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
+    if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
+        x = (bp / p["l2_prefill"]) ** 2
+        r = 1.0 / (1.0 + x * x * x)
+        comp = comp + bp * (1.0 - r) / p["beta_prefill"] + bp * r / p["beta_prefill_l2"]
+    else:
+        comp = comp + bp / p["beta_prefill"]
+    prefill = comp + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
     return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
@@ -149,7 +156,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
-        return np.array(out + [1e-8] if ("wave" in params or "wave_q" in params) else out)
+        out = out + [1e-8] if ("wave" in params or "wave_q" in params) else out
+        return np.array(out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -191,9 +199,10 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         if mixed.any():
             return ATTENTION_VARLEN + waves
         waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
+        l2p = PREFILL_L2 if waves and l2 else ()
         if not (df["decode_flops"].to_numpy(float) > 0).any():
-            return ATTENTION_UNITS[:3] + waves
-        return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves
+            return ATTENTION_UNITS[:3] + waves + l2p
+        return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
@@ -204,10 +213,11 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
-    upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
+    upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf}
     p0 = _start(op_class, params, df, t)
-    if "l2_decode" in params and l2:          # start the resident capacity near the spec L2 (the cliff's scale)
-        p0[params.index("l2_decode")] = 0.8 * l2
+    for c in ("l2_decode", "l2_prefill"):     # start the resident capacity near the spec L2 (the cliff's scale)
+        if c in params and l2:
+            p0[params.index(c)] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
