@@ -4,7 +4,8 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
                           (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
-                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2))
+                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2)
+                          + the causal tail 4·d·T·SMs·(q_max - T)/2/π_attn)
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
   varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
   attn_decode_unit_s > 0  decodes by the unit model of ``decode_units`` (grouped or per-head kernel,
@@ -43,6 +44,7 @@ class FittedAttention:
         self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
         if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
             self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
+            self.tail_coef = La * 4 * m.d_h * self.q_tile * hw.sms / 2      # causal tail: (q_max - T)/2 keys at one SM's rate
 
     def _fitted_attention_terms(self, s: ShapeStats):
         """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
@@ -91,7 +93,8 @@ class FittedAttention:
         waves = math.ceil(tiles / self.hw.sms)
         latency = waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2)
         if self.hw.attn_wave_form == "quantized":
-            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency
+            tail = self.tail_coef * max(s.prefill_q_max - self.q_tile, 0) / self.hw.pi_attention
+            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency + tail
         return max(padded, latency)
 
     def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,

@@ -340,3 +340,4 @@ def test_tile_sums_agree_between_the_loop_and_numpy():
     assert loop == wide
     hot = [(a, b) for a, b in zip(q, kv) if a > 1]
     assert loop.prefill_tiles == sum(-(-a // 64) for a, _ in hot) and loop.prefill_kv_max == max(b for _, b in hot)
+    assert loop.prefill_q_max == max(a for a, _ in hot) and loop._plus_decodes(5, 500, 1.0).prefill_q_max == loop.prefill_q_max
