@@ -19,10 +19,12 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   3 µs), 777 more sit at the same 2.9–3.1 µs floor, 344 are more than 1.25× slower than a problem at
   least as large in sequences, tokens, heads and KV heads: 2,182 fitted. Of 5,026 generation rows:
   2,141 impossible, 1,901 at the floor, 580 slower than a larger problem: 404 fitted. What is left
-  is still host-bound on small kernels, most likely because do_bench records its start event right
-  after the L2-evicting memset, before the Python call has launched the kernel (64 heads, 4–16
-  prompts of 16 tokens "take" 24–440 µs for ~1 µs of work): context's MAPE sits on a 2.2 % median
-  (and non-causal rows alone fix only the wave's time per key, not π and the wave apart), and the
+  still times small problems far above their work, in no order of problem size (64 heads, 4–16
+  prompts of 16 tokens: 24–440 µs for ~1 µs of work; 48 heads, 1–4 prompts of 32 tokens: 3.5–5.5
+  µs), so the fitted cost of a small call (16–50 µs) is the table's, not FA3's, and those 4 µs
+  rows carry most of context's MAPE over its 2.2 % median (a cause in the collector's timing is likely:
+  do_bench puts an L2-evicting memset and a Python call between its events; not established).
+  Non-causal rows alone fix only the wave's time per key, not π and the wave apart. And the
   404 decode rows split into a clean 3 TB/s population (MHA, 64 heads) and one 3–10× slower at the
   same bytes: no model fits both (in-sample MAPE 66 %). Fitted and reported here, not shipped in
   h100-sxm (benchmarks/fit_profiles.py).

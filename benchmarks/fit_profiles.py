@@ -61,8 +61,8 @@ VIDUR = ROOT.parent / "shared" / "data" / "kernels" / "vidur" / "compute" / "h10
 GEMM_FROM_VIDUR = {"h100_sxm"}   # see below
 NOT_FITTED: dict = {}   # folder: (class or op, why) for tables no model should be fitted to
 NOT_SHIPPED = {"h100_sxm": "attention"}   # fitted and reported (held out), not written into the profile:
-# the SGLang collector's do_bench timings carry the host's launch time on small kernels (see
-# benchmarks/bench_kernels.py), so the fitted per-call overheads are the host's, not the GPU's
+# the SGLang tables time small problems far above their work (see benchmarks/bench_kernels.py),
+# so the fitted per-call overheads are the table's, not the GPU's
 
 
 def load(folder: str):

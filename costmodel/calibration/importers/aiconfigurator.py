@@ -17,8 +17,8 @@ sees the whole prompt (b·s² query-key pairs, ``causal`` = 0 in the rows), time
 faster than their bytes at the spec HBM bandwidth or their FLOPs at the spec peak
 (``drop_unmovable``), the rest of the rows at their 3 µs timing floor, and those more than 1.25×
 slower than a problem at least as large in sequences, tokens, heads and KV heads
-(``tables.drop_floor``): do_bench starts its clock before the host has launched the call, so a
-short kernel is timed with the host's launch path (tens to hundreds of µs) on top.
+(``tables.drop_floor``: a kernel cannot get much slower for less work; these tables time many
+small problems at tens to hundreds of µs for ~1 µs of work, in no order of problem size).
 """
 from __future__ import annotations
 
