@@ -14,12 +14,34 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
 - H100 GEMM: the SGLang table gives the same times under every dtype label (float16 4096³ in 0.087 ms
   = 1,580 TFLOP/s against a 989 TFLOP/s bf16 peak; m = 1, 8192×8192 streams 4.45 TB/s against 3.35):
   it is not a 16-bit table, so H100 GEMMs come from Vidur's fp16 tables.
-- H100 attention: 2,370 of 4,900 float16 context rows and 4,028 of 5,026 generation rows sit at a 3 µs
-  timing floor whatever the problem; generation is not fitted, context's residue keeps its MAPE high
-  (median 3.5 %).
+- H100 attention (AIConfigurator's collector/sglang/collect_normal_attn.py, run_attention_torch: FA3's
+  flash_attn_with_kvcache without causal, so context rows are b·s² pairs; timed with Triton's
+  do_bench, which evicts the L2 before each call). Of 4,900 float16 context rows, 1,597 beat their
+  bytes at 3.35 TB/s or their FLOPs at 989 TFLOP/s (failed launches: eight 16k prompts of 96 heads in
+  3 µs), 777 more sit at the same 2.9–3.1 µs floor, 344 are more than 1.25× slower than a problem at
+  least as large in sequences, tokens, heads and KV heads: 2,182 fitted. Of 5,026 generation rows:
+  2,141 impossible, 1,901 at the floor, 580 slower than a larger problem: 404 fitted. What is left
+  still times small problems far above their work, in no order of problem size (64 heads, 4–16
+  prompts of 16 tokens: 24–440 µs for ~1 µs of work; 48 heads, 1–4 prompts of 32 tokens: 3.5–5.5
+  µs), so the fitted cost of a small call (16–50 µs) is the table's, not FA3's, and those 4 µs
+  rows carry most of context's MAPE over its 2.2 % median (a cause in the collector's timing is likely:
+  do_bench puts an L2-evicting memset and a Python call between its events; not established).
+  Non-causal rows alone fix only the wave's time per key, not π and the wave apart. And the
+  404 decode rows split into a clean 3 TB/s population (MHA, 64 heads) and one 3–10× slower at the
+  same bytes: no model fits both (in-sample MAPE 66 %). Fitted and reported here, not shipped in
+  h100-sxm (benchmarks/fit_profiles.py).
 - TensorRT-LLM generation tables counted as K + V run above the spec HBM bandwidth on working sets
   beyond the L2 in 359 A100 rows (up to 3.46 TB/s against 2.04), 1,669 L40S rows (4.67 against 0.864)
-  and 477 B200 rows (12.9 against 8.0): read as K only (the collector's SELFKONLY cache).
+  and 477 B200 rows (12.9 against 8.0): read as K only. AIConfigurator v0.4.0's
+  collector/trtllm/collect_attn.py (run_attention_torch) builds its KVCacheManager with
+  CacheType.SELFKONLY, so the pool holds one of K, V per token. The same collector replays a CUDA
+  graph 6 times with no L2 eviction, so working sets inside the L2 run at L2 speed: prefill and
+  decode both carry a fitted L2-resident rate and capacity (capacity ≤ the spec L2).
+- TensorRT-LLM generation attention (XQA / MMHA kernels): the unit model's in-sample MAPE is the same
+  as held out (A100 14.5 % on all 5,025 rows), so its error is the model's, not the split's: the
+  kernel's multi-block (split-KV) choice makes 64 (sequence, KV head) units at 128k keys stream at
+  1.7 TB/s while the same units at 1k keys stay at 0.4 TB/s, which the Little's-law flow term
+  (units × splits × per-CTA bandwidth, splits ≤ SMs/units) cannot follow.
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

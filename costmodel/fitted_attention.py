@@ -1,9 +1,11 @@
 """Fitted attention (mixed into CostModel): profiles with attn_form "separate" or "varlen" price
 attention with the kernel models ``calibration/operator_models.py`` fits, per layer × L:
 
-  prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn,
+  prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
+                          (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
-                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2))
+                          (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2)
+                          + the causal tail 4·d·T·SMs·(q_max - T)/2/π_attn)
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
   varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
   attn_decode_unit_s > 0  decodes by the unit model of ``decode_units`` (grouped or per-head kernel,
@@ -31,6 +33,7 @@ class FittedAttention:
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
+            self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
         if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
@@ -41,6 +44,7 @@ class FittedAttention:
         self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
         if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
             self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
+            self.tail_coef = La * 4 * m.d_h * self.q_tile * hw.sms / 2      # causal tail: (q_max - T)/2 keys at one SM's rate
 
     def _fitted_attention_terms(self, s: ShapeStats):
         """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
@@ -48,7 +52,7 @@ class FittedAttention:
         out = []
         if s.prefill_kv:
             by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = self._prefill_compute(s) + by / hw.attn_prefill_beta
+            t = self._prefill_compute(s) + self._prefill_bytes_time(by)
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
@@ -61,6 +65,16 @@ class FittedAttention:
                 t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
             out.append(("attention_decode", fl, by, t))
         return out
+
+    def _prefill_bytes_time(self, by: float) -> float:
+        """B/β_prefill; with attn_prefill_l2_beta, the share r = 1/(1 + (B_layer/C)⁶) of each layer's
+        bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate instead."""
+        hw = self.hw
+        if not self.pre_l2:
+            return by / hw.attn_prefill_beta
+        x = (by / self.pre_l2) ** 2
+        r = 1.0 / (1.0 + x * x * x)
+        return by * (1.0 - r) / hw.attn_prefill_beta + by * r / hw.attn_prefill_l2_beta
 
     def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
         """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
@@ -79,7 +93,8 @@ class FittedAttention:
         waves = math.ceil(tiles / self.hw.sms)
         latency = waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2)
         if self.hw.attn_wave_form == "quantized":
-            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency
+            tail = self.tail_coef * max(s.prefill_q_max - self.q_tile, 0) / self.hw.pi_attention
+            return padded * (waves * self.hw.sms / max(tiles, 1)) + latency + tail
         return max(padded, latency)
 
     def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
@@ -89,7 +104,7 @@ class FittedAttention:
         if prefill_kv:
             by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
             c = (self.attn_coef * prefill_pairs) / hw.pi_attention if compute is None else compute
-            t += c + by / hw.attn_prefill_beta + self.pre_over
+            t += c + self._prefill_bytes_time(by) + self.pre_over
         if decode_kv:
             fl = self.attn_coef * decode_pairs
             if self.varlen and prefill_kv:

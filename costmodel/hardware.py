@@ -41,6 +41,8 @@ class Hardware:
     attn_form: str = "roofline"     # attention: the roofline above, or fitted "separate" / "varlen" kernels
     attn_prefill_beta: float = 0.0  # fitted prefill: the tokens-linear term, KV bytes / this (B/s)
     attn_prefill_overhead_s: float = 0.0   # fitted prefill: fixed cost of the kernel per layer
+    attn_prefill_l2_beta: float = 0.0      # ... the tokens-linear term's rate for bytes resident in the L2 (0: off)
+    attn_prefill_l2_bytes: float = 0.0     # ... the layer's prefill bytes resident in the L2 below this (≤ l2_bytes)
     attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
     attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
@@ -131,7 +133,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
                 "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
-                "attn_decode_l2_bytes", "attn_decode_cta_beta",
+                "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_prefill_l2_beta", "attn_prefill_l2_bytes",
                 "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -164,6 +166,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
             require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
+    require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
+            hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
             "must be one of max, quantized")

@@ -52,6 +52,7 @@ class ShapeStats:
     prefill_tiles: int = 0       # with a query tile T (attention wave model): Σ⌈q/T⌉ over the compute-bound ones
     prefill_tile_work: int = 0   # Σ⌈q/T⌉·(2·kv + q): their query-key pairs with q padded to whole tiles, ×2/T
     prefill_kv_max: int = 0      # their longest cached prefix
+    prefill_q_max: int = 0       # their longest chunk (the wave model's causal tail)
 
     @classmethod
     def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0, tile: int = 0) -> "ShapeStats":
@@ -62,34 +63,35 @@ class ShapeStats:
             s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound, tile)
             return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, bound, decodes, decode_tokens)
-        tiles = work = kvmax = 0
+        tiles = work = kvmax = qmax = 0
         if tile:
             for q, kv in zip(q_lens, kv_lens):
                 q, kv = int(q), int(kv)
                 if q * kv + q * (q + 1) // 2 > bound * (kv + q):
                     nt = -(-q // tile)
-                    tiles, work, kvmax = tiles + nt, work + nt * (2 * kv + q), max(kvmax, kv)
+                    tiles, work, kvmax, qmax = tiles + nt, work + nt * (2 * kv + q), max(kvmax, kv), max(qmax, q)
         return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs), pseqs,
-                   tiles, work, kvmax)
+                   tiles, work, kvmax, qmax)
 
     def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
         """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums((), (), bound, n, tokens)
         return ShapeStats(self.rows + rows, self.seqs + n, self.prefill_pairs + pairs, self.prefill_kv + pkv,
                           self.decode_kv + dkv, self.decode_pairs + dpairs, self.prefill_seqs + pseqs,
-                          self.prefill_tiles, self.prefill_tile_work, self.prefill_kv_max)
+                          self.prefill_tiles, self.prefill_tile_work, self.prefill_kv_max, self.prefill_q_max)
 
     @classmethod
     def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float, tile: int = 0) -> "ShapeStats":
         p = q * kv + q * (q + 1) // 2
         tokens = kv + q
         hot = p > bound * tokens
-        tiles = work = kvmax = 0
+        tiles = work = kvmax = qmax = 0
         if tile and hot.any():
             nt = -(-q[hot] // tile)
             tiles, work, kvmax = int(nt.sum()), int((nt * (2 * kv[hot] + q[hot])).sum()), int(kv[hot].max())
+            qmax = int(q[hot].max())
         return cls(int(q.sum()), len(q), float(p[hot].sum()), float(tokens[hot].sum()),
-                   float(tokens[~hot].sum()), float(p[~hot].sum()), int((q > 1).sum()), tiles, work, kvmax)
+                   float(tokens[~hot].sum()), float(p[~hot].sum()), int((q > 1).sum()), tiles, work, kvmax, qmax)
 
     @property
     def memory_bound_pairs(self) -> float:

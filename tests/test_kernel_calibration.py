@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from costmodel import CostModel, InputError, ShapeStats, load_hardware, load_model
 from costmodel.calibration.fit import fit, fit_class
@@ -115,6 +116,39 @@ def test_failed_measurements_are_dropped_and_reported(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     df, notes = read_aiconfigurator(p)
     assert len(df) == len(lines) - 2 and any("failed measurements" in n for n in notes)
+
+
+SGL = FIX / "aiconfigurator" / "h100_sxm"
+
+
+def test_sglang_attention_is_non_causal_and_drops_impossible_rows():
+    """AIConfigurator's SGLang collector calls FlashAttention-3's flash_attn_with_kvcache without
+    causal (every query sees the whole prompt) and times it with Triton's do_bench, which evicts
+    the L2 before each call: a kept row never beats its bytes at the spec HBM bandwidth or its FLOPs
+    at the spec peak, and rows that do are counted in the notes."""
+    df, notes = read_aiconfigurator(SGL)
+    spec = yaml.safe_load((FIX / "aiconfigurator" / "h100_sxm.yaml").read_text())["gpu"]
+    pre = df[df.op == "attention_prefill"]
+    assert len(pre) and (pre.causal == 0).all()
+    assert np.allclose(pre.flops, 4 * pre.heads * pre.n * pre.m * pre.prefill_q)     # b·s² query-key pairs
+    assert (df.bytes / df.time_s <= spec["mem_bw"]).all() and (df.flops / df.time_s <= spec["float16_tc_flops"]).all()
+    raw = pd.read_csv(SGL / "sglang" / "0.5.1.post1" / "context_attention_perf.txt")
+    raw = raw[(raw.attn_dtype == "float16") & (raw.kv_cache_dtype == "float16")]
+    d = raw.batch_size * raw.isl
+    movable = (2 * 128 * 2 * d * (raw.num_key_value_heads + raw.num_heads) / (raw.latency * 1e-3) <= spec["mem_bw"]) & (
+        4 * raw.num_heads * 128 * raw.batch_size * raw.isl ** 2 / (raw.latency * 1e-3) <= spec["float16_tc_flops"])
+    note = next(n for n in notes if "context_attention_perf.txt" in n and "spec sheet's" in n)
+    assert f"skipped {int((~movable).sum())} rows faster than their bytes" in note
+    assert len(pre) <= int(movable.sum())
+    dec = df[df.op == "attention_decode"]
+    assert len(dec) and (dec.causal == 1).all() and (dec.decode_flops == dec.flops).all()
+
+
+def test_trtllm_context_attention_stays_causal(aic):
+    df, _ = aic
+    pre = df[df.op == "attention_prefill"]
+    q = pre.prefill_q
+    assert (pre.causal == 1).all() and np.allclose(pre.flops, 4 * pre.heads * pre.n * pre.m / q * q * (q + 1) / 2)
 
 
 # --- fitted models ---
@@ -306,3 +340,4 @@ def test_tile_sums_agree_between_the_loop_and_numpy():
     assert loop == wide
     hot = [(a, b) for a, b in zip(q, kv) if a > 1]
     assert loop.prefill_tiles == sum(-(-a // 64) for a, _ in hot) and loop.prefill_kv_max == max(b for _, b in hot)
+    assert loop.prefill_q_max == max(a for a, _ in hot) and loop._plus_decodes(5, 500, 1.0).prefill_q_max == loop.prefill_q_max

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from costmodel import CostModel, load_hardware, load_model
 from costmodel.calibration.fit import fit
+from costmodel.calibration.operator_models import attention_times
 from costmodel.calibration.importers.tables import drop_floor
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.calibration.timings import attention_row, gemm_row
@@ -185,4 +186,51 @@ def test_drop_floor_removes_failed_runs():
     notes: list[str] = []
     out = drop_floor(df, ["heads", "kv_heads", "n"], ["b", "prefill_q"], "t.csv", notes)
     assert sorted(out["time_s"]) == [5e-4, 1e-3, 1e-3, 2e-3]    # the floor rows; 9 ms beside 0.5 ms for twice the work
-    assert "2 rows at the table's timing floor" in notes[0] and "1 slower than twice" in notes[0]
+    assert "2 rows at the table's timing floor" in notes[0] and "1 slower than 2× a larger" in notes[0]
+
+
+PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, beta_prefill_l2=4e12,
+                l2_prefill=20e6)
+
+
+def prefill_table(causal: bool) -> pd.DataFrame:
+    rows = [(b, s, kv, h, hkv) for h, hkv in ((32, 8), (8, 1), (64, 64), (40, 8)) for b in (1, 2, 8, 32)
+            for s in (64, 200, 1024, 4096, 12288) for kv in (0, 8192)]
+    b, s, kv, h, hkv = (np.array(x, float) for x in zip(*rows))
+    df = pd.DataFrame(attention_row("attention", b, s, kv, h, hkv, 128, 2, 1.0, causal=causal))
+    return df.assign(op="attention_prefill", seqs=0, decode_flops=0.0, decode_bytes=0.0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_wave_model_recovers_known_constants(causal):
+    """Context attention timed with the mask on (TensorRT-LLM) or off (the SGLang collector): the
+    quantized wave model's constants, with the bytes' L2-resident rate and capacity, come back from
+    its own synthetic timings either way, and a
+    non-causal prompt costs at least ~twice the causal one once compute dominates."""
+    df = prefill_table(causal)
+    rng = np.random.default_rng(11)
+    t = attention_times(np.array(list(PRE_TRUE.values())), df, tuple(PRE_TRUE), 108)
+    f = fit(df.assign(time_s=t * np.exp(0.01 * rng.standard_normal(len(df)))), form="physical", spec=A100)
+    assert f.classes["attention"].params == tuple(PRE_TRUE)
+    got = {p: f.value(f"attention.{p}") for p in PRE_TRUE}
+    per_key = lambda v: 4 * 128 * 64 * 108 / v["pi_prefill"] + v["wave_q"]   # noqa: E731  a full wave's time per key
+    for p in (PRE_TRUE if causal else ("beta_prefill", "overhead_prefill", "beta_prefill_l2", "l2_prefill")):
+        assert got[p] == pytest.approx(PRE_TRUE[p], rel=0.1 if p == "l2_prefill" else 0.05), p   # the cliff's place
+    if not causal:      # every tile sees all keys: compute and latency both scale as waves·keys, only their sum shows
+        assert per_key(got) == pytest.approx(per_key(PRE_TRUE), rel=0.02)
+    other = prefill_table(not causal)
+    ratio = attention_times(np.array(list(PRE_TRUE.values())), other, tuple(PRE_TRUE), 108) / t
+    big = ((df.prefill_q >= 4096) & (df.prefill_kv == 0)).to_numpy()
+    ratio = ratio if causal else 1 / ratio                  # non-causal over causal
+    assert np.all(ratio[big] > 1.7)
+
+
+def test_drop_floor_compares_across_head_configurations():
+    """A problem with at least as many sequences, tokens, heads and KV heads does at least as much
+    work: a row more than ``factor`` × slower than one is dropped, whatever its head configuration."""
+    df = pd.DataFrame({"n": 128, "b": [1, 1, 1, 2, 4], "prefill_q": [16, 512, 512, 512, 1024], "heads": [8, 8, 32, 32, 32],
+                       "kv_heads": [8, 8, 8, 8, 8], "time_s": [2e-6, 3e-3, 1e-3, 2e-3, 4.2e-3]})
+    notes: list[str] = []
+    out = drop_floor(df, ["n"], ["b", "prefill_q", "heads", "kv_heads"], "t.csv", notes, 1.25)
+    assert sorted(out["time_s"]) == [1e-3, 2e-3, 4.2e-3]       # the floor row, and 3 ms beside 1 ms for 4× the heads
+    assert "1 rows at the table's timing floor" in notes[0] and "1 slower than 1.25× a larger" in notes[0]

@@ -53,13 +53,14 @@ from .identify import identify
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
+PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
 
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
-UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
@@ -86,17 +87,26 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     same as 256-token ones (LLMServingSim's RTX 4090 attention.csv: 16- to 256-token chunks over a
     16k prefix all take ~520 µs). ``quantized`` (kernel-separate tables, AIConfigurator's): the
     last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
-    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %)."""
+    waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %),
+    plus the causal tail: a chunk's last query tile sees (q - T)/2 more keys than its average one,
+    so the kernel ends that much after its waves, at one SM's rate, 4·d·T·SMs/π per key (no new
+    parameter; held out: A100 4.8 → 3.6 %, L40S 8.3 → 7.3 %, B200 7.5 → 6.9 %).
+    Rows with ``causal`` = 0 (a benchmark without the mask: SGLang's H100 tables) give every query
+    all kv + q keys, both in F' and in the waves' latency; compute and latency then both scale as
+    waves·keys, so such a table alone fixes only their sum per key, not π and wave apart."""
     if not sms:
         return fp / pi_p
     b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
     h, d = df["heads"].to_numpy(float), df["n"].to_numpy(float)
+    causal = df["causal"].to_numpy(float) > 0 if "causal" in df else np.ones(len(df), bool)
     tiles = b * np.ceil(q / Q_TILE)
-    padded = 4 * h * d * Q_TILE * tiles * (2 * kv + q) / 2
+    padded = 4 * h * d * Q_TILE * tiles * np.where(causal, kv + q / 2, kv + q)
     waves = np.ceil(h * tiles / sms)
+    keys = np.where(causal, kv + Q_TILE / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
     if quantized:
-        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * (kv + Q_TILE / 2)
-    return np.maximum(padded / pi_p, waves * wave * (kv + Q_TILE / 2))
+        tail = np.where(causal, np.maximum(q - Q_TILE, 0.0) / 2, 0.0) * 4 * d * Q_TILE * sms / pi_p
+        return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * keys + tail
+    return np.maximum(padded / pi_p, waves * wave * keys)
 
 
 def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32)) -> np.ndarray:
@@ -119,7 +129,13 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         decode = np.zeros(len(df))
     wave = p.get("wave", p.get("wave_q", 0.0))
     comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
-    prefill = comp + bp / p["beta_prefill"] + np.where(pre, p["overhead_prefill"], 0.0)
+    if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
+        x = (bp / p["l2_prefill"]) ** 2
+        r = 1.0 / (1.0 + x * x * x)
+        comp = comp + bp * (1.0 - r) / p["beta_prefill"] + bp * r / p["beta_prefill_l2"]
+    else:
+        comp = comp + bp / p["beta_prefill"]
+    prefill = comp + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
     return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
@@ -194,7 +210,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
-        return np.array(out + [1e-8] if ("wave" in params or "wave_q" in params) else out)
+        out = out + [1e-8] if ("wave" in params or "wave_q" in params) else out
+        return np.array(out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -238,9 +255,10 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         if mixed.any():
             return ATTENTION_VARLEN + waves
         waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
+        l2p = PREFILL_L2 if waves and l2 else ()
         if not (df["decode_flops"].to_numpy(float) > 0).any():
-            return ATTENTION_UNITS[:3] + waves
-        return (ATTENTION_UNITS if sms and l2 else ATTENTION) + waves
+            return ATTENTION_UNITS[:3] + waves + l2p
+        return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
@@ -251,11 +269,12 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
-    upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
+    upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf}
     cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
     p0 = _start(op_class, params, df, t, cap_tok)
-    if "l2_decode" in params and l2:          # start the resident capacity near the spec L2 (the cliff's scale)
-        p0[params.index("l2_decode")] = 0.8 * l2
+    for c in ("l2_decode", "l2_prefill"):     # start the resident capacity near the spec L2 (the cliff's scale)
+        if c in params and l2:
+            p0[params.index(c)] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)

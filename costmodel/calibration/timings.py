@@ -30,7 +30,7 @@ import pandas as pd
 from ..errors import InputError, require
 
 COLUMNS = ["op_class", "op", "tokens", "m", "k", "n", "tp", "workers", "dtype", "flops", "bytes", "time_s", "source",
-           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes", "prefill_seqs", "prefill_q", "prefill_kv"]
+           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes", "prefill_seqs", "prefill_q", "prefill_kv", "causal"]
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -72,7 +72,7 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
     for col, default in (("op", out["op_class"]), ("tokens", 0), ("m", 0), ("k", 0), ("n", 0), ("tp", 1),
                          ("workers", 1), ("dtype", "float16"), ("source", source), ("seqs", 0), ("heads", 0),
                          ("kv_heads", 0), ("decode_flops", 0.0), ("decode_bytes", 0.0), ("prefill_seqs", 0),
-                         ("prefill_q", 0), ("prefill_kv", 0)):
+                         ("prefill_q", 0), ("prefill_kv", 0), ("causal", 1)):
         if col not in out.columns:
             out[col] = default
         elif not isinstance(default, pd.Series) and out[col].isna().any():
@@ -80,13 +80,14 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
     return out[COLUMNS].reset_index(drop=True)
 
 
-def attention_row(op_class: str, seqs, q, kv, heads, kv_heads, d, b: int, time_s, **extra) -> dict:
-    """``seqs`` sequences of q new tokens over kv cached ones each (scalars or arrays)."""
-    pairs = seqs * (q * kv + q * (q + 1) / 2)
+def attention_row(op_class: str, seqs, q, kv, heads, kv_heads, d, b: int, time_s, causal: bool = True, **extra) -> dict:
+    """``seqs`` sequences of q new tokens over kv cached ones each (scalars or arrays); ``causal``
+    False: every query sees all kv + q keys (a benchmark that leaves the mask off)."""
+    pairs = seqs * (q * kv + (q * (q + 1) / 2 if causal else q * q))
     pre = np.asarray(q) > 1
     return dict(op_class=op_class, op=op_class, tokens=seqs * q, m=seqs * q, k=kv, n=d, seqs=seqs, heads=heads,
                 prefill_seqs=np.where(pre, seqs, 0), prefill_q=np.where(pre, q, 0), prefill_kv=np.where(pre, kv, 0),
-                kv_heads=kv_heads, flops=4.0 * heads * d * pairs,
+                causal=int(bool(causal)), kv_heads=kv_heads, flops=4.0 * heads * d * pairs,
                 bytes=2.0 * d * b * seqs * (kv_heads * (kv + q) + heads * q),
                 time_s=time_s, **extra)
 

@@ -68,7 +68,8 @@ def drop_failed(df: pd.DataFrame, keys: list[str], size: str, src: str, notes: l
     return d[~bad].sort_index().reset_index(drop=True)
 
 
-def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, notes: list[str]) -> pd.DataFrame:
+def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, notes: list[str],
+               factor: float = 2.0) -> pd.DataFrame:
     """Drop a table's failed runs of the kind AIConfigurator's H100 SGLang attention tables hold:
     rows at the table's timing floor (within 20 % of its fastest row: an empty launch, whatever the
     problem), then rows slower than twice a larger problem of the same configuration (``keys``;
@@ -80,9 +81,9 @@ def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, no
         v, t = g[sizes].to_numpy(float), g["time_s"].to_numpy(float)
         larger = (v[None, :, :] >= v[:, None, :]).all(2) & ~np.eye(len(g), dtype=bool)
         fastest = np.where(larger, t[None, :], np.inf).min(1)
-        bad[d.index.get_indexer(g.index)] = t > 2.0 * fastest
+        bad[d.index.get_indexer(g.index)] = t > factor * fastest
     if floor.any() or bad.any():
         notes.append(f"{src}: skipped {int(floor.sum())} rows at the table's timing floor "
-                     f"({1e6 * df['time_s'].min():.2g} µs) and {int(bad.sum())} slower than twice a larger problem "
+                     f"({1e6 * df['time_s'].min():.2g} µs) and {int(bad.sum())} slower than {factor:g}× a larger problem "
                      f"of the same shape (failed measurements)")
     return d[~bad].reset_index(drop=True)
