@@ -50,7 +50,8 @@ layers and the overhead with kernels; the combine is applied to the operator's s
 kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
 With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
 Profiles with gemm_form "tiles" price the weight GEMMs of linear and lm_head with the tile/wave
-model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency).
+model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency,
+and the profile's fitted shape correction, ``costmodel/gemm_correction.py``).
 """
 from __future__ import annotations
 
@@ -146,7 +147,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
             self.tiles = GemmTiles(hw.pi_eff, hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s,
-                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
+                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms,
+                                   tuple(map(tuple, hw.gemm_corr_knots)), tuple(hw.gemm_corr))
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
