@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gemm_correction import log_factor
+from .gemm_correction import Correction
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -118,6 +118,9 @@ class GemmTiles:
     corr_knots: tuple = ()      # the bounded shape correction (gemm_correction.py); empty: none
     corr: tuple = ()
 
+    def __post_init__(self):
+        object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)
+
     @property
     def values(self) -> tuple:
         return tuple(getattr(self, p) for p in PARAMS)
@@ -125,9 +128,9 @@ class GemmTiles:
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
         t = times_on(grid(m, n, k, self.sms, b), self.values)
-        if self.corr:
+        if self._corr is not None:
             m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
-            t = t * np.exp(log_factor(self.corr_knots, self.corr, m, n, k))
+            t = t * np.exp(self._corr(m, n, k))
         return t
 
     def time(self, m: int, n: float, k: float, b: float = 2.0) -> float:

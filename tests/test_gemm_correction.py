@@ -22,7 +22,7 @@ from costmodel.calibration.importers import read_aiconfigurator
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.calibration.timings import gemm_row
 from costmodel.errors import InputError
-from costmodel.gemm_correction import BOUND, log_factor
+from costmodel.gemm_correction import BOUND, Correction, log_factor
 from costmodel.gemm_tiles import GemmTiles
 from costmodel.hardware import hardware_from_dict
 
@@ -134,3 +134,21 @@ def test_factor_is_bounded_and_interpolates_the_knots(coef, m, n, k):
     i, j, l = 1, 2, 0
     at = log_factor(knots, coef, [2 ** knots[0][i]], [2 ** knots[1][j]], [2 ** knots[2][l]])[0]
     assert at == pytest.approx(coef[(i * 3 + j) * 3 + l], abs=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 1 << 15), seed=st.integers(0, 10**6))
+def test_one_m_short_path_matches_the_general_one(m, seed):
+    """A pass's weight GEMMs (one m, several (n, k)) take the cached short path; it gives the
+    general path's values, and the fit's design matrix agrees with both."""
+    rng = np.random.default_rng(seed)
+    knots = [tuple(np.sort(rng.uniform(0, 16, 5)) + np.arange(5)) for _ in range(3)]
+    coef = rng.uniform(-BOUND, BOUND, 125)
+    ms = np.array([m, 2 * m + 1, 3, m], float)
+    n, k = 2.0 ** rng.uniform(0, 18, 4), 2.0 ** rng.uniform(0, 18, 4)
+    c = Correction(knots, coef)
+    general = c(ms, n, k)
+    short = [c(np.full(2, ms[i]), n[[i, i]], k[[i, i]])[0] for i in range(4)]
+    design = gemm_fit._design(knots, pd.DataFrame({"m": ms, "n": n, "k": k})) @ coef
+    np.testing.assert_allclose(general, design, atol=1e-12)
+    np.testing.assert_allclose(short, design, atol=1e-12)
