@@ -1,7 +1,8 @@
 """Step level: fit Splitwise's BLOOM-176B tp 8 step times (../shared/data/steps) on some batch
 sizes and prompt lengths, predict the rest, print prefill and decode MAPE per GPU (the split
-HELD_PROMPTS / HELD_BATCHES, and every configuration held out in turn); and time a fit of a
-40k-step table. Run: python benchmarks/bench_steps.py"""
+HELD_PROMPTS / HELD_BATCHES, and every configuration held out in turn), what the data allow any
+model monotone in rows (steps_data_check.py), and time a fit of a 40k-step table.
+Run: python benchmarks/bench_steps.py"""
 from __future__ import annotations
 
 import sys
@@ -16,6 +17,7 @@ from benchmarks.machine import one_core, reference_s  # noqa: E402
 from costmodel import load_hardware, load_model  # noqa: E402
 from costmodel.calibration.step_timings import load_steps, uniform_steps  # noqa: E402
 from costmodel.calibration.steps import errors_by_kind, fit_steps, predict_steps  # noqa: E402
+from benchmarks.steps_data_check import provenance_notes, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps" / "splitwise_bloom176b.csv"
 GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100"}   # Splitwise's hardware column -> base profile
@@ -112,11 +114,17 @@ def main() -> None:
             print(f"  warning: {w}")
         print(f"  leave one configuration out: {leave_one_out(steps, raw.loc[line.to_numpy()], model, base)}")
         print_evidence(raw, gpu)
+        held = {(p, 1) for p in HELD_PROMPTS} | {(512, b) for b in HELD_BATCHES}
+        for line_ in report(raw, gpu, held, other=[g for g in GPUS if g != gpu][0]):
+            print(line_)
         shapes = uniform_steps([1, 16], [8192, 512], [0, 0], [0, 0], [0, 0], [1.0, 1.0], "check")
         p1, p16 = predict_steps(shapes, model, hw, fit.tp) * 1e3
         meas = per_token(raw, gpu).set_index(["prompt_size", "batch_size"]).prompt_time
         print(f"  8192 tokens as 8192x1 minus as 512x16: measured {meas[(8192, 1)] - meas[(512, 16)]:.0f} ms, "
               f"the fit prices {p1 - p16:.0f} ms (only attention tells the two apart)")
+    print("\nthe file:")
+    for line_ in provenance_notes(raw):
+        print(line_)
     rng = np.random.default_rng(0)
     n = 40_000
     kinds = rng.integers(0, 3, n)

@@ -31,7 +31,7 @@ from experiments.validate import load_run, validate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "validation" / "llmservingsim"
 RUNS = [("RTX4090/Llama-3.1-8B", "RTX4090/meta-llama/Llama-3.1-8B/bf16", "llama-3.1-8b", "rtx4090"),
-        ("RTXPRO6000/Qwen3-32B", "RTXPRO6000/Qwen/Qwen3-32B/bf16", "qwen3-32b", "rtx-pro-6000")]
+        ("RTXPRO6000/Qwen3-32B", "RTXPRO6000/Qwen/Qwen3-32B/bf16", "qwen3-32b", "rtx-pro-6000-server")]
 
 
 def profile_for(profile_dir: Path, model: str, base: str, tp: int, out: Path) -> tuple[str, str]:
@@ -47,13 +47,40 @@ def profile_for(profile_dir: Path, model: str, base: str, tp: int, out: Path) ->
     return str(out / "fitted.yaml"), f"calibrated from {profile_dir} only (base {base})"
 
 
+PCIE_GEN4_X16 = 16e9 * 16 * 128 / 130 / 8   # bytes/s per direction: 16 GT/s, 16 lanes, 128b/130b (PCI-SIG)
+PCIE_GEN5_X16 = 2 * PCIE_GEN4_X16             # 32 GT/s: 63.0 GB/s
+HOST_STAGED_GEN4 = 10e9   # per direction: P2P-disabled copies between two PCIe Gen4 x16 GPUs, ~20 GB/s both ways
+                          # together (p2pBandwidthLatencyTest, A40 on EPYC 7302, NVIDIA/nccl-tests#74)
+SHM_ALLREDUCE_GEN3 = 3.9e9   # NCCL all-reduce through host memory (NCCL_P2P_DISABLE=1, SHM), 2 GPUs, PCIe Gen3
+                             # x16 (NVIDIA/nccl#384): a quarter of the 15.75 GB/s link
+
+
+def physical_pcie(hw, tp: int) -> list[tuple[str, object]]:
+    """(label, profile) with the all-reduce of tp PCIe Gen5 x16 GPUs without NVLink derived from the
+    link and from measurements on other machines, none on this run (the per-hop latency is the
+    profile's: NCCL's tuning model for PCI)."""
+    l40s = max(load_hardware("l40s").allreduce_regimes.get(2, [0, 0])[1::2])
+    eff = l40s / PCIE_GEN4_X16
+    ring = PCIE_GEN5_X16 * eff
+    staged = [2 * HOST_STAGED_GEN4, 4 * SHM_ALLREDUCE_GEN3]
+    out = [(f"NCCL ring over PCIe P2P: the Gen5 x16 link ({PCIE_GEN5_X16 / 1e9:.1f} GB/s) at the efficiency "
+            f"AIConfigurator measured between two PCIe Gen4 L40S ({l40s / 1e9:.1f} of {PCIE_GEN4_X16 / 1e9:.1f} GB/s, "
+            f"{eff:.2f}): {ring / 1e9:.1f} GB/s", hw.replace(allreduce_regimes={}, interconnect_bandwidth=ring))]
+    for bw, how in zip(staged, ("host-staged copies on Gen4 (nccl-tests#74) x2 for Gen5",
+                                "NCCL's SHM all-reduce on Gen3 (nccl#384) x4 for Gen5")):
+        out.append((f"through host memory, no P2P (NCCL SHM): {how}: {bw / 1e9:.1f} GB/s",
+                    hw.replace(allreduce_regimes={}, interconnect_bandwidth=bw)))
+    return out
+
+
 def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
-    l40s = load_hardware("l40s").allreduce_regimes.get(tp)
-    out = []
+    ref = load_hardware("l40s")
+    l40s = ref.allreduce_regimes.get(tp)
+    out = physical_pcie(hw, tp) if tp == 2 else []
     if l40s:
         out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
-                    hw.replace(allreduce_regimes={tp: list(l40s)})))
+                    hw.replace(allreduce_regimes={tp: list(l40s)}, allreduce_oneshot_tokens=ref.allreduce_oneshot_tokens)))
     out.append(("all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
                 hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6)))
     return out

@@ -74,6 +74,14 @@ class Hardware:
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
     sampler_seq_s: float = 0.0      # ... and per sampled sequence
     allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
+    allreduce_oneshot_tokens: int = 0   # > 0: each tp's first two regimes (one-shot) only up to this many tokens
+    moe_pi: float = 0.0             # fitted fused-MoE layer (costmodel/moe_cost.py; 0: experts on the roofline)
+    moe_beta: float = 0.0           # ... its weight-streaming bandwidth
+    moe_floor_s: float = 0.0        # ... its fixed cost per MoE layer
+    moe_pad_rows: float = 0.0       # ... rows of padding per touched expert
+    moe_tile_depth: float = 0.0     # ... fixed cost per output tile, in reduction steps
+    moe_tuned_pi: float = 0.0       # ... its compute rate for the shapes the engine has a tuned kernel for
+    moe_tuned_shapes: list = field(default_factory=list)   # ... those shapes: [experts, expert width per GPU]
     interconnect_bandwidth: float = 0.0   # bytes/s per direction per GPU, for tensor parallelism
     interconnect_latency_s: float = 0.0   # per ring step
     gpus_per_node: int = 8
@@ -126,10 +134,20 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
                 "attn_decode_l2_bytes", "attn_decode_cta_beta",
-                "sampler_seq_s"):
+                "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
             hw.gemm_tile_rows, "must be a positive integer")
+    require(isinstance(hw.allreduce_oneshot_tokens, int) and hw.allreduce_oneshot_tokens >= 0,
+            f"{source}:allreduce_oneshot_tokens", hw.allreduce_oneshot_tokens, "must be a non-negative integer")
+    require((hw.moe_pi > 0) == (hw.moe_beta > 0), f"{source}:moe_beta", hw.moe_beta,
+            "must be set together with moe_pi (both > 0 for a fitted MoE layer, or both 0)")
+    shapes = hw.moe_tuned_shapes
+    require(isinstance(shapes, list) and all(isinstance(x, (list, tuple)) and len(x) == 2 and
+                                             all(isinstance(v, int) and v > 0 for v in x) for x in shapes),
+            f"{source}:moe_tuned_shapes", shapes, "must be a list of [experts, expert width per GPU] integer pairs")
+    require(not shapes or hw.moe_tuned_pi > 0, f"{source}:moe_tuned_pi", hw.moe_tuned_pi,
+            "must be > 0 when moe_tuned_shapes is set")
     require(isinstance(hw.gemm_rows_break, int) and hw.gemm_rows_break >= 0, f"{source}:gemm_rows_break",
             hw.gemm_rows_break, "must be a non-negative integer")
     require(isinstance(hw.gemm_rows_pi_scale, (int, float)) and hw.gemm_rows_pi_scale > 0,
@@ -160,7 +178,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     from .gemm_correction import check
     check(hw.gemm_corr_knots, hw.gemm_corr, f"{source}:gemm_corr")
     regimes = hw.allreduce_regimes or {}
-    require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to 4 numbers")
+    require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]")
     for tp, v in regimes.items():
         ok = isinstance(tp, int) and tp > 1 and isinstance(v, (list, tuple)) and len(v) >= 2 and len(v) % 2 == 0 and all(
             isinstance(x, (int, float)) and x > 0 for x in v)

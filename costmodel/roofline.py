@@ -7,7 +7,12 @@ all-reduces of its activations (Megatron-LM: one after attention, one after the 
 Operators (each one kernel family, summed over layers):
   linear            weight GEMMs every row uses: 2·P_lin FLOPs per row, P_lin·b bytes once per pass
   moe_experts       routed experts: 2·k_e·P_e FLOPs per row; only the experts the batch touches
-                    are streamed, E·(1-(1-k_e/E)^T) per MoE layer in expectation (uniform routing)
+                    are streamed, E·(1-(1-k_e/E)^T) per MoE layer in expectation (uniform routing);
+                    profiles with a fitted MoE layer (moe_pi, moe_beta: ``costmodel/moe_cost.py``)
+                    price each MoE layer as that fit: floor + √((F'/π_moe)² + (B/β_moe)²), F' with
+                    each touched expert's padded rows and the per-tile depth, B the touched experts'
+                    weights and the routed rows' activations; π_moe is moe_tuned_pi for the
+                    (experts, expert width per GPU) shapes in moe_tuned_shapes
   embedding         seed convention: a GEMM on every row (2·V·H); faithful: a gather of T rows
   lm_head           seed convention: every row; faithful: only the sampled rows (one per sequence,
                     as vLLM's logits_indices = query_start_loc[1:] - 1)
@@ -26,7 +31,8 @@ Operators (each one kernel family, summed over layers):
                     default mamba_ssm_dtype; conv state in b)
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
-                    (``calibration/operator_models.py``: the engine's faster algorithm by size)
+                    (``calibration/operator_models.py``: the engine's faster algorithm by size), the
+                    first two (one-shot) only for passes of at most allreduce_oneshot_tokens tokens
   elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
                     SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
@@ -146,9 +152,11 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
-            self.tiles = GemmTiles(hw.pi_eff, hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s,
-                                   hw.gemm_split_s, hw.gemm_wave_s, hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms,
-                                   tuple(map(tuple, hw.gemm_corr_knots)), tuple(hw.gemm_corr))
+            rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
+                    hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms, tuple(map(tuple, hw.gemm_corr_knots)),
+                    tuple(hw.gemm_corr))
+            self.tiles = GemmTiles(hw.pi_eff, *rest)
+            self.tiles_above = GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest) if self.rows_break else self.tiles
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
@@ -167,6 +175,14 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
+        self.ar_oneshot_tokens = hw.allreduce_oneshot_tokens
+        self.moe_fitted = m.is_moe and hw.moe_pi > 0
+        if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
+            n = m.expert_ffn / tp
+            tuned = [m.num_experts, round(n)] in [list(x) for x in hw.moe_tuned_shapes]
+            self.moe_pi = hw.moe_tuned_pi if tuned else hw.moe_pi
+            self.moe_row_flops = 2.0 * (3.0 * m.H * n + hw.moe_tile_depth * (2.0 * n + m.H))
+            self.moe_expert_bytes, self.moe_row_bytes = b * 3.0 * m.H * n, b * 2.0 * m.H
         qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
         self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
         self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
@@ -185,7 +201,22 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         m = self.model
         if not m.is_moe or rows == 0:
             return 0.0
-        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)   # moe_cost.experts_touched
+
+    def _moe_terms(self, rows: int) -> tuple[float, float, float]:
+        """Fitted MoE, summed over the MoE layers: (true FLOPs, the fit's FLOPs F', bytes)."""
+        m, k = self.model, self.model.experts_per_tok
+        u = self._experts_touched(rows)
+        routed = rows * k
+        true = 2.0 * 3.0 * m.H * (m.expert_ffn / self.tp) * routed
+        eff = self.moe_row_flops * (routed + self.hw.moe_pad_rows * u)
+        by = self.moe_expert_bytes * u + self.moe_row_bytes * routed
+        return m.moe_layers * true, m.moe_layers * eff, m.moe_layers * by
+
+    def _moe_time(self, rows: int) -> float:
+        """The fitted MoE layers' seconds (quadrature, whatever the profile's combine)."""
+        _, eff, by = self._moe_terms(rows)
+        return math.hypot(eff / self.moe_pi, by / self.hw.moe_beta) + self.model.moe_layers * self.hw.moe_floor_s
 
     def _pi_rows(self, pi: float, rows: int) -> float:
         """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
@@ -207,7 +238,11 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         beta, over = hw.beta_eff, hw.kernel_overhead_s
         pi = self._pi_rows(hw.pi_eff, rows)
         out = [("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
-        if m.is_moe:
+        if self.moe_fitted:         # the fit's F'/π_moe as true FLOPs over an effective π
+            true, eff, by = self._moe_terms(rows)
+            out.append(("moe_experts", true, by, self.moe_pi * true / eff if eff else self.moe_pi, hw.moe_beta, 0.0,
+                        m.moe_layers * hw.moe_floor_s))
+        elif m.is_moe:
             out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * rows,
                         b * self.expert_params * self._experts_touched(rows), pi, beta, self.floor_layers, self.over_moe))
         if self.counting == "seed":
@@ -249,19 +284,23 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return 0.0
         if self.ar_regimes:
             size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
-            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(0, len(r), 2))
+            first = 4 if (self.ar_oneshot_tokens and rows > self.ar_oneshot_tokens and len(r) > 4) else 0
+            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(first, len(r), 2))
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:
         """Tile-model profiles: the linear operator's weight GEMMs (plus the rest of its weights on
         the roofline) or the LM head, by ``gemm_tiles``."""
         hw, b = self.hw, self.model.b
+        m = rows if name != "lm_head" or self.counting == "seed" else seqs
+        above = bool(self.rows_break) and m > self.rows_break     # gemm_rows_break: π scaled, as in _pi_rows
+        tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
-            m = rows if self.counting == "seed" else seqs
-            return self.tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
-        t = float((self.tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
+            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
+        t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
         if self.lin_rest:
-            t += math.hypot(2 * self.lin_rest * rows / hw.pi_eff, b * self.lin_rest / hw.beta_eff)
+            pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff
+            t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
         return t
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
@@ -269,6 +308,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         for name, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
             if self.tiles is not None and name in ("linear", "lm_head"):
                 t += self._tiled_time(name, rows, seqs)
+                continue
+            if self.moe_fitted and name == "moe_experts":
+                t += self._moe_time(rows)
                 continue
             a, m = fl / pi, by / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
@@ -327,6 +369,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + ([] if fitted else self.attention_terms(s)):
             tc, tm = fl / pi, by / beta
             t = (self._tiled_time(name, s.rows, s.seqs) if self.tiles is not None and name in ("linear", "lm_head")
+                 else self._moe_time(s.rows) if self.moe_fitted and name == "moe_experts"
                  else self._op_time(fl, by, pi, beta, floor, over))
             ops.append(Operator(name, fl, by, t, "compute" if tc >= tm else "memory"))
         ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]

@@ -40,7 +40,8 @@ from .engines import build_cluster
 
 STATS = ("mean", "median", "p90", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-DEVICES = {"rtx 4090": "rtx4090", "rtx pro 6000": "rtx-pro-6000", "h100": "h100", "a100": "a100-80gb",
+DEVICES = {"rtx 4090": "rtx4090", "rtx pro 6000 blackwell server edition": "rtx-pro-6000-server",
+           "rtx pro 6000": "rtx-pro-6000", "h100": "h100", "a100": "a100-80gb",
            "h200": "h200", "l40s": "l40s"}
 ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "enable_chunked_prefill",
                "long_prefill_token_threshold", "enable_prefix_caching", "block_size", "gpu_memory_utilization")

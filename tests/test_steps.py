@@ -88,6 +88,61 @@ def synthetic_steps(rng, n=400):
     return npf, q, kvp, nd, kvd
 
 
+def grid_steps(rng, n=160):
+    """synthetic_steps on a grid of prompt lengths and batch sizes (few distinct row counts)."""
+    npf, q, kvp, nd, kvd = synthetic_steps(rng, n)
+    q = rng.choice([96, 384, 700, 1500, 2600, 3900], n)
+    nd = np.where(nd > 0, rng.choice([3, 24, 90, 190], n), 0)
+    return npf, q, kvp, nd, kvd
+
+
+def truth_profile(base, s_pi, s_beta, **fields):
+    """The base with every FLOP rate ×s_pi and every HBM rate ×s_beta, spelled out field by field
+    (what the step fit's scales mean: calibration/step_pricing.py), plus ``fields``."""
+    hw = base.replace(pi_eff=base.pi_eff * s_pi, beta_eff=base.beta_eff * s_beta,
+                      pi_attn=base.pi_attn * s_pi if base.pi_attn else None,
+                      beta_attn=base.beta_attn * s_beta if base.beta_attn else None,
+                      attn_decode_pi=base.attn_decode_pi * s_pi, attn_mixed_pi=base.attn_mixed_pi * s_pi,
+                      attn_prefill_beta=base.attn_prefill_beta * s_beta,
+                      attn_decode_beta_mha=base.attn_decode_beta_mha * s_beta,
+                      elementwise_beta=base.elementwise_beta * s_beta)
+    return hw.replace(**fields)
+
+
+def priced(cm, npf, q, kvp, nd, kvd):
+    """Each step's time as the simulator prices its batch."""
+    return [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+            for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+
+
+@pytest.mark.parametrize("base_name,truth", [
+    ("a100-sxm", dict(s_pi=0.85, s_beta=0.9, host_step_s=1.1e-3, host_per_seq_s=12e-6, host_per_prefill_seq_s=0.3e-3,
+                      host_prefill_step_s=2.5e-3)),
+    ("l40s", dict(s_pi=0.7, s_beta=1.05, host_step_s=0.4e-3, host_per_seq_s=25e-6, host_per_prefill_seq_s=0.8e-3,
+                  host_prefill_step_s=1.5e-3)),
+    ("h100-sxm", dict(s_pi=0.95, s_beta=0.75, host_step_s=2.2e-3, host_per_seq_s=6e-6, host_per_prefill_seq_s=0.1e-3,
+                      host_prefill_step_s=4e-3)),
+])
+def test_fit_on_a_calibrated_base_recovers_host_terms_and_prices_back(base_name, truth):
+    """Tile/wave GEMMs, fitted and unit-model attention: the step fit prices steps as the simulator
+    does, so it recovers the host terms and scales of timings the simulator produced, and the profile
+    it writes prices those steps back as the fit said (to rounding)."""
+    base = load_hardware(base_name)
+    assert base.gemm_form == "tiles"
+    cm = CostModel(MODEL, truth_profile(base, truth["s_pi"], truth["s_beta"],
+                                        **{k: v for k, v in truth.items() if k.startswith("host")}))
+    npf, q, kvp, nd, kvd = grid_steps(np.random.default_rng(13))
+    times = priced(cm, npf, q, kvp, nd, kvd)
+    steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic")
+    fit = fit_steps(steps, MODEL, base)
+    for k, v in truth.items():
+        assert fit.values[k] == pytest.approx(v, rel=0.02), k
+    back = np.array(priced(CostModel(MODEL, fit.hardware()), npf, q, kvp, nd, kvd))
+    fitted = fit.errors.set_index("kind")["mape"]
+    assert back == pytest.approx(np.array(times), rel=0.01)
+    assert np.abs(back / np.array(times) - 1).mean() * 100 <= fitted.max() + 1e-9
+
+
 @pytest.mark.parametrize("truth", [
     dict(s_pi=0.8, s_beta=0.7, host_step_s=2.0e-3, host_per_seq_s=30e-6, host_per_prefill_seq_s=150e-6),
     dict(s_pi=1.3, s_beta=1.1, host_step_s=0.6e-3, host_per_seq_s=8e-6, host_per_prefill_seq_s=1.2e-3),
@@ -110,17 +165,17 @@ def test_fit_recovers_known_constants(truth, base_name):
     assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
 
 
-@pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb")])
+@pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb"), (1024, 0.7, "a100-sxm")])
 def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
     """Timings priced by a profile whose GEMMs above `brk` rows run slower: the fit finds that break,
     its scale and the host terms (within 2 %), and the profile it writes prices the steps back."""
     base = load_hardware(base_name)
     truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
                  host_prefill_step_s=3e-3)
-    hw = base.replace(pi_eff=base.pi_eff * 0.9, beta_eff=base.beta_eff * 0.8, gemm_rows_break=brk,
-                      gemm_rows_pi_scale=s_rows, **{k: v for k, v in truth.items() if k.startswith("host")})
+    hw = truth_profile(base, 0.9, 0.8, gemm_rows_break=brk, gemm_rows_pi_scale=s_rows,
+                       **{k: v for k, v in truth.items() if k.startswith("host")})
     cm = CostModel(MODEL, hw)
-    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(11))
+    npf, q, kvp, nd, kvd = (grid_steps if hw.gemm_form == "tiles" else synthetic_steps)(np.random.default_rng(11))
     times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
              for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
     steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic")
@@ -180,6 +235,31 @@ def test_rows_regime_prices_only_gemms_above_the_break():
     lin = lambda cm, r: next(t for t in cm._weight_terms(r, 1) if t[0] == "linear")[3]
     assert lin(b, 1025) == pytest.approx(0.5 * lin(a, 1025))
     assert b.step_time([4096], [0]) > a.step_time([4096], [0]) * 1.3
+
+
+@pytest.mark.parametrize("counting,brk", [("seed", 0), ("faithful", 1024)])
+def test_step_pricing_is_the_simulators_step_time(counting, brk):
+    """The fit's pricing (tile GEMMs for every distinct row count at once) equals CostModel.step_time
+    batch by batch, host terms included."""
+    from costmodel.calibration.step_pricing import gpu_times, price_steps, step_shapes
+    hw = load_hardware("a100-sxm").replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
+    npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(4), 60)
+    steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(60), "x")
+    gpu = gpu_times(step_shapes(steps), MODEL, hw, 1)
+    assert gpu == pytest.approx(priced(CostModel(MODEL, hw), npf, q, kvp, nd, kvd), rel=1e-12)
+    host = hw.replace(host_step_s=1e-3, host_per_seq_s=2e-5, host_prefill_step_s=3e-3)
+    assert price_steps(steps, MODEL, host, 1) == pytest.approx(priced(CostModel(MODEL, host), npf, q, kvp, nd, kvd),
+                                                               rel=1e-12)
+
+
+def test_rows_regime_scales_the_tile_models_gemms_above_the_break():
+    base = load_hardware("a100-sxm")
+    slow = base.replace(gemm_rows_break=1024, gemm_rows_pi_scale=0.5)
+    a, b = CostModel(MODEL, base), CostModel(MODEL, slow)
+    assert b._fixed_time(1024, 1) == a._fixed_time(1024, 1)
+    half = CostModel(MODEL, base.replace(pi_eff=base.pi_eff * 0.5))
+    assert b._tiled_time("linear", 4096, 1) == half._tiled_time("linear", 4096, 1)
+    assert b._tiled_time("linear", 4096, 1) > 1.5 * a._tiled_time("linear", 4096, 1)
 
 
 @pytest.mark.parametrize("s_pi,s_pa", [(0.9, 0.3), (0.6, 1.1)])

@@ -102,3 +102,16 @@ def test_validate_cli(tmp_path, capsys):
     assert "mean |relative error|" in text and "rtx4090" in text
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["cdf_e2el.png", "cdf_tpot.png", "cdf_ttft.png"]
     assert main(["validate", str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.parametrize("device,profile", [("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-server"),
+                                            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+                                            ("NVIDIA GeForce RTX 4090", "rtx4090")])
+def test_run_device_picks_its_edition(device, profile):
+    from experiments.validate import MeasuredRun, hardware_for
+    run = MeasuredRun("x", "m", None, 1.0, device=device)
+    assert hardware_for(run) == profile
+    hw = load_hardware(profile)
+    if profile.startswith("rtx-pro"):   # the two editions differ in memory bandwidth (NVIDIA's pages: 1597, 1792 GB/s)
+        assert hw.peak_bandwidth == {"rtx-pro-6000-server": 1597e9, "rtx-pro-6000": 1792e9}[profile]
+        assert hw.peak_flops <= load_hardware("rtx-pro-6000").peak_flops

@@ -215,10 +215,11 @@ def upper_bounds(spec) -> dict:
         return {}
     out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
            "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth,
-           "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth}
+           "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth,
+           "pi_moe": spec.peak_flops, "pi_tuned_moe": spec.peak_flops, "beta_moe": spec.peak_bandwidth}
     if spec.interconnect_bandwidth:
-        out.update(bandwidth=spec.interconnect_bandwidth, bandwidth_large=spec.interconnect_bandwidth,
-                   bandwidth_small=spec.interconnect_bandwidth)
+        out.update({k: spec.interconnect_bandwidth for k in ("bandwidth", "bandwidth_small", "bandwidth_mid",
+                                                                   "bandwidth_mid2", "bandwidth_large")})
     return out
 
 
@@ -296,7 +297,7 @@ class Fit:
 def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device = H100, spec=None) -> Fit:
     """Fit every operator class in the tidy table (or those named); ``device`` holds the GPU
     constants of the norm model (default H100); ``spec`` (a Hardware) caps the rates at its spec
-    sheet. Attention and the sampler always use their own models (``operator_models``); the
+    sheet. Attention, the sampler and the fused MoE (``moe_fit``) always use their own models; the
     all-reduce does under the "physical" form (regimes per GPU count), and so does the GEMM when
     the spec gives the SM count and L2 size (the tile/wave model, ``costmodel/gemm_tiles.py``)."""
     from .operator_models import CUSTOM_CLASSES, fit_model_class
@@ -312,6 +313,9 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
         if cls == "gemm" and form == "physical" and getattr(spec, "sms", 0) and getattr(spec, "l2_bytes", 0):
             from .gemm_fit import fit_gemm_tiles
             fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
+        elif cls == "moe":
+            from .moe_fit import fit_moe
+            fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)
         elif cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
             fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
                                         getattr(spec, "l2_bytes", 0.0) or 0.0)

@@ -20,11 +20,21 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             tokens (loading Q, K, V tiles, the softmax rescaling, the epilogue), which a long prompt
             amortises over its quadratic FLOPs. Decode streams the KV cache (β_d) and pays a fixed
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
-allreduce   per GPU count n, the fastest of three regimes, as engines choose by message size:
-              t = min_i(ℓ_i + B/bw_i),  B = 2(n-1)/n · size
-            (one-shot custom all-reduce for small messages: low latency; two-shot, then NCCL's ring
-            for large ones: higher latency, higher bandwidth; the minimum of lines is concave in
-            B, as the measured curves are).
+allreduce   per GPU count n, the fastest of four lines that the engine may run at this size:
+              t = min_{i allowed} (ℓ_i + B/bw_i),  B = 2(n-1)/n · size
+            lines 1-2: the custom all-reduce's one-shot kernels (every rank reads every peer's
+            buffer: low latency, low bandwidth), allowed only for messages of at most
+            ONESHOT_MAX_TOKENS tokens; lines 3-4: two-shot and NCCL's protocols (higher latency,
+            higher bandwidth), allowed at every size. TensorRT-LLM (whose kernels AIConfigurator's
+            tables time) runs one-shot for at most 128 tokens (``thop/allreduceOp.cpp``, the
+            fusion kernels' ``use_oneshot``: token_num <= kOneShotMaxToken), and AIConfigurator's
+            collector lays each message out as [size / 4096, 4096] (``collect_all_reduce.py``,
+            ``get_input_shape_and_comm_size``): the step up at 1M elements in the H100, A100 and
+            B200 tables (H100, 2 GPUs: 6.8 µs at 512K, 20.1 µs at 1M) is that switch, which no
+            concave curve (a minimum of lines) can follow. Rows without a token count (a timing
+            of NCCL alone) leave every line allowed. The start is global: each family's sizes
+            are cut into two runs by the split whose two lines (fitted in relative error, in
+            closed form) fit best.
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
 from __future__ import annotations
@@ -47,12 +57,15 @@ ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UN
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
+CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
+ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
 UNITS = {"wave": "s", "wave_q": "s", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
-              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect"}
+              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
+              "bandwidth_mid2": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
 
 
@@ -120,17 +133,54 @@ def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
     return tuple(f"{p}@{int(n)}" for n in sorted(df["workers"].unique()) for p in ALLREDUCE_REGIME)
 
 
-def allreduce_times(v: np.ndarray, df: pd.DataFrame, params) -> np.ndarray:
+def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
+    """Rows whose message the one-shot lines may carry: at most ``cap_tokens`` tokens (0: no cap;
+    rows with no token count: allowed)."""
+    tok = df["tokens"].to_numpy(float) if "tokens" in df else np.zeros(len(df))
+    return (tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)
+
+
+def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray) -> np.ndarray:
+    """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok)."""
+    t = lat[None, :] + B[:, None] / bw[None, :]
+    if len(lat) > CAPPED_LINES:
+        t[:, :CAPPED_LINES] = np.where(capped_ok[:, None], t[:, :CAPPED_LINES], np.inf)
+    return t.min(axis=1)
+
+
+def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0) -> np.ndarray:
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
+    ok = oneshot_allowed(df, cap_tokens)
     out = np.full(len(df), np.nan)
     for i in range(0, len(params), R):
         sel = w == int(params[i].split("@")[1])
-        lat, bw = v[i:i + R:2], v[i + 1:i + R:2]
-        out[sel] = np.min(lat[None, :] + B[sel, None] / bw[None, :], axis=1)
+        out[sel] = regime_times(v[i:i + R:2], v[i + 1:i + R:2], B[sel], ok[sel])
     return out
 
 
-def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+def _rel_line(B: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
+    """(ℓ, 1/bw) of the line minimising Σ((ℓ + B/bw)/t - 1)², and that sum."""
+    a = np.stack([1.0 / t, B / t], axis=1)
+    x = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
+    return x, float(((a @ x - 1.0) ** 2).sum())
+
+
+def _two_lines(B: np.ndarray, t: np.ndarray) -> list:
+    """Two (ℓ, bw) lines through the sorted sizes cut at the best split (each run ≥ 2 sizes;
+    fewer than 4 sizes: one line, twice)."""
+    o = np.argsort(B)
+    B, t = B[o], t[o]
+    if len(B) < 2:
+        return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * 2
+    cuts = range(2, len(B) - 1)
+    best = min(((sum(f[1] for f in fits), fits) for fits in ([_rel_line(B[:c], t[:c]), _rel_line(B[c:], t[c:])]
+                                                             for c in cuts)), default=None, key=lambda x: x[0])
+    fits = best[1] if best else [_rel_line(B, t)] * 2
+    tmin = float(t.min())
+    return [(max(float(x[0]), 0.05 * tmin), 1.0 / max(float(x[1]), 1e-16)) for x, _ in fits]
+
+
+def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0) -> np.ndarray:
     if op_class == "attention":
         fp, bp, fd, bd, n = _cols(df)
         tmin = float(np.min(t))
@@ -150,13 +200,13 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
     out = []
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
+    ok = oneshot_allowed(df, cap_tokens)
     for i in range(0, len(params), R):
         sel = w == int(params[i].split("@")[1])
-        order = np.argsort(B[sel])
-        for part in np.array_split(order, R // 2):       # a line through each third of the sizes
-            bb, tt = B[sel][part], t[sel][part]
-            slope = max(float(np.polyfit(bb, tt, 1)[0]), 1e-15) if len(part) > 1 else tt[0] / bb[0]
-            out += [max(float(tt.min() - slope * bb.min()), 0.5 * float(tt.min())), 1.0 / slope]
+        small = ok[sel] if cap_tokens else B[sel] <= np.median(B[sel])
+        for part in (small, ~small):
+            for lat, bw in _two_lines(B[sel][part], t[sel][part]):
+                out += [lat, bw]
     return np.array(out)
 
 
@@ -166,17 +216,19 @@ class ModelFit(ClassFit):
     units: dict = None
     sms: int = 0
     groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
+    oneshot_tokens: int = 0     # all-reduce: the one-shot lines' token cap (0: none)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups)
+        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.oneshot_tokens)
 
 
-def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32)) -> np.ndarray:
+def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32),
+                cap_tokens: int = 0) -> np.ndarray:
     if op_class == "attention":
         return attention_times(values, df, params, sms, groups)
     if op_class == "sampler":
         return sampler_times(values, df)
-    return allreduce_times(values, df, params)
+    return allreduce_times(values, df, params, cap_tokens)
 
 
 def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0) -> tuple[str, ...]:
@@ -200,27 +252,40 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
     upper = {**upper, "l2_decode": l2 or np.inf} if "l2_decode" in params else upper
-    p0 = _start(op_class, params, df, t)
+    cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
+    p0 = _start(op_class, params, df, t, cap_tok)
     if "l2_decode" in params and l2:          # start the resident capacity near the spec L2 (the cliff's scale)
         p0[params.index("l2_decode")] = 0.8 * l2
-    cap = np.array([upper.get(base_name(p), np.inf) for p in params])
+    cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     groups = (2, 32)
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
         groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups) / t)  # noqa: E731
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok) / t)  # noqa: E731
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
     res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
-    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups),
+    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok),
                                       res, len(t), cap, units)
-    errors = ape_stats(model_times(op_class, params, values, df, sms, groups), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups, cap_tok), t)
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms, groups=groups)
+                    sms=sms, groups=groups, oneshot_tokens=cap_tok)
+
+
+def _bus_factor(p: str) -> float:
+    """An all-reduce line's bandwidth is over the ring's bus bytes B = 2(n-1)/n·size, but the
+    physical bound is on the algorithm bandwidth, size/t ≤ the link's: NVLink SHARP reduces in
+    the switch, so each GPU moves the message once each way (AIConfigurator's H100 table, 8 GPUs:
+    478 GB/s of bus bandwidth from 128M to 256M elements, on 450 GB/s links). The cap on bw is the
+    link's times 2(n-1)/n."""
+    if "@" not in p or not base_name(p).startswith("bandwidth_"):
+        return 1.0
+    n = int(p.split("@")[1])
+    return 2 * (n - 1) / n
 
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:

@@ -18,6 +18,7 @@ import numpy as np
 from ..hardware import Hardware
 from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
+from ..moe_cost import FIELDS as MOE_FIELDS
 from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
@@ -110,9 +111,16 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         r = len(ALLREDUCE_REGIME)
         changes["allreduce_regimes"] = {int(ar.params[i].split("@")[1]): [float(v) for v in ar.values[i:i + r]]
                                         for i in range(0, len(ar.params), r)}
+        changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
+    moe = fit.classes.get("moe")
+    if moe is not None and "pi_moe" in moe.params:
+        v = dict(zip(moe.params, (float(x) for x in moe.values)))
+        changes.update({fld: v[f"{p}_moe"] for p, fld in MOE_FIELDS.items()})
+        changes.update(moe_tuned_pi=v.get("pi_tuned_moe", 0.0),
+                       moe_tuned_shapes=[[int(e), int(n)] for e, n in getattr(moe, "tuned", ())])
     other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
     return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 MIN_REGIME = 0.02   # a break that moves π by less is no second regime
-SCREEN = 4000       # steps a candidate break is screened on (every k-th of a larger table)
+SCREEN = 4000       # steps a fit runs on (every k-th of a larger table)
+SCREEN_BREAKS = 1000   # steps the candidate breaks are compared on
 
 
 def pays(cost: float, one_regime: float, n: int) -> bool:
@@ -14,9 +15,9 @@ def pays(cost: float, one_regime: float, n: int) -> bool:
     return cost < one_regime * np.exp(-2 * np.log(n) / n)
 
 
-def screen(n: int) -> slice:
-    """Every k-th of n steps, at most SCREEN of them (all when n <= SCREEN)."""
-    return slice(None) if n <= SCREEN else slice(None, None, -(-n // SCREEN))
+def screen(n: int, most: int = SCREEN) -> slice:
+    """Every k-th of n steps, at most ``most`` of them (all when n <= most)."""
+    return slice(None) if n <= most else slice(None, None, -(-n // most))
 
 
 def pick_break(solve, breaks, one, m: int, idx):
@@ -28,14 +29,6 @@ def pick_break(solve, breaks, one, m: int, idx):
     trials = {b: solve(b, start, idx) for b in breaks}
     b = min(trials, key=lambda k: trials[k][0].cost)
     return (b, trials[b]) if pays(trials[b][0].cost, one[0].cost, m) else (0, None)
-
-
-def subset(terms, idx):
-    """The steps ``idx`` of a StepTerms (calibration/steps.py)."""
-    if idx == slice(None):
-        return terms
-    return type(terms)(terms.tc[idx], terms.tm[idx], terms.floor[idx], terms.over[idx], terms.const[idx],
-                      terms.host_cols[idx], terms.quadrature, terms.gemm_rows[idx])
 
 
 def rows_breaks(steps: pd.DataFrame) -> list[int]:

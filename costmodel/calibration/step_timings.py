@@ -9,6 +9,8 @@ Kernel tables see only the GPU; a step's time also holds the engine's host work,
   seqs            B sequences; prefill_seqs of them with q > 1
   prefill_pairs   Σ over q > 1 sequences of q·kv + q(q+1)/2 (query-key pairs), prefill_kv Σ kv + q
   decode_pairs    the same sums over q = 1 sequences (decode_kv = decode_pairs = Σ kv + 1)
+  prefill_groups  the q > 1 sequences themselves, ((count, q, kv), ...): what the simulator's
+                  per-sequence attention pricing needs (calibration/step_pricing.py)
   time_s          measured seconds;  source  "file:line" of the row it came from;  tp
 
 Formats (``load_steps(path, fmt)``):
@@ -51,7 +53,7 @@ import pandas as pd
 from ..errors import InputError, require
 
 STEP_COLUMNS = ("step", "kind", "rows", "seqs", "prefill_seqs", "prefill_pairs", "prefill_kv", "decode_pairs",
-                "decode_kv", "time_s", "source", "tp")
+                "decode_kv", "prefill_groups", "time_s", "source", "tp")
 STEP_FORMATS = ("steps", "splitwise", "vllm-log")
 MODELLED_DTYPES = ("bf16", "bfloat16", "fp16", "float16", "half")
 SPLITWISE_COLUMNS = ("prompt_size", "batch_size", "token_size", "prompt_time", "token_time")
@@ -85,6 +87,7 @@ def uniform_steps(n_prefill, q_prefill, kv_prefill, n_decode, kv_decode, time_s,
         "prefill_pairs": (npf * (qp * kvp + qp * (qp + 1) // 2)).astype(float),
         "prefill_kv": (npf * (kvp + qp)).astype(float),
         "decode_pairs": (nd * (kvd + 1)).astype(float), "decode_kv": (nd * (kvd + 1)).astype(float),
+        "prefill_groups": [((int(n), int(a), int(k)),) if n else () for n, a, k in zip(npf, qp, kvp)],
         "time_s": np.asarray(time_s, dtype=float), "source": source, "tp": tp})
     return df
 
@@ -171,6 +174,11 @@ def read_steps_csv(path, gpu: str | None = None, skipped: dict | None = None, tp
     out = g.agg({c: "sum" for c in ("rows", "seqs", "prefill_seqs", "prefill_pairs", "prefill_kv", "decode_pairs",
                                     "decode_kv")} | {"time_s": "first", "tp": "first", "line": "first"}).reset_index()
     out["kind"] = _kind(out["prefill_seqs"].to_numpy(), out["seqs"].to_numpy())
+    pq = per[pre].assign(kv0=kv[pre]).groupby(["step", "rows", "kv0"], sort=True).size()
+    groups = {}
+    for (st, a, k), n in pq.items():
+        groups.setdefault(st, []).append((int(n), int(a), int(k)))
+    out["prefill_groups"] = [tuple(groups.get(st, ())) for st in out["step"]]
     out["source"] = [f"{path}:{n}" for n in out.pop("line")]
     return out[list(STEP_COLUMNS)]
 

@@ -15,7 +15,10 @@ prefill chunks: how many, each of q new tokens over kv cached ones).
   attention   one attention kernel over a batch of prefill chunks (q > 1) and decodes (q = 1): the
               fitted form of ``fit.attention_times``; op says prefill, decode or mixed
   sampler     per-sequence GPU work after the LM head (m = sequences)
-  allreduce   ring: bytes = 2(n-1)/n · size (what each GPU sends), workers = n
+  allreduce   ring: bytes = 2(n-1)/n · size (what each GPU sends), workers = n, tokens = the message's
+              tokens where the table says (AIConfigurator: size / 4096), else 0
+  moe         fused MoE layer: tokens T, k = hidden, n = expert intermediate, heads = top-k, kv_heads =
+              experts, tp, workers = ep, seqs = experts the batch touches on one GPU (expected)
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Column meanings follow AIConfigurator's ``sdk/perf_database.py``: ``latency`` is
 (m×k)·(k×n); context attention is ``batch_size`` prompts of ``isl`` tokens with no cached prefix,
 heads per GPU; generation attention is one decode step of ``batch_size`` sequences whose key
 length is ``s = isl + step`` (the table's lookup key; its speed-of-light model reads s - 1 cached
-tokens plus the new one); all-reduce message sizes are in elements of the dtype.
+tokens plus the new one); all-reduce message sizes are in elements of the dtype, each message
+[size / 4096, 4096] (tokens × hidden) as the collector lays it out: the rows' token count.
 All-reduce: for each (GPUs, size) the faster of the custom (engine) and NCCL tables is kept, as the
 engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond). Rows faster
 than the spec sheet's float16 peak (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped
@@ -15,17 +16,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from ...errors import require
 from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
+from ..moe_routing import table_touched
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
 ATTN = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step", "latency"]
 MS = 1e-3
+TOKEN_DIM = 4096    # the collector's all-reduce layout: [size / 4096, 4096] (collect_all_reduce.py, get_input_shape_and_comm_size)
 
 
 def _gemm(path: Path, notes: list) -> pd.DataFrame:
@@ -86,7 +90,8 @@ def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:
         raw = raw[raw["op_name"] == "all_reduce"].reset_index(drop=True)
     raw = keep_dtype(raw, [dt], SIXTEEN_BIT, str(path), notes)
     nw, size = raw["num_gpus"].to_numpy(float), raw["message_size"].to_numpy(float) * 2
-    df = pd.DataFrame(dict(op_class="allreduce", op="nccl_all_reduce" if nccl else "custom_all_reduce", tokens=0,
+    tokens = np.maximum(1.0, np.floor(raw["message_size"].to_numpy(float) / TOKEN_DIM))
+    df = pd.DataFrame(dict(op_class="allreduce", op="nccl_all_reduce" if nccl else "custom_all_reduce", tokens=tokens,
                            m=size, k=0, n=0, tp=nw, workers=nw, dtype="float16", flops=0.0,
                            bytes=2 * (nw - 1) / nw * size, time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
     return df[df["workers"] > 1]
@@ -94,18 +99,19 @@ def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:
 
 def _moe(path: Path, notes: list) -> pd.DataFrame:
     """Fused MoE layer: T tokens routed top-k among E experts of (gate, up, down) H×I, split
-    moe_tp ways; FLOPs 2·3·H·I/tp per routed token, bytes the experts touched in expectation
-    (uniform routing: E·(1 - (1 - k/E)^T)) plus activations."""
+    moe_tp ways; FLOPs 2·3·H·I/tp per routed token; seqs = the experts the table's routing touches
+    on one GPU (``moe_routing``), bytes their weights plus each routed row's activations in and
+    out (``costmodel/moe_cost.py``)."""
     cols = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "latency"]
     raw = keep_dtype(read_table(path, cols + ["moe_dtype", "distribution"], cols), ["moe_dtype"], SIXTEEN_BIT,
                      str(path), notes)
     T, H, inter, k, E, tp, ep = (raw[c].to_numpy(float) for c in cols[:-1])
     per_expert = 3 * H * inter / tp
-    local = E / ep
-    touched = local * (1 - (1 - k / E) ** T)
-    return pd.DataFrame(dict(op_class="moe", op=raw["distribution"].astype(str).to_numpy(), tokens=T, m=T, k=H, n=inter,
+    dist = raw["distribution"].astype(str).to_numpy()
+    touched = table_touched(T, k, E, ep, dist)
+    return pd.DataFrame(dict(op_class="moe", op=dist, tokens=T, m=T, k=H, n=inter,
                              tp=tp, workers=ep, dtype="float16", flops=2.0 * per_expert * T * k / ep,
-                             bytes=2.0 * (per_expert * touched + 2 * T * H), seqs=0, heads=k, kv_heads=E,
+                             bytes=2.0 * (per_expert * touched + 2 * T * H * k / ep), seqs=touched, heads=k, kv_heads=E,
                              time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
 
 

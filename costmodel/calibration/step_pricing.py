@@ -1,0 +1,173 @@
+"""Price a step table (calibration/step_timings.py) as the simulator does: each step's batch through
+``CostModel`` (costmodel/roofline.py) on the profile the step fit writes, so that a fitted profile
+prices the fitted steps exactly as the fit said, whatever the base profile's form (roofline, tile
+GEMMs, fitted or unit-model attention, all-reduce regimes).
+
+The step fit's scales act on the base profile's fields:
+
+  s_π        pi_eff; with attention tied to it, attention's FLOP rates too (pi_attn, attn_decode_pi,
+             attn_mixed_pi)
+  s_π,attn   attention's FLOP rates when untied (pi_attn, or pi_eff where the base has none)
+  s_β        every HBM rate: beta_eff, beta_attn, attn_prefill_beta, attn_decode_beta_mha,
+             elementwise_beta (the L2 and per-thread-block rates of the tile and unit models stay)
+  s_rows     gemm_rows_pi_scale for GEMMs of more rows than gemm_rows_break
+
+and the host terms are the profile's (costmodel/host.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..gemm_tiles import grid, times_on
+from ..hardware import Hardware
+from ..host import HOST_FIELDS
+from ..model import ModelSpec
+from ..roofline import CostModel
+
+ATTN_PI = ("attn_decode_pi", "attn_mixed_pi")
+BETA = ("beta_eff", "beta_attn", "attn_prefill_beta", "attn_decode_beta_mha", "elementwise_beta")
+NO_HOST = dict.fromkeys(HOST_FIELDS, 0.0)
+
+
+def scaled_hardware(base: Hardware, s_pi: float, s_beta: float, s_pi_attn: float | None = None, rows_break: int = 0,
+                    s_rows: float = 1.0, host=None) -> Hardware:
+    """The base profile with the step fit's constants applied (module docstring); attention's π
+    follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros)."""
+    tied = s_pi_attn is None
+    s_pa = s_pi if tied else s_pi_attn
+    ch = {"pi_eff": base.pi_eff * s_pi,
+          "pi_attn": (base.pi_attn * s_pi if base.pi_attn else None) if tied else base.pi_attention * s_pa}
+    ch.update({f: getattr(base, f) * s_pa for f in ATTN_PI if getattr(base, f)})
+    ch.update({f: getattr(base, f) * s_beta for f in BETA if getattr(base, f)})
+    if rows_break:
+        ch.update(gemm_rows_break=int(rows_break), gemm_rows_pi_scale=float(s_rows))
+    ch.update(dict(zip(HOST_FIELDS, (float(h) for h in host))) if host is not None else NO_HOST)
+    return base.replace(**ch)
+
+
+def scale_bounds(base: Hardware, tied: bool) -> tuple[float, float, float]:
+    """Largest (s_pi, s_beta, s_pi_attn) that keep every scaled FLOP rate at most peak_flops and
+    every HBM rate of a kernel (beta_eff, beta_attn, attn_decode_beta_mha) at most peak_bandwidth."""
+    attn = max([base.pi_attention] + [getattr(base, f) for f in ATTN_PI])
+    pi = base.peak_flops / (max(base.pi_eff, attn) if tied else base.pi_eff)
+    beta = base.peak_bandwidth / max(base.beta_eff, base.beta_attention, base.attn_decode_beta_mha)
+    return pi, beta, base.peak_flops / attn
+
+
+@dataclass(frozen=True)
+class StepShapes:
+    """A step table's distinct batches, as ``CostModel.shape`` takes them, and its host columns."""
+    batches: list          # (prefill q_lens, their kv_lens, decodes, Σ(kv + 1) of the decodes)
+    inv: np.ndarray        # step -> its batch
+    host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
+    rows: np.ndarray       # (steps,) Σ q
+    cache: dict = field(default_factory=dict, compare=False)   # the tile model's grids (``_tiled_lookup``)
+
+    def __len__(self) -> int:
+        return len(self.inv)
+
+
+def step_shapes(steps: pd.DataFrame) -> StepShapes:
+    groups = steps["prefill_groups"].tolist()
+    seqs, pseqs = steps["seqs"].to_numpy(np.int64), steps["prefill_seqs"].to_numpy(np.int64)
+    dkv = steps["decode_kv"].to_numpy(np.int64)
+    index, batches, inv = {}, [], np.empty(len(steps), np.int64)
+    for i, (g, d, t) in enumerate(zip(groups, seqs - pseqs, dkv)):
+        key = (g, int(d), int(t))
+        j = index.get(key)
+        if j is None:
+            j = index[key] = len(batches)
+            q = [int(x) for n, x, _ in g for _ in range(n)]
+            kv = [int(x) for n, _, x in g for _ in range(n)]
+            batches.append((q, kv, int(d), int(t)))
+        inv[i] = j
+    p = pseqs.astype(float)
+    host = np.stack([np.ones(len(steps)), seqs.astype(float), p, (p > 0).astype(float)], 1)
+    return StepShapes(batches, inv, host, steps["rows"].to_numpy(np.int64))
+
+
+def subset(shapes: StepShapes, idx) -> StepShapes:
+    """The steps ``idx`` (a slice or index array) of a StepShapes."""
+    if isinstance(idx, slice) and idx == slice(None):
+        return shapes
+    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache)
+
+
+def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np.ndarray:
+    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off
+    (a tile-model profile's GEMMs priced for every distinct row count at once: ``_tiled_lookup``)."""
+    cm = CostModel(model, hw.replace(**NO_HOST), tp)
+    used = np.unique(shapes.inv)
+    b = shapes.batches
+    if cm.tiles is not None:
+        _tiled_lookup(cm, shapes, used)
+    t = np.zeros(len(b))
+    t[used] = [cm.step_time(*b[j]) for j in used]
+    return t[shapes.inv]
+
+
+def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
+    """Give ``cm`` its tile-model GEMM times (``CostModel._tiled_time``) for every distinct row count
+    of the batches ``used`` from one vectorized evaluation of the tile model on grids built once per
+    table (``gemm_tiles.grid``: only the constants change between a fit's evaluations). Installed
+    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12."""
+    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()))
+    g = shapes.cache.get(key)
+    bt, m = cm.model.b, cm.model
+    if g is None:
+        rows = np.unique([sum(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
+        seqs = np.unique([len(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
+        heads = rows if cm.counting == "seed" else seqs
+        K = len(cm.tile_k)
+        g_lin = grid(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows)), cm.hw.sms, bt)
+        g = shapes.cache[key] = (rows, g_lin, heads, grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt))
+        if len(shapes.cache) > 8:
+            shapes.cache.pop(next(iter(shapes.cache)))
+    rows, g_lin, heads, g_head = g
+
+    def table(x, gr, width, weights, name):
+        t = times_on(gr, cm.tiles.values).reshape(len(x), width)
+        if cm.rows_break and (x > cm.rows_break).any():
+            above = times_on(gr, cm.tiles_above.values).reshape(len(x), width)
+            t = np.where((x > cm.rows_break)[:, None], above, t)
+        t = (t * weights).sum(1) if weights is not None else t[:, 0]
+        if name == "linear" and cm.lin_rest:
+            pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
+            t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
+        return dict(zip(x.tolist(), t.tolist()))
+
+    lin = table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear")
+    head = table(heads, g_head, 1, None, "lm_head")
+    seed = cm.counting == "seed"
+
+    def fast(name, r, s):
+        try:
+            return head[r if seed else s] if name == "lm_head" else lin[r]
+        except KeyError:
+            return CostModel._tiled_time(cm, name, r, s)
+
+    for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
+        s = int(heads[0]) if not seed else r
+        for name in ("linear", "lm_head"):
+            ref = CostModel._tiled_time(cm, name, r, s)
+            if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
+                return
+    cm._tiled_time = fast
+
+
+def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:
+    """Wall seconds per step: GPU plus host (serial) or the larger of the two (overlap)."""
+    h = shapes.host_cols @ np.asarray(host, dtype=float)
+    return np.maximum(gpu, h) if overlap else gpu + h
+
+
+def price_steps(steps: pd.DataFrame, model: ModelSpec, hw: Hardware, tp: int, overlap: bool = False) -> np.ndarray:
+    """Seconds per step as the simulator prices each batch with ``hw``, host time included."""
+    price = CostModel(model, hw, tp, overlap_host=overlap).step_time
+    sh = step_shapes(steps)
+    t = np.array([price(*b) for b in sh.batches])
+    return t[sh.inv]

@@ -1,0 +1,47 @@
+"""The fused-MoE layer's time, as fitted to AIConfigurator's measured fused-MoE table and as the
+roofline prices a MoE model's routed experts (per MoE layer, SGLang's ``fused_moe`` Triton path:
+routing, the gate/up grouped GEMM, SiLU-and-mul, the down grouped GEMM, the weighted sum).
+
+T tokens, each routed to k of E experts (E/ep on this GPU), experts of H×I split tp ways
+(N = I/tp; P = 3·H·N weights each: gate, up, down):
+  touched  u = (E/ep)·(1 - (1 - k/E)^T)     distinct local experts, uniform routing (expected)
+  rows     r = T·k/ep + pad·u               token-expert rows; each touched expert's rows are padded
+                                            to the grouped GEMM's row tile (moe_align_block_size),
+                                            ``pad`` rows per expert on average
+  F        2·r·(3·H·N + depth·(2N + H))     the MMAs, plus a fixed cost per output tile (pipeline
+                                            fill, epilogue) worth ``depth`` steps of reduction on each
+                                            of the r·(2N + H) outputs: what makes thin experts slow
+                                            (N = 48 at tp 32 of a 128-expert model)
+  t = floor + √((F / π)² + ((b·P·u + b·2H·T·k/ep) / β)²)
+every touched expert's weights streamed once, each routed row's activations read and written;
+``floor`` is the layer's fixed cost (its five kernels' launches). ``pi`` is the rate of the
+engine's default kernel config; shapes it ships a tuned config for run at their own rate
+(``calibration/moe_fit.py``: the profile's moe_tuned_pi and moe_tuned_shapes). Fitted on the H100
+table (float16), each whole model configuration held out in turn, the constants take the MAPE
+from 48 % (median 45 %; the generic bytes/β + floor class) to 21 % (median 12 %); on the fitted
+rows 9.5 % (median 8.2 %), weights streamed at 3.23 TB/s (spec 3.35). What a held-out shape cannot
+know is whether the engine has a tuned config for it: at 20k tokens the H100 table's 8-expert
+shapes run at 530–580 TFLOP/s at N = 1,792–7,168 and 190–235 at N = 448–1,024 and 8,192–16,384.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PARAMS = ("pi", "beta", "floor", "pad", "depth")
+UNITS = {"pi": "FLOP/s", "beta": "B/s", "floor": "s", "pad": "rows", "depth": "elements"}
+FIELDS = {"pi": "moe_pi", "beta": "moe_beta", "floor": "moe_floor_s", "pad": "moe_pad_rows", "depth": "moe_tile_depth"}
+
+
+def experts_touched(tokens, k: float, experts: float, ep: float = 1.0):
+    """Expected distinct experts on one GPU that T tokens touch, each routed to k of E uniformly."""
+    t = np.asarray(tokens, float)
+    return np.where(t > 0, experts / ep * (1.0 - (1.0 - k / experts) ** t), 0.0)
+
+
+def moe_time(tokens, hidden, inter, tp, ep, k, touched, pi, beta, floor, pad, depth, b: float = 2.0):
+    """Seconds for one fused-MoE layer (arrays or floats); ``touched``: local experts touched."""
+    n = inter / tp
+    rows = tokens * k / ep + pad * touched
+    comp = 2.0 * rows * (3.0 * hidden * n + depth * (2.0 * n + hidden)) / pi
+    mem = (b * 3.0 * hidden * n * touched + b * 2.0 * hidden * tokens * k / ep) / beta
+    return floor + np.hypot(comp, mem)
