@@ -133,6 +133,12 @@ class GemmTiles:
             t = t * np.exp(self._corr(m, n, k))
         return t
 
+    def factor(self, m, n, k) -> np.ndarray | float:
+        """The shape correction's factor per GEMM (1.0 without one)."""
+        if self._corr is None:
+            return 1.0
+        return np.exp(self._corr(*np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))))
+
     def time(self, m: int, n: float, k: float, b: float = 2.0) -> float:
         return float(self.times(m, n, k, b)[0])
 

@@ -152,3 +152,25 @@ def test_one_m_short_path_matches_the_general_one(m, seed):
     design = gemm_fit._design(knots, pd.DataFrame({"m": ms, "n": n, "k": k})) @ coef
     np.testing.assert_allclose(general, design, atol=1e-12)
     np.testing.assert_allclose(short, design, atol=1e-12)
+
+
+def test_step_fit_prices_a_corrected_profile_on_its_fast_path(a100_gemms):
+    """The step fit's vectorized GEMM pricing (calibration/step_pricing.py) applies the correction
+    too: it installs itself (it matches CostModel._tiled_time) and prices every batch alike."""
+    from costmodel.calibration.step_pricing import _tiled_lookup, step_shapes
+    from costmodel.calibration.step_timings import uniform_steps
+    hw = profile_from_fit(fit(a100_gemms, form="physical", spec=A100), A100, "fixture")
+    assert hw.gemm_corr
+    model = load_model("llama-3.1-8b")
+    rng = np.random.default_rng(5)
+    n = 40
+    npf, q, kvp = rng.integers(0, 3, n), rng.integers(1, 2048, n), rng.integers(0, 4096, n)
+    nd, kvd = rng.integers(0, 64, n) + (npf == 0), rng.integers(1, 4096, n)
+    shapes = step_shapes(uniform_steps(npf, q, kvp, nd, kvd, np.ones(n), "x"))
+    cm = CostModel(model, hw, 1)
+    used = np.unique(shapes.inv)
+    _tiled_lookup(cm, shapes, used)
+    assert "_tiled_time" in vars(cm)
+    ref = CostModel(model, hw, 1)
+    for j in used:
+        assert cm.step_time(*shapes.batches[j]) == pytest.approx(ref.step_time(*shapes.batches[j]), rel=1e-12)
