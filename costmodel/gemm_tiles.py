@@ -17,7 +17,8 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
              inputs the L2 holds while they fit its resident capacity C, r_o the output's share
              written back to it below C_o; C, C_o ≤ the L2 size. They differ: on the L40S inputs
              stop being L2-resident near 20 MB, while outputs of ~70 MB are still absorbed)
-  t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor
+  t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor,
+             times the fitted shape correction where a profile has one (gemm_correction.py)
 
 the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction). The
 tiles are CUTLASS's sm80/sm90 tensor-core tile shapes (64–256 rows and columns); splits 1–16.
@@ -30,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .gemm_correction import Correction
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -112,6 +115,11 @@ class GemmTiles:
     l2: float
     l2_out: float
     sms: int
+    corr_knots: tuple = ()      # the bounded shape correction (gemm_correction.py); empty: none
+    corr: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)
 
     @property
     def values(self) -> tuple:
@@ -119,7 +127,17 @@ class GemmTiles:
 
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
-        return times_on(grid(m, n, k, self.sms, b), self.values)
+        t = times_on(grid(m, n, k, self.sms, b), self.values)
+        if self._corr is not None:
+            m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
+            t = t * np.exp(self._corr(m, n, k))
+        return t
+
+    def factor(self, m, n, k) -> np.ndarray | float:
+        """The shape correction's factor per GEMM (1.0 without one)."""
+        if self._corr is None:
+            return 1.0
+        return np.exp(self._corr(*np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))))
 
     def time(self, m: int, n: float, k: float, b: float = 2.0) -> float:
         return float(self.times(m, n, k, b)[0])

@@ -69,6 +69,8 @@ class Hardware:
     gemm_wave_s: float = 0.0        # tiles: fixed latency of one wave of output tiles
     gemm_l2_resident_bytes: float = 0.0   # tiles: inputs served from the L2 below this (≤ l2_bytes)
     gemm_l2_out_bytes: float = 0.0  # tiles: output written back to the L2 below this (≤ l2_bytes)
+    gemm_corr_knots: list = field(default_factory=list)   # tiles: the shape correction's log2 m, n, k knots
+    gemm_corr: list = field(default_factory=list)   # ... its ln factor at each knot triple (costmodel/gemm_correction.py)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -177,6 +179,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with gemm_form tiles")
     for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
+    from .gemm_correction import check
+    check(hw.gemm_corr_knots, hw.gemm_corr, f"{source}:gemm_corr")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]")
     for tp, v in regimes.items():

@@ -56,7 +56,8 @@ layers and the overhead with kernels; the combine is applied to the operator's s
 kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
 With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
 Profiles with gemm_form "tiles" price the weight GEMMs of linear and lm_head with the tile/wave
-model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency).
+model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency,
+and the profile's fitted shape correction, ``costmodel/gemm_correction.py``).
 """
 from __future__ import annotations
 
@@ -152,7 +153,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
             rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
-                    hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms)
+                    hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms, tuple(map(tuple, hw.gemm_corr_knots)),
+                    tuple(hw.gemm_corr))
             self.tiles = GemmTiles(hw.pi_eff, *rest)
             self.tiles_above = GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest) if self.rows_break else self.tiles
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)

@@ -4,7 +4,11 @@ Used for class "gemm" under the "physical" form when the spec gives the GPU's SM
 size. Two passes keep it fast: every candidate kernel on a 2,000-row sample, then all rows with
 each row's six fastest kernels at the first pass's constants (predictions use every kernel). Same conventions as the other classes: log residuals, soft_l1, parameters as ln(p/p0),
 1σ from the Jacobian; π, β and the L2-resident capacity are capped at the spec sheet (a fit that
-lands on a cap says so), the per-thread-block bandwidth at β.
+lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded smooth correction
+(``costmodel/gemm_correction.py``) on the tile model's log residuals: linear least squares in its
+knot values with a second-difference penalty λ, reweighted toward least absolute deviations; λ
+(or no correction) is chosen by a shape split inside the fitted table itself (a quarter of its
+(n, k) shapes predicted from the rest), so a held-out evaluation stays honest.
 """
 from __future__ import annotations
 
@@ -12,14 +16,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from scipy.optimize import least_squares
+from scipy.sparse.linalg import spsolve
 
+from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
+KNOTS = 8          # correction knots per axis (fewer where the table has fewer distinct values)
+LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
+RIDGE = 0.01       # pulls knots no row reaches toward no correction
 
 
 def _grid(df: pd.DataFrame, sms: int) -> dict:
@@ -30,9 +40,77 @@ def _grid(df: pd.DataFrame, sms: int) -> dict:
 class GemmTilesFit(ClassFit):
     units: dict = None
     sms: int = 0
+    corr_knots: tuple = ()
+    corr: tuple = ()
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return times_on(_grid(df, self.sms), self.values)
+        t = times_on(_grid(df, self.sms), self.values)
+        if self.corr:
+            t = t * np.exp(log_factor(self.corr_knots, self.corr, *(df[c].to_numpy(float) for c in "mnk")))
+        return t
+
+
+def _knots(x: np.ndarray) -> list:
+    lo, hi = float(np.log2(x.min())), float(np.log2(x.max()))
+    num = min(KNOTS, len(np.unique(x)))
+    return [lo, lo + 1.0] if num < 2 or hi <= lo else [float(v) for v in np.linspace(lo, hi, num)]
+
+
+def _design(knots, df: pd.DataFrame) -> sp.csr_matrix:
+    idx, w = corners(knots, *(df[c].to_numpy(float) for c in "mnk"))
+    size = len(knots[0]) * len(knots[1]) * len(knots[2])
+    rows = np.tile(np.arange(len(df)), 8)
+    return sp.csr_matrix((w.ravel(), (rows, idx.ravel())), shape=(len(df), size))
+
+
+def _roughness(knots) -> sp.csr_matrix:
+    """PᵀP of the second differences of the knot values along each axis."""
+    shape = tuple(len(kn) for kn in knots)
+    ids = np.arange(int(np.prod(shape))).reshape(shape)
+    blocks = []
+    for ax in range(3):
+        s = np.moveaxis(ids, ax, 0)
+        if s.shape[0] >= 3:
+            cols = np.concatenate([s[:-2].ravel(), s[1:-1].ravel(), s[2:].ravel()])
+            n = cols.size // 3
+            vals = np.repeat([1.0, -2.0, 1.0], n)
+            blocks.append(sp.csr_matrix((vals, (np.tile(np.arange(n), 3), cols)), shape=(n, ids.size)))
+    P = sp.vstack(blocks) if blocks else sp.csr_matrix((0, ids.size))
+    return (P.T @ P).tocsr()
+
+
+def _solve(A: sp.csr_matrix, y: np.ndarray, PtP, lam: float, sweeps: int = 3) -> np.ndarray:
+    n = len(y)
+    reg = (PtP * (lam * lam) + sp.identity(A.shape[1]) * RIDGE ** 2) * (n / 1000.0)
+    w = np.ones(n)
+    for _ in range(sweeps):
+        c = spsolve((A.T @ sp.diags(w) @ A + reg).tocsc(), A.T @ (w * y))
+        w = 1.0 / np.maximum(np.abs(A @ c - y), 0.02)
+        w *= n / w.sum()
+    return np.clip(c, -BOUND, BOUND)
+
+
+def fit_correction(df: pd.DataFrame, t_model: np.ndarray) -> tuple[tuple, tuple]:
+    """(knots, values) of the correction to ``t_model`` for the table's rows; () () when the inner
+    shape split finds that no correction predicts its held-out shapes better."""
+    y = np.log(df["time_s"].to_numpy(float) / t_model)
+    knots = [_knots(df[c].to_numpy(float)) for c in "mnk"]
+    A, PtP = _design(knots, df), _roughness(knots)
+    key = np.unique(df[["n", "k"]].to_numpy(float), axis=0, return_inverse=True)[1].ravel()   # the (n, k) shape
+    uniq = np.unique(key)
+    if len(uniq) < 4:
+        return (), ()
+    held = np.isin(key, np.random.default_rng(0).choice(uniq, size=len(uniq) // 4, replace=False))
+    score = lambda c: float(np.mean(np.abs(np.expm1(A[held] @ c - y[held]))))  # noqa: E731
+    best, best_score = None, score(np.zeros(A.shape[1]))
+    for lam in LAMBDAS:
+        s = score(_solve(A[~held], y[~held], PtP, lam))
+        if s < best_score:
+            best, best_score = lam, s
+    if best is None:
+        return (), ()
+    c = _solve(A, y, PtP, best)
+    return tuple(tuple(kn) for kn in knots), tuple(float(np.clip(round(v, 5), -BOUND, BOUND)) for v in c)
 
 
 def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes: float) -> GemmTilesFit:
@@ -57,6 +135,9 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
                         bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", tr_solver="lsmr")
     values = p0 * np.exp(res.x)
     active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(t), cap, UNITS)
-    base = np.log(times_on(g, values))
+    base = times_on(g, values)
+    knots, corr = fit_correction(df, base)
+    if corr:
+        base = base * np.exp(log_factor(knots, corr, *(df[c].to_numpy(float) for c in "mnk")))
     return GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active,
-                        ape_stats(np.exp(base), t), tuple(warns), units=dict(UNITS), sms=sms)
+                        ape_stats(base, t), tuple(warns), units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr)

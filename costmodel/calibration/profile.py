@@ -105,7 +105,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         v = dict(zip(g.params, (float(x) for x in g.values)))
         changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],
                        gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
-                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], sms=g.sms)
+                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], sms=g.sms,
+                       gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         r = len(ALLREDUCE_REGIME)

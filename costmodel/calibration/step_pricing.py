@@ -128,11 +128,15 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         if len(shapes.cache) > 8:
             shapes.cache.pop(next(iter(shapes.cache)))
     rows, g_lin, heads, g_head = g
+    K = len(cm.tile_k)
+    f_lin = np.reshape(cm.tiles.factor(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))), (-1, K)) if cm.tiles.corr else 1.0
+    f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
 
     def table(x, gr, width, weights, name):
-        t = times_on(gr, cm.tiles.values).reshape(len(x), width)
+        f = f_lin if name == "linear" else f_head   # the profile's GEMM shape correction (gemm_correction.py)
+        t = times_on(gr, cm.tiles.values).reshape(len(x), width) * f
         if cm.rows_break and (x > cm.rows_break).any():
-            above = times_on(gr, cm.tiles_above.values).reshape(len(x), width)
+            above = times_on(gr, cm.tiles_above.values).reshape(len(x), width) * f
             t = np.where((x > cm.rows_break)[:, None], above, t)
         t = (t * weights).sum(1) if weights is not None else t[:, 0]
         if name == "linear" and cm.lin_rest:
