@@ -88,6 +88,7 @@ class DecodeRuns:
         ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
         floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
         decodes_compute_bound = 1 > bound
+        by_seqs = self._fixed_uses_seqs
         out = []
         d = decode_kv0
         li, nl = 0, len(leaves)
@@ -126,9 +127,10 @@ class DecodeRuns:
                     else:
                         dpairs += hp
                         dkv += hkv + hq
-            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_time of (rows, seqs < 2^20)
+            key = rows << 20 | m + 1 if by_seqs else rows   # _fixed_time of (rows, seqs < 2^20), or of rows alone
+            g = lead_fixed.get(key)
             if g is None:
-                g = lead_fixed[rows << 20 | m + 1] = fixed(rows, m + 1)
+                g = lead_fixed[key] = fixed(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta

@@ -135,9 +135,9 @@ class Simulation:
         if self.max_model_len and total > self.max_model_len:
             return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
         pool = replica.state.pool
-        if pool.blocks_for(total) > pool.total:
+        if -(-total // pool.block_size) > pool.total:   # pool.blocks_for(total)
             return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
-        return replica.policy.reject_reason(req, pool)
+        return replica.policy.reject_reason(req, pool) if replica.rejects else None
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         """Simulate (to `until`, or until every request is done) and collect the results; once."""
