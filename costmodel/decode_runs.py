@@ -91,6 +91,32 @@ class DecodeRuns:
         by_seqs = self._fixed_uses_seqs
         out = []
         d = decode_kv0
+        if not head and not leaves and not decodes_compute_bound and not by_seqs:   # the common lead, its loop pared
+            for j in range(1, len(qs)):
+                if t >= stop and j > sealed:
+                    break
+                q = qs[j]
+                d += m
+                p, kq = q * kv + q * (q + 1) // 2, kv + q
+                g = lead_fixed.get(m + q)
+                if g is None:
+                    g = lead_fixed[m + q] = fixed(m + q, m + 1)
+                if p > bound * kq:   # P compute-bound, the decodes (Σ(kv + 1) = d) memory-bound
+                    x, y = (ac * p) / pi, (kc * kq) / beta
+                    x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                    a = (x if x >= floor else floor) + over
+                    if d:
+                        x, y = (ac * d) / pi, (kc * d) / beta
+                        x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                        a += (x if x >= floor else floor) + over
+                else:                # P memory-bound beside them
+                    x, y = (ac * (d + p)) / pi, (kc * (d + kq)) / beta
+                    x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                    a = (x if x >= floor else floor) + over
+                t += g + a
+                out.append(t)
+                kv += q
+            return out
         li, nl = 0, len(leaves)
         for j in range(1, len(qs)):
             if t >= stop and j > sealed:

@@ -205,6 +205,26 @@ class VLLMScheduler(PolicyHooks):
                                 running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
         li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
+        if not cfg.long_prefill_token_threshold:   # _clamp is min(left, budget) at every step; every full chunk is sealed
+            cap = cfg.max_num_seqs
+            while done < tokens:
+                j = len(out) + 1
+                held = 0
+                while li < nl and leaves[li] <= j:
+                    budget += 1
+                    running -= 1
+                    held += hold and leaves[li] == j
+                    li += 1
+                n = tokens - done
+                if n > budget:
+                    n = budget
+                if n <= 0 or (waiting and running + held < cap and n < budget):
+                    break
+                out.append(n)
+                if n == budget and sealed == len(out) - 1:
+                    sealed += 1
+                done += n
+            return out, sealed
         try:
             while done < tokens:
                 j = len(out) + 1

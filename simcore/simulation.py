@@ -111,22 +111,24 @@ class Simulation:
         if self._arriving or self._arrival_s[self._next] > t:
             return
         self._arriving = True
-        arrival_s, n = self._arrival_s, self._n
-        while self._next < n and arrival_s[self._next] <= t:
-            self._arrive(self._next, float(arrival_s[self._next]))
-            self._next += 1
+        arrival_s, i, n, arrive = self._arrival_s, self._next, self._n, self._arrive
+        while i < n and arrival_s[i] <= t:
+            arrive(i, float(arrival_s[i]))
+            i = self._next = i + 1
         self._arriving = False
 
     def _arrive(self, i: int, now: float) -> None:
         hashes = self._hashes
-        req = Request(i, now, self._prompts[i], self._outputs[i],
-                      tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
+        if hashes is None:
+            req = Request(i, now, self._prompts[i], self._outputs[i])
+        else:
+            req = Request(i, now, self._prompts[i], self._outputs[i], tuple(hashes[i]) if hashes[i] is not None else ())
         if self._ignore_eos is not None:
             req.ignore_eos = self._ignore_eos[i]
         self.requests.append(req)
         replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
-        req.rejected = self._reject_reason(req, replica)
-        if req.rejected is None:
+        rejected = req.rejected = self._reject_reason(req, replica)
+        if rejected is None:
             self.in_flight += 1
             replica.submit(req)
 
