@@ -199,11 +199,12 @@ class VLLMScheduler(PolicyHooks):
                 return [], 0
         cfg, thr0 = self.cfg, self._thr
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
-        running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
+        running, waiting = len(items) + nc, len(s.waiting)
         if not leaves:
             return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
                                 running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
+        hold = self.cfg.async_scheduling   # holds_finished
         li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
         if not cfg.long_prefill_token_threshold:   # _clamp is min(left, budget) at every step; every full chunk is sealed
             cap = cfg.max_num_seqs

@@ -201,7 +201,7 @@ class Replica(RunPlanning):
         self.num_iterations += steps
         if self.iteration_log is not None:
             self._log(plan, start, ends)
-        first, last = float(ends[0]), float(ends[-1])
+        first, last = (ends[0], ends[-1]) if type(ends) is list else (float(ends[0]), float(ends[-1]))
         s, itl, items = self.state, self.itl, plan.items
         pool, c = s.pool, s.cohort
         bs, cache = pool.block_size, pool.cache
