@@ -8,13 +8,17 @@ stepping would get (tests/test_costmodel.py checks every variant against ``time`
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 
 import numpy as np
 
+from .decode_unit_runs import UnitDecodeRuns
+
+UNIT_ARRAY_STEPS = 24       # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
 DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
 
 
-class DecodeRuns:
+class DecodeRuns(UnitDecodeRuns):
     """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
 
     def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
@@ -88,8 +92,10 @@ class DecodeRuns:
         ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
         floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
         decodes_compute_bound = 1 > bound
+        by_seqs = self._fixed_uses_seqs
         out = []
         d = decode_kv0
+        pared = not decodes_compute_bound and not by_seqs   # the common step's loop body: its sums written out
         li, nl = 0, len(leaves)
         for j in range(1, len(qs)):
             if t >= stop and j > sealed:
@@ -100,6 +106,27 @@ class DecodeRuns:
                 li += 1
             q = qs[j]
             d += m
+            if pared and not (head and j == 1):   # P beside m decodes (Σ(kv + 1) = d), memory-bound
+                p, kq = q * kv + q * (q + 1) // 2, kv + q
+                g = lead_fixed.get(m + q)
+                if g is None:
+                    g = lead_fixed[m + q] = fixed(m + q, m + 1)
+                if p > bound * kq:   # P compute-bound
+                    x, y = (ac * p) / pi, (kc * kq) / beta
+                    x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                    a = (x if x >= floor else floor) + over
+                    if d:
+                        x, y = (ac * d) / pi, (kc * d) / beta
+                        x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                        a += (x if x >= floor else floor) + over
+                else:                # P memory-bound too
+                    x, y = (ac * (d + p)) / pi, (kc * (d + kq)) / beta
+                    x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
+                    a = (x if x >= floor else floor) + over
+                t += g + a
+                out.append(t)
+                kv += q
+                continue
             lump, rows = d, m + q
             if head and j == 1:
                 for hq, hkv in head:
@@ -126,9 +153,10 @@ class DecodeRuns:
                     else:
                         dpairs += hp
                         dkv += hkv + hq
-            g = lead_fixed.get(rows << 20 | m + 1)   # _fixed_time of (rows, seqs < 2^20)
+            key = rows << 20 | m + 1 if by_seqs else rows   # _fixed_time of (rows, seqs < 2^20), or of rows alone
+            g = lead_fixed.get(key)
             if g is None:
-                g = lead_fixed[rows << 20 | m + 1] = fixed(rows, m + 1)
+                g = lead_fixed[key] = fixed(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta
@@ -164,6 +192,20 @@ class DecodeRuns:
         return out
 
     def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
+        if self.units and steps >= UNIT_ARRAY_STEPS and x > 0:   # priced as one array (see _unit_decode_run)
+            d = self._unit_decode_run(np.arange(steps, dtype=np.float64) * n + x, n).tolist()
+            if stop == math.inf:
+                d[0] += t
+                return list(accumulate(d))
+            out = []
+            for v in d:
+                t += v
+                out.append(t)
+                if t >= stop:
+                    break
+            return out
+        if self.units and x > 0:
+            return self._unit_decode_ends(n, x, steps, t, stop)
         out, fixed = [], self._fixed_part(n, n)
         for _ in range(steps):
             t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x, n, n), n, 0)
@@ -181,8 +223,8 @@ class DecodeRuns:
         n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
-        if self.units:            # unit decode model: each pass as ``time`` prices it
-            return np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
+        if self.units:            # unit decode model: every pass at once, ``time``'s operations elementwise
+            return self._unit_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
         if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)

@@ -199,12 +199,33 @@ class VLLMScheduler(PolicyHooks):
                 return [], 0
         cfg, thr0 = self.cfg, self._thr
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
-        running, waiting, hold = len(items) + nc, len(s.waiting), self.holds_finished
+        running, waiting = len(items) + nc, len(s.waiting)
         if not leaves:
             return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
                                 running + waiting > 1, waiting and running < cfg.max_num_seqs)
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
+        hold = self.cfg.async_scheduling   # holds_finished
         li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
+        if not cfg.long_prefill_token_threshold:   # _clamp is min(left, budget) at every step; every full chunk is sealed
+            cap = cfg.max_num_seqs
+            while done < tokens:
+                j = len(out) + 1
+                held = 0
+                while li < nl and leaves[li] <= j:
+                    budget += 1
+                    running -= 1
+                    held += hold and leaves[li] == j
+                    li += 1
+                n = tokens - done
+                if n > budget:
+                    n = budget
+                if n <= 0 or (waiting and running + held < cap and n < budget):
+                    break
+                out.append(n)
+                if n == budget and sealed == len(out) - 1:
+                    sealed += 1
+                done += n
+            return out, sealed
         try:
             while done < tokens:
                 j = len(out) + 1

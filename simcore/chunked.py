@@ -26,6 +26,7 @@ it; every other request is advanced as in any run; ``policy.on_lead`` is told wh
 from __future__ import annotations
 
 import math
+from heapq import heappop
 
 import numpy as np
 
@@ -125,8 +126,10 @@ class ChunkedRuns:
         L0 = 1 + len(chunks)
         leaves = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in plan.items[:-1]
                   if r.output_len - r.num_output_tokens < L0]
-        for pos in range(1, L0):
-            leaves += [(pos, r.seq, c.current(r) + 1, r) for r in c.take_finishing(pos)]
+        finish, tick = c.finish, c.tick
+        while finish and 0 < finish[0][0] - tick < L0:   # c.take_finishing(pos) for pos in 1 … L0 − 1, in one sweep
+            f, _, r = heappop(finish)
+            leaves.append((f - tick, r.seq, r.num_computed_tokens + tick - r.cohort_tick + 1, r))   # c.current(r) + 1
         leaves.sort(key=_step_and_seq)
         chunks, sealed = self.policy.prefill_chunks(self.state, plan, [f for f, _, _, _ in leaves])
         L = 1 + len(chunks)

@@ -23,17 +23,23 @@ COLUMNS = {"rid": np.int64, "replica": np.int64, "arrival_s": np.float64, "promp
 
 
 def requests_frame(requests) -> pd.DataFrame:
-    """One row per request, built column by column (a million requests in well under a second)."""
+    """One row per request, built column by column (a million requests in well under a second),
+    in rid order (the order requests arrive in, so usually no sort is needed)."""
     n, cols = len(requests), {}
     for name, dtype in COLUMNS.items():
         values = map(attrgetter(name), requests)
         cols[name] = np.fromiter(values, dtype, n) if dtype is not object else np.array(list(values), dtype=object)
-    df = pd.DataFrame(cols)
-    df["ttft_s"] = df.first_token_s - df.arrival_s
-    df["e2el_s"] = df.finish_s - df.arrival_s
-    df["queue_s"] = df.first_scheduled_s - df.arrival_s
-    df["tpot_s"] = np.where(df.output_len > 1, (df.e2el_s - df.ttft_s) / (df.output_len - 1).clip(lower=1), np.nan)
-    return df.sort_values("rid", kind="stable").reset_index(drop=True)
+    arrival, first, finish, out = cols["arrival_s"], cols["first_token_s"], cols["finish_s"], cols["output_len"]
+    cols["ttft_s"] = ttft = first - arrival
+    cols["e2el_s"] = e2el = finish - arrival
+    cols["queue_s"] = cols["first_scheduled_s"] - arrival
+    with np.errstate(invalid="ignore"):
+        cols["tpot_s"] = np.where(out > 1, (e2el - ttft) / np.maximum(out - 1, 1), np.nan)
+    rid = cols["rid"]
+    if n > 1 and not (rid[1:] >= rid[:-1]).all():
+        order = np.argsort(rid, kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+    return pd.DataFrame(cols)
 
 
 def _stats(name: str, values_s: np.ndarray, out: dict) -> None:

@@ -58,6 +58,7 @@ class Replica(RunPlanning):
         state.hold_finished = getattr(policy, "holds_finished", False)
         self._counts_runs = getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward   # no-ops skipped
         self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
+        self.rejects = getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason   # beyond the pool's size
         if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
@@ -200,7 +201,7 @@ class Replica(RunPlanning):
         self.num_iterations += steps
         if self.iteration_log is not None:
             self._log(plan, start, ends)
-        first, last = float(ends[0]), float(ends[-1])
+        first, last = (ends[0], ends[-1]) if type(ends) is list else (float(ends[0]), float(ends[-1]))
         s, itl, items = self.state, self.itl, plan.items
         pool, c = s.pool, s.cohort
         bs, cache = pool.block_size, pool.cache

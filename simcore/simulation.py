@@ -5,6 +5,7 @@ pool, are rejected at arrival with the reason recorded, never dropped silently.
 """
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import dataclass, field
 
@@ -111,22 +112,24 @@ class Simulation:
         if self._arriving or self._arrival_s[self._next] > t:
             return
         self._arriving = True
-        arrival_s, n = self._arrival_s, self._n
-        while self._next < n and arrival_s[self._next] <= t:
-            self._arrive(self._next, float(arrival_s[self._next]))
-            self._next += 1
+        arrival_s, i, n, arrive = self._arrival_s, self._next, self._n, self._arrive
+        while i < n and arrival_s[i] <= t:
+            arrive(i, float(arrival_s[i]))
+            i = self._next = i + 1
         self._arriving = False
 
     def _arrive(self, i: int, now: float) -> None:
         hashes = self._hashes
-        req = Request(i, now, self._prompts[i], self._outputs[i],
-                      tuple(hashes[i]) if hashes is not None and hashes[i] is not None else ())
+        if hashes is None:
+            req = Request(i, now, self._prompts[i], self._outputs[i])
+        else:
+            req = Request(i, now, self._prompts[i], self._outputs[i], tuple(hashes[i]) if hashes[i] is not None else ())
         if self._ignore_eos is not None:
             req.ignore_eos = self._ignore_eos[i]
         self.requests.append(req)
         replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
-        req.rejected = self._reject_reason(req, replica)
-        if req.rejected is None:
+        rejected = req.rejected = self._reject_reason(req, replica)
+        if rejected is None:
             self.in_flight += 1
             replica.submit(req)
 
@@ -135,15 +138,25 @@ class Simulation:
         if self.max_model_len and total > self.max_model_len:
             return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
         pool = replica.state.pool
-        if pool.blocks_for(total) > pool.total:
+        if -(-total // pool.block_size) > pool.total:   # pool.blocks_for(total)
             return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
-        return replica.policy.reject_reason(req, pool)
+        return replica.policy.reject_reason(req, pool) if replica.rejects else None
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
-        """Simulate (to `until`, or until every request is done) and collect the results; once."""
+        """Simulate (to `until`, or until every request is done) and collect the results; once.
+        Python's cyclic garbage collector is paused while the events run (and restored as it
+        was): nothing a run allocates forms a reference cycle, so reference counting frees it all,
+        and the collector's passes would only walk the ever larger set of live requests again
+        (tests/test_sim_invariants.py checks that a run leaves no cyclic garbage)."""
         require(not self._ran, "Simulation.run", until, "a Simulation runs once; build a new one to run again")
         self._ran = True
-        self.env.run(until=until)
+        collecting = gc.isenabled()
+        gc.disable()   # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
+        try:
+            self.env.run(until=until)
+        finally:
+            if collecting:
+                gc.enable()
         if until is not None:
             for r in self.replicas:
                 r.stop_at(until)

@@ -244,6 +244,8 @@ PRICINGS = {
     "fitted attention, wave model": lambda: load_hardware("h100-sxm"),
     "host time per step": lambda: HW.replace(host_step_s=4e-3, host_per_seq_s=2e-5, host_per_prefill_seq_s=3e-4),
     "quadrature, floors": lambda: HW.replace(roofline_combine="quadrature", kernel_floor_s=4e-5, kernel_overhead_s=3e-6),
+    "unit decode model": lambda: load_hardware("l40s"),
+    "unit decode model, host time": lambda: load_hardware("b200").replace(host_step_s=2e-3, host_per_seq_s=1e-5),
 }
 POLICY_FLAGS = {
     "vllm": dict(max_num_batched_tokens=384, max_num_seqs=48, max_model_len=8192),

@@ -181,6 +181,28 @@ def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
         assert cm.decode_ends_list(n, float(kv0), steps, 5.0) == ends
 
 
+@pytest.mark.parametrize("name", ["a100-sxm", "b200", "l40s"])
+@pytest.mark.parametrize("host", [{}, {"host_step_s": 3e-3, "host_per_seq_s": 2e-6}])
+def test_unit_model_decode_runs_equal_stepping_bit_for_bit(name, host):
+    """The calibrated profiles' unit decode model, priced as arrays: every pass's duration and
+    every end time the bits of pricing each pass with ``time`` (qwen3-32b at tp 2 on the L40S,
+    n = 3, has a pass where numpy's square and Python's power differ by an ulp)."""
+    hw = load_hardware(name).replace(**host)
+    rng = np.random.default_rng(7)
+    for model, tp in (("llama-3.1-8b", 1), ("qwen3-32b", 2), ("mixtral-8x7b", 2)):
+        for overlap in (False, True):
+            cm = CostModel(load_model(model), hw, tp).with_host_overlap(overlap)
+            assert cm.units
+            for n in (1, 3, 7, 64, 1024):
+                kv0 = n * int(rng.integers(1, 30000)) if n != 3 else 46002
+                step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(80)]
+                assert list(cm.decode_run(n, kv0, 80)) == step
+                for steps in (5, 12, 40):
+                    ends = [sum(step[:j + 1], 1.5) for j in range(steps)]
+                    assert cm.decode_ends_list(n, float(kv0), steps, 1.5) == ends
+                    assert cm.decode_ends_list(n, float(kv0), steps, 1.5, stop=ends[steps // 2]) == ends[:steps // 2 + 1]
+
+
 @pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"},
                                      {"beta_attn": 1e16}])
 def test_decode_ends_are_stepping_sums(h100, changes):

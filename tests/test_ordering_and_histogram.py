@@ -39,3 +39,30 @@ def test_weighted_adds_count_each_sample():
     h.add_many(np.array([0.01, 0.02]), weight=5)
     h.add(0.5)
     assert h.count == 11 and h.quantile(1.0) == 0.5 and h.quantile(0.0) == pytest.approx(0.01, rel=2e-3)
+
+
+def test_request_frame_is_in_rid_order_whatever_the_list_order(llama8b, h100):
+    """requests_frame sorts by rid only when the list is out of order; either way the same frame,
+    its derived columns computed per row (TPOT NaN for one-token outputs, NaN where not reached)."""
+    import random
+
+    import pandas as pd
+
+    from simcore.metrics import requests_frame
+    sched, pool, cm, L = build_engine("vllm", llama8b, h100, 1, {})
+    rng = np.random.default_rng(5)
+    wl = fixed_workload(np.cumsum(rng.exponential(0.05, 60)), rng.integers(50, 3000, 60), rng.integers(1, 200, 60))
+    sim = Simulation([(sched, pool, cm)], wl, max_model_len=L)
+    sim.run(until=2.0)
+    reqs = sim.requests
+    df = requests_frame(reqs)
+    assert list(df.rid) == sorted(r.rid for r in reqs) and df.finish_s.isna().any() and df.finish_s.notna().any()
+    shuffled = reqs[:]
+    random.Random(1).shuffle(shuffled)
+    pd.testing.assert_frame_equal(requests_frame(shuffled), df, check_exact=True)
+    for r, row in zip(sorted(reqs, key=lambda r: r.rid), df.itertuples()):
+        ttft = (r.first_token_s - r.arrival_s) if r.first_token_s is not None else np.nan
+        assert row.ttft_s == ttft or (np.isnan(ttft) and np.isnan(row.ttft_s))
+        tpot = ((r.finish_s - r.arrival_s) - ttft) / (r.output_len - 1) if r.output_len > 1 and r.finish_s else np.nan
+        assert row.tpot_s == tpot or (np.isnan(tpot) and np.isnan(row.tpot_s))
+    assert len(requests_frame([])) == 0
