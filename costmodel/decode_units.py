@@ -31,7 +31,11 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
-GROUPINGS = ((2, 32), (2, 16), (1, 32), (1, 16))   # (g_min, g_max) of the grouped kernel, chosen by the fit
+SPLITS = ("flow", "xqa")     # how the kernels split the KV sequence, chosen by the fit (see above)
+GROUPINGS = tuple((a, b, s) for s in SPLITS for a, b in ((2, 32), (2, 16), (1, 32), (1, 16)))  # (g_min, g_max, split)
+XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's kMinHistoryTokensPerBlock,
+#   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
+MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
@@ -43,21 +47,41 @@ UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", 
          "overhead_decode_mha": "s"}
 
 
+def xqa_blocks(n, units, kv, sms):
+    """XQA's thread blocks per (sequence, KV head) in multi-block mode (numpy or float; ``SPLITS``)."""
+    m0 = np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0)
+    m = np.maximum(np.minimum(m0, np.round(np.sqrt(8.0 * m0))), 1.0)
+    wave = units * m / sms
+    m = np.where(wave > XQA_WAVES, np.floor(m * XQA_WAVES / np.maximum(wave, 1e-30)), m)
+    return np.maximum(np.minimum(m, np.floor(XQA_SUB_SEQ / np.maximum(n, 1.0))), 1.0)
+
+
 def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
-    """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order."""
+    """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order; groups:
+    (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent)."""
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
-    split = np.clip(np.floor(sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
-    flow = units * split * cta
+    one = np.maximum(units, 1.0)
+    if len(groups) > 2 and groups[2] == "xqa":
+        split = np.where(grouped, xqa_blocks(n, units, kv_mean, sms),
+                         np.clip(np.ceil(sms / one), 1.0, np.maximum(np.ceil(kv_mean / MMHA_TOKENS), 1.0)))
+        waves = np.ceil(units * split / sms)
+        flow = units * split / waves * cta
+        add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
+        fixed = np.where(grouped, 0.0, units * unit_mha)
+    else:
+        split = np.clip(np.floor(sms / one), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
+        flow = units * split * cta
+        add = 0.0
+        fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
-    fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
     c = F / pi
-    return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(grouped, over, over_mha)
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + np.where(grouped, over, over_mha)
 
 
 def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
@@ -67,12 +91,30 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
-    split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
-    flow = units * split * cta
+    add, fixed = 0.0, 0.0
+    if len(groups) > 2 and groups[2] == "xqa":
+        if grouped:
+            m0 = max(math.floor(kv_mean / XQA_MIN_TOKENS), 1.0)
+            split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
+            wave = units * split / sms
+            if wave > XQA_WAVES:
+                split = math.floor(split * XQA_WAVES / wave)
+            split = max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+        else:
+            split = min(max(math.ceil(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / MMHA_TOKENS), 1.0))
+        waves = math.ceil(units * split / sms)
+        flow = units * split / waves * cta
+        if grouped:
+            add = waves * unit * (1.0 + cq * g)
+        else:
+            fixed = units * unit_mha
+    else:
+        split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
+        flow = units * split * cta
+        fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
-    fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
     c = F / pi
-    return math.sqrt(c * c + mem * mem + fixed * fixed) + (over if grouped else over_mha)
+    return math.sqrt(c * c + mem * mem + fixed * fixed) + add + (over if grouped else over_mha)

@@ -56,6 +56,7 @@ class Hardware:
     attn_decode_cta_beta: float = 0.0      # ... bandwidth one thread block keeps in flight
     attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
     attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
+    attn_decode_split: str = "flow"        # ... how the kernels split the KV sequence (decode_units.SPLITS)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
@@ -164,6 +165,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
             and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
             [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
+    require(hw.attn_decode_split in ("flow", "xqa"), f"{source}:attn_decode_split", hw.attn_decode_split,
+            "must be one of flow, xqa")
     if hw.attn_decode_unit_s:
         for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
