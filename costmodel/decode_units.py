@@ -37,14 +37,15 @@ XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's k
 #   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
 MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
-          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha")
+          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
-          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s"}
+          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
+          "combine": "attn_decode_combine_s"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s"}
+         "overhead_decode_mha": "s", "combine": "s"}
 
 
 def xqa_blocks(n, units, kv, sms):
@@ -59,7 +60,7 @@ def xqa_blocks(n, units, kv, sms):
 def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
     """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order; groups:
     (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
@@ -81,13 +82,13 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     c = F / pi
-    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + np.where(grouped, over, over_mha)
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + np.where(split > 1.0, split * comb, 0.0) + np.where(grouped, over, over_mha)
 
 
 def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
                      groups=(2, GROUP_MAX)) -> float:
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
@@ -117,4 +118,5 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     c = F / pi
-    return math.sqrt(c * c + mem * mem + fixed * fixed) + add + (over if grouped else over_mha)
+    comb = split * comb if split > 1.0 else 0.0
+    return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)

@@ -38,7 +38,8 @@ class FittedAttention:
         if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
                            hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
-                           hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s)
+                           hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s,
+                           hw.attn_decode_combine_s)
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
             self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split)
         self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0

@@ -57,6 +57,7 @@ class Hardware:
     attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
     attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_decode_split: str = "flow"        # ... how the kernels split the KV sequence (decode_units.SPLITS)
+    attn_decode_combine_s: float = 0.0     # ... a split sequence's combine of its partial results, per thread block
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)

@@ -92,7 +92,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5)
+                overhead_decode_mha=1.0e-5, combine=2e-7)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -114,7 +114,7 @@ def test_unit_decode_recovers_known_constants():
     a = f.classes["attention"]
     assert a.errors["mape"] < 1.0
     got = dict(zip(a.params, a.values))
-    for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha"):
+    for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha", "combine"):
         assert got[p] == pytest.approx(DEC_TRUE[p], rel=0.05), p
 
 
