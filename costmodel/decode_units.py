@@ -9,18 +9,32 @@ head in a thread block):
            query heads is read g times, all but the first from the L2.
 With n sequences of mean length kv, B the KV bytes of the layer, F its FLOPs (4·h·d·Σ(kv + 1)):
   units    = n·h_kv (grouped) or n·h (per-head); q = g (grouped) or 1 query heads per unit
-  split    = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉)     (split-KV "multi-block" mode fills one wave)
-  flow     = units·split·β_cta                  (Little's law: bytes in flight per thread block)
   r        = 1/(1 + (B/C)⁶)                     (share of B resident in the L2, C ≤ the spec L2)
   t_mem    = B·(1-r)/min(β_k, flow) + (B·r + B_re)/min(β_L2, flow),  B_re = (g-1)·B per-head, else 0
-  t_unit   = units·u_k·(1 + c_q·q)              (each unit's fixed work: block table, softmax, the
-                                                 combine of its splits, the output)
-  t        = √((F/π)² + t_mem² + t_unit²) + o_k
+  t        = √((F/π)² + t_mem² + t_fix²) + t_wave + m·c_comb·[m > 1] + o_k
+where m is the thread blocks per unit (split-KV "multi-block" mode) and c_comb the cost of combining
+a split unit's m partial results (the last block's merge of their softmax sums), per block. How m
+and the flow are found is the ``split`` the fit picks among ``SPLITS``:
+  flow  m = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉), flow = units·m·β_cta (Little's law: bytes in flight per
+        thread block), t_fix = units·u_k·(1 + c_q·q), t_wave = 0;
+  xqa   TensorRT-LLM's own block counts. Grouped (XQA, ``decoderXQAImplCommon.h``
+        computeMultiBlockCount; constants in ``decoderXQAConstants.h``): m = ⌊kv/128⌋, at most
+        round(√(8m)), cut to ⌊m·8/w⌋ when the w = units·m/SMs waves exceed kTargetWaveFactor = 8, at
+        most 6000/n sub-sequences; per-head (MMHA, ``decoderMaskedMultiheadAttentionLaunch.h``
+        multi_block_grid_setup): m = clip(⌈SMs/units⌉, 1, ⌈kv/128⌉). The units·m blocks run in
+        W = ⌈units·m/SMs⌉ waves of one block per SM: flow = units·m/W·β_cta; grouped t_wave =
+        W·u_k·(1 + c_q·q) (u_k: one wave's fixed latency), t_fix = 0; per-head t_fix = units·u_mha.
+On A100 the grouped rows follow the xqa form: time depends on units and kv, not on how units split
+into sequences and KV heads, and steps with the waves (1,023 keys: 20.8 µs at 1 unit, 16.7 µs at 4,
+108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200 keeps the
+flow form: on SM ≥ 100 TensorRT-LLM's attention op runs its trtllm-gen kernels, not XQA
+(``cpp/tensorrt_llm/common/attentionOp.h``, AttentionOp's mUseTllmGen).
 Which group sizes the grouped kernel takes is the GPU's and library's (B200's TensorRT-LLM runs
 g = 24 and 32 like the per-head kernel, ~10× slower than grouped; the L40S's g = 1 fits the
 grouped kernel): the fit picks (g_min, g_max) among ``GROUPINGS`` by its loss on a sample.
 k is the kernel (grouped or per-head): β_k ≤ the spec HBM bandwidth, u_k, o_k its own. The per-unit
-term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while their KV is 8 MB; the L2
+(flow) or per-wave (xqa) term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while
+their KV is 8 MB; the L2
 term lets small working sets run above HBM speed only while they fit (the β ≤ spec bound stays
 honest for HBM). Used by the fit (``calibration/operator_models.py``) and by fitted attention.
 """
@@ -82,7 +96,8 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     c = F / pi
-    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + np.where(split > 1.0, split * comb, 0.0) + np.where(grouped, over, over_mha)
+    comb = np.where(split > 1.0, split * comb, 0.0)
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
 
 
 def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
