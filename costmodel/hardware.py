@@ -137,7 +137,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_seq_s", "attn_decode_overhead_s", "attn_mixed_pi", "attn_mixed_seq_s", "attn_wave_s", "sampler_s",
                 "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
-                "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_prefill_l2_beta", "attn_prefill_l2_bytes",
+                "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
+                "attn_prefill_l2_bytes",
                 "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",

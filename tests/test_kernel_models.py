@@ -140,7 +140,23 @@ def test_unit_decode_picks_xqa_splitting_when_the_table_follows_it():
     f = fit(df, form="physical", spec=A100)
     assert f.classes["attention"].groups == (2, 32, "xqa") and f.classes["attention"].errors["mape"] < 2.0
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
-    assert hw.attn_decode_split == "xqa"
+    assert hw.attn_decode_split == "xqa" and hw.attn_decode_combine_s == pytest.approx(f.value("attention.combine"))
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    fv = [f.value(f"attention.{p}") for p in DEC]
+    for n, kv in ((1, 30000), (16, 1000), (300, 4000)):     # XQA splits each unit into 43, 6 and 1 block(s)
+        got = cm.breakdown(cm.shape([1] * n, [kv] * n)).op("attention_decode").time_s
+        h, hkv = model.h, model.h_kv
+        want = model.L * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h,
+                                          hkv, 108, (2, 32, "xqa"))
+        assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7)])
+def test_decode_split_fields_are_validated(field, value):
+    d = yaml.safe_load(A100.to_yaml())
+    with pytest.raises(ValueError, match=field):
+        hardware_from_dict({**d, field: value})
 
 
 @pytest.mark.parametrize("units,kv,sms,want", [
