@@ -52,11 +52,18 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   CacheType.SELFKONLY, so the pool holds one of K, V per token. The same collector replays a CUDA
   graph 6 times with no L2 eviction, so working sets inside the L2 run at L2 speed: prefill and
   decode both carry a fitted L2-resident rate and capacity (capacity ≤ the spec L2).
-- TensorRT-LLM generation attention (XQA / MMHA kernels): the unit model's in-sample MAPE is the same
-  as held out (A100 14.5 % on all 5,025 rows), so its error is the model's, not the split's: the
-  kernel's multi-block (split-KV) choice makes 64 (sequence, KV head) units at 128k keys stream at
-  1.7 TB/s while the same units at 1k keys stay at 0.4 TB/s, which the Little's-law flow term
-  (units × splits × per-CTA bandwidth, splits ≤ SMs/units) cannot follow.
+- TensorRT-LLM generation attention (XQA / MMHA kernels): the flow split (blocks ≤ SMs/units,
+  Little's law) left in-sample MAPE at held-out level (A100 14.5 % on all 5,025 rows), the model's
+  error, not the split's. A100 grouped rows depend only on units (sequences × KV heads) and keys,
+  and step with waves of one thread block per SM as XQA's computeMultiBlockCount sizes them (up to
+  8 waves, ``decoderXQAImplCommon.h``): the xqa split (costmodel/decode_units.py) prices those waves,
+  a per-wave latency and each split unit's combine, per block; B200 (trtllm-gen kernels) keeps the
+  flow split with the combine cost. Held out (seeds 0-2) before → after: A100 15.0/9.5/31.9 →
+  10.7/7.5/25.0, L40S 13.9/9.1/29.5 → 11.1/6.9/22.8, B200 8.1/5.0/19.9 → 6.4/4.2/14.8 (in sample
+  A100 14.5 → 10.4, L40S 13.9 → 11.3, B200 8.8 → 7.1). What is left on A100 is mostly the per-head
+  (MMHA, g = 1 and g > 32) rows: in sample 13.2 % against 8.6 % for the grouped ones, predicted
+  20-28 % fast at 4-128 units over 256 keys and more, where MMHA's split follows its blocks per SM
+  (the kernel's occupancy, multi_block_grid_setup's blocks_per_sm), taken here as one.
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

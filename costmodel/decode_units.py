@@ -9,18 +9,32 @@ head in a thread block):
            query heads is read g times, all but the first from the L2.
 With n sequences of mean length kv, B the KV bytes of the layer, F its FLOPs (4·h·d·Σ(kv + 1)):
   units    = n·h_kv (grouped) or n·h (per-head); q = g (grouped) or 1 query heads per unit
-  split    = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉)     (split-KV "multi-block" mode fills one wave)
-  flow     = units·split·β_cta                  (Little's law: bytes in flight per thread block)
   r        = 1/(1 + (B/C)⁶)                     (share of B resident in the L2, C ≤ the spec L2)
   t_mem    = B·(1-r)/min(β_k, flow) + (B·r + B_re)/min(β_L2, flow),  B_re = (g-1)·B per-head, else 0
-  t_unit   = units·u_k·(1 + c_q·q)              (each unit's fixed work: block table, softmax, the
-                                                 combine of its splits, the output)
-  t        = √((F/π)² + t_mem² + t_unit²) + o_k
+  t        = √((F/π)² + t_mem² + t_fix²) + t_wave + m·c_comb·[m > 1] + o_k
+where m is the thread blocks per unit (split-KV "multi-block" mode) and c_comb the cost of combining
+a split unit's m partial results (the last block's merge of their softmax sums), per block. How m
+and the flow are found is the ``split`` the fit picks among ``SPLITS``:
+  flow  m = clip(⌊SMs/units⌋, 1, ⌈kv/256⌉), flow = units·m·β_cta (Little's law: bytes in flight per
+        thread block), t_fix = units·u_k·(1 + c_q·q), t_wave = 0;
+  xqa   TensorRT-LLM's own block counts. Grouped (XQA, ``decoderXQAImplCommon.h``
+        computeMultiBlockCount; constants in ``decoderXQAConstants.h``): m = ⌊kv/128⌋, at most
+        round(√(8m)), cut to ⌊m·8/w⌋ when the w = units·m/SMs waves exceed kTargetWaveFactor = 8, at
+        most 6000/n sub-sequences; per-head (MMHA, ``decoderMaskedMultiheadAttentionLaunch.h``
+        multi_block_grid_setup): m = clip(⌈SMs/units⌉, 1, ⌈kv/128⌉). The units·m blocks run in
+        W = ⌈units·m/SMs⌉ waves of one block per SM: flow = units·m/W·β_cta; grouped t_wave =
+        W·u_k·(1 + c_q·q) (u_k: one wave's fixed latency), t_fix = 0; per-head t_fix = units·u_mha.
+On A100 the grouped rows follow the xqa form: time depends on units and kv, not on how units split
+into sequences and KV heads, and steps with the waves (1,023 keys: 20.8 µs at 1 unit, 16.7 µs at 4,
+108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200 keeps the
+flow form: on SM ≥ 100 TensorRT-LLM's attention op runs its trtllm-gen kernels, not XQA
+(``cpp/tensorrt_llm/common/attentionOp.h``, AttentionOp's mUseTllmGen).
 Which group sizes the grouped kernel takes is the GPU's and library's (B200's TensorRT-LLM runs
 g = 24 and 32 like the per-head kernel, ~10× slower than grouped; the L40S's g = 1 fits the
 grouped kernel): the fit picks (g_min, g_max) among ``GROUPINGS`` by its loss on a sample.
 k is the kernel (grouped or per-head): β_k ≤ the spec HBM bandwidth, u_k, o_k its own. The per-unit
-term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while their KV is 8 MB; the L2
+(flow) or per-wave (xqa) term is what makes 2,048 one-token sequences cost ~1 ms on an A100 while
+their KV is 8 MB; the L2
 term lets small working sets run above HBM speed only while they fit (the β ≤ spec bound stays
 honest for HBM). Used by the fit (``calibration/operator_models.py``) and by fitted attention.
 """
@@ -31,48 +45,93 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
-GROUPINGS = ((2, 32), (2, 16), (1, 32), (1, 16))   # (g_min, g_max) of the grouped kernel, chosen by the fit
+SPLITS = ("flow", "xqa")     # how the kernels split the KV sequence, chosen by the fit (see above)
+GROUPINGS = tuple((a, b, s) for s in SPLITS for a, b in ((2, 32), (2, 16), (1, 32), (1, 16)))  # (g_min, g_max, split)
+XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's kMinHistoryTokensPerBlock,
+#   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
+MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
-          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha")
+          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
-          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s"}
+          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
+          "combine": "attn_decode_combine_s"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s"}
+         "overhead_decode_mha": "s", "combine": "s"}
+
+
+def xqa_blocks(n, units, kv, sms):
+    """XQA's thread blocks per (sequence, KV head) in multi-block mode (numpy or float; ``SPLITS``)."""
+    m0 = np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0)
+    m = np.maximum(np.minimum(m0, np.round(np.sqrt(8.0 * m0))), 1.0)
+    wave = units * m / sms
+    m = np.where(wave > XQA_WAVES, np.floor(m * XQA_WAVES / np.maximum(wave, 1e-30)), m)
+    return np.maximum(np.minimum(m, np.floor(XQA_SUB_SEQ / np.maximum(n, 1.0))), 1.0)
 
 
 def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
-    """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order; groups:
+    (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent)."""
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
-    split = np.clip(np.floor(sms / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
-    flow = units * split * cta
+    one = np.maximum(units, 1.0)
+    if len(groups) > 2 and groups[2] == "xqa":
+        split = np.where(grouped, xqa_blocks(n, units, kv_mean, sms),
+                         np.clip(np.ceil(sms / one), 1.0, np.maximum(np.ceil(kv_mean / MMHA_TOKENS), 1.0)))
+        waves = np.ceil(units * split / sms)
+        flow = units * split / waves * cta
+        add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
+        fixed = np.where(grouped, 0.0, units * unit_mha)
+    else:
+        split = np.clip(np.floor(sms / one), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
+        flow = units * split * cta
+        add = 0.0
+        fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
-    fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
     c = F / pi
-    return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(grouped, over, over_mha)
+    comb = np.where(split > 1.0, split * comb, 0.0)
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
 
 
 def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
                      groups=(2, GROUP_MAX)) -> float:
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
-    split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
-    flow = units * split * cta
+    add, fixed = 0.0, 0.0
+    if len(groups) > 2 and groups[2] == "xqa":
+        if grouped:
+            m0 = max(math.floor(kv_mean / XQA_MIN_TOKENS), 1.0)
+            split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
+            wave = units * split / sms
+            if wave > XQA_WAVES:
+                split = math.floor(split * XQA_WAVES / wave)
+            split = max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+        else:
+            split = min(max(math.ceil(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / MMHA_TOKENS), 1.0))
+        waves = math.ceil(units * split / sms)
+        flow = units * split / waves * cta
+        if grouped:
+            add = waves * unit * (1.0 + cq * g)
+        else:
+            fixed = units * unit_mha
+    else:
+        split = min(max(math.floor(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / 256.0), 1.0))
+        flow = units * split * cta
+        fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
-    fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
     c = F / pi
-    return math.sqrt(c * c + mem * mem + fixed * fixed) + (over if grouped else over_mha)
+    comb = split * comb if split > 1.0 else 0.0
+    return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)

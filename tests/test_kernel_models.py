@@ -18,7 +18,7 @@ from costmodel.calibration.operator_models import attention_times
 from costmodel.calibration.importers.tables import drop_floor
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.calibration.timings import attention_row, gemm_row
-from costmodel.decode_units import PARAMS as DEC, decode_unit_time, decode_unit_times
+from costmodel.decode_units import PARAMS as DEC, decode_unit_time, decode_unit_times, xqa_blocks
 from costmodel.gemm_tiles import PARAMS, GemmTiles, layer_gemms
 from costmodel.hardware import hardware_from_dict
 
@@ -92,7 +92,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5)
+                overhead_decode_mha=1.0e-5, combine=2e-7)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -114,7 +114,7 @@ def test_unit_decode_recovers_known_constants():
     a = f.classes["attention"]
     assert a.errors["mape"] < 1.0
     got = dict(zip(a.params, a.values))
-    for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha"):
+    for p in ("beta_decode", "beta_decode_mha", "unit", "unit_mha", "overhead_decode", "overhead_decode_mha", "combine"):
         assert got[p] == pytest.approx(DEC_TRUE[p], rel=0.05), p
 
 
@@ -126,7 +126,51 @@ def test_unit_decode_picks_the_grouping_the_table_follows():
     F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
     df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 16))
     f = fit(df, form="physical", spec=A100)
-    assert f.classes["attention"].groups == (2, 16) and f.classes["attention"].errors["mape"] < 2.0
+    assert f.classes["attention"].groups == (2, 16, "flow") and f.classes["attention"].errors["mape"] < 2.0
+
+
+def test_unit_decode_picks_xqa_splitting_when_the_table_follows_it():
+    """Timings made with XQA's multi-block split (per-wave costs) are fitted with that split, and a
+    profile from the fit carries it."""
+    v = [{**DEC_TRUE, "unit": 4e-6}[p] for p in DEC]
+    df = decode_table(v)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "xqa"))
+    f = fit(df, form="physical", spec=A100)
+    assert f.classes["attention"].groups == (2, 32, "xqa") and f.classes["attention"].errors["mape"] < 2.0
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    assert hw.attn_decode_split == "xqa" and hw.attn_decode_combine_s == pytest.approx(f.value("attention.combine"))
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    fv = [f.value(f"attention.{p}") for p in DEC]
+    for n, kv in ((1, 30000), (16, 1000), (300, 4000)):     # XQA splits each unit into 43, 6 and 1 block(s)
+        got = cm.breakdown(cm.shape([1] * n, [kv] * n)).op("attention_decode").time_s
+        h, hkv = model.h, model.h_kv
+        want = model.L * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h,
+                                          hkv, 108, (2, 32, "xqa"))
+        assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7)])
+def test_decode_split_fields_are_validated(field, value):
+    d = yaml.safe_load(A100.to_yaml())
+    with pytest.raises(ValueError, match=field):
+        hardware_from_dict({**d, field: value})
+
+
+@pytest.mark.parametrize("units,kv,sms,want", [
+    (1, 1000, 108, 7),          # ⌊1000/128⌋ = 7 ≤ round(√56) = 7
+    (1, 131072, 108, 91),       # 1024 blocks capped at round(√8192) = 91
+    (64, 131072, 108, 13),      # 64·91/108 waves > 8: ⌊91·8/(64·91/108)⌋ = ⌊13.5⌋
+    (4096, 1000, 108, 1),       # far beyond 8 waves: one block
+    (1, 100, 132, 1)])          # under 128 keys: one block
+def test_xqa_block_count_follows_tensorrt_llm_heuristic(units, kv, sms, want):
+    assert float(xqa_blocks(1.0, float(units), float(kv), sms)) == want
+
+
+def test_xqa_block_count_respects_the_workspace_of_sub_sequences():
+    assert float(xqa_blocks(3000.0, 3000.0, 64 * 1024.0, 100000)) == 2     # 6000 sub-sequences over 3000 sequences
 
 
 def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
@@ -139,13 +183,13 @@ def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
 
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
-       g=st.sampled_from([1, 2, 4, 8, 64]))
-def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g):
+       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa"]), sms=st.sampled_from([108, 132]))
+def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms):
     hkv = max(1, h // g)
     v = [DEC_TRUE[p] for p in DEC]
     F, B = 4.0 * h * 128 * kv * n, 4.0 * 128 * hkv * kv * n
-    assert decode_unit_time(v, n, kv, F, B, h, hkv, 132) == pytest.approx(
-        float(decode_unit_times(v, n, kv, F, B, h, hkv, 132)), rel=1e-12)
+    assert decode_unit_time(v, n, kv, F, B, h, hkv, sms, (2, 32, split)) == pytest.approx(
+        float(decode_unit_times(v, n, kv, F, B, h, hkv, sms, (2, 32, split))), rel=1e-12)
 
 
 def test_fitted_profile_prices_decode_as_the_fit_does():
@@ -164,7 +208,7 @@ def test_fitted_profile_prices_decode_as_the_fit_does():
     h, hkv, La = model.h, model.h_kv, model.L
     fv = [f.value(f"attention.{p}") for p in DEC]
     groups = f.classes["attention"].groups
-    assert groups == (2, 32) and (hw.attn_decode_group_min, hw.attn_decode_group_max) == groups   # the table's rule
+    assert groups == (2, 32, "flow") and (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split) == groups
     want = La * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h, hkv, 108,
                                  groups)
     assert got == pytest.approx(want, rel=1e-12)

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import GROUPINGS, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
@@ -206,7 +206,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         if "overhead_decode" not in params:
             pass
         elif "unit" in params:
-            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin]
+            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7]
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
@@ -308,13 +308,14 @@ def _bus_factor(p: str) -> float:
 
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
-    """The (g_min, g_max) of ``GROUPINGS`` whose fit on a sample of the rows has the least loss."""
+    """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
+    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
-    best = None
-    for groups in GROUPINGS:
+
+    def cost(groups):
         fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
-        cost = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+        return least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                              ftol=1e-3, tr_solver="lsmr").cost
-        best = min(best or (cost, groups), (cost, groups))
-    return best[1]
+    flow = min((cost(g), g) for g in GROUPINGS if g[2] == SPLITS[0])
+    return min([flow] + [(cost(flow[1][:2] + (s,)), flow[1][:2] + (s,)) for s in SPLITS[1:]])[1]

@@ -99,7 +99,9 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
         changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
         if "unit" in fit.classes["attention"].params:
-            changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, fit.classes["attention"].groups)
+            groups = fit.classes["attention"].groups
+            changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, groups[:2])
+            changes["attn_decode_split"] = groups[2] if len(groups) > 2 else "flow"
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
