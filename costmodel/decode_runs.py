@@ -192,7 +192,7 @@ class DecodeRuns(UnitDecodeRuns):
         return out
 
     def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
-        if self.units and steps >= UNIT_ARRAY_STEPS and x > 0:   # priced as one array (see _unit_decode_run)
+        if self.unit_runs and steps >= UNIT_ARRAY_STEPS and x > 0:   # priced as one array (see _unit_decode_run)
             d = self._unit_decode_run(np.arange(steps, dtype=np.float64) * n + x, n).tolist()
             if stop == math.inf:
                 d[0] += t
@@ -204,11 +204,25 @@ class DecodeRuns(UnitDecodeRuns):
                 if t >= stop:
                     break
             return out
-        if self.units and x > 0:
+        if self.unit_runs and x > 0:
             return self._unit_decode_ends(n, x, steps, t, stop)
+        if self.units:
+            return self._decode_ends_timed(n, x, steps, t, stop)
         out, fixed = [], self._fixed_part(n, n)
         for _ in range(steps):
             t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x, n, n), n, 0)
+            out.append(t)
+            if t >= stop:
+                break
+            x += n
+        return out
+
+    def _decode_ends_timed(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
+        """End times of decode-only passes each priced by ``time`` (the unit model's xqa split,
+        which ``decode_unit_runs`` does not repeat)."""
+        out = []
+        for _ in range(steps):
+            t += self.time(self.shape((), (), n, x))
             out.append(t)
             if t >= stop:
                 break
@@ -223,8 +237,10 @@ class DecodeRuns(UnitDecodeRuns):
         n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
-        if self.units:            # unit decode model: every pass at once, ``time``'s operations elementwise
+        if self.unit_runs:        # unit decode model: every pass at once, ``time``'s operations elementwise
             return self._unit_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
+        if self.units:            # the xqa split: each pass as ``time`` prices it
+            return np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
         if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)

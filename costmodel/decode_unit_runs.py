@@ -1,6 +1,7 @@
 """Decode-only runs under the unit decode model (costmodel/decode_units.py), priced without a
 ``time`` call per pass (mixed into CostModel through DecodeRuns): as arrays for long runs, as a
-plain-float loop for short ones. Both repeat ``decode_unit_time``'s operations in its order, the
+plain-float loop for short ones, under the "flow" split (the "xqa" split is priced pass by pass by
+``time``). Both repeat ``decode_unit_time``'s operations in its order, the
 ones that hold for a whole run (n fixed) once, so every duration is the bits of pricing the pass
 with ``time`` (tests/test_costmodel.py checks the calibrated profiles against it)."""
 from __future__ import annotations
@@ -19,8 +20,8 @@ class UnitDecodeRuns:
         operations of ``decode_unit_time`` elementwise, in its order, the per-run ones (n fixed)
         once. Its (B/C)² is Python's float power, per element (numpy squares instead, which can
         differ by an ulp), so the same bits as pricing each pass."""
-        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = self.unit_v
-        h, h_kv, La, (g0, g1) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
+        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v
+        h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
         g = h / h_kv
         grouped = g0 <= g <= g1
         units = float(n) * h_kv if grouped else float(n) * h
@@ -35,6 +36,8 @@ class UnitDecodeRuns:
         fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
         c = ((self.attn_coef * x) / La) / pi
         att = np.sqrt(c * c + mem * mem + fixed * fixed)
+        if comb:
+            att += np.where(split > 1.0, split * comb, 0.0)
         att += over if grouped else over_mha
         att *= La
         d = self._fixed_part(n, n) + att
@@ -43,8 +46,8 @@ class UnitDecodeRuns:
     def _unit_decode_ends(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
         """``_unit_decode_run``'s operations on plain floats, pass by pass, summed into end times
         (short runs, where numpy's overhead does not pay)."""
-        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha = self.unit_v
-        h, h_kv, La, (g0, g1) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
+        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v
+        h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
         g = h / h_kv
         grouped = g0 <= g <= g1
         units = float(n) * h_kv if grouped else float(n) * h
@@ -67,7 +70,7 @@ class UnitDecodeRuns:
             r = 1.0 / (1.0 + y * y * y)
             mem = B * (1.0 - r) / (beta_k if beta_k <= flow else flow) + (B * r + (reread and B * reread)) / (beta_l2 if beta_l2 <= flow else flow)
             c = (ac * x / La) / pi
-            d = gemm + La * (sqrt(c * c + mem * mem + ff) + o)
+            d = gemm + La * ((sqrt(c * c + mem * mem + ff) + (split * comb if split > 1.0 else 0.0)) + o)
             if host:
                 d = (d if d >= hs else hs) if overlap else d + hs
             t += d
