@@ -217,6 +217,8 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     idx, idx_b = screen(n), screen(n, SCREEN_BREAKS)
     m = len(t[idx])
     best = solve(0, None, idx)
+    low = solve(0, {**_start(best), "s_beta": LOW_BETA_START}, idx)   # see LOW_BETA_START
+    best = low if low[0].cost < best[0].cost else best
     if breaks and np.abs(best[0].fun).max() < MIN_REGIME / 10:
         breaks = []
         warns.append(f"no GEMM rows regime: one π fits every step within {MIN_REGIME / 10:.1%}")
@@ -251,6 +253,13 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
                    time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})), brk,
                    m if m < n else 0)
+
+
+LOW_BETA_START = float(np.log(0.5))
+"""A second start for s_beta, from below: where a unit-model decode is bound by its thread blocks'
+flow (min(β, flow), costmodel/decode_units.py) the residuals do not move with s_beta, so a solve
+from s_beta = 1 can stop on that flat side with the host terms absorbing the rest; the lower of the
+two solutions is kept."""
 
 
 def _start(solution) -> dict:
