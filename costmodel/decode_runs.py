@@ -206,23 +206,9 @@ class DecodeRuns(UnitDecodeRuns):
             return out
         if self.unit_runs and x > 0:
             return self._unit_decode_ends(n, x, steps, t, stop)
-        if self.units:
-            return self._decode_ends_timed(n, x, steps, t, stop)
         out, fixed = [], self._fixed_part(n, n)
         for _ in range(steps):
             t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x, n, n), n, 0)
-            out.append(t)
-            if t >= stop:
-                break
-            x += n
-        return out
-
-    def _decode_ends_timed(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
-        """End times of decode-only passes each priced by ``time`` (the unit model's xqa split,
-        which ``decode_unit_runs`` does not repeat)."""
-        out = []
-        for _ in range(steps):
-            t += self.time(self.shape((), (), n, x))
             out.append(t)
             if t >= stop:
                 break
