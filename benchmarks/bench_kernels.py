@@ -1,6 +1,7 @@
 """Kernel-level accuracy of the fitted operator models, held out by shape, and the fit's speed.
 
     python benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py --only allreduce      # the all-reduce alone (seconds)
 
 For each AIConfigurator GPU (H100, A100, B200, L40S): fit on 3/4 of the whole shapes (GEMM (n, k),
 attention head configurations, all-reduce sizes, fused-MoE model configurations), predict the rest;
@@ -101,7 +102,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_profiles import GPUS, base_of, load  # noqa: E402
+from fit_profiles import DATA, GPUS, base_of, load  # noqa: E402
 
 from costmodel import load_hardware  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
@@ -161,22 +162,47 @@ def allreduce_floor(train: pd.DataFrame, held: pd.DataFrame) -> np.ndarray:
     return 100 * out
 
 
-def allreduce_report(name: str, df: pd.DataFrame, rows: list) -> str:
+def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
+    """Per GPU count, the median and largest |custom / NCCL - 1| (percent) over the sizes where
+    TensorRT-LLM's dispatch runs NCCL on NVLink GPUs (above ONESHOT_MAX_TOKENS tokens on 4 and 8,
+    above the 16 MB workspace on 2; PCIe GPUs run NCCL at these sizes too): two timings of the same
+    NCCL call."""
+    from costmodel.calibration.importers import read_aiconfigurator
+    from costmodel.calibration.operator_models import ONESHOT_MAX_TOKENS
+    d = DATA / folder / "nccl"
+    if not d.is_dir():
+        return {}
+    nccl = read_aiconfigurator(d, classes=["allreduce"])[0].set_index(["workers", "m"])["time_s"]
+    big = ar[(ar["tokens"] > ONESHOT_MAX_TOKENS) & ((ar["workers"] > 2) | (ar["m"] > 16e6))]
+    both = big.join(nccl.rename("nccl"), on=["workers", "m"], how="inner")
+    dev = 100 * np.abs(both["time_s"] / both["nccl"] - 1)
+    return {int(n): (float(g.median()), float(g.max())) for n, g in dev.groupby(both["workers"])}
+
+
+def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder: str | None = None) -> str:
     """Per GPU count: held-out MAPE, the monotone floor over the same rows, the isotonic fit's
-    MAPE on every size (what a monotone curve through all of them leaves), and the held-out error
-    per message size (elements of float16, mean over the draws that held it out)."""
+    MAPE on every size (what a monotone curve through all of them leaves), the model fitted on every
+    size (what its own form leaves, nothing held out), where the folder has an NCCL table the
+    median / largest gap between the two timings of the NCCL call (``nccl_agreement``), and the held-out error per message size (elements of float16, mean over
+    the draws that held it out)."""
     e = pd.concat(rows)
     e = e.assign(ape=100 * np.abs(e["pred"] / e["time_s"] - 1))
     moe, e = e[e["op_class"] == "moe"], e[e["op_class"] == "allreduce"]
-    lines = [f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
-             f"every size; then held-out APE by size (elements)"]
     ar = df[df["op_class"] == "allreduce"]
+    full = fit(ar, form="physical", spec=spec).predict(ar) if spec is not None else None
+    agree = nccl_agreement(folder, ar) if folder else {}
+    lines = [f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
+             f"every size | model fitted on every size | custom vs NCCL table where both run NCCL, median / max; "
+             f"then held-out APE by size (elements)"]
     for n, g in e.groupby("workers"):
-        a = ar[ar["workers"] == n].sort_values("m")
+        sel = (ar["workers"] == n).to_numpy()
+        a = ar[sel].sort_values("m")
         iso = np.exp(isotonic(np.log(a["time_s"].to_numpy())))
         per = g.groupby("m")["ape"].mean()
+        ins = f"{100 * np.mean(np.abs(full[sel] / ar['time_s'].to_numpy()[sel] - 1)):.1f}" if full is not None else "-"
+        gap = "{:.0f} / {:.0f}".format(*agree[int(n)]) if int(n) in agree else "-"
         lines.append(f"  @{int(n)}: {g['ape'].mean():.1f} | {g['floor'].mean():.1f} | "
-                     f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f};  "
+                     f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f} | {ins} | {gap};  "
                      + " ".join(f"{int(m / 2)}:{v:.0f}" for m, v in per.items()))
     if len(moe):
         lines.append(f"{name} fused MoE, held out by model configuration (hidden, expert width, top-k, experts; "
@@ -244,7 +270,23 @@ def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
                       f"{e['p90_ape']:.1f} (MAPE / median / p90)"] + lines)
 
 
+def allreduce_only() -> None:
+    """``--only allreduce``: each GPU's all-reduce rows alone, held out and reported as in ``main``
+    (the all-reduce's draw of held-out sizes is the same: ``split_by_shape`` draws it first)."""
+    for name, (folder, spec) in GPUS.items():
+        df, _ = load(folder)
+        df = df[df["op_class"] == "allreduce"].reset_index(drop=True)
+        rows: list = []
+        print(f"\n{name} ({folder}): held out by shape, mean of {len(SEEDS)} draws (percent)")
+        print(held_out(df, base_of(spec, name), rows).to_string(index=False))
+        print(allreduce_report(name, df, rows, base_of(spec, name), folder))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--only", "allreduce"]:
+        return allreduce_only()
+    if sys.argv[1:]:
+        sys.exit(f"usage: {sys.argv[0]} [--only allreduce]")
     tables, reports = [], []
     for name, (folder, spec) in GPUS.items():
         df, _ = load(folder)
@@ -252,7 +294,7 @@ def main() -> None:
         rows: list = []
         print(f"\n{name} ({folder}): held out by shape, mean of {len(SEEDS)} draws (percent)")
         print(held_out(df, base_of(spec, name), rows).to_string(index=False))
-        reports.append(allreduce_report(name, df, rows))
+        reports.append(allreduce_report(name, df, rows, base_of(spec, name), folder))
         if (df["op_class"] == "moe").any():
             reports.append(moe_leave_one_out(df, base_of(spec, name)))
     print("\n" + "\n".join(reports))
