@@ -196,8 +196,8 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
     """Per GPU count: held-out MAPE, the monotone floor over the same rows, the isotonic fit's
     MAPE on every size (what a monotone curve through all of them leaves), the model fitted on every
     size (what its own form leaves, nothing held out), where the folder has an NCCL table the
-    median / largest gap between the two timings of the NCCL call (``nccl_agreement``), and the held-out error per message size (elements of float16, mean over
-    the draws that held it out)."""
+    median / largest gap between the two timings of the NCCL call (``nccl_agreement``), and the
+    held-out error per message size (elements of float16, mean over the draws that held it out)."""
     e = pd.concat(rows)
     e = e.assign(ape=100 * np.abs(e["pred"] / e["time_s"] - 1))
     moe, e = e[e["op_class"] == "moe"], e[e["op_class"] == "allreduce"]
