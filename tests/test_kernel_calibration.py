@@ -49,7 +49,33 @@ def test_aiconfigurator_rows_and_units(aic):
     assert set(df.op_class) == {"gemm", "attention", "allreduce"}
     assert any("int8_wo" in n for n in notes) and any("all_gather" in n for n in notes)
     ar = df[df.op_class == "allreduce"]
-    assert not ar.duplicated(["workers", "m"]).any()             # one time per (GPUs, size): the faster table
+    assert not ar.duplicated(["workers", "m"]).any()
+    assert any("NCCL rows" in n for n in notes)
+
+
+HALF_ALL_REDUCE = "op_name == 'all_reduce' and nccl_dtype == 'half'"
+
+
+def test_allreduce_rows_are_the_engines_dispatch_not_the_faster_table(aic):
+    """TensorRT-LLM's AUTO all-reduce (the custom table) is priced even where nccl-tests is faster:
+    the engine runs one-shot up to 128 tokens whatever NCCL would take."""
+    df, _ = aic
+    ar = df[df.op_class == "allreduce"].set_index(["workers", "m"])["time_s"]
+    raw = pd.read_csv(AIC / "trtllm" / "1.0.0" / "custom_allreduce_perf.txt")
+    assert len(ar) == len(raw[raw.num_gpus > 1])
+    for r in raw.itertuples():
+        assert ar[(r.num_gpus, 2 * r.message_size)] == pytest.approx(r.latency * 1e-3)
+    nccl = pd.read_csv(AIC / "nccl" / "2.27.3" / "nccl_perf.txt").query(HALF_ALL_REDUCE)
+    both = raw.merge(nccl, on=["num_gpus", "message_size"], suffixes=("", "_nccl"))
+    assert (both.latency > both.latency_nccl).any()              # rows an envelope would have replaced
+
+
+def test_nccl_table_alone_is_priced_when_no_custom_table(tmp_path):
+    d = _copy(tmp_path, AIC / "nccl")
+    df, _ = read_aiconfigurator(d)
+    raw = pd.read_csv(AIC / "nccl" / "2.27.3" / "nccl_perf.txt").query(HALF_ALL_REDUCE)
+    assert len(df) == len(raw) and set(df.op) == {"nccl_all_reduce"}
+    assert sorted(df.time_s) == pytest.approx(sorted(raw.latency * 1e-3))
 
 
 def test_llmservingsim_rows(lss):

@@ -22,19 +22,33 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
 allreduce   per GPU count n, the fastest of four lines that the engine may run at this size:
               t = min_{i allowed} (ℓ_i + B/bw_i),  B = 2(n-1)/n · size
-            lines 1-2: the custom all-reduce's one-shot kernels (every rank reads every peer's
-            buffer: low latency, low bandwidth), allowed only for messages of at most
-            ONESHOT_MAX_TOKENS tokens; lines 3-4: two-shot and NCCL's protocols (higher latency,
-            higher bandwidth), allowed at every size. TensorRT-LLM (whose kernels AIConfigurator's
-            tables time) runs one-shot for at most 128 tokens (``thop/allreduceOp.cpp``, the
-            fusion kernels' ``use_oneshot``: token_num <= kOneShotMaxToken), and AIConfigurator's
-            collector lays each message out as [size / 4096, 4096] (``collect_all_reduce.py``,
-            ``get_input_shape_and_comm_size``): the step up at 1M elements in the H100, A100 and
-            B200 tables (H100, 2 GPUs: 6.8 µs at 512K, 20.1 µs at 1M) is that switch, which no
-            concave curve (a minimum of lines) can follow. Rows without a token count (a timing
-            of NCCL alone) leave every line allowed. The start is global: each family's sizes
-            are cut into two runs by the split whose two lines (fitted in relative error, in
-            closed form) fit best.
+            lines 1-2: the one-shot kernel, allowed only for messages of at most ONESHOT_MAX_TOKENS
+            tokens; lines 3-4 at every size: two-shot and NCCL (its protocols, LL / LL128 / Simple,
+            each a line, the tuner taking the fastest: a minimum of lines). AIConfigurator's
+            custom tables time TensorRT-LLM's AUTO dispatch (``importers/aiconfigurator.py``,
+            ``_engine_rows``): one-shot up to 128 tokens (``thop/allreduceOp.cpp``,
+            ``selectImplementation``; the fusion kernels' ``use_oneshot``: token_num <=
+            kOneShotMaxToken), beyond it two-shot on 2 GPUs up to the 16 MB workspace and NCCL
+            past it, NCCL on 4 and 8; the collector lays each message out as [size / 4096, 4096]
+            (``collect_all_reduce.py``, ``get_input_shape_and_comm_size``): the step up at 1M
+            elements (H100, 2 GPUs: 6.8 µs at 512K, 20.1 µs at 1M) is that switch, which no
+            concave curve can follow. Physical traffic per GPU: one-shot pushes the message to
+            the n - 1 peers' buffers and reduces the n copies locally, (n - 1)·size (H100, 8 GPUs,
+            128 tokens: 7.3 MB in 26.5 µs past the latency, 277 GB/s of 450); two-shot
+            (reduce-scatter, then all-gather through the peers' buffers) and NCCL's ring move B.
+            B is every line's bytes, so a one-shot line's physical rate is bw·n/2; the cap
+            (``_bus_factor``: size/t at most the link's) holds for all three. In the fitted
+            profiles lines 3-4 never undercut the one-shot lines at 128 tokens or fewer (H100,
+            A100, B200), as the engine never runs NCCL there. On 2 GPUs lines 3-4 carry two-shot
+            (1M-4M elements) and NCCL (8M up) both: three two-shot sizes are too few for a line
+            of their own once a quarter of the sizes is held out. Without NVLink (L40S) the engine
+            runs NCCL at every size (``ifFallbackToNCCL``); the token cap there stands for NCCL's
+            own switch, at the same size in both its tables (8 GPUs: 978 → 3,440 µs custom,
+            863 → 2,618 µs nccl-tests, from 512K to 1M elements), which the product places at
+            128 tokens (1 MB only at hidden 4096). Rows without a token count (a timing of NCCL
+            alone) leave every line allowed. The start is global: each family's sizes are cut
+            into two runs by the split whose two lines (fitted in relative error, in closed form)
+            fit best.
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
 from __future__ import annotations

@@ -6,10 +6,10 @@ heads per GPU; generation attention is one decode step of ``batch_size`` sequenc
 length is ``s = isl + step`` (the table's lookup key; its speed-of-light model reads s - 1 cached
 tokens plus the new one); all-reduce message sizes are in elements of the dtype, each message
 [size / 4096, 4096] (tokens × hidden) as the collector lays it out: the rows' token count.
-All-reduce: for each (GPUs, size) the faster of the custom (engine) and NCCL tables is kept, as the
-engines pick one by size (vLLM's custom all-reduce below its max size, NCCL beyond). Rows faster
-than the spec sheet's float16 peak (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped
-and reported: no 16-bit kernel can do that.
+All-reduce: where a GPU count has both, the custom table (TensorRT-LLM's own dispatch) is kept and
+the NCCL table left out (``_engine_rows``). Rows faster than the spec sheet's float16 peak
+(AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped and reported: no 16-bit kernel can
+do that.
 SGLang's attention tables (H100) come from AIConfigurator's ``collector/sglang/collect_normal_attn.py``
 (``run_attention_torch``): FlashAttention-3's ``flash_attn_with_kvcache`` (sgl_kernel), called
 without ``causal``, whose default is False (``sgl_kernel/flash_attn.py``), so every context query
@@ -152,9 +152,27 @@ READERS = {"gemm_perf.txt": _gemm, "moe_perf.txt": _moe,
            "nccl_perf.txt": lambda p, n: _allreduce(p, n, nccl=True)}
 
 
-def _envelope(ar: pd.DataFrame) -> pd.DataFrame:
-    """Per (GPUs, size), the faster of the custom and NCCL all-reduce."""
-    return ar.sort_values("time_s").drop_duplicates(["workers", "m"]).sort_values(["workers", "m"])
+def _engine_rows(ar: pd.DataFrame) -> pd.DataFrame:
+    """The all-reduce the engine runs: per GPU count, the custom table's rows where it has any, else
+    the NCCL table's. AIConfigurator's collector times the custom table through TensorRT-LLM's own
+    ``AllReduce`` module with ``AllReduceStrategy.AUTO`` under a CUDA graph
+    (``collector/collect_all_reduce.py``, ``benchmark_trtllm_allreduce``; the H100 table in the SGLang
+    folder too: its rows say TRTLLM 1.0.0rc3), so each row is what the engine's dispatch picked at
+    that size (``thop/allreduceOp.cpp``, ``AllreduceOp::selectImplementation`` and
+    ``ifFallbackToNCCL``): NCCL past the workspace (16 MB on 2 GPUs, 8 MB on more:
+    ``customAllReduceUtils.h``, ``getMaxRequiredWorkspaceSize``) or between GPUs without P2P or NVLink; else on
+    2 GPUs the fused kernels, one-shot up to 128 tokens (``kOneShotMaxToken``) and two-shot beyond;
+    on more GPUs one-shot up to 128 tokens and NCCL beyond. The NCCL table is nccl-tests'
+    ``all_reduce_perf`` (``collector/collect_nccl.py``). Where the engine runs NCCL the two tables
+    agree (median |difference| under 3 % per GPU count on H100, A100, B200: H100, 8 GPUs, 16M
+    elements: 203.5 against 203.0 µs); where it runs its own kernels it keeps them even where NCCL
+    is faster (A100, 8 GPUs, 512K elements, one-shot: 83.2 against 38.8 µs; B200, 2 GPUs, 1M,
+    two-shot: 24.0 against 18.8 µs), which a faster-of-both envelope would price instead. L40S
+    (PCIe, no NVLink) runs NCCL at every size: its custom rows match NCCL's at small sizes too."""
+    custom = ar["op"] == "custom_all_reduce"
+    has = set(ar.loc[custom, "workers"])
+    keep = custom | ~ar["workers"].isin(has)
+    return ar[keep].sort_values(["workers", "m"])
 
 
 def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
@@ -172,9 +190,9 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
     ar = df["op_class"] == "allreduce"
     if ar.any() and df.loc[ar, "op"].nunique() > 1:
         before = int(ar.sum())
-        df = pd.concat([df[~ar], _envelope(df[ar])], ignore_index=True)
-        notes.append(f"{p}: all-reduce: kept the faster of custom and NCCL per (GPUs, size), "
-                     f"{int((df['op_class'] == 'allreduce').sum())} of {before} rows")
+        df = pd.concat([df[~ar], _engine_rows(df[ar])], ignore_index=True)
+        notes.append(f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
+                     f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)")
     peak = spec_peak_flops(p)
     if peak:
         fast = (df["flops"] / df["time_s"] > peak).to_numpy()
