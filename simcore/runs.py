@@ -3,7 +3,7 @@
 FAST-FORWARD. When every running request is in the plan, each catches up in its first step
 (decodes, or the last chunk of a prefill) and the policy says the plans that follow would be
 decode-only repeats, k steps are taken in one event: k is cut at the first finish and where
-the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
+the KV blocks the steps need run out. An arrival routed here at time a moves the wait (Replica._cut) and
 cuts the run after the last step that started before a (a sole replica, which knows its next
 arrival, stops computing there); the arrival joins the plan made when that step ends, as stepping
 would have it. A run cut shorter than that for any reason (a cap on its length) is as exact:
