@@ -99,7 +99,8 @@ class Simulation:
         if timeout is not None:
             self._arrive(self._next, float(self._arrival_s[self._next]))
             self._next += 1
-        self.arrive_until(env.now)
+        if self._arrival_s[self._next] <= env._now:   # arrive_until's own test, before calling it
+            self.arrive_until(env._now)
         if self._next < self._n:
             env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
 
