@@ -50,12 +50,15 @@ def main() -> None:
     args = ap.parse_args()
     print(f"one core: {one_core()}")
     wl, real = day(args.num_requests)
-    before = reference_s()
-    walls = []
+    before, cpu_refs = reference_s(), [reference_s(3, time.process_time)]
+    walls, cpus = [], []
     for _ in range(max(1, args.repeat)):
         res = None   # one day's results in memory at a time: peak RSS stays that of one run
+        c0 = time.process_time()
         res, wall = simulate(wl, args.replicas, True)
+        cpus.append(time.process_time() - c0)
         walls.append(wall)
+        cpu_refs.append(reference_s(3, time.process_time))
     wall = min(walls)
     if len(walls) > 1:
         print("wall times of the runs: " + ", ".join(f"{w:.1f} s" for w in walls))
@@ -65,6 +68,9 @@ def main() -> None:
           f"completed {s['completed']:,}, p99 TTFT {s['p99_ttft_ms']:.0f} ms, p99 ITL {s['p99_itl_ms']:.1f} ms, "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print(f"machine: reference {before:.2f} s before, {reference_s():.2f} s after (benchmarks/machine.py; wall times scale with it)")
+    cpu, cpu_ref = min(cpus), min(cpu_refs)
+    print(f"CPU time (steadier on a shared machine): {cpu:.1f} s, reference {cpu_ref:.3f} s CPU (best of {len(cpu_refs)} "
+          f"readings between the runs: {', '.join(f'{r:.3f}' for r in cpu_refs)}); at reference 0.105 s: {cpu * 0.105 / cpu_ref:.1f} s")
     sample, _ = day(args.sample, seed=1)
     a, ta = simulate(sample, args.replicas, True)
     b, tb = simulate(sample, args.replicas, False)

@@ -21,7 +21,6 @@ import math
 from bisect import bisect_left, bisect_right
 
 import numpy as np
-import simpy
 
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
@@ -72,7 +71,20 @@ class Replica(RunPlanning):
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env._now:
-            self.process.interrupt()
+            self._cut()
+
+    def _cut(self) -> None:
+        """A request routed here while a run goes: the run ends after the last step started by now
+        (the arrival joins the plan made when that step ends, as stepping would have it), and the
+        replica's wait moves to that step's end. What an Interrupt would do, without its event and
+        its exception; the wait for the old end stays queued with nobody on it."""
+        env, proc = self.env, self.process
+        ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env._now)]
+        if self._leaving:
+            self._keep_leavers(len(ends))
+        proc._target.callbacks.remove(proc._resume)
+        wait = proc._target = env.at(float(ends[-1]))
+        wait.callbacks.append(proc._resume)
 
     @property
     def outstanding(self) -> int:
@@ -152,19 +164,12 @@ class Replica(RunPlanning):
             ends = self._step_ends(plan, start)
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
-            while True:
-                if skipping:   # _skip_to, inlined
-                    t, queue = float(ends[-1]), env._queue
-                    if not queue or queue[0][0] > t:
-                        env._now = t
-                        break
-                try:
-                    yield self.env.at(float(ends[-1]))
-                    break
-                except simpy.Interrupt:
-                    ends = self._running_ends = ends[: steps_started(ends, self.env.now)]
-                    if self._leaving:
-                        self._keep_leavers(len(ends))
+            t = float(ends[-1])
+            if skipping and (not env._queue or env._queue[0][0] > t):   # _skip_to, inlined
+                env._now = t
+            else:
+                yield env.at(t)
+                ends = self._running_ends   # an arrival may have cut the run (``_cut``)
             self._running_ends = None
             self._clock = float(ends[-1])
             self._apply(plan, start, ends)

@@ -3,7 +3,7 @@
 FAST-FORWARD. When every running request is in the plan, each catches up in its first step
 (decodes, or the last chunk of a prefill) and the policy says the plans that follow would be
 decode-only repeats, k steps are taken in one event: k is cut at the first finish and where
-the KV blocks the steps need run out. An arrival routed here at time a interrupts the wait and
+the KV blocks the steps need run out. An arrival routed here at time a moves the wait (Replica._cut) and
 cuts the run after the last step that started before a (a sole replica, which knows its next
 arrival, stops computing there); the arrival joins the plan made when that step ends, as stepping
 would have it. A run cut shorter than that for any reason (a cap on its length) is as exact:
@@ -54,24 +54,27 @@ class RunPlanning(ChunkedRuns):
             everyone = len(items) == len(self.state.running) and nc == self.state.num_in_cohort
             k = self._kv_limited(items, k, nc) if everyone and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
-        if k <= 1 or not decodes:                   # the first step priced on its own
-            if len(items) == 1:
+        if k <= 1 or not decodes:                   # the first step priced on its own: it ends at t1
+            if len(items) == 1 and self.fast_forward:   # as a lead step of one chunk (its pared loop; the same bits)
                 (r, q), = items
-                first = cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
+                t1 = cm.prefill_lead_ends(nc, cohort_kv - nc, (0, q), r.num_computed_tokens, start)[0]
+            elif len(items) == 1:
+                (r, q), = items
+                t1 = start + cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
             else:
-                first = cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
+                t1 = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
             if k <= 1:
-                return [start + first]
+                return [t1]
         n = len(items) + nc
         kv = cohort_kv
         for r, q in items:
             kv += r.num_computed_tokens + q
         if fold and min(c.steps_to_finish(), first_finish) < k:
             riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in items]
-            return self._folded_run(start, [] if decodes else [start + first], n, kv if decodes else kv + n, k, riders)
+            return self._folded_run(start, [] if decodes else [t1], n, kv if decodes else kv + n, k, riders)
         if decodes:
             return self._decode_ends(start, n, kv, k, stop)
-        t = start + first
+        t = t1
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
     def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list):

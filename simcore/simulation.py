@@ -99,7 +99,8 @@ class Simulation:
         if timeout is not None:
             self._arrive(self._next, float(self._arrival_s[self._next]))
             self._next += 1
-        self.arrive_until(env.now)
+        if self._arrival_s[self._next] <= env._now:   # arrive_until's own test, before calling it
+            self.arrive_until(env._now)
         if self._next < self._n:
             env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
 
@@ -113,6 +114,16 @@ class Simulation:
             return
         self._arriving = True
         arrival_s, i, n, arrive = self._arrival_s, self._next, self._n, self._arrive
+        if self.router is None and self._hashes is None and self._ignore_eos is None:   # _arrive, inlined for the plain stream
+            rep, requests, prompts, outputs, reject = self.replicas[0], self.requests, self._prompts, self._outputs, self._reject_reason
+            while i < n and arrival_s[i] <= t:
+                req = Request(i, float(arrival_s[i]), prompts[i], outputs[i])
+                requests.append(req)
+                rejected = req.rejected = reject(req, rep)
+                if rejected is None:
+                    self.in_flight += 1
+                    rep.submit(req)
+                i = self._next = i + 1
         while i < n and arrival_s[i] <= t:
             arrive(i, float(arrival_s[i]))
             i = self._next = i + 1

@@ -267,3 +267,42 @@ def test_chunked_runs_match_stepping_under_every_pricing(policy, pricing, monkey
         assert res.summary["completed"] == len(wl)
     if policy != "nochunk":
         assert leads.folded > 60, leads.folded
+
+
+CUT_CASES = {
+    "open loop": (dict(), busy(rate=12.0), 3, "least_outstanding"),
+    "closed loop": (dict(), busy(concurrency=9), 3, "least_outstanding"),
+    "prefix caching": (dict(caching=True), busy(rate=10.0, shared=True), 2, "prefix_affinity"),
+    "tight pool": (dict(tight=True), busy(rate=16.0), 3, "round_robin"),
+}
+TIGHT = {"vllm": dict(num_gpu_blocks_override=700), "sglang": dict(max_total_tokens=11000),
+         "nochunk": dict(num_gpu_blocks_override=700)}
+
+
+@pytest.mark.parametrize("case", sorted(CUT_CASES))
+@pytest.mark.parametrize("policy", sorted(POLICY_FLAGS))
+def test_runs_cut_by_routed_arrivals_match_stepping(policy, case, monkeypatch):
+    """Behind a router a request routed to a replica mid-run cuts the run after the step under
+    way (Replica._cut moves the wait, no interrupt), and a plan of one request has its first step
+    priced as a one-chunk lead; both happen many times and agree with stepping to the bit."""
+    from costmodel import CostModel
+    from simcore.replica import Replica
+    extra, wl, replicas, router = CUT_CASES[case]
+    counts = {"cuts": 0, "single": 0}
+    cut, lead_ends = Replica._cut, CostModel.prefill_lead_ends
+
+    def counted_cut(replica):
+        counts["cuts"] += 1
+        cut(replica)
+
+    def counted_lead(cm, m, d, qs, *a, **k):
+        counts["single"] += type(qs) is tuple
+        return lead_ends(cm, m, d, qs, *a, **k)
+    monkeypatch.setattr(Replica, "_cut", counted_cut)
+    monkeypatch.setattr(CostModel, "prefill_lead_ends", counted_lead)
+    flags = dict(POLICY_FLAGS[policy], **(TIGHT[policy] if extra.get("tight") else {}))
+    if extra.get("caching") and policy != "sglang":
+        flags["enable_prefix_caching"] = True
+    res = assert_modes_agree(policy, flags, wl, replicas, router)
+    assert res.summary["completed"] == len(wl)
+    assert counts["cuts"] > 10 and counts["single"] > 0, counts
