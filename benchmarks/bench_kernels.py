@@ -1,6 +1,6 @@
 """Kernel-level accuracy of the fitted operator models, held out by shape, and the fit's speed.
 
-    python benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py [--gpu a100-sxm ...]
 
 For each AIConfigurator GPU (H100, A100, B200, L40S): fit on 3/4 of the whole shapes (GEMM (n, k),
 attention head configurations, all-reduce sizes, fused-MoE model configurations), predict the rest;
@@ -244,9 +244,16 @@ def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
                       f"{e['p90_ape']:.1f} (MAPE / median / p90)"] + lines)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description="Kernel-level held-out accuracy of the fitted operator models.")
+    ap.add_argument("--gpu", action="append", choices=sorted(GPUS), help="only this AIConfigurator GPU (repeatable); "
+                    "skips the LLMServingSim folders and the fit timing")
+    args = ap.parse_args(argv)
     tables, reports = [], []
     for name, (folder, spec) in GPUS.items():
+        if args.gpu and name not in args.gpu:
+            continue
         df, _ = load(folder)
         tables.append(df)
         rows: list = []
@@ -256,6 +263,8 @@ def main() -> None:
         if (df["op_class"] == "moe").any():
             reports.append(moe_leave_one_out(df, base_of(spec, name)))
     print("\n" + "\n".join(reports))
+    if args.gpu:
+        return
     for label, (folder, base) in FOLDERS.items():
         df, _ = read_llmservingsim(LSS / folder)
         print(f"\nLLMServingSim {label}: held out by shape (percent)")

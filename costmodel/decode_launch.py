@@ -11,9 +11,10 @@ a grid short of 4·SMs blocks gets larger blocks, factor = min(⌈4·SMs/u⌉, 4
 (factor 1), 512 (2–3), 1024 (4), 1024/T of them per SM; each unit splits into
 m = clip(⌈SMs·(1024/T)/u⌉, 1, ⌈kv/(T/2)⌉) blocks (T/2 keys per KV loop: ⌈T/16 threads per value⌉·8,
 16-bit, d = 128), run in W = ⌈u·m/(SMs·1024/T)⌉ waves.
-  t_mma   = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T)))²) + m·c_comb·[m > 1] + o_mha
-u_mha is one wave's fixed latency and τ·kv/(m·T) a block's walk over its keys (kv/m keys over T
-threads), which is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + m·c_comb·[m > 1] + o_mha
+u_mha is one wave's fixed latency and τ·kv/(m·T/16) a block's walk over its keys: kv/m keys, T/16
+of them per pass of its loops (16 threads per value), each pass waiting on its loads (τ ~ a DRAM
+round trip). It is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
 one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
 K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the value pass reads the
 key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·1024/T):
@@ -28,7 +29,7 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, xqa_blocks
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, xqa_blocks
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -47,7 +48,7 @@ def mmha_launch(units, kv, sms):
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, key, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
@@ -57,7 +58,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + key * kv / (split * threads)))
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS)))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -73,7 +74,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, key, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
@@ -95,7 +96,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * (MMHA_THREADS_SM / threads)))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + key * kv / (split * threads))
+        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)

@@ -55,18 +55,19 @@ XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's k
 MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
 XQA_MIN_BLOCKS = 4.0         # kEnableMinBlockFactor: XQA runs when its blocks × 4 reach the SMs (else MMHA)
 MMHA_BLOCKS_SM, MMHA_THREADS_SM = 4.0, 1024.0   # MMHA: 256-thread blocks per SM, 32 warps (register-limited)
+MMHA_VALUE_THREADS = 16.0    # MMHA's threads per value (16-bit, d = 128): T/16 keys per pass of its loops
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
-          "pi_decode_mha", "key_mha", "l2_pass")
+          "pi_decode_mha", "loop_mha", "l2_pass")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
           "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
-          "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "key_mha": "attn_decode_key_mha_s",
+          "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "loop_mha": "attn_decode_loop_mha_s",
           "l2_pass": "attn_decode_l2_pass_bytes"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "key_mha": "s", "l2_pass": "B"}
+         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B"}
 
 
 def xqa_blocks(n, units, kv, sms):

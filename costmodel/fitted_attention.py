@@ -39,7 +39,7 @@ class FittedAttention:
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
                            hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
                            hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s,
-                           hw.attn_decode_combine_s, hw.attn_decode_pi_mha, hw.attn_decode_key_mha_s,
+                           hw.attn_decode_combine_s, hw.attn_decode_pi_mha, hw.attn_decode_loop_mha_s,
                            hw.attn_decode_l2_pass_bytes)
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
             self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split)

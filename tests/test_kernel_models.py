@@ -93,7 +93,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, key_mha=1.2e-5, l2_pass=8e6)
+                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -165,7 +165,7 @@ def test_launch_split_recovers_mmha_constants():
     df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "launch"), 1.0)
     got = fit(df, form="physical", spec=A100).classes["attention"]
     assert got.groups == (2, 32, "launch")
-    for p, want in (("unit_mha", 7e-6), ("key_mha", DEC_TRUE["key_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
+    for p, want in (("unit_mha", 7e-6), ("loop_mha", DEC_TRUE["loop_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
                     ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"])):
         assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
 
