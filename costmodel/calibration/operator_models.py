@@ -68,6 +68,8 @@ BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", 
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
               "bandwidth_mid2": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
+ATTENTION_COLUMNS = ("flops", "bytes", "decode_flops", "decode_bytes", "seqs", "prefill_seqs", "prefill_q", "prefill_kv",
+                     "heads", "kv_heads", "n", "k", "causal", "kv_alias")
 
 
 def base_name(p: str) -> str:
@@ -271,6 +273,8 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
+    if op_class == "attention":     # one float block: the solver reads these columns thousands of times
+        df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
     upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
     cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
     p0 = _start(op_class, params, df, t, cap_tok)
@@ -282,12 +286,13 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     groups = (2, 32)
+    x0 = np.zeros(len(params))
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
-        groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
-        p0 = _split_start(params, p0, groups)
+        groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+        p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
     fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok) / t)  # noqa: E731
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
-    res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
+    res = least_squares(fn, np.clip(x0, lo, hi), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
@@ -320,14 +325,17 @@ def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
     """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
-    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``."""
+    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``; and its sample
+    fit's solution (ln(p/p0) under that split's start)."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
 
     def cost(groups):
         q0 = _split_start(params, p0, groups)
         fn = lambda x: np.log(model_times(op_class, params, q0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
-        return least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
-                             ftol=1e-3, tr_solver="lsmr").cost
-    flow = min((cost(g), g) for g in GROUPINGS if g[2] == SPLITS[0])
-    return min([flow] + [(cost(flow[1][:2] + (s,)), flow[1][:2] + (s,)) for s in SPLITS[1:]])[1]
+        r = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+                          ftol=1e-3, tr_solver="lsmr")
+        return r.cost, groups, r.x
+    flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
+    best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
+    return best[1], best[2]
