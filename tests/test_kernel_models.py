@@ -197,6 +197,15 @@ def test_decode_split_fields_are_validated(field, value):
         hardware_from_dict({**d, field: value})
 
 
+def test_launch_split_needs_mmha_rate():
+    d = {**yaml.safe_load(A100.to_yaml()), "sms": 108, "attn_decode_pi": 1e14, "beta_attn": 1e12, "attn_decode_beta_mha": 1e12,
+         "attn_decode_l2_beta": 3e12, "attn_decode_l2_bytes": 3e7, "attn_decode_cta_beta": 1e10, "attn_decode_unit_mha_s": 1e-6,
+         "attn_decode_unit_s": 1e-6, "attn_decode_split": "launch"}
+    with pytest.raises(ValueError, match="attn_decode_pi_mha"):
+        hardware_from_dict(d)
+    assert hardware_from_dict({**d, "attn_decode_pi_mha": 1e13}).attn_decode_split == "launch"
+
+
 @pytest.mark.parametrize("units,kv,sms,want", [
     (1, 1000, 108, 7),          # ⌊1000/128⌋ = 7 ≤ round(√56) = 7
     (1, 131072, 108, 91),       # 1024 blocks capped at round(√8192) = 91
