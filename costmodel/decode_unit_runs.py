@@ -1,6 +1,6 @@
 """Decode-only runs under the unit decode model (costmodel/decode_units.py), priced without a
 ``time`` call per pass (mixed into CostModel through DecodeRuns): as arrays for long runs, as a
-plain-float loop for short ones, under the "flow" split (the "xqa" split is priced pass by pass by
+plain-float loop for short ones, under the "flow" split (the "xqa" and "launch" splits are priced pass by pass by
 ``time``). Both repeat ``decode_unit_time``'s operations in its order, the
 ones that hold for a whole run (n fixed) once, so every duration is the bits of pricing the pass
 with ``time`` (tests/test_costmodel.py checks the calibrated profiles against it)."""
@@ -20,7 +20,7 @@ class UnitDecodeRuns:
         operations of ``decode_unit_time`` elementwise, in its order, the per-run ones (n fixed)
         once. Its (B/C)² is Python's float power, per element (numpy squares instead, which can
         differ by an ulp), so the same bits as pricing each pass."""
-        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v
+        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v[:12]
         h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
         g = h / h_kv
         grouped = g0 <= g <= g1
@@ -46,7 +46,7 @@ class UnitDecodeRuns:
     def _unit_decode_ends(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
         """``_unit_decode_run``'s operations on plain floats, pass by pass, summed into end times
         (short runs, where numpy's overhead does not pay)."""
-        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v
+        pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v[:12]
         h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
         g = h / h_kv
         grouped = g0 <= g <= g1

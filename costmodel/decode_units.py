@@ -24,6 +24,9 @@ and the flow are found is the ``split`` the fit picks among ``SPLITS``:
         multi_block_grid_setup): m = clip(⌈SMs/units⌉, 1, ⌈kv/128⌉). The units·m blocks run in
         W = ⌈units·m/SMs⌉ waves of one block per SM: flow = units·m/W·β_cta; grouped t_wave =
         W·u_k·(1 + c_q·q) (u_k: one wave's fixed latency), t_fix = 0; per-head t_fix = units·u_mha.
+  launch TensorRT-LLM's dispatch (XQA only when its blocks fill the GPU, else MMHA) and MMHA's launch
+        rules (block size, blocks per SM, split, key walk, the value pass of K-only tables): see
+        ``decode_launch.py``, which prices it.
 On A100 the grouped rows follow the xqa form: time depends on units and kv, not on how units split
 into sequences and KV heads, and steps with the waves (1,023 keys: 20.8 µs at 1 unit, 16.7 µs at 4,
 108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200 keeps the
@@ -45,21 +48,26 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
-SPLITS = ("flow", "xqa")     # how the kernels split the KV sequence, chosen by the fit (see above)
+SPLITS = ("flow", "xqa", "launch")   # how the kernels split the KV sequence, chosen by the fit (see above)
 GROUPINGS = tuple((a, b, s) for s in SPLITS for a, b in ((2, 32), (2, 16), (1, 32), (1, 16)))  # (g_min, g_max, split)
 XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's kMinHistoryTokensPerBlock,
 #   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
 MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
+XQA_MIN_BLOCKS = 4.0         # kEnableMinBlockFactor: XQA runs when its blocks × 4 reach the SMs (else MMHA)
+MMHA_BLOCKS_SM, MMHA_THREADS_SM = 4.0, 1024.0   # MMHA: 256-thread blocks per SM, 32 warps (register-limited)
+MMHA_VALUE_THREADS = 16.0    # MMHA's threads per value (16-bit, d = 128): T/16 keys per pass of its loops
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
-          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine")
+          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
+          "pi_decode_mha", "loop_mha", "l2_pass")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
           "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
-          "combine": "attn_decode_combine_s"}
+          "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "loop_mha": "attn_decode_loop_mha_s",
+          "l2_pass": "attn_decode_l2_pass_bytes"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s", "combine": "s"}
+         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B"}
 
 
 def xqa_blocks(n, units, kv, sms):
@@ -71,10 +79,13 @@ def xqa_blocks(n, units, kv, sms):
     return np.maximum(np.minimum(m, np.floor(XQA_SUB_SEQ / np.maximum(n, 1.0))), 1.0)
 
 
-def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX)):
+def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX), alias=0.0):
     """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order; groups:
-    (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
+    (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent); alias:
+    1 where V aliases K (a K-only table, see ``decode_launch``), 0 in serving."""
+    if len(groups) > 2 and groups[2] == "launch":
+        return launch_times(v, n, kv_mean, F, B, h, h_kv, sms, groups, alias)
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
@@ -103,7 +114,9 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
 def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
                      groups=(2, GROUP_MAX)) -> float:
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v
+    if len(groups) > 2 and groups[2] == "launch":
+        return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, groups)
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]
     units = n * h_kv if grouped else n * h
@@ -135,3 +148,6 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     c = F / pi
     comb = split * comb if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
+
+
+from .decode_launch import launch_time, launch_times  # noqa: E402  (it uses xqa_blocks and the constants above)

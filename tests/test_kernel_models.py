@@ -18,6 +18,7 @@ from costmodel.calibration.operator_models import attention_times
 from costmodel.calibration.importers.tables import drop_floor
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.calibration.timings import attention_row, gemm_row
+from costmodel.decode_launch import mmha_launch, xqa_dispatched
 from costmodel.decode_units import PARAMS as DEC, decode_unit_time, decode_unit_times, xqa_blocks
 from costmodel.gemm_tiles import PARAMS, GemmTiles, layer_gemms
 from costmodel.hardware import hardware_from_dict
@@ -92,7 +93,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5, combine=2e-7)
+                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -129,18 +130,20 @@ def test_unit_decode_picks_the_grouping_the_table_follows():
     assert f.classes["attention"].groups == (2, 16, "flow") and f.classes["attention"].errors["mape"] < 2.0
 
 
-def test_unit_decode_picks_xqa_splitting_when_the_table_follows_it():
-    """Timings made with XQA's multi-block split (per-wave costs) are fitted with that split, and a
-    profile from the fit carries it."""
-    v = [{**DEC_TRUE, "unit": 4e-6}[p] for p in DEC]
-    df = decode_table(v)
+@pytest.mark.parametrize("split,alias", [("xqa", 0.0), ("launch", 1.0)])
+def test_unit_decode_picks_the_splitting_the_table_follows(split, alias):
+    """Timings made with XQA's multi-block split (per-wave costs), or with TensorRT-LLM's dispatch
+    and MMHA launch rules over a K-only table (decode_launch), are fitted with that split, and a
+    profile from the fit carries it and prices serving decodes (no K-only alias) by it."""
+    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6 if split == "launch" else DEC_TRUE["unit_mha"]}[p] for p in DEC]
+    df = decode_table(v).assign(kv_alias=alias)
     b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
     F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
-    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "xqa"))
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, split), alias)
     f = fit(df, form="physical", spec=A100)
-    assert f.classes["attention"].groups == (2, 32, "xqa") and f.classes["attention"].errors["mape"] < 2.0
+    assert f.classes["attention"].groups == (2, 32, split) and f.classes["attention"].errors["mape"] < 2.0
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
-    assert hw.attn_decode_split == "xqa" and hw.attn_decode_combine_s == pytest.approx(f.value("attention.combine"))
+    assert hw.attn_decode_split == split and hw.attn_decode_combine_s == pytest.approx(f.value("attention.combine"))
     model = load_model("llama-3.1-8b")
     cm = CostModel(model, hw, 1)
     fv = [f.value(f"attention.{p}") for p in DEC]
@@ -148,8 +151,43 @@ def test_unit_decode_picks_xqa_splitting_when_the_table_follows_it():
         got = cm.breakdown(cm.shape([1] * n, [kv] * n)).op("attention_decode").time_s
         h, hkv = model.h, model.h_kv
         want = model.L * decode_unit_time(fv, n, kv + 1, 4.0 * h * 128 * (kv + 1) * n, 4.0 * 128 * hkv * (kv + 1) * n, h,
-                                          hkv, 108, (2, 32, "xqa"))
+                                          hkv, 108, (2, 32, split))
         assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_launch_split_recovers_mmha_constants():
+    """The launch split's MMHA terms (per-wave latency, key walk, value pass over a K-only cache)
+    come back from timings made with them."""
+    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6}[p] for p in DEC]
+    df = decode_table(v).assign(kv_alias=1.0)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "launch"), 1.0)
+    got = fit(df, form="physical", spec=A100).classes["attention"]
+    assert got.groups == (2, 32, "launch")
+    for p, want in (("unit_mha", 7e-6), ("loop_mha", DEC_TRUE["loop_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
+                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"])):
+        assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
+
+
+@pytest.mark.parametrize("n,hkv,kv,sms,want", [
+    (8, 1, 512, 108, True),     # 8·⌊512/128⌋·4 = 128 ≥ 108
+    (8, 1, 511, 108, False),    # 8·3·4 = 96
+    (16, 1, 100, 108, False),   # under 128 keys: one block per unit, 64 < 108
+    (27, 1, 100, 108, True),    # 108
+    (1, 8, 5000, 132, True)])   # 8·39·4
+def test_xqa_runs_only_when_its_blocks_fill_the_gpu(n, hkv, kv, sms, want):
+    assert bool(xqa_dispatched(float(n), float(hkv), float(kv), sms)) is want
+
+
+@pytest.mark.parametrize("units,kv,want", [
+    (64, 512, (1024, 1, 1)),    # factor min(⌈432/64⌉, 4) = 4: 1024 threads, 512 keys per loop
+    (64, 4096, (1024, 1, 2)),   # ⌈108/64⌉ = 2 blocks per unit
+    (200, 4096, (512, 2, 2)),   # factor 3 → 512 threads, 2 per SM: ⌈216/200⌉
+    (200, 200, (512, 2, 1)),    # 200 keys fit one 256-key loop
+    (500, 4096, (256, 4, 1))])  # ≥ 4·SMs blocks: 256 threads, no split
+def test_mmha_launch_follows_tensorrt_llm_launcher(units, kv, want):
+    assert tuple(float(x) for x in mmha_launch(float(units), float(kv), 108)) == want
 
 
 @pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7)])
@@ -157,6 +195,15 @@ def test_decode_split_fields_are_validated(field, value):
     d = yaml.safe_load(A100.to_yaml())
     with pytest.raises(ValueError, match=field):
         hardware_from_dict({**d, field: value})
+
+
+def test_launch_split_needs_mmha_rate():
+    d = {**yaml.safe_load(A100.to_yaml()), "sms": 108, "attn_decode_pi": 1e14, "beta_attn": 1e12, "attn_decode_beta_mha": 1e12,
+         "attn_decode_l2_beta": 3e12, "attn_decode_l2_bytes": 3e7, "attn_decode_cta_beta": 1e10, "attn_decode_unit_mha_s": 1e-6,
+         "attn_decode_unit_s": 1e-6, "attn_decode_split": "launch"}
+    with pytest.raises(ValueError, match="attn_decode_pi_mha"):
+        hardware_from_dict(d)
+    assert hardware_from_dict({**d, "attn_decode_pi_mha": 1e13}).attn_decode_split == "launch"
 
 
 @pytest.mark.parametrize("units,kv,sms,want", [
@@ -183,7 +230,7 @@ def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
 
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
-       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa"]), sms=st.sampled_from([108, 132]))
+       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch"]), sms=st.sampled_from([108, 132]))
 def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms):
     hkv = max(1, h // g)
     v = [DEC_TRUE[p] for p in DEC]

@@ -82,6 +82,8 @@ BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", 
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
               "bandwidth_mid2": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
+ATTENTION_COLUMNS = ("flops", "bytes", "decode_flops", "decode_bytes", "seqs", "prefill_seqs", "prefill_q", "prefill_kv",
+                     "heads", "kv_heads", "n", "k", "causal", "kv_alias")
 
 
 def base_name(p: str) -> str:
@@ -136,7 +138,8 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         decode, d = np.zeros(len(df)), n > 0
         h, hkv, dh = (df[c].to_numpy(float)[d] for c in ("heads", "kv_heads", "n"))
         decode[d] = decode_unit_times([p[q] for q in DECODE_UNITS], n[d], df["k"].to_numpy(float)[d] + 1.0, fd[d],
-                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms, groups)
+                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms, groups,
+                                      df["kv_alias"].to_numpy(float)[d] if "kv_alias" in df else 0.0)
     elif "seq" in p:
         decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
     else:                  # a table of prefill kernels only
@@ -220,7 +223,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         if "overhead_decode" not in params:
             pass
         elif "unit" in params:
-            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7]
+            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7,
+                    env(fd) * 0.5, 5e-7, 1e7]
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
@@ -283,10 +287,12 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     params = class_params_for(op_class, df, sms, l2)
     t = df["time_s"].to_numpy(float)
-    upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf}
+    if op_class == "attention":     # one float block: the solver reads these columns thousands of times
+        df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
+    upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
     cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
     p0 = _start(op_class, params, df, t, cap_tok)
-    for c in ("l2_decode", "l2_prefill"):     # start the resident capacity near the spec L2 (the cliff's scale)
+    for c in ("l2_decode", "l2_prefill", "l2_pass"):     # start the resident capacity near the spec L2 (the cliff's scale)
         if c in params and l2:
             p0[params.index(c)] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
@@ -294,11 +300,13 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     groups = (2, 32)
+    x0 = np.zeros(len(params))
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
-        groups = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+        groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+        p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
     fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok) / t)  # noqa: E731
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
-    res = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
+    res = least_squares(fn, np.clip(x0, lo, hi), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
@@ -321,15 +329,27 @@ def _bus_factor(p: str) -> float:
     return 2 * (n - 1) / n
 
 
+def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
+    """The start under the groups' split: the launch split's unit_mha is per wave, not per unit."""
+    if len(groups) > 2 and groups[2] == "launch":
+        p0 = p0.copy()
+        p0[params.index("unit_mha")] *= 100.0
+    return p0
+
+
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
     """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
-    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``."""
+    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``; and its sample
+    fit's solution (ln(p/p0) under that split's start)."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
 
     def cost(groups):
-        fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
-        return least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
-                             ftol=1e-3, tr_solver="lsmr").cost
-    flow = min((cost(g), g) for g in GROUPINGS if g[2] == SPLITS[0])
-    return min([flow] + [(cost(flow[1][:2] + (s,)), flow[1][:2] + (s,)) for s in SPLITS[1:]])[1]
+        q0 = _split_start(params, p0, groups)
+        fn = lambda x: np.log(model_times(op_class, params, q0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
+        r = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+                          ftol=1e-3, tr_solver="lsmr")
+        return r.cost, groups, r.x
+    flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
+    best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
+    return best[1], best[2]

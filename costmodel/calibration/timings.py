@@ -30,7 +30,8 @@ import pandas as pd
 from ..errors import InputError, require
 
 COLUMNS = ["op_class", "op", "tokens", "m", "k", "n", "tp", "workers", "dtype", "flops", "bytes", "time_s", "source",
-           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes", "prefill_seqs", "prefill_q", "prefill_kv", "causal"]
+           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes", "prefill_seqs", "prefill_q", "prefill_kv", "causal",
+           "kv_alias"]
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -72,7 +73,7 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
     for col, default in (("op", out["op_class"]), ("tokens", 0), ("m", 0), ("k", 0), ("n", 0), ("tp", 1),
                          ("workers", 1), ("dtype", "float16"), ("source", source), ("seqs", 0), ("heads", 0),
                          ("kv_heads", 0), ("decode_flops", 0.0), ("decode_bytes", 0.0), ("prefill_seqs", 0),
-                         ("prefill_q", 0), ("prefill_kv", 0), ("causal", 1)):
+                         ("prefill_q", 0), ("prefill_kv", 0), ("causal", 1), ("kv_alias", 0.0)):
         if col not in out.columns:
             out[col] = default
         elif not isinstance(default, pd.Series) and out[col].isna().any():

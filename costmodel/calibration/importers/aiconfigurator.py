@@ -64,6 +64,7 @@ def _attention(path: Path, op_class: str, notes: list) -> pd.DataFrame:
                                         source=str(path)))
         if k_only(raw):
             df["bytes"] -= 2.0 * d * b * hkv * (s + step)       # one of K and V per cached token: see k_only
+            df["kv_alias"] = 1.0
             notes.append(f"{path}: generation rows read K only (TensorRT-LLM collector's SELFKONLY cache): "
                          f"bytes are half the KV a serving decode reads")
         df = df.assign(decode_flops=df["flops"], decode_bytes=df["bytes"])

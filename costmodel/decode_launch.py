@@ -1,0 +1,106 @@
+"""The unit decode model's "launch" split (``decode_units.SPLITS``): TensorRT-LLM's own dispatch
+and launch rules for its two decode kernels, per layer.
+
+Which kernel: a grouped configuration (g_min ≤ g ≤ g_max) runs XQA only when XQA's blocks fill the
+GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` DecoderXQAImplJIT::mayHavePerfGain,
+kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
+query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split.
+MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
+u = n·h units; with 4 blocks of 256 threads per SM (its note: 32 warps per SM, register-limited),
+a grid short of 4·SMs blocks gets larger blocks, factor = min(⌈4·SMs/u⌉, 4): T = 256 threads
+(factor 1), 512 (2–3), 1024 (4), 1024/T of them per SM; each unit splits into
+m = clip(⌈SMs·(1024/T)/u⌉, 1, ⌈kv/(T/2)⌉) blocks (T/2 keys per KV loop: ⌈T/16 threads per value⌉·8,
+16-bit, d = 128), run in W = ⌈u·m/(SMs·1024/T)⌉ waves.
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + m·c_comb·[m > 1] + o_mha
+u_mha is one wave's fixed latency and τ·kv/(m·T/16) a block's walk over its keys: kv/m keys, T/16
+of them per pass of its loops (16 threads per value), each pass waiting on its loads (τ ~ a DRAM
+round trip). It is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
+one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
+K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the value pass reads the
+key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·1024/T):
+share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
+keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
+of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
+MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, xqa_blocks
+
+
+def xqa_dispatched(n, h_kv, kv, sms):
+    """Whether TensorRT-LLM runs XQA (not MMHA) for a grouped configuration (numpy or float)."""
+    return n * h_kv * np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
+
+
+def mmha_launch(units, kv, sms):
+    """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy)."""
+    factor = np.minimum(np.ceil(sms * MMHA_BLOCKS_SM / np.maximum(units, 1.0)), MMHA_BLOCKS_SM)
+    threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
+    per_sm = MMHA_THREADS_SM / threads
+    split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
+    return threads, per_sm, split
+
+
+def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
+    """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    g = h / h_kv
+    grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
+    units = np.where(grouped, n * h_kv, n * h)
+    threads, per_sm, msplit = mmha_launch(units, kv, sms)
+    split = np.where(grouped, xqa_blocks(n, units, kv, sms), msplit)
+    slots = np.where(grouped, sms, sms * per_sm)
+    waves = np.ceil(units * split / slots)
+    flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
+    add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS)))
+    x = (B / l2) ** 2
+    r = 1.0 / (1.0 + x * x * x)
+    reread = np.where(grouped, 0.0, B * (g - 1.0))
+    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
+    blocks = np.maximum(units * split, 1.0)
+    w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
+    rw = 1.0 / (1.0 + w * w * w)
+    mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
+    c = F / np.where(grouped, pi, pi_mha)
+    comb = np.where(split > 1.0, split * comb, 0.0)
+    return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
+
+
+def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
+    """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    g = h / h_kv
+    grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
+    if grouped:
+        units = n * h_kv
+        m0 = max(math.floor(kv / XQA_MIN_TOKENS), 1.0)
+        split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
+        wave = units * split / sms
+        if wave > XQA_WAVES:
+            split = math.floor(split * XQA_WAVES / wave)
+        split = max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+        waves = math.ceil(units * split / sms)
+        flow = units * split / waves * cta
+        add, fixed = waves * unit * (1.0 + cq * g), 0.0
+    else:
+        units = n * h
+        factor = min(math.ceil(sms * MMHA_BLOCKS_SM / max(units, 1.0)), MMHA_BLOCKS_SM)
+        threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
+        split = min(max(math.ceil(sms * (MMHA_THREADS_SM / threads) / max(units, 1.0)), 1.0),
+                    max(math.ceil(kv / (threads / 2.0)), 1.0))
+        waves = math.ceil(units * split / (sms * (MMHA_THREADS_SM / threads)))
+        flow = units * split / waves * cta * (threads / 256.0)
+        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS))
+    x = (B / l2) ** 2
+    r = 1.0 / (1.0 + x * x * x)
+    reread = 0.0 if grouped else B * (g - 1.0)
+    mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
+    c = F / (pi if grouped else pi_mha)
+    comb = split * comb if split > 1.0 else 0.0
+    return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
