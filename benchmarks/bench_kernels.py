@@ -1,6 +1,7 @@
 """Kernel-level accuracy of the fitted operator models, held out by shape, and the fit's speed.
 
-    python benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py                       # everything (a few minutes)
+    python benchmarks/bench_kernels.py --only attention      # one operator class (gemm, attention, allreduce, moe)
 
 For each AIConfigurator GPU (H100, A100, B200, L40S): fit on 3/4 of the whole shapes (GEMM (n, k),
 attention head configurations, all-reduce sizes, fused-MoE model configurations), predict the rest;
@@ -114,15 +115,20 @@ FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "
 SEEDS = (0, 1, 2)
 
 
-def held_out(df: pd.DataFrame, spec, rows: list | None = None) -> pd.DataFrame:
+def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None = None) -> pd.DataFrame:
     """Error table per group over the draws; ``rows`` (a list) also gets each draw's held-out
     all-reduce rows with their prediction and the monotone floor (``allreduce_floor``), and its
-    held-out fused-MoE rows with their prediction."""
+    held-out fused-MoE rows with their prediction. ``only``: fit and report that operator class
+    alone, on the same draws as the whole table (the split is drawn before the class is picked)."""
     out = []
     for seed in SEEDS:
         train, held = split_by_shape(df, 0.25, seed)
+        if only:
+            train, held = (x[x["op_class"] == only].reset_index(drop=True) for x in (train, held))
         f = fit(train, form="physical", spec=spec)
         out.append(error_table(f, held).assign(seed=seed))
+        if only == "attention":
+            out.append(error_table(f, train).assign(seed=seed, group=lambda e: e["group"] + " (fit)"))
         if rows is not None:
             ar = held[held["op_class"] == "allreduce"]
             rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train, ar), seed=seed))
@@ -131,6 +137,33 @@ def held_out(df: pd.DataFrame, spec, rows: list | None = None) -> pd.DataFrame:
     e = pd.concat(out)
     return e.groupby("group").agg(n=("n", "sum"), mape=("mape", "mean"), median_ape=("median_ape", "mean"),
                                   p90_ape=("p90_ape", "mean")).round(1).reset_index()
+
+
+def neighbour_floor(df: pd.DataFrame) -> str:
+    """Context attention's held-out configurations predicted from their nearest measured neighbours
+    instead of a model (same draws): for each held-out row, the training rows of the same prompt
+    length and head dim, interpolated linearly in log time over (log2 heads·prompts,
+    log2 KV heads·prompts) (nearest neighbour outside their hull): what the measured tables
+    themselves say about a configuration they did not time. MAPE / median over all held-out rows,
+    and the MAPE inside the hull."""
+    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+    pos = lambda d: np.c_[np.log2(d["heads"] * d["prefill_seqs"]), np.log2(d["kv_heads"] * d["prefill_seqs"])]  # noqa: E731
+    stats = []
+    for seed in SEEDS:
+        train, held = (x[x["op"] == "attention_prefill"].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
+        pred, inside = np.full(len(held), np.nan), np.zeros(len(held), bool)
+        for (q, d), g in held.groupby(["prefill_q", "n"]):
+            t = train[(train["prefill_q"] == q) & (train["n"] == d)]
+            if len(t) < 4:
+                continue
+            y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
+            lin = LinearNDInterpolator(pos(t), y)(pos(g))
+            inside[idx], pred[idx] = np.isfinite(lin), np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g)))
+        ape = 100 * np.abs(np.exp(pred) / held["time_s"].to_numpy() - 1)
+        ok = np.isfinite(ape)
+        stats.append((ape[ok].mean(), np.median(ape[ok]), ape[ok & inside].mean(), 100 * (ok & inside).mean()))
+    m = np.mean(stats, axis=0)
+    return f"MAPE {m[0]:.1f} / median {m[1]:.1f}; inside the training configurations' hull ({m[3]:.0f} % of rows) {m[2]:.1f}"
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:
@@ -244,7 +277,21 @@ def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
                       f"{e['p90_ape']:.1f} (MAPE / median / p90)"] + lines)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", choices=("gemm", "attention", "allreduce", "moe"),
+                    help="one operator class on the AIConfigurator tables (attention also prints its fit error "
+                         "and context attention's neighbour floor)")
+    only = ap.parse_args(argv).only
+    if only:
+        for name, (folder, spec) in GPUS.items():
+            df, _ = load(folder)
+            print(f"\n{name} ({folder}): {only}, held out by shape, mean of {len(SEEDS)} draws (percent)")
+            print(held_out(df, base_of(spec, name), only=only).to_string(index=False))
+            if only == "attention":
+                print("context attention, neighbour floor: " + neighbour_floor(df))
+        return
     tables, reports = [], []
     for name, (folder, spec) in GPUS.items():
         df, _ = load(folder)
@@ -252,6 +299,7 @@ def main() -> None:
         rows: list = []
         print(f"\n{name} ({folder}): held out by shape, mean of {len(SEEDS)} draws (percent)")
         print(held_out(df, base_of(spec, name), rows).to_string(index=False))
+        print("context attention, neighbour floor: " + neighbour_floor(df))
         reports.append(allreduce_report(name, df, rows))
         if (df["op_class"] == "moe").any():
             reports.append(moe_leave_one_out(df, base_of(spec, name)))

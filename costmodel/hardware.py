@@ -43,6 +43,9 @@ class Hardware:
     attn_prefill_overhead_s: float = 0.0   # fitted prefill: fixed cost of the kernel per layer
     attn_prefill_l2_beta: float = 0.0      # ... the tokens-linear term's rate for bytes resident in the L2 (0: off)
     attn_prefill_l2_bytes: float = 0.0     # ... the layer's prefill bytes resident in the L2 below this (≤ l2_bytes)
+    attn_prefill_kv_beta: float = 0.0      # ... the K/V part of those bytes at a rate of its own (0: with the rest)
+    attn_prefill_kv_l2_beta: float = 0.0   # ... and its rate while resident in the L2
+    attn_tail_key_s: float = 0.0           # quantized wave model: the causal tail tile's latency per key
     attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
     attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
@@ -138,7 +141,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
                 "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
-                "attn_prefill_l2_bytes",
+                "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s",
                 "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -175,6 +178,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
     require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
             hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
+    require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),
+            f"{source}:attn_prefill_kv_beta", hw.attn_prefill_kv_beta,
+            "must be set together with attn_prefill_kv_l2_beta and attn_prefill_l2_beta (all > 0, or both K/V rates 0)")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
             "must be one of max, quantized")

@@ -54,13 +54,15 @@ ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "bet
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
+PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
+TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
 
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
-UNITS = {"wave": "s", "wave_q": "s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "tail_key": "s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
@@ -80,7 +82,8 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False) -> np.ndarray:
+def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False,
+                    tail_key: float = 0.0) -> np.ndarray:
     """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
     F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
     as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
@@ -89,8 +92,14 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
     waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %),
     plus the causal tail: a chunk's last query tile sees (q - T)/2 more keys than its average one,
-    so the kernel ends that much after its waves, at one SM's rate, 4·d·T·SMs/π per key (no new
-    parameter; held out: A100 4.8 → 3.6 %, L40S 8.3 → 7.3 %, B200 7.5 → 6.9 %).
+    so the kernel ends that much after its waves, at one SM's rate, 4·d·T·SMs/π per key (held out:
+    A100 4.8 → 3.6 %, L40S 8.3 → 7.3 %, B200 7.5 → 6.9 %), plus ``tail_key`` per key: that tile runs
+    alone on its SM once the others have drained, so each of its key blocks also pays the
+    dependency chain of one CTA's pipeline (K/V block load, QKᵀ MMA, softmax, PV MMA), which a full
+    wave hides behind other CTAs' work. TensorRT-LLM's sm80/sm89 flash kernels launch one CTA per
+    (query step, head, sequence) in that order (``fused_multihead_attention_v2.h``,
+    ``FusedMultiHeadAttentionXMMAKernelV2::run``: grid (steps, h, b)), so a sequence's longest
+    tiles are its last. Fitted only where causal rows have chunks longer than a tile.
     Rows with ``causal`` = 0 (a benchmark without the mask: SGLang's H100 tables) give every query
     all kv + q keys, both in F' and in the waves' latency; compute and latency then both scale as
     waves·keys, so such a table alone fixes only their sum per key, not π and wave apart."""
@@ -104,7 +113,7 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     waves = np.ceil(h * tiles / sms)
     keys = np.where(causal, kv + Q_TILE / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
     if quantized:
-        tail = np.where(causal, np.maximum(q - Q_TILE, 0.0) / 2, 0.0) * 4 * d * Q_TILE * sms / pi_p
+        tail = np.where(causal, np.maximum(q - Q_TILE, 0.0) / 2, 0.0) * (4 * d * Q_TILE * sms / pi_p + tail_key)
         return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * keys + tail
     return np.maximum(padded / pi_p, waves * wave * keys)
 
@@ -128,17 +137,28 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     else:                  # a table of prefill kernels only
         decode = np.zeros(len(df))
     wave = p.get("wave", p.get("wave_q", 0.0))
-    comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
+    comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,
+                           p.get("tail_key", 0.0))
     if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
         x = (bp / p["l2_prefill"]) ** 2
         r = 1.0 / (1.0 + x * x * x)
-        comp = comp + bp * (1.0 - r) / p["beta_prefill"] + bp * r / p["beta_prefill_l2"]
+        bkv = prefill_kv_bytes(df) if "beta_prefill_kv" in p else 0.0
+        comp = comp + (bp - bkv) * ((1.0 - r) / p["beta_prefill"] + r / p["beta_prefill_l2"])
+        if "beta_prefill_kv" in p:
+            comp = comp + bkv * ((1.0 - r) / p["beta_prefill_kv"] + r / p["beta_prefill_kv_l2"])
     else:
         comp = comp + bp / p["beta_prefill"]
     prefill = comp + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
     return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
+
+
+def prefill_kv_bytes(df: pd.DataFrame) -> np.ndarray:
+    """The K and V part of a prefill row's bytes, 2·2·d·b·h_kv·(kv + q) (the rest is Q read and O
+    written, ∝ heads)."""
+    return 4.0 * df["n"].to_numpy(float) * df["prefill_seqs"].to_numpy(float) * df["kv_heads"].to_numpy(float) * (
+        df["prefill_q"].to_numpy(float) + df["prefill_kv"].to_numpy(float))
 
 
 def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -211,7 +231,9 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
         out = out + [1e-8] if ("wave" in params or "wave_q" in params) else out
-        return np.array(out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out)
+        out = out + [5e-9] if "tail_key" in params else out
+        out = out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out
+        return np.array(out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -248,14 +270,21 @@ def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, g
     return allreduce_times(values, df, params, cap_tokens)
 
 
+def _long_causal(df: pd.DataFrame) -> bool:
+    """Whether any causal prefill row has a chunk longer than one query tile (the tail's keys)."""
+    causal = df["causal"].to_numpy(float) > 0 if "causal" in df else np.ones(len(df), bool)
+    return bool((causal & (df["prefill_q"].to_numpy(float) > Q_TILE)).any())
+
+
 def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0) -> tuple[str, ...]:
     if op_class == "attention":
         mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
         if mixed.any():
             return ATTENTION_VARLEN + waves
-        waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
-        l2p = PREFILL_L2 if waves and l2 else ()
+        waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df) else ("wave_q",) if waves and l2 else waves
+        # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
+        l2p = PREFILL_L2 + PREFILL_KV if waves and l2 else ()
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
