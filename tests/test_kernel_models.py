@@ -242,11 +242,11 @@ def pre_true(causal: bool) -> dict:
     return PRE_TRUE if causal else {p: v for p, v in PRE_TRUE.items() if p != "tail_key"}
 
 
-def prefill_table(causal: bool) -> pd.DataFrame:
-    rows = [(b, s, kv, h, hkv) for h, hkv in ((32, 8), (8, 1), (64, 64), (40, 8)) for b in (1, 2, 8, 32)
-            for s in (64, 200, 1024, 4096, 12288) for kv in (0, 8192)]
-    b, s, kv, h, hkv = (np.array(x, float) for x in zip(*rows))
-    df = pd.DataFrame(attention_row("attention", b, s, kv, h, hkv, 128, 2, 1.0, causal=causal))
+def prefill_table(causal: bool, dims=(128,)) -> pd.DataFrame:
+    rows = [(b, s, kv, h, hkv, d) for h, hkv in ((32, 8), (8, 1), (64, 64), (40, 8)) for b in (1, 2, 8, 32)
+            for s in (64, 200, 1024, 4096, 12288) for kv in (0, 8192) for d in dims]
+    b, s, kv, h, hkv, d = (np.array(x, float) for x in zip(*rows))
+    df = pd.DataFrame(attention_row("attention", b, s, kv, h, hkv, d, 2, 1.0, causal=causal))
     return df.assign(op="attention_prefill", seqs=0, decode_flops=0.0, decode_bytes=0.0)
 
 
@@ -311,3 +311,28 @@ def test_profile_prices_chunks_as_the_prefill_fit_does():
         off = hw.replace(**({fld: 0.0} if fld == "attn_tail_key_s" else {fld: 0.0, "attn_prefill_kv_l2_beta": 0.0}))
         cm_off = CostModel(model, off, 1)
         assert cm_off.breakdown(cm_off.shape([4096], [12000])).op("attention_prefill").time_s < base
+
+
+def test_softmax_rate_is_fitted_where_head_dims_differ():
+    """A table of head dims 64 and 128 whose score elements each cost 1/ρ beside their 4·d FLOPs
+    gives ρ back (and π apart from it), and a profile prices a chunk with that rate; a table of one
+    head dim leaves ρ out (it is π's to carry there)."""
+    true = {**PRE_TRUE, "softmax_prefill": 2e14}
+    df = prefill_table(True, dims=(64, 128))
+    t = attention_times(np.array(list(true.values())), df, tuple(true), 108)
+    dec = decode_table([DEC_TRUE[p] for p in DEC])
+    f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
+    assert "softmax_prefill" in f.classes["attention"].params
+    for p in ("pi_prefill", "softmax_prefill"):
+        assert f.value(f"attention.{p}") == pytest.approx(true[p], rel=0.05), p
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([3000.0]), 5000.0, model.h, model.h_kv,
+                                     model.d_h, 2, 1.0)).assign(op="attention_prefill", seqs=0, decode_flops=0.0,
+                                                                  decode_bytes=0.0)
+    want = model.L * f.classes["attention"].predict(row)[0]
+    assert cm.breakdown(cm.shape([3000], [5000])).op("attention_prefill").time_s == pytest.approx(want, rel=1e-9)
+    one = fit(pd.concat([dec, df[df.n == 128].assign(time_s=t[(df.n == 128).to_numpy()])], ignore_index=True),
+              classes=["attention"], form="physical", spec=A100)
+    assert "softmax_prefill" not in one.classes["attention"].params
