@@ -3,7 +3,8 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
 
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
                           (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
-                          or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
+                          or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2)),
+                          T = attn_q_tile (0: shape.Q_TILE)
                           (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2)
                           + the causal tail (q_max - T)/2·(4·d·T·SMs/π_attn + attn_tail_key_s));
                           with attn_prefill_kv_beta, B's K/V part moves at its own rates; with
