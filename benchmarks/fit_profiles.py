@@ -52,9 +52,17 @@ L2 = {"h100-sxm": 50 * MiB, "a100-sxm": 40 * MiB, "l40s": 96 * MiB, "b200": 126 
 # for the L40S; B200: chipsandcheese.com "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (126 MB)
 
 
+Q_TILES = {"b200": 128}   # context attention's query rows per CTA tile where not shape.Q_TILE (64): TensorRT-LLM
+# runs Blackwell's context attention with the trtllm-gen kernels, whose causal context cubins are all
+# TileSizeQ128 (cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/cubin/, e.g. FmhaSm100Kernel_..._H128LayoutPagedKv
+# MaskCausalP32VarSeqLenTileSizeQ128PersistentContext); sm80/sm89 flash kernels for head dim 128 step 64 query
+# rows (contextFusedMultiHeadAttention/cubin: fmha_v2_flash_attention_fp16_64_128_S_..._128_sm80/sm89)
+
+
 def base_of(spec, name: str | None = None) -> Hardware:
     hw = load_hardware(spec) if isinstance(spec, str) else Hardware(**spec)
-    return hw.replace(sms=SMS.get(name, hw.sms), l2_bytes=float(L2.get(name, hw.l2_bytes)))
+    return hw.replace(sms=SMS.get(name, hw.sms), l2_bytes=float(L2.get(name, hw.l2_bytes)),
+                      attn_q_tile=Q_TILES.get(name, hw.attn_q_tile))
 
 
 VIDUR = ROOT.parent / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"

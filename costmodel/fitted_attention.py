@@ -3,9 +3,12 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
 
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
                           (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
-                          or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2))
+                          or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2)),
+                          T = attn_q_tile (0: shape.Q_TILE)
                           (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2)
-                          + the causal tail 4·d·T·SMs·(q_max - T)/2/π_attn)
+                          + the causal tail (q_max - T)/2·(4·d·T·SMs/π_attn + attn_tail_key_s));
+                          with attn_prefill_kv_beta, B's K/V part moves at its own rates; with
+                          attn_softmax_rate ρ, π_attn becomes 1/(1/π_attn + 1/(4·d·ρ)) for prefill
   decodes (q = 1)         √((F/attn_decode_pi)² + (B/β_attn)²) + attn_decode_seq_s·n + attn_decode_overhead_s
   varlen, beside a chunk  F/attn_mixed_pi + attn_mixed_seq_s·n (the decodes ride the prefill kernel)
   attn_decode_unit_s > 0  decodes by the unit model of ``decode_units`` (grouped or per-head kernel,
@@ -34,6 +37,8 @@ class FittedAttention:
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
             self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
+            rho = hw.attn_softmax_rate   # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
+            self.pi_pre = 1.0 / (1.0 / hw.pi_attention + 1.0 / (4.0 * m.d_h * rho)) if rho else hw.pi_attention
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
         if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
@@ -44,10 +49,11 @@ class FittedAttention:
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
             self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split)
         self.unit_runs = self.units and hw.attn_decode_split == "flow"   # decode runs priced by decode_unit_runs
-        self.q_tile = Q_TILE if self.attn_fitted and hw.attn_wave_s else 0
+        self.q_tile = (hw.attn_q_tile or Q_TILE) if self.attn_fitted and hw.attn_wave_s else 0
         if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
             self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
             self.tail_coef = La * 4 * m.d_h * self.q_tile * hw.sms / 2      # causal tail: (q_max - T)/2 keys at one SM's rate
+            self.tail_key = La * hw.attn_tail_key_s / 2                        # ... and each key's latency on its lone SM
 
     def _fitted_attention_terms(self, s: ShapeStats):
         """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
@@ -55,7 +61,7 @@ class FittedAttention:
         out = []
         if s.prefill_kv:
             by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = self._prefill_compute(s) + self._prefill_bytes_time(by)
+            t = self._prefill_compute(s) + self._prefill_bytes_time(by, self.kv_coef * s.prefill_kv)
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
@@ -69,15 +75,20 @@ class FittedAttention:
             out.append(("attention_decode", fl, by, t))
         return out
 
-    def _prefill_bytes_time(self, by: float) -> float:
+    def _prefill_bytes_time(self, by: float, kv: float) -> float:
         """B/β_prefill; with attn_prefill_l2_beta, the share r = 1/(1 + (B_layer/C)⁶) of each layer's
-        bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate instead."""
+        bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate instead; with
+        attn_prefill_kv_beta, the K/V part ``kv`` of B at the K/V rates
+        (``calibration.operator_models.attention_times``)."""
         hw = self.hw
         if not self.pre_l2:
             return by / hw.attn_prefill_beta
         x = (by / self.pre_l2) ** 2
         r = 1.0 / (1.0 + x * x * x)
-        return by * (1.0 - r) / hw.attn_prefill_beta + by * r / hw.attn_prefill_l2_beta
+        if not hw.attn_prefill_kv_beta:
+            return by * (1.0 - r) / hw.attn_prefill_beta + by * r / hw.attn_prefill_l2_beta
+        return ((by - kv) * ((1.0 - r) / hw.attn_prefill_beta + r / hw.attn_prefill_l2_beta)
+                + kv * ((1.0 - r) / hw.attn_prefill_kv_beta + r / hw.attn_prefill_kv_l2_beta))
 
     def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
         """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
@@ -88,15 +99,16 @@ class FittedAttention:
     def _prefill_compute(self, s: ShapeStats) -> float:
         """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
         (``calibration.operator_models.prefill_compute``)."""
-        c = (self.attn_coef * s.prefill_pairs) / self.hw.pi_attention
+        c = (self.attn_coef * s.prefill_pairs) / self.pi_pre
         if not self.q_tile:
             return c
-        padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.hw.pi_attention
+        padded = (self.attn_coef * self.q_tile * s.prefill_tile_work / 2) / self.pi_pre
         tiles = self.heads_gpu * s.prefill_tiles
         waves = math.ceil(tiles / self.hw.sms)
         latency = waves * self.wave_coef * (s.prefill_kv_max + self.q_tile / 2)
         if self.hw.attn_wave_form == "quantized":
-            tail = self.tail_coef * max(s.prefill_q_max - self.q_tile, 0) / self.hw.pi_attention
+            over = max(s.prefill_q_max - self.q_tile, 0)
+            tail = self.tail_coef * over / self.pi_pre + self.tail_key * over
             return padded * (waves * self.hw.sms / max(tiles, 1)) + latency + tail
         return max(padded, latency)
 
@@ -106,8 +118,8 @@ class FittedAttention:
         t = 0.0
         if prefill_kv:
             by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
-            c = (self.attn_coef * prefill_pairs) / hw.pi_attention if compute is None else compute
-            t += c + self._prefill_bytes_time(by) + self.pre_over
+            c = (self.attn_coef * prefill_pairs) / self.pi_pre if compute is None else compute
+            t += c + self._prefill_bytes_time(by, self.kv_coef * prefill_kv) + self.pre_over
         if decode_kv:
             fl = self.attn_coef * decode_pairs
             if self.varlen and prefill_kv:

@@ -43,6 +43,11 @@ class Hardware:
     attn_prefill_overhead_s: float = 0.0   # fitted prefill: fixed cost of the kernel per layer
     attn_prefill_l2_beta: float = 0.0      # ... the tokens-linear term's rate for bytes resident in the L2 (0: off)
     attn_prefill_l2_bytes: float = 0.0     # ... the layer's prefill bytes resident in the L2 below this (≤ l2_bytes)
+    attn_prefill_kv_beta: float = 0.0      # ... the K/V part of those bytes at a rate of its own (0: with the rest)
+    attn_prefill_kv_l2_beta: float = 0.0   # ... and its rate while resident in the L2
+    attn_tail_key_s: float = 0.0           # quantized wave model: the causal tail tile's latency per key
+    attn_q_tile: int = 0                   # wave model: query rows per prefill CTA tile (0: shape.Q_TILE, 64)
+    attn_softmax_rate: float = 0.0         # fitted prefill: score elements per second of its softmax (0: in π_attn)
     attn_decode_pi: float = 0.0     # fitted decode: FLOP/s of the decode kernel (beta_attn is its B/s)
     attn_decode_seq_s: float = 0.0  # fitted decode: cost per decode sequence per layer
     attn_decode_overhead_s: float = 0.0    # fitted decode: fixed cost of the kernel per layer
@@ -142,7 +147,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
                 "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
                 "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes",
-                "attn_prefill_l2_bytes",
+                "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s", "attn_softmax_rate",
                 "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
@@ -167,6 +172,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     if hw.attn_form != "roofline":
         for fld in ("attn_prefill_beta", "attn_decode_pi") + (("attn_mixed_pi",) if hw.attn_form == "varlen" else ()):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), f"must be > 0 with attn_form {hw.attn_form}")
+    require(isinstance(hw.attn_q_tile, int) and hw.attn_q_tile >= 0, f"{source}:attn_q_tile", hw.attn_q_tile,
+            "must be a non-negative integer")
     require(isinstance(hw.sms, int) and hw.sms >= 0, f"{source}:sms", hw.sms, "must be a non-negative integer")
     require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
             and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
@@ -182,6 +189,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                     "must be > 0 with attn_decode_split launch")
     require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
             hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
+    require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),
+            f"{source}:attn_prefill_kv_beta", hw.attn_prefill_kv_beta,
+            "must be set together with attn_prefill_kv_l2_beta and attn_prefill_l2_beta (all > 0, or both K/V rates 0)")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
             "must be one of max, quantized")

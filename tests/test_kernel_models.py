@@ -280,15 +280,20 @@ def test_drop_floor_removes_failed_runs():
     assert "2 rows at the table's timing floor" in notes[0] and "1 slower than 2× a larger" in notes[0]
 
 
-PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, beta_prefill_l2=4e12,
-                l2_prefill=20e6)
+PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, tail_key=1e-8,
+                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12)
 
 
-def prefill_table(causal: bool) -> pd.DataFrame:
-    rows = [(b, s, kv, h, hkv) for h, hkv in ((32, 8), (8, 1), (64, 64), (40, 8)) for b in (1, 2, 8, 32)
-            for s in (64, 200, 1024, 4096, 12288) for kv in (0, 8192)]
-    b, s, kv, h, hkv = (np.array(x, float) for x in zip(*rows))
-    df = pd.DataFrame(attention_row("attention", b, s, kv, h, hkv, 128, 2, 1.0, causal=causal))
+def pre_true(causal: bool) -> dict:
+    """The constants a table of that mask carries: without it no tile runs a causal tail."""
+    return PRE_TRUE if causal else {p: v for p, v in PRE_TRUE.items() if p != "tail_key"}
+
+
+def prefill_table(causal: bool, dims=(128,)) -> pd.DataFrame:
+    rows = [(b, s, kv, h, hkv, d) for h, hkv in ((32, 8), (8, 1), (64, 64), (40, 8)) for b in (1, 2, 8, 32)
+            for s in (64, 200, 1024, 4096, 12288) for kv in (0, 8192) for d in dims]
+    b, s, kv, h, hkv, d = (np.array(x, float) for x in zip(*rows))
+    df = pd.DataFrame(attention_row("attention", b, s, kv, h, hkv, d, 2, 1.0, causal=causal))
     return df.assign(op="attention_prefill", seqs=0, decode_flops=0.0, decode_bytes=0.0)
 
 
@@ -298,19 +303,19 @@ def test_prefill_wave_model_recovers_known_constants(causal):
     quantized wave model's constants, with the bytes' L2-resident rate and capacity, come back from
     its own synthetic timings either way, and a
     non-causal prompt costs at least ~twice the causal one once compute dominates."""
-    df = prefill_table(causal)
+    df, true = prefill_table(causal), pre_true(causal)
     rng = np.random.default_rng(11)
-    t = attention_times(np.array(list(PRE_TRUE.values())), df, tuple(PRE_TRUE), 108)
+    t = attention_times(np.array(list(true.values())), df, tuple(true), 108)
     f = fit(df.assign(time_s=t * np.exp(0.01 * rng.standard_normal(len(df)))), form="physical", spec=A100)
-    assert f.classes["attention"].params == tuple(PRE_TRUE)
-    got = {p: f.value(f"attention.{p}") for p in PRE_TRUE}
+    assert f.classes["attention"].params == tuple(true)
+    got = {p: f.value(f"attention.{p}") for p in true}
     per_key = lambda v: 4 * 128 * 64 * 108 / v["pi_prefill"] + v["wave_q"]   # noqa: E731  a full wave's time per key
-    for p in (PRE_TRUE if causal else ("beta_prefill", "overhead_prefill", "beta_prefill_l2", "l2_prefill")):
-        assert got[p] == pytest.approx(PRE_TRUE[p], rel=0.1 if p == "l2_prefill" else 0.05), p   # the cliff's place
+    for p in (true if causal else set(true) - {"pi_prefill", "wave_q"}):
+        assert got[p] == pytest.approx(true[p], rel=0.1 if p in ("l2_prefill", "tail_key", "beta_prefill_kv_l2") else 0.05), p
     if not causal:      # every tile sees all keys: compute and latency both scale as waves·keys, only their sum shows
-        assert per_key(got) == pytest.approx(per_key(PRE_TRUE), rel=0.02)
-    other = prefill_table(not causal)
-    ratio = attention_times(np.array(list(PRE_TRUE.values())), other, tuple(PRE_TRUE), 108) / t
+        assert per_key(got) == pytest.approx(per_key(true), rel=0.02)
+    other, true_other = prefill_table(not causal), pre_true(not causal)
+    ratio = attention_times(np.array(list(true_other.values())), other, tuple(true_other), 108) / t
     big = ((df.prefill_q >= 4096) & (df.prefill_kv == 0)).to_numpy()
     ratio = ratio if causal else 1 / ratio                  # non-causal over causal
     assert np.all(ratio[big] > 1.7)
@@ -325,3 +330,56 @@ def test_drop_floor_compares_across_head_configurations():
     out = drop_floor(df, ["n"], ["b", "prefill_q", "heads", "kv_heads"], "t.csv", notes, 1.25)
     assert sorted(out["time_s"]) == [1e-3, 2e-3, 4.2e-3]       # the floor row, and 3 ms beside 1 ms for 4× the heads
     assert "1 rows at the table's timing floor" in notes[0] and "1 slower than 1.25× a larger" in notes[0]
+
+
+def test_profile_prices_chunks_as_the_prefill_fit_does():
+    """A kernel-separate profile fitted with the causal tail's per-key latency and the K/V bytes'
+    own rates prices a chunk over a cached prefix as the fit's model does, per layer × L, whether
+    the chunk runs alone or beside decodes (TensorRT-LLM's context and generation kernels add);
+    and each new term makes a long chunk cost more, never less."""
+    df = prefill_table(True)
+    t = attention_times(np.array(list(PRE_TRUE.values())), df, tuple(PRE_TRUE), 108)
+    dec = decode_table([DEC_TRUE[p] for p in DEC])
+    f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    assert hw.attn_tail_key_s > 0 and hw.attn_prefill_kv_beta > 0 and hw.attn_prefill_kv_l2_beta > 0
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    for q, kv in ((100, 0), (512, 3000), (2048, 0), (4096, 12000)):
+        row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([float(q)]), float(kv), model.h,
+                                         model.h_kv, model.d_h, 2, 1.0))
+        row = row.assign(op="attention_prefill", seqs=0, decode_flops=0.0, decode_bytes=0.0)
+        want = model.L * f.classes["attention"].predict(row)[0]
+        alone = cm.breakdown(cm.shape([q], [kv])).op("attention_prefill").time_s
+        mixed = cm.breakdown(cm.shape([q] + [1] * 12, [kv] + [700 + 50 * i for i in range(12)])).op("attention_prefill").time_s
+        assert alone == pytest.approx(want, rel=1e-9) and mixed == pytest.approx(alone, rel=1e-12)
+    base = cm.breakdown(cm.shape([4096], [12000])).op("attention_prefill").time_s
+    for fld in ("attn_tail_key_s", "attn_prefill_kv_beta"):
+        off = hw.replace(**({fld: 0.0} if fld == "attn_tail_key_s" else {fld: 0.0, "attn_prefill_kv_l2_beta": 0.0}))
+        cm_off = CostModel(model, off, 1)
+        assert cm_off.breakdown(cm_off.shape([4096], [12000])).op("attention_prefill").time_s < base
+
+
+def test_softmax_rate_is_fitted_where_head_dims_differ():
+    """A table of head dims 64 and 128 whose score elements each cost 1/ρ beside their 4·d FLOPs
+    gives ρ back (and π apart from it), and a profile prices a chunk with that rate; a table of one
+    head dim leaves ρ out (it is π's to carry there)."""
+    true = {**PRE_TRUE, "softmax_prefill": 2e14}
+    df = prefill_table(True, dims=(64, 128))
+    t = attention_times(np.array(list(true.values())), df, tuple(true), 108)
+    dec = decode_table([DEC_TRUE[p] for p in DEC])
+    f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
+    assert "softmax_prefill" in f.classes["attention"].params
+    for p in ("pi_prefill", "softmax_prefill"):
+        assert f.value(f"attention.{p}") == pytest.approx(true[p], rel=0.05), p
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([3000.0]), 5000.0, model.h, model.h_kv,
+                                     model.d_h, 2, 1.0)).assign(op="attention_prefill", seqs=0, decode_flops=0.0,
+                                                                  decode_bytes=0.0)
+    want = model.L * f.classes["attention"].predict(row)[0]
+    assert cm.breakdown(cm.shape([3000], [5000])).op("attention_prefill").time_s == pytest.approx(want, rel=1e-9)
+    one = fit(pd.concat([dec, df[df.n == 128].assign(time_s=t[(df.n == 128).to_numpy()])], ignore_index=True),
+              classes=["attention"], form="physical", spec=A100)
+    assert "softmax_prefill" not in one.classes["attention"].params

@@ -104,6 +104,7 @@ def truth_profile(base, s_pi, s_beta, **fields):
                       beta_attn=base.beta_attn * s_beta if base.beta_attn else None,
                       attn_decode_pi=base.attn_decode_pi * s_pi, attn_mixed_pi=base.attn_mixed_pi * s_pi,
                       attn_prefill_beta=base.attn_prefill_beta * s_beta,
+                      attn_prefill_kv_beta=base.attn_prefill_kv_beta * s_beta,
                       attn_decode_beta_mha=base.attn_decode_beta_mha * s_beta,
                       elementwise_beta=base.elementwise_beta * s_beta)
     return hw.replace(**fields)

@@ -318,7 +318,7 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
             fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)
         elif cls in CUSTOM_CLASSES or (cls == "allreduce" and form == "physical"):
             fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
-                                        getattr(spec, "l2_bytes", 0.0) or 0.0)
+                                        getattr(spec, "l2_bytes", 0.0) or 0.0, getattr(spec, "attn_q_tile", 0) or 0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))

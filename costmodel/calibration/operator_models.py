@@ -68,13 +68,16 @@ ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "bet
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
+PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
+SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, where head dims differ
+TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
 
 SAMPLER = ("floor", "per_seq")
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
 R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
-UNITS = {"wave": "s", "wave_q": "s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
@@ -96,7 +99,8 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False) -> np.ndarray:
+def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False,
+                    tail_key: float = 0.0, tile: int = Q_TILE) -> np.ndarray:
     """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
     F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
     as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
@@ -105,8 +109,14 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     last wave's idle SMs cost their share, F'/π · waves·SMs/tiles, plus the waves' fixed latency
     waves·wave·(kv_max + T/2) (held out on A100 / B200 context tables: 6.5 → 4.7 %, 13.4 → 8.5 %),
     plus the causal tail: a chunk's last query tile sees (q - T)/2 more keys than its average one,
-    so the kernel ends that much after its waves, at one SM's rate, 4·d·T·SMs/π per key (no new
-    parameter; held out: A100 4.8 → 3.6 %, L40S 8.3 → 7.3 %, B200 7.5 → 6.9 %).
+    so the kernel ends that much after its waves, at one SM's rate, 4·d·T·SMs/π per key (held out:
+    A100 4.8 → 3.6 %, L40S 8.3 → 7.3 %, B200 7.5 → 6.9 %), plus ``tail_key`` per key: that tile runs
+    alone on its SM once the others have drained, so each of its key blocks also pays the
+    dependency chain of one CTA's pipeline (K/V block load, QKᵀ MMA, softmax, PV MMA), which a full
+    wave hides behind other CTAs' work. TensorRT-LLM's sm80/sm89 flash kernels launch one CTA per
+    (query step, head, sequence) in that order (``fused_multihead_attention_v2.h``,
+    ``FusedMultiHeadAttentionXMMAKernelV2::run``: grid (steps, h, b)), so a sequence's longest
+    tiles are its last. Fitted only where causal rows have chunks longer than a tile.
     Rows with ``causal`` = 0 (a benchmark without the mask: SGLang's H100 tables) give every query
     all kv + q keys, both in F' and in the waves' latency; compute and latency then both scale as
     waves·keys, so such a table alone fixes only their sum per key, not π and wave apart."""
@@ -115,22 +125,28 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     b, q, kv = (df[c].to_numpy(float) for c in ("prefill_seqs", "prefill_q", "prefill_kv"))
     h, d = df["heads"].to_numpy(float), df["n"].to_numpy(float)
     causal = df["causal"].to_numpy(float) > 0 if "causal" in df else np.ones(len(df), bool)
-    tiles = b * np.ceil(q / Q_TILE)
-    padded = 4 * h * d * Q_TILE * tiles * np.where(causal, kv + q / 2, kv + q)
+    tiles = b * np.ceil(q / tile)
+    padded = 4 * h * d * tile * tiles * np.where(causal, kv + q / 2, kv + q)
     waves = np.ceil(h * tiles / sms)
-    keys = np.where(causal, kv + Q_TILE / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
+    keys = np.where(causal, kv + tile / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
     if quantized:
-        tail = np.where(causal, np.maximum(q - Q_TILE, 0.0) / 2, 0.0) * 4 * d * Q_TILE * sms / pi_p
+        tail = np.where(causal, np.maximum(q - tile, 0.0) / 2, 0.0) * (4 * d * tile * sms / pi_p + tail_key)
         return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * keys + tail
     return np.maximum(padded / pi_p, waves * wave * keys)
 
 
-def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32)) -> np.ndarray:
+def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32),
+                    tile: int = Q_TILE) -> np.ndarray:
     """Separate kernels: prefill and decode parts add, each with its overhead. One varlen kernel
     (pi_mixed, seq_mixed): a batch with a prefill chunk runs its decodes as one-row query tiles of
     the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
     tile) plus seq_mixed per decode; a decode-only batch runs the decode kernel. With "wave" (and
-    the GPU's SM count), prefill compute follows ``prefill_compute``'s wave model."""
+    the GPU's SM count), prefill compute follows ``prefill_compute``'s wave model; with
+    "softmax_prefill" (tables of several head dims) each score element also costs 1/ρ on top of its
+    4·d FLOPs: the softmax (max, exp, rescale) works per element whatever the head dim, so a head
+    dim of 64 runs fewer FLOP/s than one of 128 (FlashAttention-3, Shah et al. 2024, §3: the
+    exponentials' throughput is far below the MMAs'; L40S context table: d = 64 rows ran 5 %
+    slower per FLOP than the fit of one π gave them)."""
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
@@ -145,17 +161,30 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     else:                  # a table of prefill kernels only
         decode = np.zeros(len(df))
     wave = p.get("wave", p.get("wave_q", 0.0))
-    comp = prefill_compute(fp, df, p["pi_prefill"], wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p)
+    pi = p["pi_prefill"] if "softmax_prefill" not in p else 1.0 / (
+        1.0 / p["pi_prefill"] + 1.0 / (4.0 * df["n"].to_numpy(float) * p["softmax_prefill"]))
+    comp = prefill_compute(fp, df, pi, wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,
+                           p.get("tail_key", 0.0), tile)
     if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
         x = (bp / p["l2_prefill"]) ** 2
         r = 1.0 / (1.0 + x * x * x)
-        comp = comp + bp * (1.0 - r) / p["beta_prefill"] + bp * r / p["beta_prefill_l2"]
+        bkv = prefill_kv_bytes(df) if "beta_prefill_kv" in p else 0.0
+        comp = comp + (bp - bkv) * ((1.0 - r) / p["beta_prefill"] + r / p["beta_prefill_l2"])
+        if "beta_prefill_kv" in p:
+            comp = comp + bkv * ((1.0 - r) / p["beta_prefill_kv"] + r / p["beta_prefill_kv_l2"])
     else:
         comp = comp + bp / p["beta_prefill"]
     prefill = comp + np.where(pre, p["overhead_prefill"], 0.0)
     if "pi_mixed" not in p:
         return prefill + decode
     return np.where(pre, prefill + fd / p["pi_mixed"] + p["seq_mixed"] * n, decode)
+
+
+def prefill_kv_bytes(df: pd.DataFrame) -> np.ndarray:
+    """The K and V part of a prefill row's bytes, 2·2·d·b·h_kv·(kv + q) (the rest is Q read and O
+    written, ∝ heads)."""
+    return 4.0 * df["n"].to_numpy(float) * df["prefill_seqs"].to_numpy(float) * df["kv_heads"].to_numpy(float) * (
+        df["prefill_q"].to_numpy(float) + df["prefill_kv"].to_numpy(float))
 
 
 def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -229,7 +258,10 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
         out = out + [1e-8] if ("wave" in params or "wave_q" in params) else out
-        return np.array(out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out)
+        out = out + [5e-9] if "tail_key" in params else out
+        out = out + [env(fp) / 50.0] if "softmax_prefill" in params else out
+        out = out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out
+        return np.array(out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -251,41 +283,54 @@ class ModelFit(ClassFit):
     units: dict = None
     sms: int = 0
     groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
+    q_tile: int = Q_TILE        # prefill wave model: query rows per CTA tile
     oneshot_tokens: int = 0     # all-reduce: the one-shot lines' token cap (0: none)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.oneshot_tokens)
+        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.oneshot_tokens,
+                           self.q_tile)
 
 
 def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32),
-                cap_tokens: int = 0) -> np.ndarray:
+                cap_tokens: int = 0, tile: int = Q_TILE) -> np.ndarray:
     if op_class == "attention":
-        return attention_times(values, df, params, sms, groups)
+        return attention_times(values, df, params, sms, groups, tile)
     if op_class == "sampler":
         return sampler_times(values, df)
     return allreduce_times(values, df, params, cap_tokens)
 
 
-def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0) -> tuple[str, ...]:
+def _long_causal(df: pd.DataFrame, tile: int = Q_TILE) -> bool:
+    """Whether any causal prefill row has a chunk longer than one query tile (the tail's keys)."""
+    causal = df["causal"].to_numpy(float) > 0 if "causal" in df else np.ones(len(df), bool)
+    return bool((causal & (df["prefill_q"].to_numpy(float) > tile)).any())
+
+
+def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0, tile: int = Q_TILE) -> tuple[str, ...]:
     if op_class == "attention":
         mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
         if mixed.any():
             return ATTENTION_VARLEN + waves
-        waves = ("wave_q",) if waves and l2 else waves      # kernel-separate tables: the quantized wave form
-        l2p = PREFILL_L2 if waves and l2 else ()
+        waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves
+        pre_d = df["n"].to_numpy(float)[df["prefill_seqs"].to_numpy(float) > 0]
+        waves = waves + SOFTMAX if waves and l2 and len(np.unique(pre_d)) > 1 else waves
+        # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
+        l2p = PREFILL_L2 + PREFILL_KV if waves and l2 else ()
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
     return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
 
 
-def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0) -> ModelFit:
+def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0,
+                    tile: int = 0) -> ModelFit:
     """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
     physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
     (the GPU's SM count, 0: unknown) turns on attention's wave model, with ``l2`` (its L2 bytes)
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
-    params = class_params_for(op_class, df, sms, l2)
+    tile = tile or Q_TILE
+    params = class_params_for(op_class, df, sms, l2, tile)
     t = df["time_s"].to_numpy(float)
     if op_class == "attention":     # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
@@ -302,19 +347,19 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     groups = (2, 32)
     x0 = np.zeros(len(params))
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
-        groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms)
+        groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms, tile=tile)
         p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok) / t)  # noqa: E731
+    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok, tile) / t)  # noqa: E731
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
     res = least_squares(fn, np.clip(x0, lo, hi), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
                         **solver)
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
-    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok),
+    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok, tile),
                                       res, len(t), cap, units)
-    errors = ape_stats(model_times(op_class, params, values, df, sms, groups, cap_tok), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups, cap_tok, tile), t)
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms, groups=groups, oneshot_tokens=cap_tok)
+                    sms=sms, groups=groups, oneshot_tokens=cap_tok, q_tile=tile)
 
 
 def _bus_factor(p: str) -> float:
@@ -337,7 +382,7 @@ def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
     return p0
 
 
-def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> tuple:
+def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile: int = Q_TILE) -> tuple:
     """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
     ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``; and its sample
     fit's solution (ln(p/p0) under that split's start)."""
@@ -346,7 +391,7 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000) -> t
 
     def cost(groups):
         q0 = _split_start(params, p0, groups)
-        fn = lambda x: np.log(model_times(op_class, params, q0 * np.exp(x), sub, sms, groups) / ts)  # noqa: E731
+        fn = lambda x: np.log(model_times(op_class, params, q0 * np.exp(x), sub, sms, groups, 0, tile) / ts)  # noqa: E731
         r = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                           ftol=1e-3, tr_solver="lsmr")
         return r.cost, groups, r.x

@@ -19,6 +19,7 @@ from ..hardware import Hardware
 from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
+from ..shape import Q_TILE
 from .operator_models import ALLREDUCE_REGIME
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
@@ -35,7 +36,9 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.seq_mixed": "attn_mixed_seq_s", "sampler.floor": "sampler_s",
                     "attention.wave": "attn_wave_s", "attention.wave_q": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s", "attention.beta_prefill_l2": "attn_prefill_l2_beta",
-                    "attention.l2_prefill": "attn_prefill_l2_bytes"}
+                    "attention.l2_prefill": "attn_prefill_l2_bytes", "attention.beta_prefill_kv": "attn_prefill_kv_beta",
+                    "attention.beta_prefill_kv_l2": "attn_prefill_kv_l2_beta", "attention.tail_key": "attn_tail_key_s",
+                    "attention.softmax_prefill": "attn_softmax_rate"}
 
 
 ATTENTION_FIELDS.update({f"attention.{p}": fld for p, fld in DECODE_FIELDS.items()})
@@ -98,6 +101,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
         changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
+        if getattr(fit.classes["attention"], "q_tile", Q_TILE) != Q_TILE:
+            changes["attn_q_tile"] = int(fit.classes["attention"].q_tile)
         if "unit" in fit.classes["attention"].params:
             groups = fit.classes["attention"].groups
             changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, groups[:2])

@@ -8,7 +8,7 @@ The step fit's scales act on the base profile's fields:
   s_π        pi_eff; with attention tied to it, attention's FLOP rates too (pi_attn, attn_decode_pi,
              attn_mixed_pi)
   s_π,attn   attention's FLOP rates when untied (pi_attn, or pi_eff where the base has none)
-  s_β        every HBM rate: beta_eff, beta_attn, attn_prefill_beta, attn_decode_beta_mha,
+  s_β        every HBM rate: beta_eff, beta_attn, attn_prefill_beta (and its K/V part), attn_decode_beta_mha,
              elementwise_beta (the L2 and per-thread-block rates of the tile and unit models stay)
   s_rows     gemm_rows_pi_scale for GEMMs of more rows than gemm_rows_break
 
@@ -29,7 +29,7 @@ from ..model import ModelSpec
 from ..roofline import CostModel
 
 ATTN_PI = ("attn_decode_pi", "attn_mixed_pi")
-BETA = ("beta_eff", "beta_attn", "attn_prefill_beta", "attn_decode_beta_mha", "elementwise_beta")
+BETA = ("beta_eff", "beta_attn", "attn_prefill_beta", "attn_prefill_kv_beta", "attn_decode_beta_mha", "elementwise_beta")
 NO_HOST = dict.fromkeys(HOST_FIELDS, 0.0)
 
 
