@@ -27,7 +27,8 @@ from .identify import identify
 
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
-KNOTS = 8          # correction knots per axis (fewer where the table has fewer distinct values)
+KNOTS = 8          # correction knots per axis at least, and one per octave of the table's range (fewer
+                   # where the table has fewer distinct values): tiles and split factors step by powers of two
 LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
 RIDGE = 0.01       # pulls knots no row reaches toward no correction
 
@@ -52,7 +53,7 @@ class GemmTilesFit(ClassFit):
 
 def _knots(x: np.ndarray) -> list:
     lo, hi = float(np.log2(x.min())), float(np.log2(x.max()))
-    num = min(KNOTS, len(np.unique(x)))
+    num = min(max(KNOTS, int(np.ceil(hi - lo - 1e-9)) + 1), len(np.unique(x)))
     return [lo, lo + 1.0] if num < 2 or hi <= lo else [float(v) for v in np.linspace(lo, hi, num)]
 
 
