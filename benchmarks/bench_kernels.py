@@ -1,6 +1,8 @@
 """Kernel-level accuracy of the fitted operator models, held out by shape, and the fit's speed.
 
-    python benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py                # everything (about a minute)
+    python benchmarks/bench_kernels.py --only gemm    # one operator class: its held-out table (same
+                                                      # draws as the whole run) and its in-sample fit
 
 For each AIConfigurator GPU (H100, A100, B200, L40S): fit on 3/4 of the whole shapes (GEMM (n, k),
 attention head configurations, all-reduce sizes, fused-MoE model configurations), predict the rest;
@@ -104,6 +106,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fit_profiles import GPUS, base_of, load  # noqa: E402
 
 from costmodel import load_hardware  # noqa: E402
+from costmodel.errors import InputError, require  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
@@ -114,13 +117,16 @@ FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "
 SEEDS = (0, 1, 2)
 
 
-def held_out(df: pd.DataFrame, spec, rows: list | None = None) -> pd.DataFrame:
+def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None = None) -> pd.DataFrame:
     """Error table per group over the draws; ``rows`` (a list) also gets each draw's held-out
     all-reduce rows with their prediction and the monotone floor (``allreduce_floor``), and its
-    held-out fused-MoE rows with their prediction."""
+    held-out fused-MoE rows with their prediction. ``only``: that operator class alone, drawn
+    from the whole table as in the full run."""
     out = []
     for seed in SEEDS:
         train, held = split_by_shape(df, 0.25, seed)
+        if only:
+            train, held = train[train["op_class"] == only], held[held["op_class"] == only]
         f = fit(train, form="physical", spec=spec)
         out.append(error_table(f, held).assign(seed=seed))
         if rows is not None:
@@ -244,7 +250,27 @@ def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
                       f"{e['p90_ape']:.1f} (MAPE / median / p90)"] + lines)
 
 
-def main() -> None:
+def only_class(cls: str) -> None:
+    """Per GPU: the class's held-out table (``held_out``) and its in-sample error (fit on every row)."""
+    from costmodel.calibration.fit import ape_stats
+    for name, (folder, spec) in GPUS.items():
+        df, _ = load(folder)
+        require(cls in set(df["op_class"]), "--only", cls, f"no such operator class; have {sorted(set(df['op_class']))}")
+        print(f"\n{name} ({folder}) {cls}: held out by shape, mean of {len(SEEDS)} draws (percent)")
+        print(held_out(df, base_of(spec, name), only=cls).to_string(index=False))
+        sub = df[df["op_class"] == cls]
+        t0 = time.perf_counter()
+        f = fit(sub, form="physical", spec=base_of(spec, name))
+        e = ape_stats(f.predict(sub), sub["time_s"].to_numpy())
+        print(f"in sample ({len(sub)} rows, fit {time.perf_counter() - t0:.1f} s): MAPE {e['mape']:.1f}, median "
+              f"{e['median_ape']:.1f}, p90 {e['p90_ape']:.1f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--only"] and len(argv) == 2:
+        return only_class(argv[1])
+    require(not argv, "arguments", " ".join(argv), "expected none, or --only CLASS (e.g. --only gemm)")
     tables, reports = [], []
     for name, (folder, spec) in GPUS.items():
         df, _ = load(folder)
@@ -282,4 +308,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as e:
+        print(f"bench_kernels: {e}", file=sys.stderr)
+        sys.exit(2)
