@@ -10,17 +10,27 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
              output tile, c = b, or 4 for fp32 split-K partials, at β or β_l2 by r_o; π_sm = π/SMs …)
   t_comp   = ⌈ctas/SMs⌉ · t_tile
   t_mem    = (B·(1-r) + O·(1-r_o))/min(β, f·β_cta) + (B·r + O·r_o)/min(β_l2, f·β_cta),  f = ⌈n/Tn⌉·s
-             (inputs B = b·(n·k + m·k), output O = b·m·n + 4·m·n·s partials; Little's law: a
-             kernel of few thread blocks cannot keep enough bytes in flight to reach β, and only
-             the f blocks of one row of tiles stream distinct weights (the other rows re-read them
-             from the L2), so more rows never make it faster; r = 1/(1 + (B/C)⁸) is the share of the
-             inputs the L2 holds while they fit its resident capacity C, r_o the output's share
-             written back to it below C_o; C, C_o ≤ the L2 size. They differ: on the L40S inputs
-             stop being L2-resident near 20 MB, while outputs of ~70 MB are still absorbed)
+             (inputs B = W + X, weights W = b·n·k, activations X = b·m·k, output O = b·m·n +
+             4·m·n·s partials; Little's law: a kernel of few thread blocks cannot keep enough bytes
+             in flight to reach β, and only the f blocks of one row of tiles stream distinct weights
+             (the other rows re-read them from the L2), so more rows never make it faster; B·r is
+             W·ρ(W, C) + X·ρ(X, C_x), ρ(x, C) = 1/(1 + (x/C)⁸) the share of x bytes the L2 holds
+             while they fit its resident capacity C (without C_x, a profile before it: B·ρ(B, C)),
+             r_o the output's share written back to it below C_o; C, C_x, C_o ≤ the L2 size)
   t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor,
              times the fitted shape correction where a profile has one (gemm_correction.py)
 
-the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction). The
+the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction).
+
+Weights and activations have their own capacities because an operand stays in the L2 while the
+bytes touched between two uses of it fit there. AIConfigurator's TensorRT-LLM tables come from
+``collector/trtllm/collect_gemm.py`` (``run_gemm``, v0.4.0): five ``tensorrt_llm._torch.modules.linear
+.Linear`` layers (bf16, distinct weights) applied to one shared input, captured in one CUDA graph and
+replayed 6 times without flushing the L2, the time divided by 30. Between two uses of a weight the
+other four weights stream through, so weights stay resident up to about L2/5; the shared input is
+reused by every layer, up to about the whole L2. The fit finds just that on the L40S (96 MiB L2):
+C = 18.6 MB, C_x = 101 MB, and the measured jumps sit there (m = 8,192, n = 32: k = 6,144, X = 101
+MB, in 45.8 µs; k = 7,168, X = 117 MB, in 166.7 µs). The
 tiles are CUTLASS's sm80/sm90 tensor-core tile shapes (64–256 rows and columns); splits 1–16.
 π ≤ the spec peak, β ≤ the spec bandwidth and C, C_o ≤ the spec L2 bound the fit; π_sm, β_sm, β_l2,sm
 spread the whole-GPU rates over the SMs. Used by the fit (``calibration/gemm_fit.py``) and by the
@@ -36,9 +46,9 @@ from .gemm_correction import Correction
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
-PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out")
+PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out", "l2_act")
 UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "beta_cta": "B/s", "floor": "s", "split": "s",
-         "wave": "s", "l2": "B", "l2_out": "B"}
+         "wave": "s", "l2": "B", "l2_out": "B", "l2_act": "B"}
 
 
 def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
@@ -50,9 +60,10 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
     tn = np.array([c[1] for c in cfg], float)[:, None]
     s = np.array([c[2] for c in cfg], float)[:, None]
     ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
-    B = b * (n * k + m * k) + 0.0 * s
+    W, X = b * n * k + 0.0 * s + 0.0 * m, b * m * k + 0.0 * s + 0.0 * n
+    B = W + X
     out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
-    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "out": out, "split": (s > 1) + 0.0 * m,
+    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "W": W, "X": X, "out": out, "split": (s > 1) + 0.0 * m,
             "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
             "sms": float(sms)}
 
@@ -81,19 +92,24 @@ def _resident(x: np.ndarray, capacity: float) -> np.ndarray:
 
 def times_all(g: dict, values) -> np.ndarray:
     """Seconds of every candidate kernel (configs × rows), without the launch floor."""
-    pi, beta, beta_l2, beta_cta, floor, split, wave, l2, l2_out = (float(v) for v in values)
+    pi, beta, beta_l2, beta_cta, floor, split, wave, l2, l2_out = (float(v) for v in values[:9])
+    l2_act = float(values[9]) if len(values) > 9 else 0.0
     sms = g["sms"]
     a, c = g["mma"] * (sms / pi), g["feed"] * (sms / beta_l2)
     B, out = g["B"], g["out"]
-    r, r_out = _resident(B, l2), _resident(out, l2_out)   # inputs read from, output written back to, the L2
+    r_out = _resident(out, l2_out)
+    if l2_act > 0:
+        rB = g["W"] * _resident(g["W"], l2) + g["X"] * _resident(g["X"], l2_act)
+    else:
+        rB = B * _resident(B, l2)
     comp = g["kk"] * np.sqrt(a * a + c * c)
     comp += wave
     comp += g["store"] * sms * ((1.0 - r_out) / beta + r_out / beta_l2)
     comp *= g["waves"]
     flow = g["ctas"] * beta_cta
     hbm, l2f = np.minimum(flow, beta), np.minimum(flow, beta_l2)
-    mem = (B * (1.0 - r) + out * (1.0 - r_out)) / hbm
-    mem += (B * r + out * r_out) / l2f
+    mem = (B - rB + out * (1.0 - r_out)) / hbm
+    mem += (rB + out * r_out) / l2f
     comp *= comp
     mem *= mem
     comp += mem
@@ -117,6 +133,7 @@ class GemmTiles:
     sms: int
     corr_knots: tuple = ()      # the bounded shape correction (gemm_correction.py); empty: none
     corr: tuple = ()
+    l2_act: float = 0.0         # activations' L2-resident capacity (0: inputs together below l2)
 
     def __post_init__(self):
         object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)

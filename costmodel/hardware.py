@@ -79,6 +79,8 @@ class Hardware:
     gemm_wave_s: float = 0.0        # tiles: fixed latency of one wave of output tiles
     gemm_l2_resident_bytes: float = 0.0   # tiles: inputs served from the L2 below this (≤ l2_bytes)
     gemm_l2_out_bytes: float = 0.0  # tiles: output written back to the L2 below this (≤ l2_bytes)
+    gemm_l2_act_bytes: float = 0.0  # tiles: activations served from the L2 below this, the weights below
+                                    # gemm_l2_resident_bytes (≤ l2_bytes; 0: both operands together below that)
     gemm_corr_knots: list = field(default_factory=list)   # tiles: the shape correction's log2 m, n, k knots
     gemm_corr: list = field(default_factory=list)   # ... its ln factor at each knot triple (costmodel/gemm_correction.py)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
@@ -199,7 +201,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     if hw.gemm_form == "tiles":
         for fld in ("sms", "gemm_l2_beta", "gemm_cta_beta", "gemm_l2_resident_bytes", "gemm_l2_out_bytes"):
             require(getattr(hw, fld) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with gemm_form tiles")
-    for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s"):
+    for fld in ("l2_bytes", "gemm_split_s", "gemm_wave_s", "gemm_l2_act_bytes"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     from .gemm_correction import check
     check(hw.gemm_corr_knots, hw.gemm_corr, f"{source}:gemm_corr")

@@ -71,14 +71,47 @@ def test_gemm_waves_quantize_time():
     assert across > 1.3 and inside < across
 
 
+def test_gemm_activations_and_weights_have_their_own_l2_capacity():
+    """Without l2_act the inputs are resident together below l2 (the form before it); with it, a
+    GEMM whose activations fit l2_act while its weights exceed l2 reads the activations at the L2
+    rate: faster than the combined form, never faster than reading every byte from the L2, and
+    the same as the combined form once the activations exceed the L2 too."""
+    free = {**TRUE, "beta_cta": 1e12, "pi": 1e16, "beta_l2": 5e13}   # the bytes are the limit
+    old = GemmTiles(**free, sms=108)
+    assert old.values[-1] == 0.0 and len(old.values) == len(PARAMS)
+    new = GemmTiles(**free, sms=108, l2_act=100e6)
+    m, n = 8192.0, 32.0
+    for k in (2048.0, 3072.0):                        # X = 2·m·k = 34–50 MB: within l2_act, beyond l2
+        fast, slow = new.time(m, n, k), old.time(m, n, k)
+        everything_l2 = 2 * (m * k + n * k + m * n) / free["beta_l2"]
+        assert fast < 0.5 * slow and fast >= everything_l2
+    k = 16384.0                                       # X = 268 MB: out of every capacity (W = 1 MB still in)
+    assert new.time(m, n, k) == pytest.approx(old.time(m, n, k), rel=0.01)
+    assert GemmTiles(**{**free, "l2": 1e12}, sms=108, l2_act=1e12).time(m, n, 1024.0) == pytest.approx(
+        GemmTiles(**{**free, "l2": 1e12}, sms=108).time(m, n, 1024.0), rel=1e-9)
+
+
+def test_gemm_fit_recovers_the_activation_capacity():
+    truth = GemmTiles(**TRUE, sms=108, l2_act=35e6)
+    m = np.repeat([1024.0, 2048.0, 4096.0, 8192.0], 6)
+    n = np.tile([32.0, 64.0, 128.0], 8)
+    k = np.tile(np.repeat([2048.0, 4096.0], 3), 4)
+    df = pd.concat([gemm_table(truth), pd.DataFrame(gemm_row("gemm", m, k, n, 2, truth.times(m, n, k)))],
+                   ignore_index=True)
+    g = fit(df, form="physical", spec=A100).classes["gemm"]
+    got = dict(zip(g.params, g.values))
+    assert got["l2_act"] == pytest.approx(35e6, rel=0.1)
+    assert g.errors["mape"] < 0.5
+
+
 def test_roofline_prices_weight_gemms_with_the_tile_model():
     hw = A100.replace(gemm_form="tiles", pi_eff=TRUE["pi"], beta_eff=TRUE["beta"], kernel_overhead_s=TRUE["floor"],
                       gemm_l2_beta=TRUE["beta_l2"], gemm_cta_beta=TRUE["beta_cta"], gemm_split_s=TRUE["split"],
                       gemm_wave_s=TRUE["wave"], gemm_l2_resident_bytes=TRUE["l2"], gemm_l2_out_bytes=TRUE["l2_out"],
-                      counting="faithful")
+                      gemm_l2_act_bytes=25e6, counting="faithful")
     hw = hardware_from_dict(yaml.safe_load(hw.to_yaml()))
     model = load_model("llama-3.1-8b")
-    tiles = GemmTiles(**TRUE, sms=108)
+    tiles = GemmTiles(**TRUE, sms=108, l2_act=25e6)
     for tp in (1, 2):
         cm = CostModel(model, hw, tp)
         k, n, count = layer_gemms(model, tp)

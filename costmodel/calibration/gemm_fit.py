@@ -3,10 +3,11 @@
 Used for class "gemm" under the "physical" form when the spec gives the GPU's SM count and L2
 size. Two passes keep it fast: every candidate kernel on a 2,000-row sample, then all rows with
 each row's six fastest kernels at the first pass's constants (predictions use every kernel). Same conventions as the other classes: log residuals, soft_l1, parameters as ln(p/p0),
-1σ from the Jacobian; π, β and the L2-resident capacity are capped at the spec sheet (a fit that
+1σ from the Jacobian; π, β and the L2-resident capacities (weights, activations, output) are capped at the spec sheet (a fit that
 lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded smooth correction
 (``costmodel/gemm_correction.py``) on the tile model's log residuals: linear least squares in its
-knot values with a second-difference penalty λ, reweighted toward least absolute deviations; λ
+knot values with a second-difference penalty λ (solved by preconditioned conjugate gradients),
+reweighted toward least absolute deviations; λ
 (or no correction) is chosen by a shape split inside the fitted table itself (a quarter of its
 (n, k) shapes predicted from the rest), so a held-out evaluation stays honest.
 """
@@ -18,7 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import least_squares
-from scipy.sparse.linalg import spsolve
+import scipy.sparse.linalg  # noqa: F401  (sp.linalg)
+from scipy.sparse.linalg import cg, spsolve
 
 from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
@@ -27,7 +29,8 @@ from .identify import identify
 
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
-KNOTS = 8          # correction knots per axis (fewer where the table has fewer distinct values)
+KNOTS = 8          # correction knots per axis at least, and one per octave of the table's range (fewer
+                   # where the table has fewer distinct values): tiles and split factors step by powers of two
 LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
 RIDGE = 0.01       # pulls knots no row reaches toward no correction
 
@@ -52,7 +55,7 @@ class GemmTilesFit(ClassFit):
 
 def _knots(x: np.ndarray) -> list:
     lo, hi = float(np.log2(x.min())), float(np.log2(x.max()))
-    num = min(KNOTS, len(np.unique(x)))
+    num = min(max(KNOTS, int(np.ceil(hi - lo - 1e-9)) + 1), len(np.unique(x)))
     return [lo, lo + 1.0] if num < 2 or hi <= lo else [float(v) for v in np.linspace(lo, hi, num)]
 
 
@@ -79,12 +82,22 @@ def _roughness(knots) -> sp.csr_matrix:
     return (P.T @ P).tocsr()
 
 
+def _spd_solve(M: sp.csr_matrix, rhs: np.ndarray, x0: np.ndarray | None) -> np.ndarray:
+    """M x = rhs for the symmetric positive definite normal equations: conjugate gradients with a
+    Jacobi preconditioner from the last sweep's solution (a direct factorisation fills in badly on
+    the 3-d knot grid), a direct solve if they stall."""
+    d = M.diagonal()
+    pre = sp.linalg.LinearOperator(M.shape, matvec=lambda v: v / d)
+    x, info = cg(M, rhs, x0=x0, rtol=1e-10, atol=0.0, maxiter=5000, M=pre)
+    return x if info == 0 else spsolve(M.tocsc(), rhs)
+
+
 def _solve(A: sp.csr_matrix, y: np.ndarray, PtP, lam: float, sweeps: int = 3) -> np.ndarray:
     n = len(y)
     reg = (PtP * (lam * lam) + sp.identity(A.shape[1]) * RIDGE ** 2) * (n / 1000.0)
-    w = np.ones(n)
+    w, c = np.ones(n), None
     for _ in range(sweeps):
-        c = spsolve((A.T @ sp.diags(w) @ A + reg).tocsc(), A.T @ (w * y))
+        c = _spd_solve((A.T @ sp.diags(w) @ A + reg).tocsr(), A.T @ (w * y), c)
         w = 1.0 / np.maximum(np.abs(A @ c - y), 0.02)
         w *= n / w.sum()
     return np.clip(c, -BOUND, BOUND)
@@ -117,12 +130,12 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     t = df["time_s"].to_numpy(float)
     g = _grid(df, sms)
     beta_cap = upper.get("beta", np.inf)
-    spec = {"pi": upper.get("pi", np.inf), "beta": beta_cap, "beta_cta": beta_cap, "l2": l2_bytes, "l2_out": l2_bytes}
+    spec = {"pi": upper.get("pi", np.inf), "beta": beta_cap, "beta_cta": beta_cap, "l2": l2_bytes, "l2_out": l2_bytes, "l2_act": l2_bytes}
     cap = np.array([spec.get(p, np.inf) for p in PARAMS])
     F, B = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
     env = lambda q: float(np.max(q / t))  # noqa: E731  (upper envelope of a rate)
     p0 = np.array([0.7 * env(F), 0.7 * env(B), 3 * env(B), 0.02 * env(B), 0.5 * t.min(), 0.5 * t.min(),
-                   0.1 * t.min(), 0.5 * l2_bytes, 0.5 * l2_bytes])
+                   0.1 * t.min(), 0.5 * l2_bytes, 0.5 * l2_bytes, 0.5 * l2_bytes])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.minimum(np.log(1e4), np.log(cap / p0))
     lo = np.full(len(PARAMS), -np.log(1e4))
@@ -132,7 +145,7 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
                        bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr").x
     short = shortlist(g, p0 * np.exp(x0))
     res = least_squares(lambda x: np.log(times_on(short, p0 * np.exp(x)) / t), x0,
-                        bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", tr_solver="lsmr")
+                        bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
     values = p0 * np.exp(res.x)
     active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(t), cap, UNITS)
     base = times_on(g, values)

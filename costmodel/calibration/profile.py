@@ -26,7 +26,8 @@ HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
              "allreduce.bandwidth": "interconnect_bandwidth", "allreduce.latency": "interconnect_latency_s",
              "gemm.beta_l2": "gemm_l2_beta", "gemm.beta_cta": "gemm_cta_beta", "gemm.split": "gemm_split_s",
-             "gemm.wave": "gemm_wave_s", "gemm.l2": "gemm_l2_resident_bytes", "gemm.l2_out": "gemm_l2_out_bytes"}
+             "gemm.wave": "gemm_wave_s", "gemm.l2": "gemm_l2_resident_bytes", "gemm.l2_out": "gemm_l2_out_bytes",
+             "gemm.l2_act": "gemm_l2_act_bytes"}
 
 
 ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill": "attn_prefill_beta",
@@ -114,7 +115,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         v = dict(zip(g.params, (float(x) for x in g.values)))
         changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],
                        gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
-                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], sms=g.sms,
+                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], gemm_l2_act_bytes=v.get("l2_act", 0.0), sms=g.sms,
                        gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
