@@ -347,3 +347,18 @@ def test_kernel_and_step_sources_compose(tmp_path):
     s_pi = cal["step_fit"]["parameters"]["s_pi"]["value"]
     assert hw.pi_eff == pytest.approx(s_pi * cal["kernel_fit"]["parameters"]["gemm.pi"]["value"], rel=1e-9)
     assert hw.host_step_s + hw.host_per_seq_s > 0 and hw.pi_eff <= hw.peak_flops
+
+
+@pytest.mark.parametrize("base", ["a100-80gb", "h100"])
+def test_prefill_physical_terms_stay_monotone_in_rows(base):
+    """What bench_steps' data reason rests on: in BLOOM-176B tp 8, the all-reduce costs no more per row
+    as rows grow, and attention at a fixed prompt costs the same per token at any batch (ALiBi's bias
+    sits inside it), so neither can make 512x16 dearer per token than 512x8 and 512x32."""
+    from costmodel import CostModel, load_hardware, load_model
+    cm = CostModel(load_model("bloom-176b"), load_hardware(base), 8)
+    rows = [1024, 2048, 4096, 8192, 16384, 32768]
+    per_row = [cm.allreduce_s(r) / r for r in rows]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(per_row, per_row[1:]))
+    att = [cm.breakdown(cm.shape(np.full(b, 512), np.zeros(b, dtype=int))).op("attention_prefill").time_s / b
+           for b in (4, 8, 16, 32, 64)]
+    assert max(att) / min(att) - 1 < 0.02
