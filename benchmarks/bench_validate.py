@@ -85,32 +85,81 @@ def engine_allreduce(hw, model, tp: int) -> list[tuple[str, object]]:
             for bw, how in NCCL_BUSBW]
 
 
-def decode_plateau(run_dir: Path, model, hw, tp: int) -> str:
-    """The run's pure-decode steps (seconds of the timeseries with no prompt tokens and max_num_seqs
-    running: step = running / generated tokens per second) against the model's price of the same
-    batch (each running request's context from its own first/last token times)."""
+def profile_sum(folder: Path, tp: int, layers: int, ctx: np.ndarray) -> tuple[float, float] | None:
+    """The profile folder's own timings summed for one decode step of len(ctx) sequences (every
+    per-layer operator times ``layers``, the two RMSNorms twice, attention interpolated in log kv at
+    the mean context), and the skew term its skew fit adds for uneven contexts
+    (alpha_default x (t(max kv) - t(mean kv)), LLMServingSim's skew_fit in meta.yaml): seconds, or
+    None where the batch is off the profile's grid."""
+    import pandas as pd
+    import yaml
+    d = folder / f"tp{tp}"
+    dense, att = pd.read_csv(d / "dense.csv"), pd.read_csv(d / "attention.csv")
+    per_seq = pd.read_csv(d / "per_sequence.csv")
+    n = len(ctx)
+    t = dense[dense.tokens == n].set_index("layer").time_us
+    a = att[(att.prefill_chunk == 0) & (att.n_decode == n)].sort_values("kv_decode")
+    if t.empty or a.empty:
+        return None
+    layer = t.drop(["final_layernorm", "embedding"], errors="ignore").sum() + t.get("layernorm", 0.0)
+    step = layers * layer + t.get("final_layernorm", 0.0) + t.get("embedding", 0.0)
+    step += per_seq[per_seq.sequences == n].time_us.sum()
+    at = lambda kv: float(np.interp(np.log(kv), np.log(a.kv_decode), a.time_us))   # noqa: E731
+    step += layers * at(ctx.mean())
+    meta = yaml.safe_load((folder / "meta.yaml").read_text()) or {}
+    alpha = float((((meta.get("skew_fit") or {}).get("per_tp") or {}).get(tp) or {}).get("alpha_default", 0.0))
+    return step * 1e-6, layers * alpha * (at(ctx.max()) - at(ctx.mean())) * 1e-6
+
+
+def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None = None) -> str:
+    """The run's pure-decode steps (seconds of the timeseries with no prompt tokens: step = running /
+    generated tokens per second) at max_num_seqs running and at the run's end (1-2 running, both ends
+    of the second), against the model's price of the same batches (each running request's context
+    from its own first/last token times) and the profile folder's own timings summed for them."""
     import json
     import pandas as pd
     from costmodel import CostModel
     ts = pd.read_csv(run_dir / "timeseries.csv")
-    full = ts[(ts.prompt_throughput == 0) & (ts.running >= ts.running.max() - 1) & (ts.gen_throughput > 0)]
-    if full.empty:
-        return "no pure-decode seconds at full batch"
+    running = ts.running.to_numpy(float)
+    before = np.concatenate([[np.nan], running[:-1]])
+    decode = (ts.prompt_throughput == 0).to_numpy() & (ts.gen_throughput > 0).to_numpy()
+    full = decode & (running >= running.max() - 1)
+    tail = decode & (running >= 1) & (running <= 2) & (before >= 1) & (before <= 2)
     reqs = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
     t0 = min(r["queued_ts"] for r in reqs)
-    cm, priced = CostModel(model, hw, tp), []
-    for t in full.t.to_numpy(float):
-        at = t0 + t - 0.5
-        ctx = [r["input_toks"] + 1 + int((at - r["first_token_ts"]) * (r["output_toks"] - 1)
-                                         / max(r["last_token_ts"] - r["first_token_ts"], 1e-9))
-               for r in reqs if r["first_token_ts"] <= at < r["last_token_ts"]]
-        bd = cm.breakdown(cm.shape(np.ones(len(ctx), dtype=int), np.asarray(ctx)))
-        priced.append([bd.time_s] + [bd.op(n).time_s for n in ("linear", "attention_decode", "allreduce")])
-    p = np.mean(priced, axis=0)
-    meas = float((full.running / full.gen_throughput).mean())
-    return (f"{len(full)} s at {int(full.running.max())} running: measured {meas * 1e3:.1f} ms a step, model "
-            f"{p[0] * 1e3:.1f} ms ({p[0] / meas - 1:+.1%}; linear {p[1] * 1e3:.1f}, decode attention {p[2] * 1e3:.1f}, "
-            f"all-reduce {p[3] * 1e3:.1f})")
+    cm = CostModel(model, hw, tp)
+
+    def priced(mask):
+        rows = []
+        for t in ts.t.to_numpy(float)[mask]:
+            at = t0 + t - 0.5
+            ctx = np.asarray([r["input_toks"] + 1 + int((at - r["first_token_ts"]) * (r["output_toks"] - 1)
+                                                        / max(r["last_token_ts"] - r["first_token_ts"], 1e-9))
+                              for r in reqs if r["first_token_ts"] <= at < r["last_token_ts"]], dtype=float)
+            bd = cm.breakdown(cm.shape(np.ones(len(ctx), dtype=int), ctx.astype(int)))
+            raw = profile_sum(profile_dir, tp, model.L, ctx) if profile_dir else None
+            rows.append([bd.time_s] + [bd.op(n).time_s for n in ("linear", "attention_decode", "allreduce")]
+                        + list(raw or (np.nan, np.nan)))
+        return np.mean(rows, axis=0)
+
+    if not full.any():
+        return "no pure-decode seconds at full batch"
+    p = priced(full)
+    meas = float((ts.running / ts.gen_throughput)[full].mean())
+    out = (f"{int(full.sum())} s at {int(running.max())} running: measured {meas * 1e3:.1f} ms a step, model "
+           f"{p[0] * 1e3:.1f} ms ({p[0] / meas - 1:+.1%}; linear {p[1] * 1e3:.1f}, decode attention {p[2] * 1e3:.1f}, "
+           f"all-reduce {p[3] * 1e3:.1f})")
+    if np.isfinite(p[4]):
+        rest = meas - p[4] - p[5] - p[3]
+        out += (f"; the profile folder's own timings summed for the same batches {p[4] * 1e3:.1f} ms, its skew fit "
+                f"+{p[5] * 1e3:.1f} ms, with this all-reduce {(p[3] + p[4] + p[5]) * 1e3:.1f} ms: {rest * 1e3:.1f} ms a step "
+                f"({rest / meas:.0%}) that neither the folder nor this all-reduce accounts for")
+    if tail.any():
+        q = priced(tail)
+        m2 = float(((running + before) / 2 / ts.gen_throughput.to_numpy(float))[tail].mean())
+        out += (f"; at the run's end ({int(tail.sum())} s, 1-2 running) measured {m2 * 1e3:.1f} ms, model {q[0] * 1e3:.1f} ms "
+                f"({q[0] / m2 - 1:+.1%}; all-reduce {q[3] * 1e3:.1f})")
+    return out
 
 
 def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
@@ -165,7 +214,7 @@ def main() -> None:
                     print(f"  engine facts: {label}: mean |relative error| {100 * o2:.1f} %, median TPOT "
                           f"{100 * t2.set_index('metric').loc['median_tpot_ms', 'rel_error']:+.1f} %")
                     if i == 0:
-                        print(f"    its pure-decode steps: {decode_plateau(ROOT / 'runs' / run_rel, model, alt, run.tp)}")
+                        print(f"    its pure-decode steps: {decode_plateau(ROOT / 'runs' / run_rel, model, alt, run.tp, ROOT / 'profiles' / prof_rel)}")
                 print(f"  the same with the profile's spec link: {decode_plateau(ROOT / 'runs' / run_rel, model, hw, run.tp)}")
                 for label, alt in interconnect_variants(hw, run.tp):
                     t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
