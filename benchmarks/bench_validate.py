@@ -22,9 +22,9 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
