@@ -66,6 +66,7 @@ class StepShapes:
     host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
     rows: np.ndarray       # (steps,) Σ q
     cache: dict = field(default_factory=dict, compare=False)   # the tile model's grids (``_tiled_lookup``)
+    flat: dict = field(default_factory=dict, compare=False)    # the batches' sequences flattened (``_sequences``)
 
     def __len__(self) -> int:
         return len(self.inv)
@@ -94,20 +95,105 @@ def subset(shapes: StepShapes, idx) -> StepShapes:
     """The steps ``idx`` (a slice or index array) of a StepShapes."""
     if isinstance(idx, slice) and idx == slice(None):
         return shapes
-    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache)
+    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache,
+                      shapes.flat)
 
 
 def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np.ndarray:
-    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off
-    (a tile-model profile's GEMMs priced for every distinct row count at once: ``_tiled_lookup``)."""
-    cm = CostModel(model, hw.replace(**NO_HOST), tp)
+    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off."""
     used = np.unique(shapes.inv)
-    b = shapes.batches
-    if cm.tiles is not None:
-        _tiled_lookup(cm, shapes, used)
-    t = np.zeros(len(b))
-    t[used] = [cm.step_time(*b[j]) for j in used]
+    t = np.zeros(len(shapes.batches))
+    t[used] = batch_times(shapes, model, hw, tp, used)
     return t[shapes.inv]
+
+
+def batch_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int, idx: np.ndarray,
+                used: np.ndarray | None = None) -> np.ndarray:
+    """GPU seconds of the distinct batches ``idx`` as ``CostModel.step_time`` prices them, host terms
+    off: a tile-model profile's GEMMs for every distinct row count of ``used`` (default ``idx``) at once
+    (``_tiled_lookup``), the attention sums of every batch at once and the rest per distinct
+    (rows, sequences) or attention sums (``_vector_times``)."""
+    cm = CostModel(model, hw.replace(**NO_HOST), tp)
+    if cm.tiles is not None:
+        _tiled_lookup(cm, shapes, np.unique(idx) if used is None else used)
+    b = shapes.batches
+    if cm.q_tile:
+        return np.array([cm.step_time(*b[j]) for j in idx])
+    return _vector_times(cm, shapes, np.asarray(idx, dtype=np.int64))
+
+
+def _sequences(shapes: StepShapes) -> dict:
+    """The prefill sequences of every batch in one array each (batch, q, kv, pairs, KV tokens) and
+    per batch its sequence count, decodes and their Σ(kv + 1); built once per table."""
+    f = shapes.flat
+    if not f:
+        b = shapes.batches
+        n = np.array([len(x[0]) for x in b], dtype=np.int64)
+        q = np.fromiter((v for x in b for v in x[0]), np.int64, int(n.sum()))
+        kv = np.fromiter((v for x in b for v in x[1]), np.int64, int(n.sum()))
+        f.update(batch=np.repeat(np.arange(len(b)), n), q=q, pairs=q * kv + q * (q + 1) // 2, tokens=kv + q, n=n,
+                 decodes=np.array([x[2] for x in b], dtype=np.int64), dtok=np.array([x[3] for x in b], dtype=np.int64))
+        f["exact"] = float(f["pairs"].sum() + f["tokens"].sum() + f["dtok"].sum() + f["q"].sum()) < 2.0 ** 52
+    return f
+
+
+def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndarray:
+    """``step_time``'s operations for the batches ``idx``: ``attention_sums`` as integer-valued float
+    sums (exact below 2**52), ``_fixed_part`` once per distinct (rows, sequences), roofline attention
+    elementwise (``_attention_time``'s operations) or fitted attention once per distinct sums. Used
+    only where a sample of batches matches ``step_time`` to 1e-12 (else every batch by ``step_time``)."""
+    f, b = _sequences(shapes), shapes.batches
+    step = lambda js: np.array([cm.step_time(*b[j]) for j in js], dtype=float)
+    wide = f["n"][idx] > 48                     # step_time's ShapeStats path
+    if not f["exact"] or wide.all():
+        return step(idx)
+    t = np.empty(len(idx))
+    if wide.any():
+        t[wide] = step(idx[wide])
+    js = idx[~wide]
+    take = np.zeros(len(b), bool)
+    take[js] = True
+    sel = take[f["batch"]]
+    bt, p, tok, q = f["batch"][sel], f["pairs"][sel], f["tokens"][sel], f["q"][sel]
+    hot = p > cm.attn_bound * tok
+    nb = len(b)
+    s = lambda w: np.bincount(bt, weights=w, minlength=nb)[js]
+    d, dt = f["decodes"][js], f["dtok"][js].astype(float)
+    dec_hot = (d > 0) & (1 > cm.attn_bound)
+    dec_cold = (d > 0) & ~(1 > cm.attn_bound)
+    pairs = s(np.where(hot, p, 0).astype(float)) + np.where(dec_hot, dt, 0.0)
+    pkv = s(np.where(hot, tok, 0).astype(float)) + np.where(dec_hot, dt, 0.0)
+    dpairs = s(np.where(hot, 0, p).astype(float)) + np.where(dec_cold, dt, 0.0)
+    dkv = s(np.where(hot, 0, tok).astype(float)) + np.where(dec_cold, dt, 0.0)
+    rows = (s(q.astype(float)) + d).astype(np.int64)
+    pseqs = s((q > 1).astype(float)).astype(np.int64)
+    seqs = f["n"][js] + d
+    _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
+                              return_inverse=True)
+    fixed = np.array([cm._fixed_part(int(rows[i]), int(seqs[i])) for i in first])[inv]
+    if not cm.attn_fitted:
+        attn = _roofline_attention(cm, pairs, pkv, dpairs, dkv)
+    else:
+        sums = np.stack([pairs, pkv, dpairs, dkv, seqs - pseqs, rows], 1)
+        u, ui = np.unique(sums, axis=0, return_inverse=True)
+        attn = np.array([cm._attention_time(a, k, dp, dk, int(n), int(r)) for a, k, dp, dk, n, r in u.tolist()])[ui.ravel()]
+    t[~wide] = tv = fixed + attn
+    ref = CostModel(cm.model, cm.hw, cm.tp)
+    for i in {0, len(js) // 2, len(js) - 1}:
+        if not math.isclose(tv[i], ref.step_time(*b[js[i]]), rel_tol=1e-12):
+            return step(idx)
+    return t
+
+
+def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
+    """``CostModel._attention_time`` of roofline attention, elementwise (the same float operations)."""
+    pi, beta, floor, over = cm.hw.pi_attention, cm.hw.beta_attention, cm.floor_attn, cm.over_layers
+
+    def op(fl, by):
+        a, m = (cm.attn_coef * fl) / pi, (cm.kv_coef * by) / beta
+        return (np.maximum(np.sqrt(a * a + m * m), floor) if cm.quadrature else np.maximum(np.maximum(a, m), floor)) + over
+
+    return np.where(pkv != 0, op(pairs, pkv), 0.0) + np.where(dkv != 0, op(dpairs, dkv), 0.0)
 
 
 def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
