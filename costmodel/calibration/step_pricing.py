@@ -170,7 +170,7 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
     seqs = f["n"][js] + d
     _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
                               return_inverse=True)
-    fixed = np.array([cm._fixed_part(int(rows[i]), int(seqs[i])) for i in first])[inv]
+    fixed = _fixed_times(cm, rows[first], seqs[first])[inv]
     if not cm.attn_fitted:
         attn = _roofline_attention(cm, pairs, pkv, dpairs, dkv)
     else:
@@ -183,6 +183,69 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
         if not math.isclose(tv[i], ref.step_time(*b[js[i]]), rel_tol=1e-12):
             return step(idx)
     return t
+
+
+def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """``CostModel._fixed_part`` of each (rows, seqs): roofline weight operators elementwise
+    (``_fixed_time``, ``_weight_terms``, ``_pi_rows`` and ``allreduce_s``: the same float operations
+    in their order) where the profile has no tile GEMMs, MoE or linear attention and the operators
+    are those named, checked against ``_fixed_time`` on a sample; else one by one."""
+    one = lambda: np.array([cm._fixed_part(int(r), int(n)) for r, n in zip(rows, seqs)])
+    hw, m, b = cm.hw, cm.model, cm.model.b
+    if cm.tiles is not None or m.is_moe or cm.lin_attn_flops_per_row or not len(rows):
+        return one()
+    seed = cm.counting == "seed"
+    names = ["linear", "embedding"] + (["lm_head"] if cm.head_gemm_params or not seed else [])
+    names += (["elementwise"] if hw.elementwise_beta else []) + (["sampler"] if hw.sampler_s or hw.sampler_seq_s else [])
+    if [t[0] for t in cm._weight_terms(int(rows[0]), int(seqs[0]))] != names:
+        return one()
+    r, n = rows.astype(float), seqs.astype(float)
+    pi = _pi_rows(cm, hw.pi_eff, rows)
+    beta, floor, over = hw.beta_eff, hw.kernel_floor_s, hw.kernel_overhead_s
+    terms = [(2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers, cm.over_linear)]
+    if seed:
+        terms.append((2 * cm.embed_gemm_params * r, b * cm.embed_gemm_params, pi, beta, floor, over))
+        if cm.head_gemm_params:
+            terms.append((2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over))
+    else:
+        terms.append((0.0, b * m.H * r, pi, beta, floor, over))
+        terms.append((2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over))
+    if hw.elementwise_beta:
+        terms.append((0.0, cm.elem_bytes_per_row * r, pi, hw.elementwise_beta, 0.0, cm.elem_over))
+    if hw.sampler_s or hw.sampler_seq_s:
+        terms.append((0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * n))
+    t = np.full(len(rows), float(hw.step_overhead_s))
+    for fl, by, p, be, fo, ov in terms:
+        a, mm = fl / p, by / be
+        t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
+    t = t + _allreduce(cm, rows)
+    for i in {0, len(rows) // 2, len(rows) - 1}:
+        if not math.isclose(t[i], cm._fixed_time(int(rows[i]), int(seqs[i])), rel_tol=1e-12):
+            return one()
+    return t
+
+
+def _pi_rows(cm: CostModel, pi: float, rows: np.ndarray) -> np.ndarray:
+    """``CostModel._pi_rows`` elementwise."""
+    p = np.where(rows > cm.rows_break, pi * cm.rows_pi_scale, pi) if cm.rows_break else np.full(len(rows), pi)
+    t = cm.tile
+    if t <= 1:
+        return p
+    return np.where((rows <= 0) | (rows % t == 0), p, p * rows / (-(-rows // t) * t))
+
+
+def _allreduce(cm: CostModel, rows: np.ndarray):
+    """``CostModel.allreduce_s`` elementwise."""
+    if cm.tp == 1:
+        return 0.0
+    if not cm.ar_regimes:
+        return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
+    size, r = cm.ar_bytes_per_call_row * rows, cm.ar_regimes
+    cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
+    low = cands.min(0)
+    if cm.ar_oneshot_tokens and len(r) > 4:
+        low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), low)
+    return cm.ar_calls * low
 
 
 def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
