@@ -238,11 +238,12 @@ def test_rows_regime_prices_only_gemms_above_the_break():
 
 
 @pytest.mark.parametrize("counting,brk", [("seed", 0), ("faithful", 1024)])
-def test_step_pricing_is_the_simulators_step_time(counting, brk):
+@pytest.mark.parametrize("base_name", ["a100-sxm", "h100-sxm"])   # wave-model attention; roofline attention
+def test_step_pricing_is_the_simulators_step_time(counting, brk, base_name):
     """The fit's pricing (tile GEMMs for every distinct row count at once) equals CostModel.step_time
     batch by batch, host terms included."""
     from costmodel.calibration.step_pricing import gpu_times, price_steps, step_shapes
-    hw = load_hardware("a100-sxm").replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
+    hw = load_hardware(base_name).replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
     npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(4), 60)
     steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(60), "x")
     gpu = gpu_times(step_shapes(steps), MODEL, hw, 1)

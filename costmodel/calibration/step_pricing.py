@@ -178,9 +178,8 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
         u, ui = np.unique(sums, axis=0, return_inverse=True)
         attn = np.array([cm._attention_time(a, k, dp, dk, int(n), int(r)) for a, k, dp, dk, n, r in u.tolist()])[ui.ravel()]
     t[~wide] = tv = fixed + attn
-    ref = CostModel(cm.model, cm.hw, cm.tp)
     for i in {0, len(js) // 2, len(js) - 1}:
-        if not math.isclose(tv[i], ref.step_time(*b[js[i]]), rel_tol=1e-12):
+        if not math.isclose(tv[i], cm.step_time(*b[js[i]]), rel_tol=1e-12):
             return step(idx)
     return t
 
@@ -188,12 +187,18 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
 def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
     """``CostModel._fixed_part`` of each (rows, seqs): roofline weight operators elementwise
     (``_fixed_time``, ``_weight_terms``, ``_pi_rows`` and ``allreduce_s``: the same float operations
-    in their order) where the profile has no tile GEMMs, MoE or linear attention and the operators
-    are those named, checked against ``_fixed_time`` on a sample; else one by one."""
+    in their order; a tile-model profile's GEMMs from ``_tiled_lookup``'s tables) where the profile has
+    no MoE or linear attention and the operators are those named, checked against ``_fixed_time`` on a
+    sample; else one by one."""
     one = lambda: np.array([cm._fixed_part(int(r), int(n)) for r, n in zip(rows, seqs)])
     hw, m, b = cm.hw, cm.model, cm.model.b
-    if cm.tiles is not None or m.is_moe or cm.lin_attn_flops_per_row or not len(rows):
+    tiled = getattr(cm, "step_fit_tables", None) if cm.tiles is not None else {}
+    if tiled is None or m.is_moe or cm.lin_attn_flops_per_row or not len(rows):
         return one()
+    if tiled:
+        tiled = {k: _looked_up(*tiled[k], rows if k == "linear" or cm.counting == "seed" else seqs) for k in tiled}
+        if any(v is None for v in tiled.values()):
+            return one()
     seed = cm.counting == "seed"
     names = ["linear", "embedding"] + (["lm_head"] if cm.head_gemm_params or not seed else [])
     names += (["elementwise"] if hw.elementwise_beta else []) + (["sampler"] if hw.sampler_s or hw.sampler_seq_s else [])
@@ -202,20 +207,27 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
     r, n = rows.astype(float), seqs.astype(float)
     pi = _pi_rows(cm, hw.pi_eff, rows)
     beta, floor, over = hw.beta_eff, hw.kernel_floor_s, hw.kernel_overhead_s
-    terms = [(2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers, cm.over_linear)]
+    terms = [tiled.get("linear") if tiled else (2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers,
+                                                 cm.over_linear)]
     if seed:
         terms.append((2 * cm.embed_gemm_params * r, b * cm.embed_gemm_params, pi, beta, floor, over))
         if cm.head_gemm_params:
-            terms.append((2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over))
+            terms.append(tiled.get("lm_head") if tiled else
+                         (2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over))
     else:
         terms.append((0.0, b * m.H * r, pi, beta, floor, over))
-        terms.append((2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over))
+        terms.append(tiled.get("lm_head") if tiled else
+                     (2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over))
     if hw.elementwise_beta:
         terms.append((0.0, cm.elem_bytes_per_row * r, pi, hw.elementwise_beta, 0.0, cm.elem_over))
     if hw.sampler_s or hw.sampler_seq_s:
         terms.append((0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * n))
     t = np.full(len(rows), float(hw.step_overhead_s))
-    for fl, by, p, be, fo, ov in terms:
+    for term in terms:
+        if isinstance(term, np.ndarray):      # a tile-model GEMM's time
+            t = t + term
+            continue
+        fl, by, p, be, fo, ov = term
         a, mm = fl / p, by / be
         t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
     t = t + _allreduce(cm, rows)
@@ -223,6 +235,12 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
         if not math.isclose(t[i], cm._fixed_time(int(rows[i]), int(seqs[i])), rel_tol=1e-12):
             return one()
     return t
+
+
+def _looked_up(keys: np.ndarray, times: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """times[keys == x] for each x (keys sorted); None if some x is not among the keys."""
+    i = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
+    return times[i] if (keys[i] == x).all() else None
 
 
 def _pi_rows(cm: CostModel, pi: float, rows: np.ndarray) -> np.ndarray:
@@ -263,8 +281,10 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     """Give ``cm`` its tile-model GEMM times (``CostModel._tiled_time``) for every distinct row count
     of the batches ``used`` from one vectorized evaluation of the tile model on grids built once per
     table (``gemm_tiles.grid``: only the constants change between a fit's evaluations). Installed
-    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12."""
-    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()))
+    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12, checked once per grid,
+    shape correction and rows break (the constants enter both alike)."""
+    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()),
+           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)))
     g = shapes.cache.get(key)
     bt, m = cm.model.b, cm.model
     if g is None:
@@ -272,14 +292,14 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         seqs = np.unique([len(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
         heads = rows if cm.counting == "seed" else seqs
         K = len(cm.tile_k)
-        g_lin = grid(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows)), cm.hw.sms, bt)
-        g = shapes.cache[key] = (rows, g_lin, heads, grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt))
+        lin_m, lin_n, lin_k = np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))
+        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corr else 1.0
+        f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
+        g = shapes.cache[key] = (rows, grid(lin_m, lin_n, lin_k, cm.hw.sms, bt), heads,
+                                 grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt), f_lin, f_head, set())
         if len(shapes.cache) > 8:
             shapes.cache.pop(next(iter(shapes.cache)))
-    rows, g_lin, heads, g_head = g
-    K = len(cm.tile_k)
-    f_lin = np.reshape(cm.tiles.factor(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))), (-1, K)) if cm.tiles.corr else 1.0
-    f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
+    rows, g_lin, heads, g_head, f_lin, f_head, checked = g
 
     def table(x, gr, width, weights, name):
         f = f_lin if name == "linear" else f_head   # the profile's GEMM shape correction (gemm_correction.py)
@@ -291,10 +311,11 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         if name == "linear" and cm.lin_rest:
             pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
             t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
-        return dict(zip(x.tolist(), t.tolist()))
+        return x, t
 
-    lin = table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear")
-    head = table(heads, g_head, 1, None, "lm_head")
+    tables = {"linear": table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear"),
+              "lm_head": table(heads, g_head, 1, None, "lm_head")}
+    lin, head = (dict(zip(x.tolist(), t.tolist())) for x, t in tables.values())
     seed = cm.counting == "seed"
 
     def fast(name, r, s):
@@ -303,13 +324,16 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         except KeyError:
             return CostModel._tiled_time(cm, name, r, s)
 
-    for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
-        s = int(heads[0]) if not seed else r
-        for name in ("linear", "lm_head"):
-            ref = CostModel._tiled_time(cm, name, r, s)
-            if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
-                return
+    if (cm.rows_break, cm.rows_pi_scale == 1.0) not in checked:
+        for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
+            s = int(heads[0]) if not seed else r
+            for name in ("linear", "lm_head"):
+                ref = CostModel._tiled_time(cm, name, r, s)
+                if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
+                    return
+        checked.add((cm.rows_break, cm.rows_pi_scale == 1.0))
     cm._tiled_time = fast
+    cm.step_fit_tables = tables        # the same times by row count, for ``_fixed_times``
 
 
 def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:
