@@ -116,17 +116,44 @@ def batch_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int, idx
     cm = CostModel(model, hw.replace(**NO_HOST), tp)
     if cm.tiles is not None:
         _tiled_lookup(cm, shapes, np.unique(idx) if used is None else used)
-    b = shapes.batches
     if cm.q_tile:
-        return np.array([cm.step_time(*b[j]) for j in idx])
+        return _wave_times(cm, shapes, idx)
     return _vector_times(cm, shapes, np.asarray(idx, dtype=np.int64))
+
+
+def _wave_times(cm: CostModel, shapes: StepShapes, idx) -> np.ndarray:
+    """``step_time`` under the attention wave model, ``time(shape(batch))``: each batch's ShapeStats
+    built once per table (fitted attention splits prefill from decode at 1 whatever the scales),
+    ``_fixed_part`` by ``_fixed_by_key``, attention batch by batch; checked on a sample as above."""
+    memo = shapes.flat.setdefault(("shape", cm.attn_bound, cm.q_tile), {})
+    b, ss = shapes.batches, []
+    for j in idx:
+        s = memo.get(j)
+        if s is None:
+            s = memo[j] = cm.shape(*b[j])
+        ss.append(s)
+    rows, seqs = np.array([s.rows for s in ss], dtype=np.int64), np.array([s.seqs for s in ss], dtype=np.int64)
+    attn = np.array([cm._attention_time(s.prefill_pairs, s.prefill_kv, s.memory_bound_pairs, s.decode_kv,
+                                        s.seqs - s.prefill_seqs, s.rows, cm._prefill_compute(s)) for s in ss])
+    t = _fixed_by_key(cm, rows, seqs) + attn
+    for i in {0, len(ss) // 2, len(ss) - 1}:
+        if not math.isclose(t[i], cm.step_time(*b[idx[i]]), rel_tol=1e-12):
+            return np.array([cm.step_time(*b[j]) for j in idx])
+    return t
+
+
+def _fixed_by_key(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """``_fixed_times`` once per distinct key of ``_fixed_part`` (rows, or rows and sequences)."""
+    _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
+                              return_inverse=True)
+    return _fixed_times(cm, rows[first], seqs[first])[inv]
 
 
 def _sequences(shapes: StepShapes) -> dict:
     """The prefill sequences of every batch in one array each (batch, q, kv, pairs, KV tokens) and
     per batch its sequence count, decodes and their Σ(kv + 1); built once per table."""
     f = shapes.flat
-    if not f:
+    if "batch" not in f:
         b = shapes.batches
         n = np.array([len(x[0]) for x in b], dtype=np.int64)
         q = np.fromiter((v for x in b for v in x[0]), np.int64, int(n.sum()))
@@ -168,9 +195,7 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
     rows = (s(q.astype(float)) + d).astype(np.int64)
     pseqs = s((q > 1).astype(float)).astype(np.int64)
     seqs = f["n"][js] + d
-    _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
-                              return_inverse=True)
-    fixed = _fixed_times(cm, rows[first], seqs[first])[inv]
+    fixed = _fixed_by_key(cm, rows, seqs)
     if not cm.attn_fitted:
         attn = _roofline_attention(cm, pairs, pkv, dpairs, dkv)
     else:
