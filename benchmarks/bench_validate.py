@@ -5,14 +5,17 @@ Prints every figure, the mean |relative error|, the median-TPOT error and valida
 
 A profile folder is measured on one GPU (tp<N>/ shrinks the layer N ways; its o_proj and down_proj
 times halve from tp1 to tp2, so no all-reduce is inside them): it says nothing about the
-all-reduce. For tp > 1 runs the script also prints the figures with the all-reduce priced from
-other sources, each named: the shipped l40s profile's all-reduce regimes (AIConfigurator's NCCL
-table measured on two PCIe L40S, not this card), and, for diagnosis only, LLMServingSim's own
-cluster-config link (16 GB/s, 20 µs per hop: configs/cluster/*.json's setting for PCIe machines,
-a setting of that simulator, not a measurement: it arrived in v1.1.0 with this very run, and its
-serving/__main__.py calls it the link_bw "that already calibrates AllReduce", so it is tuned to
-these runs and cannot count as a source fixed before them), and the errors at a few link
-bandwidths (the spec sheet's per-hop latency): the link the run implies, printed as such.
+all-reduce. For tp > 1 runs the script also prints the figures with the all-reduce vLLM 0.19 runs
+on two RTX PRO 6000s, derived from the engine's source and public measurements on that card
+(``engine_allreduce``), the run's own pure-decode steps against the model's price of the same
+batch (``decode_plateau``: where the error sits), then other sources, each named: the shipped l40s
+profile's all-reduce regimes (AIConfigurator's NCCL table measured on two PCIe L40S, not this
+card), and, for diagnosis only, LLMServingSim's own cluster-config link (16 GB/s, 20 µs per hop:
+configs/cluster/*.json's setting for PCIe machines, a setting of that simulator, not a
+measurement: it arrived in v1.1.0 with this very run, and its serving/__main__.py calls it the
+link_bw "that already calibrates AllReduce", so it is tuned to these runs and cannot count as a
+source fixed before them), and the errors at a few link bandwidths (the spec sheet's per-hop
+latency): the link the run implies, printed as such.
 Run: python benchmarks/bench_validate.py"""
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,29 +52,113 @@ def profile_for(profile_dir: Path, model: str, base: str, tp: int, out: Path) ->
     return str(out / "fitted.yaml"), f"calibrated from {profile_dir} only (base {base})"
 
 
-PCIE_GEN4_X16 = 16e9 * 16 * 128 / 130 / 8   # bytes/s per direction: 16 GT/s, 16 lanes, 128b/130b (PCI-SIG)
-PCIE_GEN5_X16 = 2 * PCIE_GEN4_X16             # 32 GT/s: 63.0 GB/s
-HOST_STAGED_GEN4 = 10e9   # per direction: P2P-disabled copies between two PCIe Gen4 x16 GPUs, ~20 GB/s both ways
-                          # together (p2pBandwidthLatencyTest, A40 on EPYC 7302, NVIDIA/nccl-tests#74)
-SHM_ALLREDUCE_GEN3 = 3.9e9   # NCCL all-reduce through host memory (NCCL_P2P_DISABLE=1, SHM), 2 GPUs, PCIe Gen3
-                             # x16 (NVIDIA/nccl#384): a quarter of the 15.75 GB/s link
+RTX6KPRO = "voipmonitor/rtx6kpro hardware/pcie-bandwidth.md"
+P2P_READ_BW = 53e9      # RTX PRO 6000 Server P2P writes, dual Turin direct-attach (RTX6KPRO, p2pBandwidthLatencyTest, 53-56 GB/s);
+                        # peer reads ~52 GB/s on RTX PRO 6000s (local-inference-lab/b12x#139)
+CUSTOM_AR_LAT = 7.5e-6  # a one-shot custom all-reduce's small-message time on RTX PRO 6000s over PCIe P2P (RTX6KPRO)
+NCCL_LAT = 24e-6        # NCCL all-reduce's small-message time on the same machines (RTX6KPRO, 256 B to 64 KB: 24.1-24.6 µs)
+NCCL_BUSBW = ((22.2e9, "NCCL default config, 8 Server cards direct-attached to dual Turin, 32 MB (RTX6KPRO)"),
+              (40.1e9, "NCCL default config, 8 cards behind PCIe switches, 32 MB (RTX6KPRO)"),
+              (P2P_READ_BW, "NCCL at the P2P link rate itself (an upper bound)"))
 
 
-def physical_pcie(hw, tp: int) -> list[tuple[str, object]]:
-    """(label, profile) with the all-reduce of tp PCIe Gen5 x16 GPUs without NVLink derived from the
-    link and from measurements on other machines, none on this run (the per-hop latency is the
-    profile's: NCCL's tuning model for PCI)."""
-    l40s = max(load_hardware("l40s").allreduce_regimes.get(2, [0, 0])[1::2])
-    eff = l40s / PCIE_GEN4_X16
-    ring = PCIE_GEN5_X16 * eff
-    staged = [2 * HOST_STAGED_GEN4, 4 * SHM_ALLREDUCE_GEN3]
-    out = [(f"NCCL ring over PCIe P2P: the Gen5 x16 link ({PCIE_GEN5_X16 / 1e9:.1f} GB/s) at the efficiency "
-            f"AIConfigurator measured between two PCIe Gen4 L40S ({l40s / 1e9:.1f} of {PCIE_GEN4_X16 / 1e9:.1f} GB/s, "
-            f"{eff:.2f}): {ring / 1e9:.1f} GB/s", hw.replace(allreduce_regimes={}, interconnect_bandwidth=ring))]
-    for bw, how in zip(staged, ("host-staged copies on Gen4 (nccl-tests#74) x2 for Gen5",
-                                "NCCL's SHM all-reduce on Gen3 (nccl#384) x4 for Gen5")):
-        out.append((f"through host memory, no P2P (NCCL SHM): {how}: {bw / 1e9:.1f} GB/s",
-                    hw.replace(allreduce_regimes={}, interconnect_bandwidth=bw)))
+def engine_allreduce(hw, model, tp: int) -> list[tuple[str, object]]:
+    """(label, profile) with the tp-2 all-reduce vLLM 0.19 runs on two RTX PRO 6000s, from engine facts
+    and public measurements on that card, none on this run. The run's meta.json sets neither
+    disable_custom_all_reduce nor enforce_eager, so the custom all-reduce is on and CUDA graphs are
+    captured. vllm/distributed/device_communicators/custom_all_reduce.py (``CustomAllreduce.__init__``)
+    refuses PCIe-only groups only above two GPUs, and otherwise only when ``_can_p2p`` fails; its
+    max_size stays 8 MiB on SM 12.0 (all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES lists 9.0 and 10.0
+    only, and no symmetric-memory all-reduce exists for 12.0: vllm-project/vllm#52555); and
+    ``should_custom_ar`` takes every message under max_size for world size 2. RTX PRO 6000 Blackwell
+    exposes PCIe P2P (vllm-project/vllm#52555; RTX6KPRO's p2pBandwidthLatencyTest matrices), so a
+    step of under 8 MiB / (hidden x 2 B) rows, every decode step here, runs the custom all-reduce
+    (the two-GPU kernel is one stage: each GPU reads the other's buffer over P2P), and larger steps
+    (prefill chunks) run PyNCCL's ring. Whether this machine had P2P enabled is not recorded."""
+    if tp != 2:
+        return []
+    rows = (8 * 1024 * 1024 - 1) // (model.H * model.b)
+    custom = [CUSTOM_AR_LAT, P2P_READ_BW] * 2
+    return [(f"custom all-reduce over P2P up to {rows} rows ({CUSTOM_AR_LAT * 1e6:.1f} µs + {P2P_READ_BW / 1e9:.0f} GB/s), "
+             f"then NCCL ({NCCL_LAT * 1e6:.0f} µs + {bw / 1e9:.1f} GB/s: {how})",
+             hw.replace(allreduce_regimes={2: custom + [NCCL_LAT, bw]}, allreduce_oneshot_tokens=rows))
+            for bw, how in NCCL_BUSBW]
+
+
+def profile_sum(folder: Path, tp: int, layers: int, ctx: np.ndarray) -> tuple[float, float] | None:
+    """The profile folder's own timings summed for one decode step of len(ctx) sequences (every
+    per-layer operator times ``layers``, the two RMSNorms twice, attention interpolated in log kv at
+    the mean context), and the skew term its skew fit adds for uneven contexts
+    (alpha_default x (t(max kv) - t(mean kv)), LLMServingSim's skew_fit in meta.yaml): seconds, or
+    None where the batch is off the profile's grid."""
+    import pandas as pd
+    import yaml
+    d = folder / f"tp{tp}"
+    dense, att = pd.read_csv(d / "dense.csv"), pd.read_csv(d / "attention.csv")
+    per_seq = pd.read_csv(d / "per_sequence.csv")
+    n = len(ctx)
+    t = dense[dense.tokens == n].set_index("layer").time_us
+    a = att[(att.prefill_chunk == 0) & (att.n_decode == n)].sort_values("kv_decode")
+    if t.empty or a.empty:
+        return None
+    layer = t.drop(["final_layernorm", "embedding"], errors="ignore").sum() + t.get("layernorm", 0.0)
+    step = layers * layer + t.get("final_layernorm", 0.0) + t.get("embedding", 0.0)
+    step += per_seq[per_seq.sequences == n].time_us.sum()
+    at = lambda kv: float(np.interp(np.log(kv), np.log(a.kv_decode), a.time_us))   # noqa: E731
+    step += layers * at(ctx.mean())
+    meta = yaml.safe_load((folder / "meta.yaml").read_text()) or {}
+    alpha = float((((meta.get("skew_fit") or {}).get("per_tp") or {}).get(tp) or {}).get("alpha_default", 0.0))
+    return step * 1e-6, layers * alpha * (at(ctx.max()) - at(ctx.mean())) * 1e-6
+
+
+def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None = None) -> str:
+    """The run's pure-decode steps (seconds of the timeseries with no prompt tokens: step = running /
+    generated tokens per second) at max_num_seqs running and at the run's end (1-2 running, both ends
+    of the second), against the model's price of the same batches (each running request's context
+    from its own first/last token times) and the profile folder's own timings summed for them."""
+    import json
+    import pandas as pd
+    from costmodel import CostModel
+    ts = pd.read_csv(run_dir / "timeseries.csv")
+    running = ts.running.to_numpy(float)
+    before = np.concatenate([[np.nan], running[:-1]])
+    decode = (ts.prompt_throughput == 0).to_numpy() & (ts.gen_throughput > 0).to_numpy()
+    full = decode & (running >= running.max() - 1)
+    tail = decode & (running >= 1) & (running <= 2) & (before >= 1) & (before <= 2)
+    reqs = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line.strip()]
+    t0 = min(r["queued_ts"] for r in reqs)
+    cm = CostModel(model, hw, tp)
+
+    def priced(mask):
+        rows = []
+        for t in ts.t.to_numpy(float)[mask]:
+            at = t0 + t - 0.5
+            ctx = np.asarray([r["input_toks"] + 1 + int((at - r["first_token_ts"]) * (r["output_toks"] - 1)
+                                                        / max(r["last_token_ts"] - r["first_token_ts"], 1e-9))
+                              for r in reqs if r["first_token_ts"] <= at < r["last_token_ts"]], dtype=float)
+            bd = cm.breakdown(cm.shape(np.ones(len(ctx), dtype=int), ctx.astype(int)))
+            raw = profile_sum(profile_dir, tp, model.L, ctx) if profile_dir else None
+            rows.append([bd.time_s] + [bd.op(n).time_s for n in ("linear", "attention_decode", "allreduce")]
+                        + list(raw or (np.nan, np.nan)))
+        return np.mean(rows, axis=0)
+
+    if not full.any():
+        return "no pure-decode seconds at full batch"
+    p = priced(full)
+    meas = float((ts.running / ts.gen_throughput)[full].mean())
+    out = (f"{int(full.sum())} s at {int(running.max())} running: measured {meas * 1e3:.1f} ms a step, model "
+           f"{p[0] * 1e3:.1f} ms ({p[0] / meas - 1:+.1%}; linear {p[1] * 1e3:.1f}, decode attention {p[2] * 1e3:.1f}, "
+           f"all-reduce {p[3] * 1e3:.1f})")
+    if np.isfinite(p[4]):
+        rest = meas - p[4] - p[5] - p[3]
+        out += (f"; the profile folder's own timings summed for the same batches {p[4] * 1e3:.1f} ms, its skew fit "
+                f"+{p[5] * 1e3:.1f} ms, with this all-reduce {(p[3] + p[4] + p[5]) * 1e3:.1f} ms: {rest * 1e3:.1f} ms a step "
+                f"({rest / meas:.0%}) that neither the folder nor this all-reduce accounts for")
+    if tail.any():
+        q = priced(tail)
+        m2 = float(((running + before) / 2 / ts.gen_throughput.to_numpy(float))[tail].mean())
+        out += (f"; at the run's end ({int(tail.sum())} s, 1-2 running) measured {m2 * 1e3:.1f} ms, model {q[0] * 1e3:.1f} ms "
+                f"({q[0] / m2 - 1:+.1%}; all-reduce {q[3] * 1e3:.1f})")
     return out
 
 
@@ -77,7 +166,7 @@ def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
     ref = load_hardware("l40s")
     l40s = ref.allreduce_regimes.get(tp)
-    out = physical_pcie(hw, tp) if tp == 2 else []
+    out = []
     if l40s:
         out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
                     hw.replace(allreduce_regimes={tp: list(l40s)}, allreduce_oneshot_tokens=ref.allreduce_oneshot_tokens)))
@@ -120,6 +209,13 @@ def main() -> None:
             if run.tp > 1:
                 print(f"  the profile folder holds no all-reduce; above: the base's spec-sheet link "
                       f"({hw.interconnect_bandwidth / 1e9:.0f} GB/s, {hw.interconnect_latency_s * 1e6:.1f} µs per hop)")
+                for i, (label, alt) in enumerate(engine_allreduce(hw, model, run.tp)):
+                    t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
+                    print(f"  engine facts: {label}: mean |relative error| {100 * o2:.1f} %, median TPOT "
+                          f"{100 * t2.set_index('metric').loc['median_tpot_ms', 'rel_error']:+.1f} %")
+                    if i == 0:
+                        print(f"    its pure-decode steps: {decode_plateau(ROOT / 'runs' / run_rel, model, alt, run.tp, ROOT / 'profiles' / prof_rel)}")
+                print(f"  the same with the profile's spec link: {decode_plateau(ROOT / 'runs' / run_rel, model, hw, run.tp)}")
                 for label, alt in interconnect_variants(hw, run.tp):
                     t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
                     print(f"  {label}: mean |relative error| {100 * o2:.1f} %, median TPOT "

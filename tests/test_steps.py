@@ -239,11 +239,12 @@ def test_rows_regime_prices_only_gemms_above_the_break():
 
 
 @pytest.mark.parametrize("counting,brk", [("seed", 0), ("faithful", 1024)])
-def test_step_pricing_is_the_simulators_step_time(counting, brk):
+@pytest.mark.parametrize("base_name", ["a100-sxm", "h100-sxm"])   # wave-model attention; roofline attention
+def test_step_pricing_is_the_simulators_step_time(counting, brk, base_name):
     """The fit's pricing (tile GEMMs for every distinct row count at once) equals CostModel.step_time
     batch by batch, host terms included."""
     from costmodel.calibration.step_pricing import gpu_times, price_steps, step_shapes
-    hw = load_hardware("a100-sxm").replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
+    hw = load_hardware(base_name).replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
     npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(4), 60)
     steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(60), "x")
     gpu = gpu_times(step_shapes(steps), MODEL, hw, 1)
@@ -251,6 +252,44 @@ def test_step_pricing_is_the_simulators_step_time(counting, brk):
     host = hw.replace(host_step_s=1e-3, host_per_seq_s=2e-5, host_prefill_step_s=3e-3)
     assert price_steps(steps, MODEL, host, 1) == pytest.approx(priced(CostModel(MODEL, host), npf, q, kvp, nd, kvd),
                                                                rel=1e-12)
+
+
+@pytest.mark.parametrize("name,tp,fields", [
+    ("llama-3.1-8b", 1, {}),
+    ("llama-3.1-8b", 1, dict(counting="faithful", gemm_tile_rows=64, sampler_s=1e-4, sampler_seq_s=1e-6,
+                             elementwise_beta=2e12, roofline_combine="max")),
+    ("bloom-176b", 8, dict(gemm_tile_rows=128, gemm_rows_break=1024, gemm_rows_pi_scale=0.7)),
+    ("llama-3.1-70b", 4, dict(allreduce_oneshot_tokens=512, step_overhead_s=1e-4, counting="faithful")),
+])
+def test_roofline_step_pricing_is_step_time_bit_for_bit(name, tp, fields):
+    """Roofline profiles: the fit's elementwise pricing (attention sums, weight operators, all-reduce
+    regimes) gives CostModel.step_time's bits for every batch, wide ones (> 48 prefills) included."""
+    from costmodel.calibration.step_pricing import gpu_times, step_shapes
+    model = load_model(name)
+    base = load_hardware("a100-80gb")
+    hw = base.replace(**fields, **({"allreduce_regimes": load_hardware("a100-sxm").allreduce_regimes}
+                                   if "allreduce_oneshot_tokens" in fields else {}))
+    rng = np.random.default_rng(8)
+    npf, q, kvp, nd, kvd = synthetic_steps(rng, 300)
+    q[::5] = rng.integers(1, 80, len(q[::5]))        # short chunks: either side of the attention bound
+    npf[:3] = 60
+    steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(300), "x", tp=tp)
+    cm = CostModel(model, hw, tp)
+    ref = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
+           for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
+    assert gpu_times(step_shapes(steps), model, hw, tp).tolist() == ref
+
+
+def test_second_beta_start_only_where_a_unit_decode_is_flat_in_beta():
+    """The second s_beta start (LOW_BETA_START) is tried where the unit decode model prices a decode
+    by its thread blocks' flow at the first solution, not for roofline attention."""
+    from costmodel.calibration.step_pricing import step_shapes
+    from costmodel.calibration.steps import _flat_decodes, _Pricer
+    n = np.array([1, 4, 16, 64, 256])
+    steps = uniform_steps(np.zeros(5, int), np.zeros(5, int), np.zeros(5, int), n, n * 2000, np.ones(5), "x")
+    flat = {name: _flat_decodes(_Pricer(step_shapes(steps), MODEL, load_hardware(name), 1), (0.85, 0.974, 0.85, 1.0))
+            for name in ("a100-sxm", "h100", "a100-80gb")}
+    assert flat == {"a100-sxm": True, "h100": False, "a100-80gb": False}
 
 
 def test_rows_regime_scales_the_tile_models_gemms_above_the_break():
@@ -348,3 +387,18 @@ def test_kernel_and_step_sources_compose(tmp_path):
     s_pi = cal["step_fit"]["parameters"]["s_pi"]["value"]
     assert hw.pi_eff == pytest.approx(s_pi * cal["kernel_fit"]["parameters"]["gemm.pi"]["value"], rel=1e-9)
     assert hw.host_step_s + hw.host_per_seq_s > 0 and hw.pi_eff <= hw.peak_flops
+
+
+@pytest.mark.parametrize("base", ["a100-80gb", "h100"])
+def test_prefill_physical_terms_stay_monotone_in_rows(base):
+    """What bench_steps' data reason rests on: in BLOOM-176B tp 8, the all-reduce costs no more per row
+    as rows grow, and attention at a fixed prompt costs the same per token at any batch (ALiBi's bias
+    sits inside it), so neither can make 512x16 dearer per token than 512x8 and 512x32."""
+    from costmodel import CostModel, load_hardware, load_model
+    cm = CostModel(load_model("bloom-176b"), load_hardware(base), 8)
+    rows = [1024, 2048, 4096, 8192, 16384, 32768]
+    per_row = [cm.allreduce_s(r) / r for r in rows]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(per_row, per_row[1:]))
+    att = [cm.breakdown(cm.shape(np.full(b, 512), np.zeros(b, dtype=int))).op("attention_prefill").time_s / b
+           for b in (4, 8, 16, 32, 64)]
+    assert max(att) / min(att) - 1 < 0.02

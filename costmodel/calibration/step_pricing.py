@@ -66,6 +66,7 @@ class StepShapes:
     host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
     rows: np.ndarray       # (steps,) Σ q
     cache: dict = field(default_factory=dict, compare=False)   # the tile model's grids (``_tiled_lookup``)
+    flat: dict = field(default_factory=dict, compare=False)    # the batches' sequences flattened (``_sequences``)
 
     def __len__(self) -> int:
         return len(self.inv)
@@ -94,28 +95,221 @@ def subset(shapes: StepShapes, idx) -> StepShapes:
     """The steps ``idx`` (a slice or index array) of a StepShapes."""
     if isinstance(idx, slice) and idx == slice(None):
         return shapes
-    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache)
+    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache,
+                      shapes.flat)
 
 
 def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np.ndarray:
-    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off
-    (a tile-model profile's GEMMs priced for every distinct row count at once: ``_tiled_lookup``)."""
-    cm = CostModel(model, hw.replace(**NO_HOST), tp)
+    """Seconds of GPU time per step: ``CostModel.step_time`` of each distinct batch, host terms off."""
     used = np.unique(shapes.inv)
-    b = shapes.batches
-    if cm.tiles is not None:
-        _tiled_lookup(cm, shapes, used)
-    t = np.zeros(len(b))
-    t[used] = [cm.step_time(*b[j]) for j in used]
+    t = np.zeros(len(shapes.batches))
+    t[used] = batch_times(shapes, model, hw, tp, used)
     return t[shapes.inv]
+
+
+def batch_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int, idx: np.ndarray,
+                used: np.ndarray | None = None) -> np.ndarray:
+    """GPU seconds of the distinct batches ``idx`` as ``CostModel.step_time`` prices them, host terms
+    off: a tile-model profile's GEMMs for every distinct row count of ``used`` (default ``idx``) at once
+    (``_tiled_lookup``), the attention sums of every batch at once and the rest per distinct
+    (rows, sequences) or attention sums (``_vector_times``)."""
+    cm = CostModel(model, hw.replace(**NO_HOST), tp)
+    if cm.tiles is not None:
+        _tiled_lookup(cm, shapes, np.unique(idx) if used is None else used)
+    if cm.q_tile:
+        return _wave_times(cm, shapes, idx)
+    return _vector_times(cm, shapes, np.asarray(idx, dtype=np.int64))
+
+
+def _wave_times(cm: CostModel, shapes: StepShapes, idx) -> np.ndarray:
+    """``step_time`` under the attention wave model, ``time(shape(batch))``: each batch's ShapeStats
+    built once per table (fitted attention splits prefill from decode at 1 whatever the scales),
+    ``_fixed_part`` by ``_fixed_by_key``, attention batch by batch; checked on a sample as above."""
+    memo = shapes.flat.setdefault(("shape", cm.attn_bound, cm.q_tile), {})
+    b, ss = shapes.batches, []
+    for j in idx:
+        s = memo.get(j)
+        if s is None:
+            s = memo[j] = cm.shape(*b[j])
+        ss.append(s)
+    rows, seqs = np.array([s.rows for s in ss], dtype=np.int64), np.array([s.seqs for s in ss], dtype=np.int64)
+    attn = np.array([cm._attention_time(s.prefill_pairs, s.prefill_kv, s.memory_bound_pairs, s.decode_kv,
+                                        s.seqs - s.prefill_seqs, s.rows, cm._prefill_compute(s)) for s in ss])
+    t = _fixed_by_key(cm, rows, seqs) + attn
+    for i in {0, len(ss) // 2, len(ss) - 1}:
+        if not math.isclose(t[i], cm.step_time(*b[idx[i]]), rel_tol=1e-12):
+            return np.array([cm.step_time(*b[j]) for j in idx])
+    return t
+
+
+def _fixed_by_key(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """``_fixed_times`` once per distinct key of ``_fixed_part`` (rows, or rows and sequences)."""
+    _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
+                              return_inverse=True)
+    return _fixed_times(cm, rows[first], seqs[first])[inv]
+
+
+def _sequences(shapes: StepShapes) -> dict:
+    """The prefill sequences of every batch in one array each (batch, q, kv, pairs, KV tokens) and
+    per batch its sequence count, decodes and their Σ(kv + 1); built once per table."""
+    f = shapes.flat
+    if "batch" not in f:
+        b = shapes.batches
+        n = np.array([len(x[0]) for x in b], dtype=np.int64)
+        q = np.fromiter((v for x in b for v in x[0]), np.int64, int(n.sum()))
+        kv = np.fromiter((v for x in b for v in x[1]), np.int64, int(n.sum()))
+        f.update(batch=np.repeat(np.arange(len(b)), n), q=q, pairs=q * kv + q * (q + 1) // 2, tokens=kv + q, n=n,
+                 decodes=np.array([x[2] for x in b], dtype=np.int64), dtok=np.array([x[3] for x in b], dtype=np.int64))
+        f["exact"] = float(f["pairs"].sum() + f["tokens"].sum() + f["dtok"].sum() + f["q"].sum()) < 2.0 ** 52
+    return f
+
+
+def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndarray:
+    """``step_time``'s operations for the batches ``idx``: ``attention_sums`` as integer-valued float
+    sums (exact below 2**52), ``_fixed_part`` once per distinct (rows, sequences), roofline attention
+    elementwise (``_attention_time``'s operations) or fitted attention once per distinct sums. Used
+    only where a sample of batches matches ``step_time`` to 1e-12 (else every batch by ``step_time``)."""
+    f, b = _sequences(shapes), shapes.batches
+    step = lambda js: np.array([cm.step_time(*b[j]) for j in js], dtype=float)
+    wide = f["n"][idx] > 48                     # step_time's ShapeStats path
+    if not f["exact"] or wide.all():
+        return step(idx)
+    t = np.empty(len(idx))
+    if wide.any():
+        t[wide] = step(idx[wide])
+    js = idx[~wide]
+    take = np.zeros(len(b), bool)
+    take[js] = True
+    sel = take[f["batch"]]
+    bt, p, tok, q = f["batch"][sel], f["pairs"][sel], f["tokens"][sel], f["q"][sel]
+    hot = p > cm.attn_bound * tok
+    nb = len(b)
+    s = lambda w: np.bincount(bt, weights=w, minlength=nb)[js]
+    d, dt = f["decodes"][js], f["dtok"][js].astype(float)
+    dec_hot = (d > 0) & (1 > cm.attn_bound)
+    dec_cold = (d > 0) & ~(1 > cm.attn_bound)
+    pairs = s(np.where(hot, p, 0).astype(float)) + np.where(dec_hot, dt, 0.0)
+    pkv = s(np.where(hot, tok, 0).astype(float)) + np.where(dec_hot, dt, 0.0)
+    dpairs = s(np.where(hot, 0, p).astype(float)) + np.where(dec_cold, dt, 0.0)
+    dkv = s(np.where(hot, 0, tok).astype(float)) + np.where(dec_cold, dt, 0.0)
+    rows = (s(q.astype(float)) + d).astype(np.int64)
+    pseqs = s((q > 1).astype(float)).astype(np.int64)
+    seqs = f["n"][js] + d
+    fixed = _fixed_by_key(cm, rows, seqs)
+    if not cm.attn_fitted:
+        attn = _roofline_attention(cm, pairs, pkv, dpairs, dkv)
+    else:
+        sums = np.stack([pairs, pkv, dpairs, dkv, seqs - pseqs, rows], 1)
+        u, ui = np.unique(sums, axis=0, return_inverse=True)
+        attn = np.array([cm._attention_time(a, k, dp, dk, int(n), int(r)) for a, k, dp, dk, n, r in u.tolist()])[ui.ravel()]
+    t[~wide] = tv = fixed + attn
+    for i in {0, len(js) // 2, len(js) - 1}:
+        if not math.isclose(tv[i], cm.step_time(*b[js[i]]), rel_tol=1e-12):
+            return step(idx)
+    return t
+
+
+def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """``CostModel._fixed_part`` of each (rows, seqs): roofline weight operators elementwise
+    (``_fixed_time``, ``_weight_terms``, ``_pi_rows`` and ``allreduce_s``: the same float operations
+    in their order; a tile-model profile's GEMMs from ``_tiled_lookup``'s tables) where the profile has
+    no MoE or linear attention and the operators are those named, checked against ``_fixed_time`` on a
+    sample; else one by one."""
+    one = lambda: np.array([cm._fixed_part(int(r), int(n)) for r, n in zip(rows, seqs)])
+    hw, m, b = cm.hw, cm.model, cm.model.b
+    tiled = getattr(cm, "step_fit_tables", None) if cm.tiles is not None else {}
+    if tiled is None or m.is_moe or cm.lin_attn_flops_per_row or not len(rows):
+        return one()
+    if tiled:
+        tiled = {k: _looked_up(*tiled[k], rows if k == "linear" or cm.counting == "seed" else seqs) for k in tiled}
+        if any(v is None for v in tiled.values()):
+            return one()
+    seed = cm.counting == "seed"
+    names = ["linear", "embedding"] + (["lm_head"] if cm.head_gemm_params or not seed else [])
+    names += (["elementwise"] if hw.elementwise_beta else []) + (["sampler"] if hw.sampler_s or hw.sampler_seq_s else [])
+    if [t[0] for t in cm._weight_terms(int(rows[0]), int(seqs[0]))] != names:
+        return one()
+    r, n = rows.astype(float), seqs.astype(float)
+    pi = _pi_rows(cm, hw.pi_eff, rows)
+    beta, floor, over = hw.beta_eff, hw.kernel_floor_s, hw.kernel_overhead_s
+    terms = [tiled.get("linear") if tiled else (2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers,
+                                                 cm.over_linear)]
+    if seed:
+        terms.append((2 * cm.embed_gemm_params * r, b * cm.embed_gemm_params, pi, beta, floor, over))
+        if cm.head_gemm_params:
+            terms.append(tiled.get("lm_head") if tiled else
+                         (2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over))
+    else:
+        terms.append((0.0, b * m.H * r, pi, beta, floor, over))
+        terms.append(tiled.get("lm_head") if tiled else
+                     (2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over))
+    if hw.elementwise_beta:
+        terms.append((0.0, cm.elem_bytes_per_row * r, pi, hw.elementwise_beta, 0.0, cm.elem_over))
+    if hw.sampler_s or hw.sampler_seq_s:
+        terms.append((0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * n))
+    t = np.full(len(rows), float(hw.step_overhead_s))
+    for term in terms:
+        if isinstance(term, np.ndarray):      # a tile-model GEMM's time
+            t = t + term
+            continue
+        fl, by, p, be, fo, ov = term
+        a, mm = fl / p, by / be
+        t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
+    t = t + _allreduce(cm, rows)
+    for i in {0, len(rows) // 2, len(rows) - 1}:
+        if not math.isclose(t[i], cm._fixed_time(int(rows[i]), int(seqs[i])), rel_tol=1e-12):
+            return one()
+    return t
+
+
+def _looked_up(keys: np.ndarray, times: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """times[keys == x] for each x (keys sorted); None if some x is not among the keys."""
+    i = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
+    return times[i] if (keys[i] == x).all() else None
+
+
+def _pi_rows(cm: CostModel, pi: float, rows: np.ndarray) -> np.ndarray:
+    """``CostModel._pi_rows`` elementwise."""
+    p = np.where(rows > cm.rows_break, pi * cm.rows_pi_scale, pi) if cm.rows_break else np.full(len(rows), pi)
+    t = cm.tile
+    if t <= 1:
+        return p
+    return np.where((rows <= 0) | (rows % t == 0), p, p * rows / (-(-rows // t) * t))
+
+
+def _allreduce(cm: CostModel, rows: np.ndarray):
+    """``CostModel.allreduce_s`` elementwise."""
+    if cm.tp == 1:
+        return 0.0
+    if not cm.ar_regimes:
+        return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
+    size, r = cm.ar_bytes_per_call_row * rows, cm.ar_regimes
+    cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
+    low = cands.min(0)
+    if cm.ar_oneshot_tokens and len(r) > 4:
+        low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), low)
+    return cm.ar_calls * low
+
+
+def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
+    """``CostModel._attention_time`` of roofline attention, elementwise (the same float operations)."""
+    pi, beta, floor, over = cm.hw.pi_attention, cm.hw.beta_attention, cm.floor_attn, cm.over_layers
+
+    def op(fl, by):
+        a, m = (cm.attn_coef * fl) / pi, (cm.kv_coef * by) / beta
+        return (np.maximum(np.sqrt(a * a + m * m), floor) if cm.quadrature else np.maximum(np.maximum(a, m), floor)) + over
+
+    return np.where(pkv != 0, op(pairs, pkv), 0.0) + np.where(dkv != 0, op(dpairs, dkv), 0.0)
 
 
 def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     """Give ``cm`` its tile-model GEMM times (``CostModel._tiled_time``) for every distinct row count
     of the batches ``used`` from one vectorized evaluation of the tile model on grids built once per
     table (``gemm_tiles.grid``: only the constants change between a fit's evaluations). Installed
-    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12."""
-    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()))
+    only when a sample of row counts matches ``_tiled_time`` itself to 1e-12, checked once per grid,
+    shape correction and rows break (the constants enter both alike)."""
+    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()),
+           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)))
     g = shapes.cache.get(key)
     bt, m = cm.model.b, cm.model
     if g is None:
@@ -123,14 +317,14 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         seqs = np.unique([len(shapes.batches[j][0]) + shapes.batches[j][2] for j in used])
         heads = rows if cm.counting == "seed" else seqs
         K = len(cm.tile_k)
-        g_lin = grid(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows)), cm.hw.sms, bt)
-        g = shapes.cache[key] = (rows, g_lin, heads, grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt))
+        lin_m, lin_n, lin_k = np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))
+        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corr else 1.0
+        f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
+        g = shapes.cache[key] = (rows, grid(lin_m, lin_n, lin_k, cm.hw.sms, bt), heads,
+                                 grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt), f_lin, f_head, set())
         if len(shapes.cache) > 8:
             shapes.cache.pop(next(iter(shapes.cache)))
-    rows, g_lin, heads, g_head = g
-    K = len(cm.tile_k)
-    f_lin = np.reshape(cm.tiles.factor(np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))), (-1, K)) if cm.tiles.corr else 1.0
-    f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
+    rows, g_lin, heads, g_head, f_lin, f_head, checked = g
 
     def table(x, gr, width, weights, name):
         f = f_lin if name == "linear" else f_head   # the profile's GEMM shape correction (gemm_correction.py)
@@ -142,10 +336,11 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         if name == "linear" and cm.lin_rest:
             pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
             t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
-        return dict(zip(x.tolist(), t.tolist()))
+        return x, t
 
-    lin = table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear")
-    head = table(heads, g_head, 1, None, "lm_head")
+    tables = {"linear": table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear"),
+              "lm_head": table(heads, g_head, 1, None, "lm_head")}
+    lin, head = (dict(zip(x.tolist(), t.tolist())) for x, t in tables.values())
     seed = cm.counting == "seed"
 
     def fast(name, r, s):
@@ -154,13 +349,16 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         except KeyError:
             return CostModel._tiled_time(cm, name, r, s)
 
-    for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
-        s = int(heads[0]) if not seed else r
-        for name in ("linear", "lm_head"):
-            ref = CostModel._tiled_time(cm, name, r, s)
-            if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
-                return
+    if (cm.rows_break, cm.rows_pi_scale == 1.0) not in checked:
+        for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
+            s = int(heads[0]) if not seed else r
+            for name in ("linear", "lm_head"):
+                ref = CostModel._tiled_time(cm, name, r, s)
+                if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
+                    return
+        checked.add((cm.rows_break, cm.rows_pi_scale == 1.0))
     cm._tiled_time = fast
+    cm.step_fit_tables = tables        # the same times by row count, for ``_fixed_times``
 
 
 def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:

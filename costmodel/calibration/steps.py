@@ -52,9 +52,10 @@ from scipy.optimize import least_squares
 from ..errors import require
 from ..hardware import Hardware
 from ..model import ModelSpec
+from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
 from .rows_regime import MIN_REGIME, SCREEN_BREAKS, pays, pick_break, rows_breaks, screen
-from .step_pricing import gpu_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
+from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 
 PARAMS = ("s_pi", "s_beta", "s_pi_attn", "s_rows", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s",
@@ -67,11 +68,15 @@ AT_BOUND = 1e-3   # relative distance from a bound that counts as pressing on it
 
 
 class _Pricer:
-    """GPU seconds of a set of steps at given scales, the last few kept (the finite-difference
-    Jacobian moves one parameter at a time, mostly host terms that leave the GPU time alone)."""
+    """GPU seconds of a set of steps at given scales. Each priced batch is kept, by scales, for the
+    last few scales and for every subset of the table (a second start, a solve on fewer steps or
+    the errors over all reuse what was priced; the finite-difference Jacobian moves one parameter
+    at a time, mostly host terms that leave the GPU time alone)."""
 
-    def __init__(self, shapes, model: ModelSpec, base: Hardware, tp: int):
-        self.shapes, self.model, self.base, self.tp, self.memo = shapes, model, base, tp, {}
+    def __init__(self, shapes, model: ModelSpec, base: Hardware, tp: int, memo: dict | None = None):
+        self.shapes, self.model, self.base, self.tp = shapes, model, base, tp
+        self.memo = {} if memo is None else memo
+        self.used = np.unique(shapes.inv)
 
     def gpu(self, s_pi, s_beta, s_pa, brk, s_rows) -> np.ndarray:
         key = (s_pi, s_beta, s_pa, brk, s_rows)
@@ -79,16 +84,19 @@ class _Pricer:
         if g is None:
             if len(self.memo) > 16:
                 self.memo.clear()
-            g = self.memo[key] = gpu_times(self.shapes, self.model,
-                                           scaled_hardware(self.base, s_pi, s_beta, s_pa, brk, s_rows), self.tp)
-        return g
+            g = self.memo[key] = np.full(len(self.shapes.batches), np.nan)
+        miss = self.used[np.isnan(g[self.used])]
+        if len(miss):
+            g[miss] = batch_times(self.shapes, self.model, scaled_hardware(self.base, s_pi, s_beta, s_pa, brk, s_rows),
+                                  self.tp, miss, self.used)
+        return g[self.shapes.inv]
 
     def times(self, scales, host, overlap: bool, brk: int = 0) -> np.ndarray:
         s_pi, s_beta, s_pa, s_rows = scales
         return with_host(self.gpu(s_pi, s_beta, s_pa, brk, s_rows if brk else 1.0), self.shapes, host, overlap)
 
     def part(self, idx) -> "_Pricer":
-        return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp)
+        return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
 
 
 @dataclass(frozen=True)
@@ -176,9 +184,9 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     scale = float(np.median(t))
     fixed = dict(fixed or {})
     warns = []
-    zero = [0.0] * len(HOST)
-    moved = pricer.times((1.0, 1.0, 0.25, 1.0), zero, overlap) / pricer.times((1.0, 1.0, 1.0, 1.0), zero, overlap) - 1.0
-    tied = "s_pi_attn" not in fixed and not (moved >= ATTN_SHARE).any()
+    n = len(t)
+    idx, idx_b = screen(n), screen(n, SCREEN_BREAKS)
+    tied = "s_pi_attn" not in fixed and not any(_attention_moves(pricer.part(i), overlap) for i in (idx, slice(None)))
     if tied:
         warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
     up = dict(zip(SCALES, scale_bounds(base, tied) + (1.0,)))
@@ -213,12 +221,11 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
         return res, free, hi, unpack
 
-    n = len(t)
-    idx, idx_b = screen(n), screen(n, SCREEN_BREAKS)
     m = len(t[idx])
     best = solve(0, None, idx)
-    low = solve(0, {**_start(best), "s_beta": LOW_BETA_START}, idx)   # see LOW_BETA_START
-    best = low if low[0].cost < best[0].cost else best
+    if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):   # see LOW_BETA_START
+        low = solve(0, {**_start(best), "s_beta": LOW_BETA_START}, idx)
+        best = low if low[0].cost < best[0].cost else best
     if breaks and np.abs(best[0].fun).max() < MIN_REGIME / 10:
         breaks = []
         warns.append(f"no GEMM rows regime: one π fits every step within {MIN_REGIME / 10:.1%}")
@@ -259,7 +266,33 @@ LOW_BETA_START = float(np.log(0.5))
 """A second start for s_beta, from below: where a unit-model decode is bound by its thread blocks'
 flow (min(β, flow), costmodel/decode_units.py) the residuals do not move with s_beta, so a solve
 from s_beta = 1 can stop on that flat side with the host terms absorbing the rest; the lower of the
-two solutions is kept."""
+two solutions is kept. Tried only when the first solution has such a decode (``_flat_decodes``)."""
+BETA_STEP = 1e-3
+
+
+def _attention_moves(pricer: "_Pricer", overlap: bool) -> bool:
+    """Whether quartering attention's π moves some step by ATTN_SHARE (else s_pi_attn is tied)."""
+    zero = [0.0] * len(HOST)
+    moved = pricer.times((1.0, 1.0, 0.25, 1.0), zero, overlap) / pricer.times((1.0, 1.0, 1.0, 1.0), zero, overlap) - 1.0
+    return bool((moved >= ATTN_SHARE).any())
+
+
+def _flat_decodes(pricer: "_Pricer", scales) -> bool:
+    """Whether the unit decode model (costmodel/decode_units.py) prices some decode of these steps at
+    these scales with an attention time that s_beta does not move (raised by BETA_STEP): one bound
+    by its thread blocks' flow."""
+    s_pi, s_beta, s_pa, _ = (float(v) for v in scales)
+    cm = CostModel(pricer.model, scaled_hardware(pricer.base, s_pi, s_beta, s_pa), pricer.tp)
+    if not cm.units:
+        return False
+    up = CostModel(pricer.model, scaled_hardware(pricer.base, s_pi, s_beta * (1 + BETA_STEP), s_pa), pricer.tp)
+    for j in pricer.used:
+        q, kv, d, tok = pricer.shapes.batches[j]
+        if d and not (q and cm.varlen):       # varlen: decodes beside a chunk ride the prefill kernel
+            a, b = (c.breakdown(c.shape(q, kv, d, tok)).op("attention_decode").time_s for c in (cm, up))
+            if abs(b / a - 1.0) < 1e-9:
+                return True
+    return False
 
 
 def _start(solution) -> dict:
