@@ -282,14 +282,17 @@ def test_roofline_step_pricing_is_step_time_bit_for_bit(name, tp, fields):
 
 def test_second_beta_start_only_where_a_unit_decode_is_flat_in_beta():
     """The second s_beta start (LOW_BETA_START) is tried where the unit decode model prices a decode
-    by its thread blocks' flow at the first solution, not for roofline attention."""
+    by its thread blocks' flow at the first solution (the shipped A100 constants under the flow
+    split make long decodes flow-bound), not for roofline attention."""
     from costmodel.calibration.step_pricing import step_shapes
     from costmodel.calibration.steps import _flat_decodes, _Pricer
     n = np.array([1, 4, 16, 64, 256])
     steps = uniform_steps(np.zeros(5, int), np.zeros(5, int), np.zeros(5, int), n, n * 2000, np.ones(5), "x")
-    flat = {name: _flat_decodes(_Pricer(step_shapes(steps), MODEL, load_hardware(name), 1), (0.85, 0.974, 0.85, 1.0))
-            for name in ("a100-sxm", "h100", "a100-80gb")}
-    assert flat == {"a100-sxm": True, "h100": False, "a100-80gb": False}
+    profiles = {"a100-sxm, flow split": load_hardware("a100-sxm").replace(attn_decode_split="flow"),
+                "h100": load_hardware("h100"), "a100-80gb": load_hardware("a100-80gb")}
+    flat = {name: _flat_decodes(_Pricer(step_shapes(steps), MODEL, hw, 1), (0.85, 0.974, 0.85, 1.0))
+            for name, hw in profiles.items()}
+    assert flat == {"a100-sxm, flow split": True, "h100": False, "a100-80gb": False}
 
 
 def test_rows_regime_scales_the_tile_models_gemms_above_the_break():
