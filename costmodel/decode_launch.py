@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, xqa_blocks
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -79,12 +79,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
         units = n * h_kv
-        m0 = max(math.floor(kv / XQA_MIN_TOKENS), 1.0)
-        split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
-        wave = units * split / sms
-        if wave > XQA_WAVES:
-            split = math.floor(split * XQA_WAVES / wave)
-        split = max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+        split = xqa_block_count(n, units, kv, sms)
         waves = math.ceil(units * split / sms)
         flow = units * split / waves * cta
         add, fixed = waves * unit * (1.0 + cq * g), 0.0

@@ -79,6 +79,16 @@ def xqa_blocks(n, units, kv, sms):
     return np.maximum(np.minimum(m, np.floor(XQA_SUB_SEQ / np.maximum(n, 1.0))), 1.0)
 
 
+def xqa_block_count(n: float, units: float, kv: float, sms: int) -> float:
+    """``xqa_blocks`` for one batch, in floats (the scalar pricing paths)."""
+    m0 = max(math.floor(kv / XQA_MIN_TOKENS), 1.0)
+    split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
+    wave = units * split / sms
+    if wave > XQA_WAVES:
+        split = math.floor(split * XQA_WAVES / wave)
+    return max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+
+
 def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_MAX), alias=0.0):
     """Seconds per layer (numpy arrays or floats); v: the ``PARAMS`` values in order; groups:
     (g_min, g_max) or (g_min, g_max, split), split one of ``SPLITS`` ("flow" when absent); alias:
@@ -123,12 +133,7 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     add, fixed = 0.0, 0.0
     if len(groups) > 2 and groups[2] == "xqa":
         if grouped:
-            m0 = max(math.floor(kv_mean / XQA_MIN_TOKENS), 1.0)
-            split = max(min(m0, float(round(math.sqrt(8.0 * m0)))), 1.0)
-            wave = units * split / sms
-            if wave > XQA_WAVES:
-                split = math.floor(split * XQA_WAVES / wave)
-            split = max(min(split, math.floor(XQA_SUB_SEQ / max(n, 1.0))), 1.0)
+            split = xqa_block_count(n, units, kv_mean, sms)
         else:
             split = min(max(math.ceil(sms / max(units, 1.0)), 1.0), max(math.ceil(kv_mean / MMHA_TOKENS), 1.0))
         waves = math.ceil(units * split / sms)
