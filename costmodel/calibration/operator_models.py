@@ -425,7 +425,7 @@ class _Residuals:
     parameter's column evaluated only on the rows it touches (``touched_rows``)."""
 
     def __init__(self, times, df: pd.DataFrame, t: np.ndarray, params, op_class: str, lo, hi):
-        self.times, self.df, self.t = times, df, t
+        self.times, self.df, self.t = times, FloatColumns(df), t
         self.lo, self.hi = np.broadcast_to(lo, len(params)).astype(float), np.broadcast_to(hi, len(params)).astype(float)
         subs = {}
         self.rows = []
@@ -435,7 +435,7 @@ class _Residuals:
                 continue
             key = r.tobytes()
             if key not in subs:
-                subs[key] = (r, df.iloc[r].reset_index(drop=True), t[r])
+                subs[key] = (r, FloatColumns(df.iloc[r]), t[r])
             self.rows.append(subs[key])
         self.last = None
 
@@ -478,3 +478,31 @@ def _step_in_bounds(x, h, lb, ub):
     backward = (upper < lower) & ~fitting
     h[backward] = -lower[backward]
     return h
+
+
+class FloatColumns:
+    """A table's columns as float arrays, read as a DataFrame's are (``df[c].to_numpy(float)``,
+    ``c in df``, ``len(df)``): the solver prices the same rows thousands of times, and pandas'
+    column lookup costs more than the model's arithmetic."""
+
+    def __init__(self, df: pd.DataFrame):
+        self._df, self._cols, self._len = df, {}, len(df)
+
+    def __getitem__(self, c: str) -> "_Column":
+        if c not in self._cols:
+            self._cols[c] = _Column(self._df[c].to_numpy(float))
+        return self._cols[c]
+
+    def __contains__(self, c: str) -> bool:
+        return c in self._df
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class _Column:
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    def to_numpy(self, dtype=None) -> np.ndarray:
+        return self._a
