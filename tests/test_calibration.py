@@ -237,3 +237,18 @@ def test_cli_writes_profile_plot_and_interval(tmp_path, capsys):
     assert main(["cost", "--hardware", str(out / "fitted.yaml"), "--q-lens", "512,1", "--kv-lens", "0,2048",
                  "--interval"]) == 0
     assert "interval" in capsys.readouterr().out
+
+
+def test_fit_runs_on_one_blas_thread_and_restores_the_count():
+    """Inside a fit every OpenBLAS this process loaded runs one thread; afterwards each has its own
+    count back (where no OpenBLAS is found the guard does nothing)."""
+    from costmodel.calibration import blas
+    libs = blas._openblas()
+    if not libs:
+        pytest.skip("no OpenBLAS loaded")
+    before = [get() for get, _ in libs]
+    with blas.one_blas_thread():
+        seen = [get() for get, _ in libs]
+        np.ones((300, 20)).T @ np.ones(300)
+    assert seen == [1] * len(libs)
+    assert [get() for get, _ in libs] == before

@@ -416,3 +416,27 @@ def test_softmax_rate_is_fitted_where_head_dims_differ():
     one = fit(pd.concat([dec, df[df.n == 128].assign(time_s=t[(df.n == 128).to_numpy()])], ignore_index=True),
               classes=["attention"], form="physical", spec=A100)
     assert "softmax_prefill" not in one.classes["attention"].params
+
+
+@pytest.mark.parametrize("groups", [(2, 32), (2, 32, "xqa"), (1, 16, "launch")])
+def test_attention_jacobian_is_scipys_finite_difference(groups):
+    """The fit's row-restricted Jacobian (each column evaluated on the rows its parameter touches)
+    is, to the bit, scipy's 2-point finite differences over every row, steps flipped at the bounds."""
+    from scipy.optimize._numdiff import approx_derivative
+    from costmodel.calibration.operator_models import _Residuals, class_params_for, model_times
+    v = [DEC_TRUE[p] for p in DEC]
+    df = pd.concat([decode_table(v), prefill_table(True, dims=(64, 128))], ignore_index=True)
+    params = class_params_for("attention", df, 108, A100.l2_bytes)
+    assert "unit" in params and "tail_key" in params
+    t = df["time_s"].to_numpy(float)
+    p0 = np.exp(np.random.default_rng(3).uniform(-1, 1, len(params))) * np.array(
+        [{**DEC_TRUE, **PRE_TRUE, "softmax_prefill": 4e12}[p] for p in params])
+    x = np.random.default_rng(4).uniform(-0.5, 0.5, len(params))
+    lo, hi = np.full(len(params), -3.0), np.full(len(params), 3.0)
+    hi[::3] = x[::3] + 1e-9     # a step that must turn back at the upper bound
+    res = _Residuals(lambda y, d: model_times("attention", params, p0 * np.exp(y), d, 108, groups), df, t, params,
+                     "attention", lo, hi)
+    got = res.jac(x)
+    want = approx_derivative(res, x, method="2-point", bounds=(lo, hi))
+    assert np.array_equal(got, want)
+    assert all(got[:, params.index(p)].any() for p in ("pi_prefill", "tail_key", "beta_decode", "overhead_decode_mha"))

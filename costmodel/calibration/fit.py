@@ -47,6 +47,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..errors import require
+from .blas import one_blas_thread
 from .kernel_shapes import H100, Device, padded_flops, row_waves  # noqa: F401  (re-exported)
 from .timings import validate
 
@@ -300,13 +301,19 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
     sheet. Attention, the sampler and the fused MoE (``moe_fit``) always use their own models; the
     all-reduce does under the "physical" form (regimes per GPU count), and so does the GEMM when
     the spec gives the SM count and L2 size (the tile/wave model, ``costmodel/gemm_tiles.py``)."""
-    from .operator_models import CUSTOM_CLASSES, fit_model_class
     t0 = time.perf_counter()
     df = validate(df)
     have = sorted(df["op_class"].unique())
     upper = upper_bounds(spec)
+    with one_blas_thread():     # tall thin products: threads only spin (``blas.py``)
+        fits = _fit_classes(df, list(classes) if classes else have, have, form, device, spec, upper)
+    return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))
+
+
+def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
+    from .operator_models import CUSTOM_CLASSES, fit_model_class
     fits = {}
-    for cls in list(classes) if classes else have:
+    for cls in classes:
         require(cls in have, "classes", cls, f"no timings of this class; have {have}")
         sub = df[df["op_class"] == cls]
         cap = upper if cls in CAPPED_CLASSES else {}
@@ -321,4 +328,4 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
                                         getattr(spec, "l2_bytes", 0.0) or 0.0, getattr(spec, "attn_q_tile", 0) or 0)
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)
-    return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))
+    return fits

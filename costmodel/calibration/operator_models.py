@@ -349,10 +349,11 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
         groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms, tile=tile)
         p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
-    fn = lambda x: np.log(model_times(op_class, params, p0 * np.exp(x), df, sms, groups, cap_tok, tile) / t)  # noqa: E731
+    fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, cap_tok, tile), df, t,
+                    params, op_class, lo, hi)
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
-    res = least_squares(fn, np.clip(x0, lo, hi), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0,
-                        **solver)
+    res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+                        x_scale=1.0, **solver)
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
     active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok, tile),
@@ -391,10 +392,117 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
 
     def cost(groups):
         q0 = _split_start(params, p0, groups)
-        fn = lambda x: np.log(model_times(op_class, params, q0 * np.exp(x), sub, sms, groups, 0, tile) / ts)  # noqa: E731
-        r = least_squares(fn, np.zeros(len(params)), bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
+        fn = _Residuals(lambda x, d: model_times(op_class, params, q0 * np.exp(x), d, sms, groups, 0, tile), sub, ts,
+                        params, op_class, lo, hi)
+        r = least_squares(fn, np.zeros(len(params)), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                           ftol=1e-3, tr_solver="lsmr")
         return r.cost, groups, r.x
     flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
     best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
     return best[1], best[2]
+
+
+PREFILL_ONLY = {"pi_prefill", "beta_prefill", "overhead_prefill", "wave", "wave_q", "tail_key", "softmax_prefill",
+                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2"}
+
+
+def touched_rows(op_class: str, params, df: pd.DataFrame) -> list:
+    """Per parameter, the rows whose time can depend on it (None: all). Kernel-separate attention
+    tables (no varlen parameters): a prefill parameter prices only rows with a prefill part, a
+    decode one only rows with decodes; every other row's part is exactly 0 whatever its value."""
+    if op_class != "attention" or "pi_mixed" in params:
+        return [None] * len(params)
+    cols = lambda *c: np.any([df[k].to_numpy(float) > 0 for k in c if k in df], axis=0)  # noqa: E731
+    pre = np.flatnonzero(cols("prefill_seqs", "prefill_q", "prefill_kv") | (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
+                         | (df["bytes"].to_numpy(float) > df["decode_bytes"].to_numpy(float)))
+    dec = np.flatnonzero(cols("seqs", "decode_flops", "decode_bytes"))
+    return [pre if p in PREFILL_ONLY else dec for p in params]
+
+
+class _Residuals:
+    """ln(t_model/t) of x = ln(p/p0) for least_squares, with the same 2-point Jacobian scipy's
+    finite differences take (its steps, within the bounds; the same columns to the bit), each
+    parameter's column evaluated only on the rows it touches (``touched_rows``)."""
+
+    def __init__(self, times, df: pd.DataFrame, t: np.ndarray, params, op_class: str, lo, hi):
+        self.times, self.df, self.t = times, FloatColumns(df), t
+        self.lo, self.hi = np.broadcast_to(lo, len(params)).astype(float), np.broadcast_to(hi, len(params)).astype(float)
+        subs = {}
+        self.rows = []
+        for r in touched_rows(op_class, params, df):
+            if r is None or len(r) == len(t):
+                self.rows.append(None)
+                continue
+            key = r.tobytes()
+            if key not in subs:
+                subs[key] = (r, FloatColumns(df.iloc[r]), t[r])
+            self.rows.append(subs[key])
+        self.last = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        f = np.log(self.times(x, self.df) / self.t)
+        self.last = (np.array(x, float), f)
+        return f
+
+    def jac(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, float)
+        f0 = self.last[1] if self.last is not None and np.array_equal(self.last[0], x) else self(x)
+        h = np.sqrt(np.finfo(float).eps) * ((x >= 0).astype(float) * 2 - 1) * np.maximum(1.0, np.abs(x))
+        h = _step_in_bounds(x, h, self.lo, self.hi)
+        jt = np.empty((len(x), len(f0)))
+        for i, rows in enumerate(self.rows):
+            x1 = x.copy()
+            x1[i] = x[i] + h[i]
+            if rows is None:
+                df = np.log(self.times(x1, self.df) / self.t) - f0
+            else:
+                idx, sub, ts = rows
+                df = np.zeros(len(f0))
+                df[idx] = np.log(self.times(x1, sub) / ts) - f0[idx]
+            jt[i] = df / (x1[i] - x[i])
+        return jt.T
+
+
+def _step_in_bounds(x, h, lb, ub):
+    """scipy's one-sided finite-difference step kept inside the bounds (``_numdiff._adjust_scheme_to_bounds``)."""
+    if np.all((lb == -np.inf) & (ub == np.inf)):
+        return h
+    h = h.copy()
+    lower, upper = x - lb, ub - x
+    x1 = x + h
+    violated = (x1 < lb) | (x1 > ub)
+    fitting = np.abs(h) <= np.maximum(lower, upper)
+    h[violated & fitting] *= -1
+    forward = (upper >= lower) & ~fitting
+    h[forward] = upper[forward]
+    backward = (upper < lower) & ~fitting
+    h[backward] = -lower[backward]
+    return h
+
+
+class FloatColumns:
+    """A table's columns as float arrays, read as a DataFrame's are (``df[c].to_numpy(float)``,
+    ``c in df``, ``len(df)``): the solver prices the same rows thousands of times, and pandas'
+    column lookup costs more than the model's arithmetic."""
+
+    def __init__(self, df: pd.DataFrame):
+        self._df, self._cols, self._len = df, {}, len(df)
+
+    def __getitem__(self, c: str) -> "_Column":
+        if c not in self._cols:
+            self._cols[c] = _Column(self._df[c].to_numpy(float))
+        return self._cols[c]
+
+    def __contains__(self, c: str) -> bool:
+        return c in self._df
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class _Column:
+    def __init__(self, a: np.ndarray):
+        self._a = a
+
+    def to_numpy(self, dtype=None) -> np.ndarray:
+        return self._a
