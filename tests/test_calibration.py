@@ -239,16 +239,23 @@ def test_cli_writes_profile_plot_and_interval(tmp_path, capsys):
     assert "interval" in capsys.readouterr().out
 
 
-def test_fit_runs_on_one_blas_thread_and_restores_the_count():
-    """Inside a fit every OpenBLAS this process loaded runs one thread; afterwards each has its own
-    count back (where no OpenBLAS is found the guard does nothing)."""
-    from costmodel.calibration import blas
-    libs = blas._openblas()
-    if not libs:
-        pytest.skip("no OpenBLAS loaded")
-    before = [get() for get, _ in libs]
-    with blas.one_blas_thread():
-        seen = [get() for get, _ in libs]
-        np.ones((300, 20)).T @ np.ones(300)
-    assert seen == [1] * len(libs)
-    assert [get() for get, _ in libs] == before
+def test_fit_runs_on_one_blas_thread_and_restores_the_count(monkeypatch):
+    """Inside a fit every BLAS this process loaded runs one thread; afterwards each has its own
+    count back."""
+    import importlib
+    from threadpoolctl import threadpool_info
+    fit_module = importlib.import_module("costmodel.calibration.fit")
+    blas = lambda: [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]  # noqa: E731
+    before, seen = blas(), []
+    if not before:
+        pytest.skip("no BLAS loaded")
+    real = fit_module._fit_classes
+    monkeypatch.setattr(fit_module, "_fit_classes", lambda *a: seen.append(blas()) or real(*a))
+    rng = np.random.default_rng(3)
+    m = rng.integers(1, 4096, 60)
+    df = pd.DataFrame({"op_class": "gemm", "m": m, "n": 4096, "k": 4096, "flops": 2.0 * m * 4096 * 4096,
+                       "bytes": 2.0 * (2 * m * 4096 + 4096 * 4096), "source": "synthetic"})
+    df["time_s"] = df["flops"] / 5e14 + 5e-6
+    fit_module.fit(df, form="physical")
+    assert seen == [[1] * len(before)]
+    assert blas() == before

@@ -47,7 +47,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..errors import require
-from .blas import one_blas_thread
+from threadpoolctl import threadpool_limits
 from .kernel_shapes import H100, Device, padded_flops, row_waves  # noqa: F401  (re-exported)
 from .timings import validate
 
@@ -305,9 +305,17 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
     df = validate(df)
     have = sorted(df["op_class"].unique())
     upper = upper_bounds(spec)
-    with one_blas_thread():     # tall thin products: threads only spin (``blas.py``)
+    with threadpool_limits(1, user_api="blas"):     # see ONE_BLAS_THREAD
         fits = _fit_classes(df, list(classes) if classes else have, have, form, device, spec, upper)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))
+
+
+ONE_BLAS_THREAD = None
+"""Why a fit runs on one BLAS thread: the solver's linear algebra is matrix-vector products on
+tall, thin Jacobians (40k × 25), which a threaded BLAS splits across threads that spin-wait for
+each other (on a shared 2-core machine one product took 2.4 ms on two threads, 0.16 ms on one).
+One thread also makes a fit's rounding, and so its poorly identified parameters, independent of
+the machine's core count. ``threadpoolctl`` restores the counts afterwards."""
 
 
 def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
