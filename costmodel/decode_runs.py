@@ -8,13 +8,16 @@ stepping would get (tests/test_costmodel.py checks every variant against ``time`
 from __future__ import annotations
 
 import math
-from itertools import accumulate
+from bisect import bisect_left
+from itertools import accumulate, repeat
+from operator import add, mul, truediv
 
 import numpy as np
 
 from .decode_unit_runs import UnitDecodeRuns
 
 UNIT_ARRAY_STEPS = 24       # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
+MAPPED_STEPS = 4            # decode runs this long are priced by C iterators (their set-up pays)
 DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
 
 
@@ -47,6 +50,10 @@ class DecodeRuns(UnitDecodeRuns):
             return out
         if self._decode_memory_bound:
             if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
+                if steps >= MAPPED_STEPS:
+                    mapped = self._mapped_ends(x, nf, steps, t, stop, fixed)
+                    if mapped is not None:
+                        return mapped
                 for _ in range(steps):
                     t += x * kc / beta + over + fixed
                     out.append(t)
@@ -73,6 +80,31 @@ class DecodeRuns(UnitDecodeRuns):
             x += nf
         return out
 
+    def _mapped_ends(self, x: float, nf: float, steps: int, t: float, stop: float, fixed: float) -> list[float] | None:
+        """``decode_ends_list``'s memory-bound loop with C iterators instead of bytecode per step:
+        x, x + n, (x + n) + n, … by repeated addition, t + ((x·kc)/β + over) + fixed summed in
+        turn: the same operations on the same values. With a stop, only the steps that can start
+        before it are priced (durations only grow: at most (stop − t)/d₀ + 1), None if that bound
+        falls short (the caller loops)."""
+        kc, beta, over = self.kv_coef, self.hw.beta_attention, self.over_layers
+        n = steps
+        if stop != math.inf:
+            d0 = x * kc / beta + over + fixed
+            n = (int((stop - t) / d0) + 2 if d0 > 0 else steps) if stop > t else 1
+            if n > steps:
+                n = steps
+        xs = accumulate(repeat(nf, n - 1), initial=x)
+        durations = map(add, map(add, map(truediv, map(mul, xs, repeat(kc)), repeat(beta)), repeat(over)), repeat(fixed))
+        out = list(accumulate(durations, initial=t))
+        del out[0]
+        if stop == math.inf:
+            return out
+        i = bisect_left(out, stop)
+        if i < n:
+            del out[i + 1:]
+            return out
+        return out if n == steps else None
+
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
                           sealed: int = 0, leaves=(), head=()) -> list[float]:
         """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes
@@ -85,14 +117,16 @@ class DecodeRuns(UnitDecodeRuns):
         from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
-        bound, fixed = self.attn_bound, self._fixed_time   # memoized here, by one int key
-        lead_fixed = self._lead_fixed
-        if len(lead_fixed) >= 1 << 17:
+        try:
+            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms
+        except AttributeError:
+            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
+                self._lead_fixed, self.attn_bound, self.attn_coef, self.kv_coef, self.hw.pi_attention,
+                self.hw.beta_attention, self.floor_attn, self.over_layers, self.quadrature, self._fixed_uses_seqs)
+        if len(lead_fixed) >= 1 << 17:   # _fixed_time, memoized here by one int key
             lead_fixed.clear()
-        ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
-        floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
+        sqrt = math.sqrt
         decodes_compute_bound = 1 > bound
-        by_seqs = self._fixed_uses_seqs
         out = []
         d = decode_kv0
         pared = not decodes_compute_bound and not by_seqs   # the common step's loop body: its sums written out
@@ -110,7 +144,7 @@ class DecodeRuns(UnitDecodeRuns):
                 p, kq = q * kv + q * (q + 1) // 2, kv + q
                 g = lead_fixed.get(m + q)
                 if g is None:
-                    g = lead_fixed[m + q] = fixed(m + q, m + 1)
+                    g = lead_fixed[m + q] = self._fixed_time(m + q, m + 1)
                 if p > bound * kq:   # P compute-bound
                     x, y = (ac * p) / pi, (kc * kq) / beta
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
@@ -156,7 +190,7 @@ class DecodeRuns(UnitDecodeRuns):
             key = rows << 20 | m + 1 if by_seqs else rows   # _fixed_time of (rows, seqs < 2^20), or of rows alone
             g = lead_fixed.get(key)
             if g is None:
-                g = lead_fixed[key] = fixed(rows, m + 1)
+                g = lead_fixed[key] = self._fixed_time(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from operator import sub
 
 import numpy as np
 
@@ -221,7 +222,7 @@ class Replica(RunPlanning):
         if steps > 1:
             if self._counts_runs:
                 self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
-            inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
+            inner = list(map(sub, ends[1:], ends)) if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
             itl.add(gap, plan.cohort)
