@@ -8,16 +8,13 @@ stepping would get (tests/test_costmodel.py checks every variant against ``time`
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from itertools import accumulate, repeat
-from operator import add, mul, truediv
+from itertools import accumulate
 
 import numpy as np
 
 from .decode_unit_runs import UnitDecodeRuns
 
 UNIT_ARRAY_STEPS = 24       # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
-MAPPED_STEPS = 4            # decode runs this long are priced by C iterators (their set-up pays)
 DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
 
 
@@ -29,16 +26,21 @@ class DecodeRuns(UnitDecodeRuns):
         floats, the same operations in the same order (so bit-identical), cheaper than numpy's
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
-        if self.has_host or self.units:   # host terms, unit decode model: step by step (``time``'s operations)
+        try:
+            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms
+        except AttributeError:
+            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms = (
+                bool(self.has_host or self.units), self._fixed, self._fixed_uses_seqs, self.kv_coef,
+                self.hw.beta_attention, self.floor_attn, self.over_layers, self.attn_fitted, self._decode_memory_bound)
+        if stepwise:   # host terms, unit decode model: step by step (``time``'s operations)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
-        hw = self.hw
-        fixed = self._fixed.get((n, n) if self._fixed_uses_seqs else n)
+        fixed = fixed_of.get((n, n) if by_seqs else n)
         if fixed is None:
             fixed = self._fixed_part(n, n)
-        kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
         out = []
         x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
-        if self.attn_fitted:
+        if fitted:
+            hw = self.hw
             ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
             for _ in range(steps):
                 a, m = ac * x / pi, (kc * x + qo) / beta
@@ -48,12 +50,8 @@ class DecodeRuns(UnitDecodeRuns):
                     break
                 x += nf
             return out
-        if self._decode_memory_bound:
+        if memory_bound:
             if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
-                if steps >= MAPPED_STEPS:
-                    mapped = self._mapped_ends(x, nf, steps, t, stop, fixed)
-                    if mapped is not None:
-                        return mapped
                 for _ in range(steps):
                     t += x * kc / beta + over + fixed
                     out.append(t)
@@ -69,7 +67,7 @@ class DecodeRuns(UnitDecodeRuns):
                     break
                 x += nf
             return out
-        ac, pi = self.attn_coef, hw.pi_attention
+        ac, pi = self.attn_coef, self.hw.pi_attention
         for _ in range(steps):
             a, m = ac * x / pi, x * kc / beta
             d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
@@ -79,31 +77,6 @@ class DecodeRuns(UnitDecodeRuns):
                 break
             x += nf
         return out
-
-    def _mapped_ends(self, x: float, nf: float, steps: int, t: float, stop: float, fixed: float) -> list[float] | None:
-        """``decode_ends_list``'s memory-bound loop with C iterators instead of bytecode per step:
-        x, x + n, (x + n) + n, … by repeated addition, t + ((x·kc)/β + over) + fixed summed in
-        turn: the same operations on the same values. With a stop, only the steps that can start
-        before it are priced (durations only grow: at most (stop − t)/d₀ + 1), None if that bound
-        falls short (the caller loops)."""
-        kc, beta, over = self.kv_coef, self.hw.beta_attention, self.over_layers
-        n = steps
-        if stop != math.inf:
-            d0 = x * kc / beta + over + fixed
-            n = (int((stop - t) / d0) + 2 if d0 > 0 else steps) if stop > t else 1
-            if n > steps:
-                n = steps
-        xs = accumulate(repeat(nf, n - 1), initial=x)
-        durations = map(add, map(add, map(truediv, map(mul, xs, repeat(kc)), repeat(beta)), repeat(over)), repeat(fixed))
-        out = list(accumulate(durations, initial=t))
-        del out[0]
-        if stop == math.inf:
-            return out
-        i = bisect_left(out, stop)
-        if i < n:
-            del out[i + 1:]
-            return out
-        return out if n == steps else None
 
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
                           sealed: int = 0, leaves=(), head=()) -> list[float]:

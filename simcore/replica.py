@@ -59,6 +59,7 @@ class Replica(RunPlanning):
         self._counts_runs = getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward   # no-ops skipped
         self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
         self.rejects = getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason   # beyond the pool's size
+        self._headroom = getattr(type(policy), "run_headroom", None) is not PolicyHooks.run_headroom   # else none
         if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
