@@ -26,16 +26,21 @@ class DecodeRuns(UnitDecodeRuns):
         floats, the same operations in the same order (so bit-identical), cheaper than numpy's
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
-        if self.has_host or self.units:   # host terms, unit decode model: step by step (``time``'s operations)
+        try:
+            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms
+        except AttributeError:
+            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms = (
+                bool(self.has_host or self.units), self._fixed, self._fixed_uses_seqs, self.kv_coef,
+                self.hw.beta_attention, self.floor_attn, self.over_layers, self.attn_fitted, self._decode_memory_bound)
+        if stepwise:   # host terms, unit decode model: step by step (``time``'s operations)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
-        hw = self.hw
-        fixed = self._fixed.get((n, n) if self._fixed_uses_seqs else n)
+        fixed = fixed_of.get((n, n) if by_seqs else n)
         if fixed is None:
             fixed = self._fixed_part(n, n)
-        kc, beta, floor, over = self.kv_coef, hw.beta_attention, self.floor_attn, self.over_layers
         out = []
         x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
-        if self.attn_fitted:
+        if fitted:
+            hw = self.hw
             ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
             for _ in range(steps):
                 a, m = ac * x / pi, (kc * x + qo) / beta
@@ -45,7 +50,7 @@ class DecodeRuns(UnitDecodeRuns):
                     break
                 x += nf
             return out
-        if self._decode_memory_bound:
+        if memory_bound:
             if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
                 for _ in range(steps):
                     t += x * kc / beta + over + fixed
@@ -62,7 +67,7 @@ class DecodeRuns(UnitDecodeRuns):
                     break
                 x += nf
             return out
-        ac, pi = self.attn_coef, hw.pi_attention
+        ac, pi = self.attn_coef, self.hw.pi_attention
         for _ in range(steps):
             a, m = ac * x / pi, x * kc / beta
             d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
@@ -85,14 +90,16 @@ class DecodeRuns(UnitDecodeRuns):
         from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
-        bound, fixed = self.attn_bound, self._fixed_time   # memoized here, by one int key
-        lead_fixed = self._lead_fixed
-        if len(lead_fixed) >= 1 << 17:
+        try:
+            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms
+        except AttributeError:
+            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
+                self._lead_fixed, self.attn_bound, self.attn_coef, self.kv_coef, self.hw.pi_attention,
+                self.hw.beta_attention, self.floor_attn, self.over_layers, self.quadrature, self._fixed_uses_seqs)
+        if len(lead_fixed) >= 1 << 17:   # _fixed_time, memoized here by one int key
             lead_fixed.clear()
-        ac, kc, pi, beta = self.attn_coef, self.kv_coef, self.hw.pi_attention, self.hw.beta_attention
-        floor, over, quad, sqrt = self.floor_attn, self.over_layers, self.quadrature, math.sqrt
+        sqrt = math.sqrt
         decodes_compute_bound = 1 > bound
-        by_seqs = self._fixed_uses_seqs
         out = []
         d = decode_kv0
         pared = not decodes_compute_bound and not by_seqs   # the common step's loop body: its sums written out
@@ -110,7 +117,7 @@ class DecodeRuns(UnitDecodeRuns):
                 p, kq = q * kv + q * (q + 1) // 2, kv + q
                 g = lead_fixed.get(m + q)
                 if g is None:
-                    g = lead_fixed[m + q] = fixed(m + q, m + 1)
+                    g = lead_fixed[m + q] = self._fixed_time(m + q, m + 1)
                 if p > bound * kq:   # P compute-bound
                     x, y = (ac * p) / pi, (kc * kq) / beta
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
@@ -156,7 +163,7 @@ class DecodeRuns(UnitDecodeRuns):
             key = rows << 20 | m + 1 if by_seqs else rows   # _fixed_time of (rows, seqs < 2^20), or of rows alone
             g = lead_fixed.get(key)
             if g is None:
-                g = lead_fixed[key] = fixed(rows, m + 1)
+                g = lead_fixed[key] = self._fixed_time(rows, m + 1)
             a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta

@@ -57,6 +57,7 @@ class SchedulerState:
         n = len(c.members)
         cohort_blocks = c.new_blocks(c.tick, 1)
         tokens, blocks, left = n, cohort_blocks, budget - n
+        plain, bs = pool.cache is None, pool.block_size
         for req in self.running if others is None else others:
             n = wants(req)
             if n > left:
@@ -66,7 +67,10 @@ class SchedulerState:
                 n = left
             left -= n
             tokens += n
-            blocks += max(0, pool.blocks_missing(req, req.num_computed_tokens + n))
+            need = (-(-(req.num_computed_tokens + n) // bs) - req.num_blocks if plain   # blocks_missing, no cache
+                    else pool.blocks_missing(req, req.num_computed_tokens + n))
+            if need > 0:
+                blocks += need
         if tokens > budget or blocks > pool.free:
             self.dissolve_cohort()
             return 0

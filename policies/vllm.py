@@ -118,14 +118,29 @@ class VLLMScheduler(PolicyHooks):
         cache = s.pool.cache if isinstance(s.pool.cache, BlockHashCache) else None
         if cache is not None:
             cache.begin_schedule()
-        self._thr = self._threshold(s)
+        self._thr = self._threshold(s) if self.cfg.long_prefill_token_threshold else 0
         plan.cohort = s.cohort_rides(self._wants, budget)
         budget -= plan.cohort
         scheduled = {}
-        i = 0
-        while i < len(s.running) and budget > 0:
-            req = s.running[i]
-            n = self._clamp(req, budget)
+        i, running, pool = 0, s.running, s.pool
+        plain, bs, thr = pool.cache is None, pool.block_size, self._thr
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens   # _clamp, inlined
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                n = budget
+            if plain:   # grow_or_preempt and publish without a cache: the blocks fit, or the slow path preempts
+                need = -(-(req.num_computed_tokens + n) // bs) - req.num_blocks
+                if need <= 0 or need <= pool.total - pool.used:
+                    if need > 0:
+                        pool.used += need
+                        req.num_blocks += need
+                    scheduled[req] = n
+                    budget -= n
+                    i += 1
+                    continue
             before = len(plan.preempted)
             fits = s.grow_or_preempt(req, req.num_computed_tokens + n, plan.preempted)
             for victim in plan.preempted[before:]:
@@ -139,7 +154,7 @@ class VLLMScheduler(PolicyHooks):
         if cache is not None:
             cache.end_schedule(s.running[i:])
         if not plan.preempted and s.waiting:
-            waiting, pool, cfg = s.waiting, s.pool, self.cfg
+            waiting, cfg = s.waiting, self.cfg
             num_running = s.num_running + len(s.finished)
             while waiting and budget > 0 and num_running < cfg.max_num_seqs:
                 req = waiting[0]
@@ -170,7 +185,8 @@ class VLLMScheduler(PolicyHooks):
                 scheduled[req] = n
                 budget -= n
         plan.items = list(scheduled.items())
-        plan.released = s.release_finished()
+        if s.finished:
+            plan.released = s.release_finished()
         return plan
 
     def _wants(self, req) -> int:

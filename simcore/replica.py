@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from operator import sub
 
 import numpy as np
 
@@ -58,6 +59,7 @@ class Replica(RunPlanning):
         self._counts_runs = getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward   # no-ops skipped
         self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
         self.rejects = getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason   # beyond the pool's size
+        self._headroom = getattr(type(policy), "run_headroom", None) is not PolicyHooks.run_headroom   # else none
         if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
@@ -221,7 +223,7 @@ class Replica(RunPlanning):
         if steps > 1:
             if self._counts_runs:
                 self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
-            inner = [b - a for a, b in zip(ends, ends[1:])] if type(ends) is list else ends[1:] - ends[:-1]
+            inner = list(map(sub, ends[1:], ends)) if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
             itl.add(gap, plan.cohort)

@@ -32,6 +32,7 @@ SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's
 
 class RunPlanning(ChunkedRuns):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
+    _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
 
     def _step_ends(self, plan: Plan, start: float):
         """End times of the steps this plan starts: one, or a run of k when every running request
@@ -187,7 +188,7 @@ class RunPlanning(ChunkedRuns):
         An item (r, q) holds r.num_computed_tokens + q − 1 + j positions after step j; with
         `decoding` False an item may grow by more than one a step before that (a chunked lead)."""
         pool, c = self.state.pool, self.state.cohort
-        bs, free, cache = pool.block_size, pool.total - pool.used - self.policy.run_headroom(self.state), pool.cache
+        bs, free, cache = pool.block_size, pool.total - pool.used - (self.policy.run_headroom(self.state) if self._headroom else 0), pool.cache
         if decoding and (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
             return k
         held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
