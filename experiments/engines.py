@@ -61,12 +61,19 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     return sched, pool, cm, max_len
 
 
+MAX_REPLICAS = 4096
+"""The most replicas one simulation builds: each is its own scheduler, block pool and memos, built
+before the first arrival, so a mistyped count (10**6) would take tens of GB before any error."""
+
+
 def build_cluster(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None,
                   replicas: int = 1, router: str = "round_robin"):
     """N identical replicas of tp GPUs each behind a router: (engines, router, max_model_len). The
     replicas share one CostModel (it holds nothing but memos of prices), so one memo serves all."""
     from simcore.router import make_router
     require(isinstance(replicas, int) and replicas >= 1, "replicas", replicas, "must be a positive integer")
+    require(replicas <= MAX_REPLICAS, "replicas", replicas, f"at most {MAX_REPLICAS} (each replica is its own scheduler "
+            "and KV pool, built up front)")
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     route = make_router(router)
     engines, max_len = [], 0

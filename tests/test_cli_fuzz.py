@@ -417,3 +417,12 @@ def test_corrupt_csv_trace(tmp_path_factory, cut, junk, where):
     p = tmp_path_factory.mktemp("az") / "trace.csv"
     p.write_bytes(raw)
     _verdict(["simulate", "--workload-file", str(p), "--quiet", "--json"])
+
+
+def test_absurd_replica_count_is_one_clear_error(tmp_path):
+    """A mistyped replica count fails at once in one line instead of building 10**6 engines."""
+    from experiments.engines import MAX_REPLICAS
+    p = tmp_path / "exp.yaml"
+    for n, want in ((MAX_REPLICAS + 1, 2), (10 ** 6, 2), (3, 0)):
+        p.write_text(yaml.safe_dump(_set(EXP, ("replicas",), n)))
+        assert _verdict(["simulate", "-f", str(p), "--quiet", "--json"]) == want
