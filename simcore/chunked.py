@@ -81,7 +81,7 @@ class ChunkedRuns:
         pool = s.pool
         bs = pool.block_size
         grows = (req.num_computed_tokens + total + k - L + bs - 1) // bs - (req.num_computed_tokens + q0 + bs - 1) // bs
-        if (len(others) + nc) * (k // bs + 1) + grows > pool.total - pool.used - (self.policy.run_headroom(s) if self._headroom else 0):   # else every block is free
+        if (len(others) + nc) * (k // bs + 1) + grows > self._run_free():   # else every block is free
             kv_items = others + [(req, total - L + 1)]   # P holds c + total + (j − L) positions after step j ≥ L
             k = max(1, self._kv_limited(kv_items, k, nc, decoding=False))   # the first step's blocks are held
         if k < L:

@@ -34,6 +34,12 @@ class RunPlanning(ChunkedRuns):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
     _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
 
+    def _run_free(self) -> int:
+        """Free KV blocks a run may use: the pool's, less the policy's headroom (asked only where the
+        policy overrides ``run_headroom``; PolicyHooks' is always 0)."""
+        pool = self.state.pool
+        return pool.total - pool.used - (self.policy.run_headroom(self.state) if self._headroom else 0)
+
     def _step_ends(self, plan: Plan, start: float):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
@@ -56,12 +62,10 @@ class RunPlanning(ChunkedRuns):
             k = self._kv_limited(items, k, nc) if everyone and self.policy.can_fast_forward(self.state) else 1
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k <= 1 or not decodes:                   # the first step priced on its own: it ends at t1
-            if len(items) == 1 and self.fast_forward:   # as a lead step of one chunk (its pared loop; the same bits)
+            if len(items) == 1:   # fast-forward prices it as a lead step of one chunk (its pared loop; the same bits)
                 (r, q), = items
-                t1 = cm.prefill_lead_ends(nc, cohort_kv - nc, (0, q), r.num_computed_tokens, start)[0]
-            elif len(items) == 1:
-                (r, q), = items
-                t1 = start + cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
+                t1 = (cm.prefill_lead_ends(nc, cohort_kv - nc, (0, q), r.num_computed_tokens, start)[0] if self.fast_forward
+                      else start + cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv))
             else:
                 t1 = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
             if k <= 1:
@@ -188,7 +192,7 @@ class RunPlanning(ChunkedRuns):
         An item (r, q) holds r.num_computed_tokens + q − 1 + j positions after step j; with
         `decoding` False an item may grow by more than one a step before that (a chunked lead)."""
         pool, c = self.state.pool, self.state.cohort
-        bs, free, cache = pool.block_size, pool.total - pool.used - (self.policy.run_headroom(self.state) if self._headroom else 0), pool.cache
+        bs, free, cache = pool.block_size, self._run_free(), pool.cache
         if decoding and (len(items) + cohort) * (k // bs + 1) <= free:   # each sequence crosses at most k // bs + 1 block boundaries
             return k
         held, blocks = 0, (c.new_blocks(c.tick + 1, k - 1) if cohort else 0)
