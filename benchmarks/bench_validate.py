@@ -16,7 +16,11 @@ measurement: it arrived in v1.1.0 with this very run, and its serving/__main__.p
 link_bw "that already calibrates AllReduce", so it is tuned to these runs and cannot count as a
 source fixed before them), and the errors at a few link bandwidths (the spec sheet's per-hop
 latency): the link the run implies, printed as such.
-Run: python benchmarks/bench_validate.py"""
+Each run's wind-down (no prefill after its last first token) is also timed step by step from its
+requests' last tokens (decode_steps.py) against the folder's own timings and the model, by batch
+size; ``--upstream CHECKOUT`` (LLMServingSim at llmservingsim/COMMIT) adds the same card's tp-1
+Llama-3.1-8B run against its own folder, which ../shared/data does not hold.
+Run: python benchmarks/bench_validate.py [--upstream CHECKOUT]"""
 from __future__ import annotations
 
 import sys
@@ -28,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.decode_steps import by_batch, exact_decode_steps, folder_step, gap_line  # noqa: E402
 from benchmarks.machine import one_core, reference_s  # noqa: E402
 from costmodel import load_hardware, load_model  # noqa: E402
 from experiments.cli import calibrate as calibrate_cmd  # noqa: E402
@@ -162,6 +167,39 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
     return out
 
 
+def wind_down(run_dir: Path, profile_dir: Path, model, hw, tp: int) -> list[str]:
+    """The run's decode steps after its last first token, each timed exactly from the gaps between
+    its requests' last tokens (decode_steps.py), by batch size: measured, the profile folder's own
+    timings summed for the same batches, and the model (``hw``); then the gap to each as a + b·n,
+    and for tp > 1 what the logits all-gather costs, the one per-sequence transfer the tp-2 engine
+    adds beyond the all-reduces (vLLM ``LogitsProcessor._gather_logits``:
+    ``tensor_model_parallel_all_gather`` of each rank's n x vocab/tp logits, through PyNCCL)."""
+    from costmodel import CostModel
+    steps = exact_decode_steps(run_dir)
+    if steps.empty:
+        return ["no usable decode-step gaps after the last first token"]
+    priced = {"folder": np.array([folder_step(profile_dir, tp, model.L, c) for c in steps.ctx])}
+    if hw is not None:
+        cm = CostModel(model, hw, tp)
+        priced["model"] = np.array([cm.breakdown(cm.shape(np.ones(len(c), dtype=int), c.astype(int))).time_s
+                                    for c in steps.ctx])
+    tab = by_batch(steps, priced)
+    out = [f"{len(steps)} decode steps timed from the gaps between last tokens (after the last first token), by batch size:"]
+    for band, r in tab.iterrows():
+        out.append(f"  n {band}: {int(r['count'])} steps, measured {r.step_s * 1e3:.1f} ms, "
+                   + ", ".join(f"{k} {r[k] * 1e3:.1f}" for k in priced) + " (measured - "
+                   + ", - ".join(f"{k} {r['gap_' + k] * 1e3:+.1f}" for k in priced) + ")")
+    for name in priced:
+        a, b = gap_line(steps, priced[name])
+        out.append(f"  measured - {name} = {a * 1e3:.2f} ms + {b * 1e6:.0f} µs a sequence (least squares over the steps)")
+    if tp > 1:
+        per_seq = model.vocab // tp * model.b
+        out.append(f"  logits all-gather at NCCL {NCCL_LAT * 1e6:.0f} µs + {NCCL_BUSBW[0][0] / 1e9:.1f} GB/s: "
+                   f"{per_seq / 1e3:.0f} KB a sequence a rank, {per_seq / NCCL_BUSBW[0][0] * 1e6:.1f} µs a sequence, "
+                   f"{(NCCL_LAT + 128 * per_seq / NCCL_BUSBW[0][0]) * 1e3:.2f} ms at 128 (not in the model)")
+    return out
+
+
 def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     """(label, profile) with the all-reduce priced from sources other than the spec sheet."""
     ref = load_hardware("l40s")
@@ -187,11 +225,35 @@ def link_sensitivity(run_dir: Path, model, hw, run) -> str:
     return ", ".join(cells)
 
 
+UPSTREAM_TP1 = ("bench/examples/RTXPRO6000/Llama-3.1-8B/vllm", "profiler/perf/RTXPRO6000/meta-llama/Llama-3.1-8B/bf16")
+
+
+def same_card_tp1(upstream: Path) -> None:
+    """The tp-1 Llama-3.1-8B run LLMServingSim measured on the same RTX PRO 6000 machine as the
+    Qwen3-32B pair (vLLM 0.19, started two minutes before it), from a checkout of that repository
+    at ``llmservingsim/COMMIT`` (not in ../shared/data): its wind-down against its own folder. Every
+    host cost a tp-1 engine pays per sequence (scheduling, input preparation, sampling,
+    output processing) is in these steps too; only what tensor parallelism adds is not."""
+    run_dir, folder = (upstream / p for p in UPSTREAM_TP1)
+    if not (run_dir / "requests.jsonl").is_file():
+        print(f"\n--upstream {upstream}: no {UPSTREAM_TP1[0]}/requests.jsonl")
+        return
+    print(f"\nsame card, tp 1 ({run_dir}, folder {folder}): " + "\n  ".join(
+        wind_down(run_dir, folder, load_model("llama-3.1-8b"), None, 1)))
+
+
 def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", type=Path, help="a checkout of casys-kaist/LLMServingSim at llmservingsim/COMMIT: "
+                    "also time the same card's tp-1 run against its own folder")
+    args = ap.parse_args()
     if not ROOT.is_dir():
         print(f"skipped: {ROOT} not found")
         return
     print(f"machine: {one_core()}, reference loop {reference_s():.3f} s")
+    if args.upstream:
+        same_card_tp1(args.upstream)
     with tempfile.TemporaryDirectory() as tmp:
         for run_rel, prof_rel, model_name, base in RUNS:
             run = load_run(ROOT / "runs" / run_rel)
@@ -206,6 +268,9 @@ def main() -> None:
                 print(f"  {r.metric:20s} measured {r.measured:12.2f}  simulated {r.simulated:12.2f}  {100 * r.rel_error:+7.1f} %")
             print(f"  mean |relative error| {100 * overall:.1f} %, median TPOT {100 * tpot:+.1f} %, "
                   f"validate {seconds:.2f} s")
+            if run.tp == 1:
+                print("  the run's wind-down: " + "\n  ".join(
+                    wind_down(ROOT / "runs" / run_rel, ROOT / "profiles" / prof_rel, model, hw, run.tp)))
             if run.tp > 1:
                 print(f"  the profile folder holds no all-reduce; above: the base's spec-sheet link "
                       f"({hw.interconnect_bandwidth / 1e9:.0f} GB/s, {hw.interconnect_latency_s * 1e6:.1f} µs per hop)")
@@ -215,6 +280,8 @@ def main() -> None:
                           f"{100 * t2.set_index('metric').loc['median_tpot_ms', 'rel_error']:+.1f} %")
                     if i == 0:
                         print(f"    its pure-decode steps: {decode_plateau(ROOT / 'runs' / run_rel, model, alt, run.tp, ROOT / 'profiles' / prof_rel)}")
+                        print("    the run's wind-down with this all-reduce: " + "\n    ".join(
+                            wind_down(ROOT / "runs" / run_rel, ROOT / "profiles" / prof_rel, model, alt, run.tp)))
                 print(f"  the same with the profile's spec link: {decode_plateau(ROOT / 'runs' / run_rel, model, hw, run.tp)}")
                 for label, alt in interconnect_variants(hw, run.tp):
                     t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)
