@@ -191,6 +191,7 @@ from costmodel.errors import InputError  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
+from costmodel.calibration.operator_models import NCCL_REFERENCE  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
@@ -213,8 +214,8 @@ def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None 
         if only == "attention":
             out.append(error_table(f, train).assign(seed=seed, group=lambda e: e["group"] + " (fit)"))
         if rows is not None:
-            ar = held[held["op_class"] == "allreduce"]
-            rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train, ar), seed=seed))
+            ar = held[engine_allreduce(held)]
+            rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train[engine_allreduce(train)], ar), seed=seed))
             moe = held[held["op_class"] == "moe"]
             rows.append(moe.assign(pred=f.predict(moe), seed=seed))
     e = pd.concat(out)
@@ -260,6 +261,12 @@ def isotonic(y: np.ndarray) -> np.ndarray:
     return np.concatenate([[m] * w for m, w in blocks])
 
 
+def engine_allreduce(df: pd.DataFrame) -> np.ndarray:
+    """The all-reduce rows that are the engine's time (not the NCCL table's reference rows, which
+    only inform the fit's NCCL lines: ``importers/aiconfigurator.py``, ``_engine_rows``)."""
+    return ((df["op_class"] == "allreduce") & (df["op"] != NCCL_REFERENCE)).to_numpy()
+
+
 def allreduce_floor(train: pd.DataFrame, held: pd.DataFrame) -> np.ndarray:
     """Per held-out all-reduce row, the least |relative error| of any prediction non-decreasing in
     size that keeps the training sizes on their isotonic fit (log time): the measured time
@@ -303,8 +310,9 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
     e = pd.concat(rows)
     e = e.assign(ape=100 * np.abs(e["pred"] / e["time_s"] - 1))
     moe, e = e[e["op_class"] == "moe"], e[e["op_class"] == "allreduce"]
-    ar = df[df["op_class"] == "allreduce"]
-    full = fit(ar, form="physical", spec=spec).predict(ar) if spec is not None else None
+    every = df[df["op_class"] == "allreduce"]
+    ar = df[engine_allreduce(df)]
+    full = fit(every, form="physical", spec=spec).predict(ar) if spec is not None else None
     agree = nccl_agreement(folder, ar) if folder else {}
     lines = [f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
              f"every size | model fitted on every size | custom vs NCCL table where both run NCCL, median / max; "

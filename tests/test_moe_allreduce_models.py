@@ -196,3 +196,38 @@ def test_roofline_prices_the_capped_regimes_as_the_fit(tmp_path):
     old = hw.replace(allreduce_oneshot_tokens=0)                 # older profiles: every regime at every size
     cm, cm_old = CostModel(m, hw, 2), CostModel(m, old, 2)
     assert cm_old.allreduce_s(256) < cm.allreduce_s(256) and cm_old.allreduce_s(64) == cm.allreduce_s(64)
+
+
+def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
+    """8 GPUs: one-shot up to 128 tokens, then NCCL (three protocol lines); NCCL reference rows at
+    the one-shot sizes are priced by the NCCL lines alone, which then get a fifth line and recover
+    the low-latency protocol the engine's own rows never show; 2 GPUs, with none, keep four."""
+    rng = np.random.default_rng(11)
+    oneshot, nccl = [(4e-6, 60e9), (6e-6, 150e9)], [(18e-6, 30e9), (30e-6, 150e9), (90e-6, 450e9)]
+    elems = 2.0 ** np.arange(7, 30)
+    B, tok = 2 * 7 / 8 * 2 * elems, np.maximum(1, np.floor(elems / 4096))
+    line = lambda ls, b: min(lat + b / bw for lat, bw in ls)  # noqa: E731
+    os_ = tok <= ONESHOT_MAX_TOKENS
+    eng = np.array([line(oneshot + nccl if o else nccl, b) for b, o in zip(B, os_)])
+    ref = np.array([line(nccl, b) for b in B[os_]])
+    frame = lambda op, t, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
+                                                 workers=8, tp=8, flops=0.0, bytes=B[sel],
+                                                 time_s=t * np.exp(0.005 * rng.standard_normal(len(t)))))
+    two = synthetic_allreduce(3)[0].query("workers == 2")
+    df = pd.concat([frame("custom_all_reduce", eng, np.ones(len(B), bool)), frame("nccl_reference", ref, os_), two],
+                   ignore_index=True)
+    f = fit(df, form="physical")
+    c = f.classes["allreduce"]
+    assert sum(p.endswith("@8") for p in c.params) == 10 and sum(p.endswith("@2") for p in c.params) == 8
+    assert f.value("allreduce.latency_mid2@8") == pytest.approx(nccl[0][0], rel=0.1)
+    r = df[df.op == "nccl_reference"]
+    assert f.predict(r) == pytest.approx(ref, rel=0.05)            # the one-shot lines never price them
+    assert (f.predict(r) > 1.5 * f.predict(df[(df.op == "custom_all_reduce") & (df.tokens <= 128)])).all()
+    hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "ar-ref")
+    assert len(hw.allreduce_regimes[8]) == 10 and len(hw.allreduce_regimes[2]) == 8
+    cm = CostModel(load_model("llama-3.1-8b"), hw, 8)
+    for rows in (16, 128, 129, 4096):
+        size = 2.0 * 4096 * rows
+        probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=[float(rows)], m=size, workers=8,
+                                  tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
+        assert cm.allreduce_s(rows) == pytest.approx(2 * cm.model.L * f.predict(probe)[0], rel=1e-9)

@@ -73,13 +73,16 @@ SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, whe
 TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
 
 SAMPLER = ("floor", "per_seq")
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2", "latency_large", "bandwidth_large")
+ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",
+                    "latency_large", "bandwidth_large", "latency_large2", "bandwidth_large2")
 R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
+NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
 UNITS = {"wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
-         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s"}
+         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s",
+         "latency_large2": "s", "bandwidth_large2": "B/s"}
 UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
@@ -192,14 +195,28 @@ def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
 
 
 def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
-    return tuple(f"{p}@{int(n)}" for n in sorted(df["workers"].unique()) for p in ALLREDUCE_REGIME)
+    """Per GPU count, ALLREDUCE_REGIME's four lines, and a fifth where the count has NCCL reference
+    rows: NCCL's lines then span its whole range (8 GPUs: 256 to 512M elements), where each of its
+    protocols (LL, LL128, Simple) is the fastest somewhere."""
+    ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
+    w = df["workers"].to_numpy(float)
+    return tuple(f"{p}@{int(n)}" for n in sorted(np.unique(w))
+                 for p in (ALLREDUCE_REGIME if (ref & (w == n)).any() else ALLREDUCE_REGIME[:R - 2]))
+
+
+def count_slices(params) -> list[tuple[int, slice]]:
+    """(GPU count, its slice of ``params``), in order."""
+    counts = [int(p.split("@")[1]) for p in params]
+    return [(n, slice(counts.index(n), len(counts) - counts[::-1].index(n))) for n in dict.fromkeys(counts)]
 
 
 def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
     """Rows whose message the one-shot lines may carry: at most ``cap_tokens`` tokens (0: no cap;
-    rows with no token count: allowed)."""
+    rows with no token count: allowed), and never an NCCL reference row (``NCCL_REFERENCE``: a
+    timing of NCCL at a size where the engine runs its own kernel)."""
     tok = df["tokens"].to_numpy(float) if "tokens" in df else np.zeros(len(df))
-    return (tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)
+    ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
+    return ((tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)) & ~ref
 
 
 def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray) -> np.ndarray:
@@ -214,9 +231,9 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
     ok = oneshot_allowed(df, cap_tokens)
     out = np.full(len(df), np.nan)
-    for i in range(0, len(params), R):
-        sel = w == int(params[i].split("@")[1])
-        out[sel] = regime_times(v[i:i + R:2], v[i + 1:i + R:2], B[sel], ok[sel])
+    for n, sl in count_slices(params):
+        sel = w == n
+        out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel])
     return out
 
 
@@ -227,19 +244,31 @@ def _rel_line(B: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
     return x, float(((a @ x - 1.0) ** 2).sum())
 
 
-def _two_lines(B: np.ndarray, t: np.ndarray) -> list:
-    """Two (ℓ, bw) lines through the sorted sizes cut at the best split (each run ≥ 2 sizes;
-    fewer than 4 sizes: one line, twice)."""
+def _lines(B: np.ndarray, t: np.ndarray, k: int = 2) -> list:
+    """k (ℓ, bw) lines through the sorted sizes cut into k runs (each ≥ 2 sizes) at the cuts that
+    fit best; too few sizes for k runs: as many runs as they allow, the last line repeated."""
     o = np.argsort(B)
     B, t = B[o], t[o]
     if len(B) < 2:
-        return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * 2
-    cuts = range(2, len(B) - 1)
-    best = min(((sum(f[1] for f in fits), fits) for fits in ([_rel_line(B[:c], t[:c]), _rel_line(B[c:], t[c:])]
-                                                             for c in cuts)), default=None, key=lambda x: x[0])
-    fits = best[1] if best else [_rel_line(B, t)] * 2
+        return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * k
+    k_fit = max(1, min(k, len(B) // 2))
+    best = {}                    # (start, runs) -> (sum, fits)
+
+    def runs(i: int, j: int) -> tuple:
+        if (i, j) in best:
+            return best[(i, j)]
+        if j == 1:
+            x, e = _rel_line(B[i:], t[i:])
+            best[(i, j)] = (e, [x])
+        else:
+            best[(i, j)] = min(((e0 + r[0], [x0] + r[1]) for c in range(i + 2, len(B) - 2 * (j - 1) + 1)
+                                for (x0, e0), r in [(_rel_line(B[i:c], t[i:c]), runs(c, j - 1))]), key=lambda x: x[0])
+        return best[(i, j)]
+
+    fits = runs(0, k_fit)[1]
+    fits = fits + [fits[-1]] * (k - len(fits))
     tmin = float(t.min())
-    return [(max(float(x[0]), 0.05 * tmin), 1.0 / max(float(x[1]), 1e-16)) for x, _ in fits]
+    return [(max(float(x[0]), 0.05 * tmin), 1.0 / max(float(x[1]), 1e-16)) for x in fits]
 
 
 def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0) -> np.ndarray:
@@ -268,11 +297,11 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
     out = []
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
     ok = oneshot_allowed(df, cap_tokens)
-    for i in range(0, len(params), R):
-        sel = w == int(params[i].split("@")[1])
+    for n, sl in count_slices(params):
+        sel = w == n
         small = ok[sel] if cap_tokens else B[sel] <= np.median(B[sel])
-        for part in (small, ~small):
-            for lat, bw in _two_lines(B[sel][part], t[sel][part]):
+        for part, k in ((small, CAPPED_LINES), (~small, (sl.stop - sl.start) // 2 - CAPPED_LINES)):
+            for lat, bw in _lines(B[sel][part], t[sel][part], k):
                 out += [lat, bw]
     return np.array(out)
 
@@ -490,7 +519,8 @@ class FloatColumns:
 
     def __getitem__(self, c: str) -> "_Column":
         if c not in self._cols:
-            self._cols[c] = _Column(self._df[c].to_numpy(float))
+            col = self._df[c]
+            self._cols[c] = _Column(col.to_numpy(float) if pd.api.types.is_numeric_dtype(col) else col.to_numpy(str))
         return self._cols[c]
 
     def __contains__(self, c: str) -> bool:
