@@ -231,3 +231,30 @@ def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
         probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=[float(rows)], m=size, workers=8,
                                   tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
         assert cm.allreduce_s(rows) == pytest.approx(2 * cm.model.L * f.predict(probe)[0], rel=1e-9)
+
+
+def test_a_one_shot_line_seen_at_two_sizes_is_turned_off():
+    """8 GPUs over NVLink (NCCL reference rows below the switch): one-shot is one line here and the
+    smallest timed size runs 35 % fast (noise). No one-shot line may rest on fewer than three
+    sizes (``lone_lines``), so the size below, never timed, is priced by the line every other
+    size shows, not by a steep line through the outlier."""
+    rng = np.random.default_rng(5)
+    oneshot, nccl = (5e-6, 70e9), [(18e-6, 30e9), (30e-6, 150e9), (70e-6, 450e9)]
+    elems = 2.0 ** np.arange(8, 30)
+    B, tok = 2 * 7 / 8 * 2 * elems, np.maximum(1, np.floor(elems / 4096))
+    line = lambda b: min(lat + b / bw for lat, bw in nccl)  # noqa: E731
+    t = np.array([oneshot[0] + b / oneshot[1] if k <= 128 else line(b) for b, k in zip(B, tok)])
+    t *= np.exp(0.01 * rng.standard_normal(len(t)))
+    t[0] *= 0.65
+    os_ = tok <= 128
+    frame = lambda op, tt, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
+                                                  workers=8, tp=8, flops=0.0, bytes=B[sel], time_s=tt))
+    df = pd.concat([frame("custom_all_reduce", t, np.ones(len(B), bool)),
+                    frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_)], ignore_index=True)
+    f = fit(df, form="physical")
+    lat = [f.value(f"allreduce.latency_{p}@8") for p in ("small", "mid")]
+    assert max(lat) > 1.0                                           # one of the two one-shot lines is off
+    b = 2 * 7 / 8 * 2 * 128.0
+    probe = df.iloc[[0]].assign(m=2 * 128.0, bytes=b)
+    assert f.predict(probe)[0] == pytest.approx(oneshot[0] + b / oneshot[1], rel=0.05)
+    assert f.classes["allreduce"].errors["median_ape"] < 2.0

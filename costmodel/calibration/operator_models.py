@@ -237,6 +237,33 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
     return out
 
 
+LINE_OFF = 1e3     # an all-reduce line turned off: its latency this many times the slowest row's time
+
+
+def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) -> list[int]:
+    """Indices (of the latency) of the one-shot lines, on GPU counts with NCCL reference rows (NVLink,
+    more than 2 GPUs: the capped lines are the one-shot kernel alone), that are the fastest line at
+    fewer than three of the count's message sizes: a line through two sizes has no residual, so
+    a second one-shot regime seen there cannot be told from their noise (H100, 8 GPUs, 256
+    elements in 3.4 µs between 5.1 and 5.0 µs drew a 1.7 µs, 0.5 GB/s line that priced a held-out
+    128 elements at 2.5 µs)."""
+    B, w, m = df["bytes"].to_numpy(float), df["workers"].to_numpy(float), df["m"].to_numpy(float)
+    ok = oneshot_allowed(df, cap_tokens)
+    out = []
+    for n, sl in count_slices(params):
+        if sl.stop - sl.start < R:
+            continue
+        sel = w == n
+        lat, bw = values[sl][::2], values[sl][1::2]
+        t = lat[None, :] + B[sel][:, None] / bw[None, :]
+        t[:, :CAPPED_LINES] = np.where(ok[sel][:, None], t[:, :CAPPED_LINES], np.inf)
+        win = np.argmin(t, axis=1)
+        for i in range(CAPPED_LINES):
+            if len(np.unique(m[sel][win == i])) < 3:
+                out.append(sl.start + 2 * i)
+    return out
+
+
 def _rel_line(B: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
     """(ℓ, 1/bw) of the line minimising Σ((ℓ + B/bw)/t - 1)², and that sum."""
     a = np.stack([1.0 / t, B / t], axis=1)
@@ -384,6 +411,19 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                         x_scale=1.0, **solver)
     values = p0 * np.exp(res.x)
+    if op_class == "allreduce":
+        lone = lone_lines(params, values, df, cap_tok)
+        if lone:                          # refit with them off: a latency no message reaches, both fixed
+            x = res.x.copy()
+            for j in lone:
+                x[j] = np.log(LINE_OFF * float(t.max()) / p0[j])
+            lo, hi = lo.copy(), hi.copy()
+            for j in lone + [j + 1 for j in lone]:
+                lo[j], hi[j] = x[j], x[j] + 1e-12
+            fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, cap_tok, tile), df, t,
+                            params, op_class, lo, hi)
+            res = least_squares(fn, x, jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
+            values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
     active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok, tile),
                                       res, len(t), cap, units)
