@@ -219,12 +219,23 @@ def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
     return ((tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)) & ~ref
 
 
-def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray) -> np.ndarray:
-    """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok)."""
+def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray, alone: bool = False) -> np.ndarray:
+    """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok;
+    ``alone``: there, those lines only)."""
     t = lat[None, :] + B[:, None] / bw[None, :]
     if len(lat) > CAPPED_LINES:
         t[:, :CAPPED_LINES] = np.where(capped_ok[:, None], t[:, :CAPPED_LINES], np.inf)
+        if alone:
+            t[:, CAPPED_LINES:] = np.where(capped_ok[:, None], np.inf, t[:, CAPPED_LINES:])
     return t.min(axis=1)
+
+
+def oneshot_alone(sl: slice) -> bool:
+    """Whether a GPU count's one-shot lines price its one-shot sizes alone: the counts with a fifth
+    line, i.e. with NCCL reference rows (NVLink, more than 2 GPUs), where TensorRT-LLM's AUTO runs
+    one-shot up to 128 tokens whatever NCCL would take (A100, 8 GPUs, 128 tokens: 83.2 µs
+    one-shot, 38.8 µs NCCL); elsewhere the lines' minimum (L40S: NCCL at every size)."""
+    return sl.stop - sl.start == R
 
 
 def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0) -> np.ndarray:
@@ -233,7 +244,7 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
     out = np.full(len(df), np.nan)
     for n, sl in count_slices(params):
         sel = w == n
-        out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel])
+        out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel], oneshot_alone(sl))
     return out
 
 
@@ -257,6 +268,7 @@ def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) ->
         lat, bw = values[sl][::2], values[sl][1::2]
         t = lat[None, :] + B[sel][:, None] / bw[None, :]
         t[:, :CAPPED_LINES] = np.where(ok[sel][:, None], t[:, :CAPPED_LINES], np.inf)
+        t[:, CAPPED_LINES:] = np.where(ok[sel][:, None], np.inf, t[:, CAPPED_LINES:])
         win = np.argmin(t, axis=1)
         for i in range(CAPPED_LINES):
             if len(np.unique(m[sel][win == i])) < 3:
