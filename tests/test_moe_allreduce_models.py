@@ -225,6 +225,11 @@ def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
     assert (f.predict(r) > 1.5 * f.predict(df[(df.op == "custom_all_reduce") & (df.tokens <= 128)])).all()
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "ar-ref")
     assert len(hw.allreduce_regimes[8]) == 10 and len(hw.allreduce_regimes[2]) == 8
+    assert hw.allreduce_oneshot_alone == [8]                    # AUTO runs one-shot there, whatever NCCL takes
+    with pytest.raises(InputError, match="allreduce_oneshot_alone"):
+        hardware_from_dict({**hw.__dict__, "allreduce_oneshot_alone": ["8"]}, "bad")
+    back = hardware_from_dict(__import__("yaml").safe_load(hw.to_yaml()), "roundtrip")
+    assert back.allreduce_oneshot_alone == [8]
     cm = CostModel(load_model("llama-3.1-8b"), hw, 8)
     for rows in (16, 128, 129, 4096):
         size = 2.0 * 4096 * rows
@@ -258,3 +263,18 @@ def test_a_one_shot_line_seen_at_two_sizes_is_turned_off():
     probe = df.iloc[[0]].assign(m=2 * 128.0, bytes=b)
     assert f.predict(probe)[0] == pytest.approx(oneshot[0] + b / oneshot[1], rel=0.05)
     assert f.classes["allreduce"].errors["median_ape"] < 2.0
+
+
+def test_roofline_prices_oneshot_alone_where_the_profile_says():
+    """A tp in allreduce_oneshot_alone takes its one-shot lines alone up to the token cap, even
+    where a later line is cheaper; past the cap, and for other tps, the lines' minimum as before."""
+    slow, fast = [50e-6, 1e11, 60e-6, 1e11], [5e-6, 1e12, 6e-6, 1e12, 7e-6, 1e12]
+    hw = load_hardware("h100").replace(allreduce_regimes={8: slow + fast}, allreduce_oneshot_tokens=128)
+    m = load_model("llama-3.1-8b")
+    plain, alone = CostModel(m, hw, 8), CostModel(m, hw.replace(allreduce_oneshot_alone=[8]), 8)
+    size = lambda rows: 2 * 7 / 8 * 2.0 * m.H * rows  # noqa: E731     bus bytes of a pass
+    assert plain.allreduce_s(64) == pytest.approx(2 * m.L * (5e-6 + size(64) / 1e12))
+    assert alone.allreduce_s(64) == pytest.approx(2 * m.L * (50e-6 + size(64) / 1e11))
+    assert alone.allreduce_s(256) == plain.allreduce_s(256) == pytest.approx(2 * m.L * (5e-6 + size(256) / 1e12))
+    other = CostModel(m, hw.replace(allreduce_oneshot_alone=[4], allreduce_regimes={8: slow + fast}), 8)
+    assert other.allreduce_s(64) == plain.allreduce_s(64)
