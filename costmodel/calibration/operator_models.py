@@ -20,11 +20,17 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             tokens (loading Q, K, V tiles, the softmax rescaling, the epilogue), which a long prompt
             amortises over its quadratic FLOPs. Decode streams the KV cache (β_d) and pays a fixed
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
-allreduce   per GPU count n, the fastest of four lines that the engine may run at this size:
+allreduce   per GPU count n, the fastest of four (five) lines that the engine may run at this size:
               t = min_{i allowed} (ℓ_i + B/bw_i),  B = 2(n-1)/n · size
             lines 1-2: the one-shot kernel, allowed only for messages of at most ONESHOT_MAX_TOKENS
             tokens; lines 3-4 at every size: two-shot and NCCL (its protocols, LL / LL128 / Simple,
-            each a line, the tuner taking the fastest: a minimum of lines). AIConfigurator's
+            each a line, the tuner taking the fastest: a minimum of lines). On GPU counts with NCCL
+            reference rows (the NCCL table below the engine's switch, NVLink, 4 and 8 GPUs:
+            ``importers/aiconfigurator.py``, ``_engine_rows``) the NCCL lines are fitted on them too,
+            priced by lines 3-5 alone; there a fifth line (NCCL over 256 to 512M elements), the
+            one-shot sizes priced by lines 1-2 alone (``oneshot_alone``: AUTO runs one-shot there
+            whatever NCCL would take), and a one-shot line that is the fastest at fewer than three
+            sizes turned off and the fit redone (``lone_lines``). AIConfigurator's
             custom tables time TensorRT-LLM's AUTO dispatch (``importers/aiconfigurator.py``,
             ``_engine_rows``): one-shot up to 128 tokens (``thop/allreduceOp.cpp``,
             ``selectImplementation``; the fusion kernels' ``use_oneshot``: token_num <=
@@ -37,9 +43,9 @@ allreduce   per GPU count n, the fastest of four lines that the engine may run a
             128 tokens: 7.3 MB in 26.5 µs past the latency, 277 GB/s of 450); two-shot
             (reduce-scatter, then all-gather through the peers' buffers) and NCCL's ring move B.
             B is every line's bytes, so a one-shot line's physical rate is bw·n/2; the cap
-            (``_bus_factor``: size/t at most the link's) holds for all three. In the fitted
-            profiles lines 3-4 never undercut the one-shot lines at 128 tokens or fewer (H100,
-            A100, B200), as the engine never runs NCCL there. On 2 GPUs lines 3-4 carry two-shot
+            (``_bus_factor``: size/t at most the link's) holds for all three. On 2 GPUs (no
+            reference rows) lines 3-4 never undercut the one-shot lines at 128 tokens or fewer in
+            the fitted profiles (H100, A100, B200). On 2 GPUs lines 3-4 carry two-shot
             (1M-4M elements) and NCCL (8M up) both: three two-shot sizes are too few for a line
             of their own once a quarter of the sizes is held out. Without NVLink (L40S) the engine
             runs NCCL at every size (``ifFallbackToNCCL``); the token cap there stands for NCCL's
@@ -47,8 +53,8 @@ allreduce   per GPU count n, the fastest of four lines that the engine may run a
             863 → 2,618 µs nccl-tests, from 512K to 1M elements), which the product places at
             128 tokens (1 MB only at hidden 4096). Rows without a token count (a timing of NCCL
             alone) leave every line allowed. The start is global: each family's sizes are cut
-            into two runs by the split whose two lines (fitted in relative error, in closed form)
-            fit best.
+            into as many runs as it has lines by the cuts whose lines (fitted in relative error, in
+            closed form) fit best.
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
 from __future__ import annotations

@@ -7,7 +7,8 @@ length is ``s = isl + step`` (the table's lookup key; its speed-of-light model r
 tokens plus the new one); all-reduce message sizes are in elements of the dtype, each message
 [size / 4096, 4096] (tokens × hidden) as the collector lays it out: the rows' token count.
 All-reduce: where a GPU count has both, the custom table (TensorRT-LLM's own dispatch) is kept and
-the NCCL table left out (``_engine_rows``). Rows faster than the spec sheet's float16 peak
+the NCCL table left out, but for its rows below the engine's NCCL switch on NVLink GPUs, kept as
+reference rows for the fit's NCCL lines (``_engine_rows``). Rows faster than the spec sheet's float16 peak
 (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped and reported: no 16-bit kernel can
 do that.
 SGLang's attention tables (H100) come from AIConfigurator's ``collector/sglang/collect_normal_attn.py``
