@@ -139,32 +139,56 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs
   jump with the library's kernel choice (m = 8192, n = 32: k = 6,144 in 45.8 µs, k = 7,168 in 166.7 µs;
   m = 2, k = 2,048: n = 512 in 4.1 µs, n = 256 in 10.0 µs).
+- All-reduce, the engine's dispatch (TensorRT-LLM 1.0 ``thop/allreduceOp.cpp``,
+  ``selectImplementation`` / ``ifFallbackToNCCL``; ``runFusionAllReduce``'s ``use_oneshot``): NCCL
+  past the workspace or without P2P / NVLink; else one-shot up to 128 tokens (``kOneShotMaxToken``,
+  tokens = size / 4096 as the collector lays messages out), then two-shot on 2 GPUs and NCCL on
+  more (the ``ALLREDUCE_AUTO_HEURISTIC_MIN_LATENCY_THRESHOLD_TOKEN_NUM`` default, 128). Each GPU's
+  custom table is priced, not the faster of it and the NCCL table: where AUTO runs its own kernel
+  it keeps it even when NCCL is faster (A100, 8 GPUs, 128 tokens: 83.2 against 38.8 µs). The NCCL
+  table's rows below the switch (NVLink, 4 and 8 GPUs) are kept as reference rows for the NCCL
+  lines alone (``importers/aiconfigurator.py``, ``_engine_rows``): without them a held-out 1M
+  elements, the engine's smallest NCCL message, was priced by lines fitted from 2M up (seed 1
+  holds out 1M and 2M: from 4M) and missed by 26 % (H100 @8), 40 % (H100 @4), 44 % (B200 @8); with
+  them 13, 6 and 11 %. Those counts get a third NCCL line (LL, LL128, Simple each fastest
+  somewhere over 256 to 512M elements), their one-shot sizes are priced by the one-shot lines
+  alone (AUTO's rule, which a minimum over every line broke at A100's 128 tokens: 38.5 against
+  83.2 µs), and a one-shot line resting on fewer than three sizes is turned off
+  (``operator_models.lone_lines``). Held out 2 / 4 / 8 GPUs before → after: H100 3.6 / 5.4 / 14.1
+  → 3.6 / 4.1 / 10.3, A100 3.4 / 5.2 / 6.6 → 3.4 / 5.6 / 8.1, B200 3.5 / 3.5 / 10.7 → 3.5 / 4.1 /
+  8.3, L40S 1.8 / 5.9 / 18.9 unchanged (no NVLink: nothing of this applies); each size held out in
+  turn (every size counts once; the three draws weigh 18 rows per GPU count and hold out 128
+  elements, the smallest, in two of them) H100 2.4 / 3.0 / 11.8 → 2.4 / 2.2 / 10.8, A100 3.7 /
+  3.5 / 6.9 → 3.7 / 5.0 / 7.0, B200 3.3 / 4.9 / 9.8 → 3.3 / 3.2 / 6.0, L40S 1.7 / 7.1 / 13.1. A
+  minimum over every line at the one-shot sizes instead would leave A100 @8 at 4.2 (7.0 one size
+  at a time) by pricing its 128-token one-shot as NCCL. Before the reference rows, with the
+  envelope of both tables: H100 3.6 / 5.3 / 13.5, A100 3.4 / 5.5 / 4.5, B200 6.7 / 3.7 / 10.8,
+  L40S 4.5 / 3.6 / 12.6.
 - H100 all-reduce, 8 GPUs: small messages scatter ±20 % out of order (256 B 5.1 µs, 512 B 3.4 µs,
   1 KiB 5.0 µs, 2 KiB 4.0 µs), beyond what any latency + bandwidth model can follow: the isotonic
   (monotone) curve through every size misses by 4.3 % on average, and on the held-out sizes a
   prediction monotone in size, between its neighbours' isotonic values, cannot do better than
-  7.9 %: the 8 % bar is at the data's floor there (the model fitted on every size: 7.4 %). The
-  all-reduce report prints both floors per GPU count, that in-sample figure, the two tables'
+  7.9 %: the 8 % bar is at the data's floor there (the model fitted on every size: 8.0 %). What
+  is left is those sizes (128 elements 20 %, 512 14 %, 8K 14 %, 16K 20 %: a one-shot line of about
+  4.5 µs through values 3.4 to 5.3) and 1M (13 %). The all-reduce report prints both floors per
+  GPU count, that in-sample figure, the error with each size held out in turn, the two tables'
   agreement where both run NCCL, and the held-out error by message size.
-- All-reduce: each GPU's custom table is priced, not the faster of it and the NCCL table. It is
-  TensorRT-LLM's AUTO dispatch (one-shot / two-shot / NCCL, ``importers/aiconfigurator.py``,
-  ``_engine_rows``); where that dispatch runs NCCL the two tables agree (median 0-3 % per GPU
-  count on H100, A100, B200), and where it runs its own kernel it keeps it even when NCCL is
-  faster (A100, 8 GPUs, 128 tokens: 83.2 against 38.8 µs), which the envelope priced before:
-  held out 2 / 4 / 8 GPUs with the envelope H100 3.6 / 5.3 / 13.5, A100 3.4 / 5.5 / 4.5, B200
-  6.7 / 3.7 / 10.8, L40S 4.5 / 3.6 / 12.6.
+- A100 all-reduce, 8 GPUs: the one-shot kernel's times step (4.8 µs at 1K elements, 6.1 at 2K,
+  8.0 at 4K, then 8.4-9.0 to 32K) and jump at 128 tokens (28.3 µs at 64, 83.2 at 128), which no
+  minimum of two lines follows: held out 8K 31 %, 128K 24 %, 16K 19 %; in sample 5.1 %, and its
+  128-token row is priced at 50 µs.
 - L40S all-reduce, 8 GPUs (PCIe, no NVLink: NCCL at every size in both tables): the two timings of
   the same NCCL call disagree by a median of 31 % (largest 34 %) above 128 tokens, against 1-2 %
   (largest 2-3 %) on 2 and 4 GPUs (16M elements: 26.0 against 38.9 ms; 128K: 320 against 426 µs). The custom
   table's 4M to 16M elements cost 12.8, 20.3 and 26.0 ms, less per byte at 16M than at 8M, and
-  its 1M costs 3.5x its 512K, which no latency + bandwidth law (t(2s) <= 2 t(s)) follows: the
-  model fitted on every size misses by 7.9 % on average, held out 18.9 %.
-- Past 128 tokens (1M elements) only the two-shot / NCCL lines run; a held-out 1M is priced by
-  lines fitted from 2M up (seed 1 holds out 1M and 2M both: from 4M up), and the curve is steeper
-  below 2M than they can see (H100 4 GPUs 40 %, B200 8 GPUs 44 %, L40S 8 GPUs 106 % there; most of
-  the remaining all-reduce error on NVLink GPUs). B200, 8 GPUs: on every size the model misses by
-  4.4 %, held out 10.7 %, the rest from 8M (22 %: held out with 2M, so priced by lines through 1M,
-  4M and 16M up) and 512 elements (15 %: 6.6 µs between 5.4 and 5.9).
+  its 1M costs 3.5x its 512K (NCCL's protocol switch, at the same size in nccl-tests: 863 →
+  2,618 µs), which no latency + bandwidth law (t(2s) <= 2 t(s)) follows: the model fitted on
+  every size misses by 7.9 % on average, held out 18.9 % (a held-out 1M 106 %: no training size
+  tells the fit on which side of 1M the switch falls).
+- B200 all-reduce, 8 GPUs: NCCL's 2M elements run 55.4 µs between 33.7 at 1M and 73.5 at 4M
+  (nccl-tests the same: 32.8, 54.7, 72.4; a switch of NCCL's algorithm or protocol that its tuner
+  places past the crossing, so the curve is not a minimum of lines there): held out 15 %; 512
+  elements (6.6 µs between 5.4 and 5.9) 16 %; on every size the model misses by 4.4 %.
 - H100 fused MoE (SGLang's Triton kernels): at 20k tokens the 8-expert configurations run at
   530–580 TFLOP/s at N = I/tp of 1,792 to 7,168 and 190–235 at 448 to 1,024 and 8,192 to 16,384
   (the engine's tuned kernel configs by (E, N), or its default one), which no law in the shape
@@ -191,6 +215,7 @@ from costmodel.errors import InputError  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
+from costmodel.calibration.operator_models import NCCL_REFERENCE  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
@@ -213,8 +238,8 @@ def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None 
         if only == "attention":
             out.append(error_table(f, train).assign(seed=seed, group=lambda e: e["group"] + " (fit)"))
         if rows is not None:
-            ar = held[held["op_class"] == "allreduce"]
-            rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train, ar), seed=seed))
+            ar = held[engine_allreduce(held)]
+            rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train[engine_allreduce(train)], ar), seed=seed))
             moe = held[held["op_class"] == "moe"]
             rows.append(moe.assign(pred=f.predict(moe), seed=seed))
     e = pd.concat(out)
@@ -260,6 +285,12 @@ def isotonic(y: np.ndarray) -> np.ndarray:
     return np.concatenate([[m] * w for m, w in blocks])
 
 
+def engine_allreduce(df: pd.DataFrame) -> np.ndarray:
+    """The all-reduce rows that are the engine's time (not the NCCL table's reference rows, which
+    only inform the fit's NCCL lines: ``importers/aiconfigurator.py``, ``_engine_rows``)."""
+    return ((df["op_class"] == "allreduce") & (df["op"] != NCCL_REFERENCE)).to_numpy()
+
+
 def allreduce_floor(train: pd.DataFrame, held: pd.DataFrame) -> np.ndarray:
     """Per held-out all-reduce row, the least |relative error| of any prediction non-decreasing in
     size that keeps the training sizes on their isotonic fit (log time): the measured time
@@ -294,6 +325,20 @@ def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
     return {int(n): (float(g.median()), float(g.max())) for n, g in dev.groupby(both["workers"])}
 
 
+def allreduce_each_size(df: pd.DataFrame, spec) -> dict:
+    """Per GPU count, the MAPE with each message size held out in turn (the all-reduce rows alone,
+    of every table, fitted without that size; the engine's row at it predicted): every size
+    counts once, where the three draws of a quarter of the sizes weigh 18 rows."""
+    ar = df[df["op_class"] == "allreduce"]
+    out: dict = {}
+    for s in sorted(ar["m"].unique()):
+        f = fit(ar[ar["m"] != s], form="physical", spec=spec)
+        held = ar[(ar["m"] == s) & engine_allreduce(ar)]
+        for n, ape in zip(held["workers"], 100 * np.abs(f.predict(held) / held["time_s"].to_numpy() - 1)):
+            out.setdefault(int(n), []).append(float(ape))
+    return {n: float(np.mean(v)) for n, v in out.items()}
+
+
 def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder: str | None = None) -> str:
     """Per GPU count: held-out MAPE, the monotone floor over the same rows, the isotonic fit's
     MAPE on every size (what a monotone curve through all of them leaves), the model fitted on every
@@ -303,12 +348,14 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
     e = pd.concat(rows)
     e = e.assign(ape=100 * np.abs(e["pred"] / e["time_s"] - 1))
     moe, e = e[e["op_class"] == "moe"], e[e["op_class"] == "allreduce"]
-    ar = df[df["op_class"] == "allreduce"]
-    full = fit(ar, form="physical", spec=spec).predict(ar) if spec is not None else None
+    every = df[df["op_class"] == "allreduce"]
+    ar = df[engine_allreduce(df)]
+    full = fit(every, form="physical", spec=spec).predict(ar) if spec is not None else None
     agree = nccl_agreement(folder, ar) if folder else {}
+    each = allreduce_each_size(df, spec) if spec is not None else {}
     lines = [f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
-             f"every size | model fitted on every size | custom vs NCCL table where both run NCCL, median / max; "
-             f"then held-out APE by size (elements)"]
+             f"every size | model fitted on every size | each size held out in turn | custom vs NCCL table where "
+             f"both run NCCL, median / max; then held-out APE by size (elements)"]
     for n, g in e.groupby("workers"):
         sel = (ar["workers"] == n).to_numpy()
         a = ar[sel].sort_values("m")
@@ -316,8 +363,9 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
         per = g.groupby("m")["ape"].mean()
         ins = f"{100 * np.mean(np.abs(full[sel] / ar['time_s'].to_numpy()[sel] - 1)):.1f}" if full is not None else "-"
         gap = "{:.0f} / {:.0f}".format(*agree[int(n)]) if int(n) in agree else "-"
+        one = f"{each[int(n)]:.1f}" if int(n) in each else "-"
         lines.append(f"  @{int(n)}: {g['ape'].mean():.1f} | {g['floor'].mean():.1f} | "
-                     f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f} | {ins} | {gap};  "
+                     f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f} | {ins} | {one} | {gap};  "
                      + " ".join(f"{int(m / 2)}:{v:.0f}" for m, v in per.items()))
     if len(moe):
         lines.append(f"{name} fused MoE, held out by model configuration (hidden, expert width, top-k, experts; "

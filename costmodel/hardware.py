@@ -89,6 +89,7 @@ class Hardware:
     sampler_seq_s: float = 0.0      # ... and per sampled sequence
     allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
     allreduce_oneshot_tokens: int = 0   # > 0: each tp's first two regimes (one-shot) only up to this many tokens
+    allreduce_oneshot_alone: list = field(default_factory=list)   # tps whose passes up to that take those two alone
     moe_pi: float = 0.0             # fitted fused-MoE layer (costmodel/moe_cost.py; 0: experts on the roofline)
     moe_beta: float = 0.0           # ... its weight-streaming bandwidth
     moe_floor_s: float = 0.0        # ... its fixed cost per MoE layer
@@ -156,6 +157,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             hw.gemm_tile_rows, "must be a positive integer")
     require(isinstance(hw.allreduce_oneshot_tokens, int) and hw.allreduce_oneshot_tokens >= 0,
             f"{source}:allreduce_oneshot_tokens", hw.allreduce_oneshot_tokens, "must be a non-negative integer")
+    alone = hw.allreduce_oneshot_alone
+    require(isinstance(alone, (list, tuple)) and all(isinstance(t, int) and t > 1 for t in alone),
+            f"{source}:allreduce_oneshot_alone", alone, "must be a list of tensor-parallel sizes (integers > 1)")
     require((hw.moe_pi > 0) == (hw.moe_beta > 0), f"{source}:moe_beta", hw.moe_beta,
             "must be set together with moe_pi (both > 0 for a fitted MoE layer, or both 0)")
     shapes = hw.moe_tuned_shapes

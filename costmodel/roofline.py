@@ -33,6 +33,7 @@ Operators (each one kernel family, summed over layers):
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/operator_models.py``: the engine's faster algorithm by size), the
                     first two (one-shot) only for passes of at most allreduce_oneshot_tokens tokens
+                    (and, for the tps in allreduce_oneshot_alone, those two alone there)
   elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
                     SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
@@ -177,6 +178,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
         self.ar_oneshot_tokens = hw.allreduce_oneshot_tokens
+        self.ar_oneshot_alone = tp in (hw.allreduce_oneshot_alone or [])
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -285,8 +287,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return 0.0
         if self.ar_regimes:
             size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
-            first = 4 if (self.ar_oneshot_tokens and rows > self.ar_oneshot_tokens and len(r) > 4) else 0
-            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(first, len(r), 2))
+            capped = bool(self.ar_oneshot_tokens) and len(r) > 4
+            first = 4 if (capped and rows > self.ar_oneshot_tokens) else 0
+            last = 4 if (capped and rows <= self.ar_oneshot_tokens and self.ar_oneshot_alone) else len(r)
+            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(first, last, 2))
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:

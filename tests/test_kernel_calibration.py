@@ -48,9 +48,27 @@ def test_aiconfigurator_rows_and_units(aic):
     assert d.decode_bytes == d.bytes == 2 * c.head_dim * 2 * c.batch_size * (c.num_key_value_heads * (kv + 1) / 2 + c.num_heads)
     assert set(df.op_class) == {"gemm", "attention", "allreduce"}
     assert any("int8_wo" in n for n in notes) and any("all_gather" in n for n in notes)
-    ar = df[df.op_class == "allreduce"]
+    ar = df[(df.op_class == "allreduce") & (df.op != "nccl_reference")]
     assert not ar.duplicated(["workers", "m"]).any()
     assert any("NCCL rows" in n for n in notes)
+
+
+def test_nccl_reference_rows_only_below_the_engines_nccl_switch(aic, tmp_path):
+    """NVLink (the spec sheet's intra-node link faster than its PCIe): the NCCL table's rows where
+    TensorRT-LLM's AUTO runs one-shot on more than 2 GPUs (at most 128 tokens of 4096) are kept
+    as reference rows, the NCCL table's own times; none on 2 GPUs, none above the switch, none
+    without a spec sheet to say the GPUs have NVLink."""
+    df, notes = aic
+    ref = df[df.op == "nccl_reference"]
+    nccl = pd.read_csv(AIC / "nccl" / "2.27.3" / "nccl_perf.txt").query(HALF_ALL_REDUCE)
+    want = nccl[(nccl.num_gpus > 2) & (nccl.message_size <= 128 * 4096)]
+    assert len(want) > 0 and len(ref) == len(want)
+    assert sorted(ref.time_s) == pytest.approx(sorted(want.latency * 1e-3))
+    assert set(ref.workers) == set(want.num_gpus) and (ref.tokens <= 128).all()
+    assert any("reference rows" in n for n in notes)
+    alone, _ = read_aiconfigurator(_copy(tmp_path, AIC))        # no a100_sxm.yaml beside the copy
+    assert not (alone.op == "nccl_reference").any()
+    assert len(alone[alone.op_class == "allreduce"]) == len(df[(df.op_class == "allreduce") & (df.op != "nccl_reference")])
 
 
 HALF_ALL_REDUCE = "op_name == 'all_reduce' and nccl_dtype == 'half'"
@@ -60,7 +78,7 @@ def test_allreduce_rows_are_the_engines_dispatch_not_the_faster_table(aic):
     """TensorRT-LLM's AUTO all-reduce (the custom table) is priced even where nccl-tests is faster:
     the engine runs one-shot up to 128 tokens whatever NCCL would take."""
     df, _ = aic
-    ar = df[df.op_class == "allreduce"].set_index(["workers", "m"])["time_s"]
+    ar = df[(df.op_class == "allreduce") & (df.op != "nccl_reference")].set_index(["workers", "m"])["time_s"]
     raw = pd.read_csv(AIC / "trtllm" / "1.0.0" / "custom_allreduce_perf.txt")
     assert len(ar) == len(raw[raw.num_gpus > 1])
     for r in raw.itertuples():

@@ -196,3 +196,89 @@ def test_roofline_prices_the_capped_regimes_as_the_fit(tmp_path):
     old = hw.replace(allreduce_oneshot_tokens=0)                 # older profiles: every regime at every size
     cm, cm_old = CostModel(m, hw, 2), CostModel(m, old, 2)
     assert cm_old.allreduce_s(256) < cm.allreduce_s(256) and cm_old.allreduce_s(64) == cm.allreduce_s(64)
+
+
+def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
+    """8 GPUs: one-shot up to 128 tokens, then NCCL (three protocol lines); NCCL reference rows at
+    the one-shot sizes are priced by the NCCL lines alone, which then get a fifth line and recover
+    the low-latency protocol the engine's own rows never show; 2 GPUs, with none, keep four."""
+    rng = np.random.default_rng(11)
+    oneshot, nccl = [(4e-6, 60e9), (6e-6, 150e9)], [(18e-6, 30e9), (30e-6, 150e9), (90e-6, 450e9)]
+    elems = 2.0 ** np.arange(7, 30)
+    B, tok = 2 * 7 / 8 * 2 * elems, np.maximum(1, np.floor(elems / 4096))
+    line = lambda ls, b: min(lat + b / bw for lat, bw in ls)  # noqa: E731
+    os_ = tok <= ONESHOT_MAX_TOKENS
+    eng = np.array([line(oneshot + nccl if o else nccl, b) for b, o in zip(B, os_)])
+    ref = np.array([line(nccl, b) for b in B[os_]])
+    frame = lambda op, t, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
+                                                 workers=8, tp=8, flops=0.0, bytes=B[sel],
+                                                 time_s=t * np.exp(0.005 * rng.standard_normal(len(t)))))
+    two = synthetic_allreduce(3)[0].query("workers == 2")
+    df = pd.concat([frame("custom_all_reduce", eng, np.ones(len(B), bool)), frame("nccl_reference", ref, os_), two],
+                   ignore_index=True)
+    f = fit(df, form="physical")
+    c = f.classes["allreduce"]
+    assert sum(p.endswith("@8") for p in c.params) == 10 and sum(p.endswith("@2") for p in c.params) == 8
+    assert f.value("allreduce.latency_mid2@8") == pytest.approx(nccl[0][0], rel=0.1)
+    r = df[df.op == "nccl_reference"]
+    assert f.predict(r) == pytest.approx(ref, rel=0.05)            # the one-shot lines never price them
+    assert (f.predict(r) > 1.5 * f.predict(df[(df.op == "custom_all_reduce") & (df.tokens <= 128)])).all()
+    hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "ar-ref")
+    assert len(hw.allreduce_regimes[8]) == 10 and len(hw.allreduce_regimes[2]) == 8
+    assert hw.allreduce_oneshot_alone == [8]                    # AUTO runs one-shot there, whatever NCCL takes
+    with pytest.raises(InputError, match="allreduce_oneshot_alone"):
+        hardware_from_dict({**hw.__dict__, "allreduce_oneshot_alone": ["8"]}, "bad")
+    back = hardware_from_dict(__import__("yaml").safe_load(hw.to_yaml()), "roundtrip")
+    assert back.allreduce_oneshot_alone == [8]
+    cm = CostModel(load_model("llama-3.1-8b"), hw, 8)
+    for rows in (16, 128, 129, 4096):
+        size = 2.0 * 4096 * rows
+        probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=[float(rows)], m=size, workers=8,
+                                  tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
+        assert cm.allreduce_s(rows) == pytest.approx(2 * cm.model.L * f.predict(probe)[0], rel=1e-9)
+
+
+def test_a_one_shot_line_seen_at_two_sizes_is_turned_off():
+    """8 GPUs over NVLink (NCCL reference rows below the switch): one-shot is one line here and the
+    smallest timed size runs 35 % fast (noise). No one-shot line may rest on fewer than three
+    sizes (``lone_lines``), so the size below, never timed, is priced by the line every other
+    size shows, not by a steep line through the outlier."""
+    rng = np.random.default_rng(5)
+    oneshot, nccl = (5e-6, 70e9), [(18e-6, 30e9), (30e-6, 150e9), (70e-6, 450e9)]
+    elems = 2.0 ** np.arange(8, 30)
+    B, tok = 2 * 7 / 8 * 2 * elems, np.maximum(1, np.floor(elems / 4096))
+    line = lambda b: min(lat + b / bw for lat, bw in nccl)  # noqa: E731
+    t = np.array([oneshot[0] + b / oneshot[1] if k <= 128 else line(b) for b, k in zip(B, tok)])
+    t *= np.exp(0.01 * rng.standard_normal(len(t)))
+    t[0] *= 0.65
+    os_ = tok <= 128
+    frame = lambda op, tt, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
+                                                  workers=8, tp=8, flops=0.0, bytes=B[sel], time_s=tt))
+    df = pd.concat([frame("custom_all_reduce", t, np.ones(len(B), bool)),
+                    frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_)], ignore_index=True)
+    f = fit(df, form="physical")
+    lat = [f.value(f"allreduce.latency_{p}@8") for p in ("small", "mid")]
+    assert max(lat) > 1.0                                           # one of the two one-shot lines is off
+    b = 2 * 7 / 8 * 2 * 128.0
+    probe = df.iloc[[0]].assign(m=2 * 128.0, bytes=b)
+    assert f.predict(probe)[0] == pytest.approx(oneshot[0] + b / oneshot[1], rel=0.05)
+    assert f.classes["allreduce"].errors["median_ape"] < 2.0
+
+
+def test_roofline_prices_oneshot_alone_where_the_profile_says():
+    """A tp in allreduce_oneshot_alone takes its one-shot lines alone up to the token cap, even
+    where a later line is cheaper; past the cap, and for other tps, the lines' minimum as before."""
+    slow, fast = [50e-6, 1e11, 60e-6, 1e11], [5e-6, 1e12, 6e-6, 1e12, 7e-6, 1e12]
+    hw = load_hardware("h100").replace(allreduce_regimes={8: slow + fast}, allreduce_oneshot_tokens=128)
+    m = load_model("llama-3.1-8b")
+    plain, alone = CostModel(m, hw, 8), CostModel(m, hw.replace(allreduce_oneshot_alone=[8]), 8)
+    size = lambda rows: 2 * 7 / 8 * 2.0 * m.H * rows  # noqa: E731     bus bytes of a pass
+    assert plain.allreduce_s(64) == pytest.approx(2 * m.L * (5e-6 + size(64) / 1e12))
+    assert alone.allreduce_s(64) == pytest.approx(2 * m.L * (50e-6 + size(64) / 1e11))
+    assert alone.allreduce_s(256) == plain.allreduce_s(256) == pytest.approx(2 * m.L * (5e-6 + size(256) / 1e12))
+    other = CostModel(m, hw.replace(allreduce_oneshot_alone=[4], allreduce_regimes={8: slow + fast}), 8)
+    assert other.allreduce_s(64) == plain.allreduce_s(64)
+    from costmodel.calibration.step_pricing import _allreduce          # the step fit's vectorized copy
+    rows = np.array([1, 64, 128, 129, 256, 4096])
+    for cm in (plain, alone, other):
+        assert list(_allreduce(cm, rows)) == [cm.allreduce_s(int(r)) for r in rows]

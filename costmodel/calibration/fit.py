@@ -220,7 +220,7 @@ def upper_bounds(spec) -> dict:
            "pi_moe": spec.peak_flops, "pi_tuned_moe": spec.peak_flops, "beta_moe": spec.peak_bandwidth}
     if spec.interconnect_bandwidth:
         out.update({k: spec.interconnect_bandwidth for k in ("bandwidth", "bandwidth_small", "bandwidth_mid",
-                                                                   "bandwidth_mid2", "bandwidth_large")})
+                                                                   "bandwidth_mid2", "bandwidth_large", "bandwidth_large2")})
     return out
 
 

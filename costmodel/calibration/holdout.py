@@ -39,11 +39,14 @@ def split_by_shape(df: pd.DataFrame, fraction: float = 0.25, seed: int = 0) -> t
 
 def group_of(df: pd.DataFrame) -> pd.Series:
     """The row's report group: attention by kernel (prefill, decode, mixed), all-reduce by GPU
-    count, everything else by operator class."""
+    count (the NCCL table's reference rows apart: not the engine's time), everything else by
+    operator class."""
     g = df["op_class"].astype(str).copy()
     att, ar = (df["op_class"] == "attention").to_numpy(), (df["op_class"] == "allreduce").to_numpy()
     g[att] = df.loc[att, "op"].astype(str)
     g[ar] = "allreduce@" + df.loc[ar, "workers"].astype(int).astype(str)
+    ref = (df["op"] == "nccl_reference").to_numpy()
+    g[ref] = "nccl_reference@" + df.loc[ref, "workers"].astype(int).astype(str)
     return g
 
 

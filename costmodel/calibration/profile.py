@@ -20,7 +20,7 @@ from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
-from .operator_models import ALLREDUCE_REGIME
+from .operator_models import count_slices, oneshot_alone
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -119,10 +119,9 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                        gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
-        r = len(ALLREDUCE_REGIME)
-        changes["allreduce_regimes"] = {int(ar.params[i].split("@")[1]): [float(v) for v in ar.values[i:i + r]]
-                                        for i in range(0, len(ar.params), r)}
+        changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
+        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(sl)]
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))

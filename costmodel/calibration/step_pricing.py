@@ -287,7 +287,7 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
     cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
     low = cands.min(0)
     if cm.ar_oneshot_tokens and len(r) > 4:
-        low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), low)
+        low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if cm.ar_oneshot_alone else low)
     return cm.ar_calls * low
 
 

@@ -7,7 +7,8 @@ length is ``s = isl + step`` (the table's lookup key; its speed-of-light model r
 tokens plus the new one); all-reduce message sizes are in elements of the dtype, each message
 [size / 4096, 4096] (tokens × hidden) as the collector lays it out: the rows' token count.
 All-reduce: where a GPU count has both, the custom table (TensorRT-LLM's own dispatch) is kept and
-the NCCL table left out (``_engine_rows``). Rows faster than the spec sheet's float16 peak
+the NCCL table left out, but for its rows below the engine's NCCL switch on NVLink GPUs, kept as
+reference rows for the fit's NCCL lines (``_engine_rows``). Rows faster than the spec sheet's float16 peak
 (AIConfigurator's ``<gpu>.yaml`` beside the folder) are dropped and reported: no 16-bit kernel can
 do that.
 SGLang's attention tables (H100) come from AIConfigurator's ``collector/sglang/collect_normal_attn.py``
@@ -33,6 +34,7 @@ from ...errors import require
 from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
 from ..moe_routing import table_touched
+from ..operator_models import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
@@ -153,7 +155,7 @@ READERS = {"gemm_perf.txt": _gemm, "moe_perf.txt": _moe,
            "nccl_perf.txt": lambda p, n: _allreduce(p, n, nccl=True)}
 
 
-def _engine_rows(ar: pd.DataFrame) -> pd.DataFrame:
+def _engine_rows(ar: pd.DataFrame, nvlink: bool = False) -> pd.DataFrame:
     """The all-reduce the engine runs: per GPU count, the custom table's rows where it has any, else
     the NCCL table's. AIConfigurator's collector times the custom table through TensorRT-LLM's own
     ``AllReduce`` module with ``AllReduceStrategy.AUTO`` under a CUDA graph
@@ -169,11 +171,33 @@ def _engine_rows(ar: pd.DataFrame) -> pd.DataFrame:
     elements: 203.5 against 203.0 µs); where it runs its own kernels it keeps them even where NCCL
     is faster (A100, 8 GPUs, 512K elements, one-shot: 83.2 against 38.8 µs; B200, 2 GPUs, 1M,
     two-shot: 24.0 against 18.8 µs), which a faster-of-both envelope would price instead. L40S
-    (PCIe, no NVLink) runs NCCL at every size: its custom rows match NCCL's at small sizes too."""
+    (PCIe, no NVLink) runs NCCL at every size: its custom rows match NCCL's at small sizes too.
+
+    ``nvlink``: on more than 2 GPUs the engine goes from one-shot straight to NCCL at 128 tokens,
+    so NCCL's curve below that switch continues the engine's NCCL rows above it: the NCCL table's
+    rows at the one-shot sizes are kept as ``REFERENCE`` rows, which the fit prices by the NCCL
+    lines alone and which are not the engine's time (``operator_models.oneshot_allowed``). They
+    show the NCCL lines the sizes just above the switch (the engine's smallest NCCL message, 1M
+    elements, otherwise priced from lines fitted on 2M up). Not on 2 GPUs, where two-shot runs
+    in between, nor without NVLink, where the custom rows are NCCL's already."""
     custom = ar["op"] == "custom_all_reduce"
     has = set(ar.loc[custom, "workers"])
     keep = custom | ~ar["workers"].isin(has)
-    return ar[keep].sort_values(["workers", "m"])
+    ref = (~custom & ar["workers"].isin(has) & (ar["workers"] > 2) & (ar["tokens"] <= ONESHOT_MAX_TOKENS)).to_numpy()
+    out = ar[keep.to_numpy() | (ref & nvlink)].copy()
+    out.loc[~out["op"].eq("custom_all_reduce") & out["workers"].isin(has), "op"] = REFERENCE
+    return out.sort_values(["workers", "m"])
+
+
+def spec_nvlink(path) -> bool:
+    """Whether the spec sheet beside the folder links its GPUs faster than PCIe
+    (``node.intra_node_bw`` above ``node.pcie_bw``: NVLink, 450 GB/s against 64 on H100; the L40S's
+    32 against 32); False without a sheet."""
+    node = _spec(path).get("node") or {}
+    try:
+        return float(node["intra_node_bw"]) > float(node["pcie_bw"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
@@ -191,9 +215,11 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
     ar = df["op_class"] == "allreduce"
     if ar.any() and df.loc[ar, "op"].nunique() > 1:
         before = int(ar.sum())
-        df = pd.concat([df[~ar], _engine_rows(df[ar])], ignore_index=True)
+        df = pd.concat([df[~ar], _engine_rows(df[ar], spec_nvlink(p))], ignore_index=True)
+        n_ref = int((df["op"] == REFERENCE).sum())
         notes.append(f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
-                     f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)")
+                     f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)"
+                     + (f", kept {n_ref} below the engine's NCCL switch as reference rows for its NCCL lines" if n_ref else ""))
     peak = spec_peak_flops(p)
     if peak:
         fast = (df["flops"] / df["time_s"] > peak).to_numpy()
