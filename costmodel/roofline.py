@@ -169,6 +169,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
                                      self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
         self._fixed: dict = {}
+        self._tiled_memo: dict = {}   # _tiled_time by (operator, the count it reads)
         self._lead_fixed: dict = {}   # _fixed_time by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
         self._decode_attention = np.empty(0)
         self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
@@ -308,11 +309,22 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
         return t
 
+    def _tiled_part(self, name: str, rows: int, seqs: int) -> float:
+        """``_tiled_time``, memoized by the one count it reads (the linear GEMMs' rows, the LM head's
+        rows or sequences): a (rows, seqs) that ``_fixed_part`` has not seen mostly shares them."""
+        key = (name, rows if name != "lm_head" or self.counting == "seed" else seqs)
+        t = self._tiled_memo.get(key)
+        if t is None:
+            if len(self._tiled_memo) >= 1 << 17:
+                self._tiled_memo.clear()
+            t = self._tiled_memo[key] = self._tiled_time(name, rows, seqs)
+        return t
+
     def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
         for name, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
             if self.tiles is not None and name in ("linear", "lm_head"):
-                t += self._tiled_time(name, rows, seqs)
+                t += self._tiled_part(name, rows, seqs)
                 continue
             if self.moe_fitted and name == "moe_experts":
                 t += self._moe_time(rows)
