@@ -8,18 +8,22 @@ of its four grid neighbours at the same m, while a trend over an octave (``gemm_
 cannot carry it. So the profile ships the residual of every measured shape at every measured m
 (the field), and a GEMM's factor is exp(c) with
 
-  c(m, n, k) = a · Σ_s w_s·r_s(m) / (Σ_s w_s + w₀),   w_s = exp(-d_s²/(2h²)),  w₀ = exp(-D²/(2h²))
+  c(m, n, k) = a · Σ_s w_s·r_s(m) / (Σ_s w_s + w₀),
+  w_s = exp(-(Δn_s/h_n)²/2 - (Δk_s/h_k)²/2),  w₀ = exp(-(D/max(h_n, h_k))²/2)
 
-d_s the distance from (n, k) to the measured shape s counted in steps of the table's own grid of
-n and k values (log₂ spacing between them; beyond the grid, its last step), r_s(m) linear in
-log₂ m between the measured rows (a shape's missing rows count for nothing there, never
-interpolated across), h the kernel's width and a the shrinkage, chosen by a shape split inside the
-fitted table (``calibration/gemm_fit.py``), and w₀ a zero residual at D = 1.5 grid steps: a shape
-the table measured takes its own residual, one between measured shapes the mean of its nearest,
-and the field fades to nothing beyond a step and a half from every measured shape. Each residual
-is clipped to ±ln 1.5 and so is c. A profile ships the log₂ m grid, the shapes' log₂ (n, k), the
-residuals (NaN where a shape has no row) and (h, a) as ``gemm_field_m``, ``gemm_field_shapes``,
-``gemm_field``, ``gemm_field_h``, ``gemm_field_shrink``; empty: no field.
+Δn_s, Δk_s the distances from (n, k) to the measured shape s counted in steps of the table's own
+grid of n and of k values (log₂ spacing between them; beyond the grid, its last step), r_s(m)
+linear in log₂ m between the measured rows (a shape's missing rows count for nothing there, never
+interpolated across), h_n, h_k the kernel's widths and a the shrinkage, chosen by a shape split
+inside the fitted table (``calibration/gemm_fit.py``), and w₀ a zero residual at D = 1.5 grid
+steps: a shape the table measured takes its own residual, one between measured shapes a mean of
+its nearest, and the field fades to nothing away from every measured shape. The split picks a
+kernel narrow in n and wide in k on every AIConfigurator table (A100, B200, L40S: h_n = 0.3,
+h_k = 0.5-1 steps): the residual follows the output grid's tiles (m, n), and changes slowly with k
+at one n. Each residual is clipped to ±ln 1.5 and so is c. A profile ships the log₂ m grid, the
+shapes' log₂ (n, k), the residuals (NaN where a shape has no row), [h_n, h_k] and a as
+``gemm_field_m``, ``gemm_field_shapes``, ``gemm_field``, ``gemm_field_h``, ``gemm_field_shrink``;
+empty: no field.
 """
 from __future__ import annotations
 
@@ -62,7 +66,7 @@ def build(m, n, k, r) -> tuple[list, list, list]:
 class Field:
     """A profile's residual field, laid out once (it is priced on the hot path)."""
 
-    def __init__(self, m_grid, shapes, values, h: float, shrink: float):
+    def __init__(self, m_grid, shapes, values, h, shrink: float):
         self.grid = np.asarray(m_grid, float)
         s = np.asarray(shapes, float).reshape(-1, 2)
         self.axes = (np.unique(s[:, 0]), np.unique(s[:, 1]))
@@ -70,16 +74,16 @@ class Field:
         v = np.asarray(values, float).reshape(len(s), len(self.grid))
         self.ok = np.isfinite(v).astype(float)
         self.vals = np.where(self.ok > 0, v, 0.0)
-        self.h, self.shrink = float(h), float(shrink)
-        self.w0 = math.exp(-FADE * FADE / (2 * self.h * self.h))
-        self.key = hash((self.grid.tobytes(), self.pos.tobytes(), v.tobytes(), self.h, self.shrink))
+        self.h, self.shrink = np.broadcast_to(np.asarray(h, float), (2,)).copy(), float(shrink)
+        self.w0 = math.exp(-0.5 * (FADE / float(self.h.max())) ** 2)
+        self.key = hash((self.grid.tobytes(), self.pos.tobytes(), v.tobytes(), self.h.tobytes(), self.shrink))
         self._by_shapes: dict = {}
 
     def columns(self, n, k) -> np.ndarray:
         """shapes × m-grid: c of each (n, k) at every grid m."""
         q = np.c_[_steps(np.log2(n), self.axes[0]), _steps(np.log2(k), self.axes[1])]
-        d2 = ((q[:, None, :] - self.pos[None, :, :]) ** 2).sum(2)
-        w = np.exp(-d2 / (2 * self.h * self.h))
+        d2 = (((q[:, None, :] - self.pos[None, :, :]) / self.h) ** 2).sum(2)
+        w = np.exp(-0.5 * d2)
         c = self.shrink * (w @ self.vals) / (w @ self.ok + self.w0)
         return np.clip(c, -BOUND, BOUND)
 
@@ -104,7 +108,8 @@ class Field:
 
 
 def check(m_grid, shapes, values, h, shrink, source: str = "gemm_field") -> None:
-    """Consistent shapes, an increasing m grid, h > 0, 0 ≤ a ≤ 1 (else InputError)."""
+    """Consistent shapes, an increasing m grid, widths h (one, or [h_n, h_k]) > 0, 0 ≤ a ≤ 1 (else
+    InputError)."""
     from .errors import require
     if not m_grid and not shapes and not values:
         return
@@ -118,5 +123,6 @@ def check(m_grid, shapes, values, h, shrink, source: str = "gemm_field") -> None
     finite = finite[np.isfinite(finite)]
     require(bool(np.all(np.abs(finite) <= BOUND + 1e-9)), source, float(np.abs(finite).max(initial=0.0)),
             f"values must lie within ±{BOUND:.4f} (ln 1.5) or be NaN")
-    require(h > 0, f"{source}_h", h, "must be > 0")
+    hs = np.atleast_1d(np.asarray(h, float))
+    require(hs.size in (1, 2) and bool(np.all(hs > 0)), f"{source}_h", h, "must be one width or [h_n, h_k], each > 0")
     require(0 <= shrink <= 1, f"{source}_shrink", shrink, "must lie in [0, 1]")

@@ -86,7 +86,7 @@ class Hardware:
     gemm_field_m: list = field(default_factory=list)   # tiles: the residual field's log2 m grid (costmodel/gemm_residual.py)
     gemm_field_shapes: list = field(default_factory=list)   # ... its measured shapes' [log2 n, log2 k]
     gemm_field: list = field(default_factory=list)   # ... its ln residual per shape and grid m (NaN: unmeasured)
-    gemm_field_h: float = 0.0       # ... its kernel width (grid steps)
+    gemm_field_h: list = field(default_factory=list)   # ... its kernel widths along n and k (grid steps)
     gemm_field_shrink: float = 0.0  # ... and its shrinkage
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels

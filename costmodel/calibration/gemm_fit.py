@@ -35,7 +35,8 @@ KNOTS = 8          # correction knots per axis at least, and one per octave of t
 LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
 RIDGE = 0.01       # pulls knots no row reaches toward no correction
 FIELD = True       # fit the residual field (costmodel/gemm_residual.py)
-FIELD_WIDTHS = (0.3, 0.5, 0.75)   # residual field kernel widths (grid steps) tried by the inner shape split
+FIELD_WIDTHS = tuple((hn, hk) for hn in (0.3, 0.5, 1.0) for hk in (0.3, 0.5, 1.0))   # residual field kernel
+                                  # widths along n and k (grid steps) tried by the inner shape split
 FIELD_SHRINK = (0.5, 0.75, 1.0)   # ... and its shrinkage
 
 
@@ -163,8 +164,8 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
     score = lambda f: float(np.mean(np.abs(np.expm1(c_in[held] + f - y[held]))))  # noqa: E731
     best, best_score = None, score(0.0)
     for h in FIELD_WIDTHS:
-        g = Field(grid, shapes, vals, h, 1.0).columns(n[held], k[held])
-        raw = Field(grid, shapes, vals, h, 1.0)._at(g, m[held])
+        fld = Field(grid, shapes, vals, h, 1.0)
+        raw = fld._at(fld.columns(n[held], k[held]), m[held])
         for a in FIELD_SHRINK:
             s = score(a * raw)
             if s < best_score:
@@ -172,7 +173,8 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
     if best is None:
         return ()
     grid, shapes, vals = build(m, n, k, np.log(t / t_corrected))
-    return grid, shapes, [[round(v, 5) if np.isfinite(v) else float("nan") for v in row] for row in vals], *best
+    (hn, hk), a = best
+    return grid, shapes, [[round(v, 5) if np.isfinite(v) else float("nan") for v in row] for row in vals], (hn, hk), a
 
 
 def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes: float) -> GemmTilesFit:
