@@ -28,6 +28,7 @@ empty: no field.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 
@@ -68,6 +69,7 @@ class Field:
 
     def __init__(self, m_grid, shapes, values, h, shrink: float):
         self.grid = np.asarray(m_grid, float)
+        self._grid_list = [float(v) for v in self.grid]
         s = np.asarray(shapes, float).reshape(-1, 2)
         self.axes = (np.unique(s[:, 0]), np.unique(s[:, 1]))
         self.pos = np.c_[_steps(s[:, 0], self.axes[0]), _steps(s[:, 1], self.axes[1])]
@@ -90,6 +92,13 @@ class Field:
     def _at(self, g: np.ndarray, m) -> np.ndarray:
         if len(self.grid) < 2:
             return g[:, 0]
+        m = np.asarray(m, float)
+        if len(m) and m[0] == m[-1] and (len(m) < 3 or (m == m[0]).all()):    # one m: a pass's GEMMs
+            kn = self._grid_list
+            x = min(max(math.log2(max(float(m[0]), 1.0)), kn[0]), kn[-1])
+            i = min(bisect_right(kn, x) - 1, len(kn) - 2)
+            a = (x - kn[i]) / (kn[i + 1] - kn[i])
+            return g[:, i] * (1.0 - a) + g[:, i + 1] * a
         x = np.clip(np.log2(np.maximum(np.asarray(m, float), 1.0)), self.grid[0], self.grid[-1])
         i = np.clip(np.searchsorted(self.grid, x, side="right") - 1, 0, len(self.grid) - 2)
         a = (x - self.grid[i]) / (self.grid[i + 1] - self.grid[i])
