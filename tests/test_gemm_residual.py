@@ -102,9 +102,11 @@ def test_fit_finds_a_residual_that_follows_n_and_carries_it_to_held_out_shapes(s
 def test_profile_ships_the_field_and_prices_like_the_fit():
     df, _ = synthetic(3)
     df = df[~((df["n"] == df["n"].max()) & (df["m"] == 4.0))].reset_index(drop=True)   # a NaN in the field
+    df.loc[::50, "time_s"] *= 3.0        # residuals beyond the bound: stored at it, rounding included
     base = GemmTiles(**TRUE, sms=108).times(df.m, df.n, df.k)
     field = gemm_fit.fit_field(df, base, None, base)
     assert field and np.isnan(np.asarray(field[2], float)).any()
+    assert np.nanmax(np.abs(np.asarray(field[2], float))) == pytest.approx(BOUND)
     values = np.array([TRUE[p] for p in PARAMS[:9]] + [0.0])
     g = GemmTilesFit("gemm", "physical", PARAMS, values, np.zeros((10, 10)), 0.0, dict.fromkeys(PARAMS, 0), {}, (),
                      units={}, sms=108,

@@ -9,7 +9,10 @@ lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded 
 knot values with a second-difference penalty λ (solved by preconditioned conjugate gradients),
 reweighted toward least absolute deviations; λ
 (or no correction) is chosen by a shape split inside the fitted table itself (a quarter of its
-(n, k) shapes predicted from the rest), so a held-out evaluation stays honest.
+(n, k) shapes predicted from the rest), so a held-out evaluation stays honest. Last, the residual
+field (``costmodel/gemm_residual.py``) on what the correction leaves: its kernel widths along n and
+k and its shrinkage (or no field) chosen by the same inner split, the correction refitted on its
+three quarters so that the held-out quarter's residuals are as a new shape's would be.
 """
 from __future__ import annotations
 
@@ -174,7 +177,8 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
         return ()
     grid, shapes, vals = build(m, n, k, np.log(t / t_corrected))
     (hn, hk), a = best
-    return grid, shapes, [[round(v, 5) if np.isfinite(v) else float("nan") for v in row] for row in vals], (hn, hk), a
+    return grid, shapes, [[float(np.clip(round(v, 5), -BOUND, BOUND)) if np.isfinite(v) else float("nan") for v in row]
+                          for row in vals], (hn, hk), a
 
 
 def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes: float) -> GemmTilesFit:
