@@ -19,6 +19,7 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
              r_o the output's share written back to it below C_o; C, C_x, C_o ≤ the L2 size)
   t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor,
              times the fitted shape correction where a profile has one (gemm_correction.py)
+             and its residual field (gemm_residual.py)
 
 the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction).
 
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .gemm_correction import Correction
+from .gemm_residual import Field
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -134,9 +136,26 @@ class GemmTiles:
     corr_knots: tuple = ()      # the bounded shape correction (gemm_correction.py); empty: none
     corr: tuple = ()
     l2_act: float = 0.0         # activations' L2-resident capacity (0: inputs together below l2)
+    field: tuple = ()           # (m grid, shapes, residuals, h, a): the residual field (gemm_residual.py); (): none
 
     def __post_init__(self):
         object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)
+        object.__setattr__(self, "_field", Field(*self.field) if self.field and self.field[0] else None)
+
+    @property
+    def corrected(self) -> bool:
+        """Whether a shape correction or residual field multiplies the tile model's time."""
+        return self._corr is not None or self._field is not None
+
+    @property
+    def field_key(self) -> int:
+        """A digest of the residual field (0: none), for caches keyed on the profile's GEMM factors."""
+        return self._field.key if self._field is not None else 0
+
+    def _log_factor(self, m, n, k) -> np.ndarray:
+        m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
+        c = self._corr(m, n, k) if self._corr is not None else 0.0
+        return c + self._field(m, n, k) if self._field is not None else c
 
     @property
     def values(self) -> tuple:
@@ -145,16 +164,15 @@ class GemmTiles:
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
         t = times_on(grid(m, n, k, self.sms, b), self.values)
-        if self._corr is not None:
-            m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
-            t = t * np.exp(self._corr(m, n, k))
+        if self.corrected:
+            t = t * np.exp(self._log_factor(m, n, k))
         return t
 
     def factor(self, m, n, k) -> np.ndarray | float:
-        """The shape correction's factor per GEMM (1.0 without one)."""
-        if self._corr is None:
+        """The shape correction's and residual field's factor per GEMM (1.0 without either)."""
+        if not self.corrected:
             return 1.0
-        return np.exp(self._corr(*np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))))
+        return np.exp(self._log_factor(m, n, k))
 
     def time(self, m: int, n: float, k: float, b: float = 2.0) -> float:
         return float(self.times(m, n, k, b)[0])

@@ -83,6 +83,11 @@ class Hardware:
                                     # gemm_l2_resident_bytes (≤ l2_bytes; 0: both operands together below that)
     gemm_corr_knots: list = field(default_factory=list)   # tiles: the shape correction's log2 m, n, k knots
     gemm_corr: list = field(default_factory=list)   # ... its ln factor at each knot triple (costmodel/gemm_correction.py)
+    gemm_field_m: list = field(default_factory=list)   # tiles: the residual field's log2 m grid (costmodel/gemm_residual.py)
+    gemm_field_shapes: list = field(default_factory=list)   # ... its measured shapes' [log2 n, log2 k]
+    gemm_field: list = field(default_factory=list)   # ... its ln residual per shape and grid m (NaN: unmeasured)
+    gemm_field_h: list = field(default_factory=list)   # ... its kernel widths along n and k (grid steps)
+    gemm_field_shrink: float = 0.0  # ... and its shrinkage
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -127,7 +132,20 @@ class Hardware:
         return dataclasses.replace(self, **changes)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(dataclasses.asdict(self), sort_keys=False)
+        return yaml.dump(dataclasses.asdict(self), Dumper=_Dumper, sort_keys=False)
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    """Lists of numbers on one line each (a profile's GEMM residual field holds thousands)."""
+
+
+def _flow_numbers(dumper, data):
+    flow = bool(data) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow or None)
+
+
+_Dumper.add_representer(list, _flow_numbers)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)    # libyaml where present: ~10x faster on a shipped profile
 
 
 def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
@@ -209,6 +227,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     from .gemm_correction import check
     check(hw.gemm_corr_knots, hw.gemm_corr, f"{source}:gemm_corr")
+    from .gemm_residual import check as check_field
+    check_field(hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink,
+                f"{source}:gemm_field")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]")
     for tp, v in regimes.items():
@@ -228,7 +249,7 @@ def load_hardware(name_or_path: str) -> Hardware:
     """A short name (``h100``) or a path to a YAML profile (for example one ``calibrate`` wrote)."""
     path = find("hardware", name_or_path, HARDWARE_DIR, ".yaml", "a YAML path")
     try:
-        d = yaml.safe_load(path.read_text())
+        d = yaml.load(path.read_text(), Loader=_LOADER)
     except yaml.YAMLError as e:
         raise InputError("hardware", str(path), f"not valid YAML ({e})") from None
     require(isinstance(d, dict), "hardware", str(path), "YAML must be a mapping")

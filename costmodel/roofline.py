@@ -156,8 +156,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
                     hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms, tuple(map(tuple, hw.gemm_corr_knots)),
                     tuple(hw.gemm_corr))
-            self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes)
-            self.tiles_above = (GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes)
+            fld = ((hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
+                   if hw.gemm_field else ())
+            self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld)
+            self.tiles_above = (GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld)
                                 if self.rows_break else self.tiles)
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))

@@ -9,11 +9,14 @@ lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded 
 knot values with a second-difference penalty λ (solved by preconditioned conjugate gradients),
 reweighted toward least absolute deviations; λ
 (or no correction) is chosen by a shape split inside the fitted table itself (a quarter of its
-(n, k) shapes predicted from the rest), so a held-out evaluation stays honest.
+(n, k) shapes predicted from the rest), so a held-out evaluation stays honest. Last, the residual
+field (``costmodel/gemm_residual.py``) on what the correction leaves: its kernel widths along n and
+k and its shrinkage (or no field) chosen by the same inner split, the correction refitted on its
+three quarters so that the held-out quarter's residuals are as a new shape's would be.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -23,6 +26,7 @@ import scipy.sparse.linalg  # noqa: F401  (sp.linalg)
 from scipy.sparse.linalg import cg, spsolve
 
 from ..gemm_correction import BOUND, corners, log_factor
+from ..gemm_residual import Field, build
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
@@ -33,6 +37,10 @@ KNOTS = 8          # correction knots per axis at least, and one per octave of t
                    # where the table has fewer distinct values): tiles and split factors step by powers of two
 LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
 RIDGE = 0.01       # pulls knots no row reaches toward no correction
+FIELD = True       # fit the residual field (costmodel/gemm_residual.py)
+FIELD_WIDTHS = tuple((hn, hk) for hn in (0.3, 0.5, 1.0) for hk in (0.3, 0.5, 1.0))   # residual field kernel
+                                  # widths along n and k (grid steps) tried by the inner shape split
+FIELD_SHRINK = (0.5, 0.75, 1.0)   # ... and its shrinkage
 
 
 def _grid(df: pd.DataFrame, sms: int) -> dict:
@@ -45,11 +53,15 @@ class GemmTilesFit(ClassFit):
     sms: int = 0
     corr_knots: tuple = ()
     corr: tuple = ()
+    field: tuple = ()     # (m grid, shapes, residuals, h, a) of the residual field; (): none
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         t = times_on(_grid(df, self.sms), self.values)
+        mnk = [df[c].to_numpy(float) for c in "mnk"]
         if self.corr:
-            t = t * np.exp(log_factor(self.corr_knots, self.corr, *(df[c].to_numpy(float) for c in "mnk")))
+            t = t * np.exp(log_factor(self.corr_knots, self.corr, *mnk))
+        if self.field:
+            t = t * np.exp(Field(*self.field)(*mnk))
         return t
 
 
@@ -103,17 +115,24 @@ def _solve(A: sp.csr_matrix, y: np.ndarray, PtP, lam: float, sweeps: int = 3) ->
     return np.clip(c, -BOUND, BOUND)
 
 
-def fit_correction(df: pd.DataFrame, t_model: np.ndarray) -> tuple[tuple, tuple]:
-    """(knots, values) of the correction to ``t_model`` for the table's rows; () () when the inner
-    shape split finds that no correction predicts its held-out shapes better."""
+def _inner_split(df: pd.DataFrame) -> np.ndarray | None:
+    """The inner shape split: a quarter of the table's (n, k) shapes (None under 4 shapes)."""
+    key = np.unique(df[["n", "k"]].to_numpy(float), axis=0, return_inverse=True)[1].ravel()
+    uniq = np.unique(key)
+    if len(uniq) < 4:
+        return None
+    return np.isin(key, np.random.default_rng(0).choice(uniq, size=len(uniq) // 4, replace=False))
+
+
+def fit_correction(df: pd.DataFrame, t_model: np.ndarray) -> tuple[tuple, tuple, float | None]:
+    """(knots, values, λ) of the correction to ``t_model`` for the table's rows; () () None when
+    the inner shape split finds that no correction predicts its held-out shapes better."""
     y = np.log(df["time_s"].to_numpy(float) / t_model)
     knots = [_knots(df[c].to_numpy(float)) for c in "mnk"]
     A, PtP = _design(knots, df), _roughness(knots)
-    key = np.unique(df[["n", "k"]].to_numpy(float), axis=0, return_inverse=True)[1].ravel()   # the (n, k) shape
-    uniq = np.unique(key)
-    if len(uniq) < 4:
-        return (), ()
-    held = np.isin(key, np.random.default_rng(0).choice(uniq, size=len(uniq) // 4, replace=False))
+    held = _inner_split(df)
+    if held is None:
+        return (), (), None
     score = lambda c: float(np.mean(np.abs(np.expm1(A[held] @ c - y[held]))))  # noqa: E731
     best, best_score = None, score(np.zeros(A.shape[1]))
     for lam in LAMBDAS:
@@ -121,9 +140,45 @@ def fit_correction(df: pd.DataFrame, t_model: np.ndarray) -> tuple[tuple, tuple]
         if s < best_score:
             best, best_score = lam, s
     if best is None:
-        return (), ()
+        return (), (), None
     c = _solve(A, y, PtP, best)
-    return tuple(tuple(kn) for kn in knots), tuple(float(np.clip(round(v, 5), -BOUND, BOUND)) for v in c)
+    return tuple(tuple(kn) for kn in knots), tuple(float(np.clip(round(v, 5), -BOUND, BOUND)) for v in c), best
+
+
+def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_corrected: np.ndarray) -> tuple:
+    """(m grid, shapes, residuals, h, a) of the residual field (``costmodel/gemm_residual.py``) on
+    what the correction leaves of ``t_corrected``; () when the inner shape split finds no (h, a) that
+    predicts its held-out shapes better than none. The split repeats the whole fit inside the
+    table: the correction (at λ) refitted on three quarters of the shapes, the field built on their
+    residuals, scored on the rest."""
+    held = _inner_split(df)
+    if held is None:
+        return ()
+    m, n, k, t = (df[c].to_numpy(float) for c in ("m", "n", "k", "time_s"))
+    y = np.log(t / t_model)
+    if lam is None:
+        c_in = np.zeros(len(t))
+    else:
+        knots = [_knots(df[c].to_numpy(float)) for c in "mnk"]
+        A = _design(knots, df)
+        c_in = A @ _solve(A[~held], y[~held], _roughness(knots), lam)
+    r = y - c_in
+    grid, shapes, vals = build(m[~held], n[~held], k[~held], r[~held])
+    score = lambda f: float(np.mean(np.abs(np.expm1(c_in[held] + f - y[held]))))  # noqa: E731
+    best, best_score = None, score(0.0)
+    for h in FIELD_WIDTHS:
+        fld = Field(grid, shapes, vals, h, 1.0)
+        raw = fld._at(fld.columns(n[held], k[held]), m[held])
+        for a in FIELD_SHRINK:
+            s = score(a * raw)
+            if s < best_score:
+                best, best_score = (h, a), s
+    if best is None:
+        return ()
+    grid, shapes, vals = build(m, n, k, np.log(t / t_corrected))
+    (hn, hk), a = best
+    return grid, shapes, [[float(np.clip(round(v, 5), -BOUND, BOUND)) if np.isfinite(v) else float("nan") for v in row]
+                          for row in vals], (hn, hk), a
 
 
 def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes: float) -> GemmTilesFit:
@@ -149,8 +204,9 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     values = p0 * np.exp(res.x)
     active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(t), cap, UNITS)
     base = times_on(g, values)
-    knots, corr = fit_correction(df, base)
-    if corr:
-        base = base * np.exp(log_factor(knots, corr, *(df[c].to_numpy(float) for c in "mnk")))
-    return GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active,
-                        ape_stats(base, t), tuple(warns), units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr)
+    knots, corr, lam = fit_correction(df, base)
+    corrected = base * np.exp(log_factor(knots, corr, *(df[c].to_numpy(float) for c in "mnk"))) if corr else base
+    field = fit_field(df, base, lam, corrected) if FIELD else ()
+    out = GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active, {}, tuple(warns),
+                       units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr, field=field)
+    return replace(out, errors=ape_stats(out.predict(df), t))

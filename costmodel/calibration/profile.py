@@ -117,6 +117,9 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                        gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
                        gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], gemm_l2_act_bytes=v.get("l2_act", 0.0), sms=g.sms,
                        gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))
+        fld = getattr(g, "field", ()) or ([], [], [], [], 0.0)
+        changes.update(gemm_field_m=list(fld[0]), gemm_field_shapes=[list(s) for s in fld[1]],
+                       gemm_field=[list(r) for r in fld[2]], gemm_field_h=[float(v) for v in np.atleast_1d(fld[3])], gemm_field_shrink=float(fld[4]))
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}

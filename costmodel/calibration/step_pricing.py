@@ -309,7 +309,7 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     only when a sample of row counts matches ``_tiled_time`` itself to 1e-12, checked once per grid,
     shape correction and rows break (the constants enter both alike)."""
     key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()),
-           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)))
+           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)), cm.tiles.field_key)
     g = shapes.cache.get(key)
     bt, m = cm.model.b, cm.model
     if g is None:
@@ -318,7 +318,7 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         heads = rows if cm.counting == "seed" else seqs
         K = len(cm.tile_k)
         lin_m, lin_n, lin_k = np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))
-        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corr else 1.0
+        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corrected else 1.0
         f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
         g = shapes.cache[key] = (rows, grid(lin_m, lin_n, lin_k, cm.hw.sms, bt), heads,
                                  grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt), f_lin, f_head, set())
