@@ -2,7 +2,8 @@
 attention with the kernel models ``calibration/operator_models.py`` fits, per layer × L:
 
   prefill chunks (q > 1)  compute + B/attn_prefill_beta + attn_prefill_overhead_s, compute = F/π_attn
-                          (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it),
+                          (with attn_prefill_l2_beta, each layer's bytes resident in the L2 move at it,
+                          the DRAM part partly under the compute: attn_prefill_dram_exposed),
                           or with attn_wave_s the wave model max(F'/π_attn, waves·wave·(kv_max + T/2)),
                           T = attn_q_tile (0: shape.Q_TILE)
                           (attn_wave_form "quantized": F'/π_attn·waves·SMs/tiles + waves·wave·(kv_max + T/2)
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 
 from .decode_units import decode_unit_time
+from .prefill_memory import l2_resident_share_one, overlap_dram
 from .shape import Q_TILE, ShapeStats
 
 
@@ -39,6 +41,7 @@ class FittedAttention:
             self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
             rho = hw.attn_softmax_rate   # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
             self.pi_pre = 1.0 / (1.0 / hw.pi_attention + 1.0 / (4.0 * m.d_h * rho)) if rho else hw.pi_attention
+            self.row_coef = La * (m.h // tp) * hw.attn_prefill_row_s    # per prefill row beyond the L2, over all layers
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
         if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
@@ -61,7 +64,7 @@ class FittedAttention:
         out = []
         if s.prefill_kv:
             by = self.kv_coef * s.prefill_kv + self.qo_coef * (s.rows - n)
-            t = self._prefill_compute(s) + self._prefill_bytes_time(by, self.kv_coef * s.prefill_kv)
+            t = self._prefill_time(self._prefill_compute(s), by, self.kv_coef * s.prefill_kv, s.rows - n)
             out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, by, t + self.pre_over))
         if s.decode_kv:
             fl, by = self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv + self.qo_coef * n
@@ -75,20 +78,23 @@ class FittedAttention:
             out.append(("attention_decode", fl, by, t))
         return out
 
-    def _prefill_bytes_time(self, by: float, kv: float) -> float:
-        """B/β_prefill; with attn_prefill_l2_beta, the share r = 1/(1 + (B_layer/C)⁶) of each layer's
-        bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate instead; with
-        attn_prefill_kv_beta, the K/V part ``kv`` of B at the K/V rates
-        (``calibration.operator_models.attention_times``)."""
+    def _prefill_time(self, c: float, by: float, kv: float, rows: int) -> float:
+        """Compute c plus B/β_prefill; with attn_prefill_l2_beta, the share r = ``l2_resident_share``(B_layer/C)
+        of each layer's bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate
+        instead; with attn_prefill_kv_beta, the K/V part ``kv`` of B at the K/V rates; the DRAM
+        part D (plus attn_prefill_row_s per row·head) meets c as ``overlap_dram``: e·D plus a soft
+        max(c, (1 - e)·D), e = attn_prefill_dram_exposed (``calibration.operator_models.attention_times``)."""
         hw = self.hw
         if not self.pre_l2:
-            return by / hw.attn_prefill_beta
-        x = (by / self.pre_l2) ** 2
-        r = 1.0 / (1.0 + x * x * x)
-        if not hw.attn_prefill_kv_beta:
-            return by * (1.0 - r) / hw.attn_prefill_beta + by * r / hw.attn_prefill_l2_beta
-        return ((by - kv) * ((1.0 - r) / hw.attn_prefill_beta + r / hw.attn_prefill_l2_beta)
-                + kv * ((1.0 - r) / hw.attn_prefill_kv_beta + r / hw.attn_prefill_kv_l2_beta))
+            return c + by / hw.attn_prefill_beta
+        r = l2_resident_share_one(by / self.pre_l2)
+        if hw.attn_prefill_kv_beta:
+            dram = (by - kv) / hw.attn_prefill_beta + kv / hw.attn_prefill_kv_beta
+            resident = (by - kv) / hw.attn_prefill_l2_beta + kv / hw.attn_prefill_kv_l2_beta
+        else:
+            dram, resident = by / hw.attn_prefill_beta, by / hw.attn_prefill_l2_beta
+        dram = (1.0 - r) * (dram + self.row_coef * rows)
+        return overlap_dram(c, dram, hw.attn_prefill_dram_exposed) + r * resident
 
     def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
         """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
@@ -119,7 +125,7 @@ class FittedAttention:
         if prefill_kv:
             by = self.kv_coef * prefill_kv + self.qo_coef * (rows - decodes)
             c = (self.attn_coef * prefill_pairs) / self.pi_pre if compute is None else compute
-            t += c + self._prefill_bytes_time(by, self.kv_coef * prefill_kv) + self.pre_over
+            t += self._prefill_time(c, by, self.kv_coef * prefill_kv, rows - decodes) + self.pre_over
         if decode_kv:
             fl = self.attn_coef * decode_pairs
             if self.varlen and prefill_kv:

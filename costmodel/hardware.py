@@ -45,6 +45,8 @@ class Hardware:
     attn_prefill_l2_bytes: float = 0.0     # ... the layer's prefill bytes resident in the L2 below this (≤ l2_bytes)
     attn_prefill_kv_beta: float = 0.0      # ... the K/V part of those bytes at a rate of its own (0: with the rest)
     attn_prefill_kv_l2_beta: float = 0.0   # ... and its rate while resident in the L2
+    attn_prefill_dram_exposed: float = 1.0   # ... the share of their DRAM time the compute does not hide (1: none hidden)
+    attn_prefill_row_s: float = 0.0        # ... and a cost per prefill row·head in that DRAM time
     attn_tail_key_s: float = 0.0           # quantized wave model: the causal tail tile's latency per key
     attn_q_tile: int = 0                   # wave model: query rows per prefill CTA tile (0: shape.Q_TILE, 64)
     attn_softmax_rate: float = 0.0         # fitted prefill: score elements per second of its softmax (0: in π_attn)
@@ -169,7 +171,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
                 "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes",
                 "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s", "attn_softmax_rate",
-                "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
+                "attn_prefill_row_s", "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",
             hw.gemm_tile_rows, "must be a positive integer")
@@ -216,6 +218,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),
             f"{source}:attn_prefill_kv_beta", hw.attn_prefill_kv_beta,
             "must be set together with attn_prefill_kv_l2_beta and attn_prefill_l2_beta (all > 0, or both K/V rates 0)")
+    require(0 < hw.attn_prefill_dram_exposed <= 1, f"{source}:attn_prefill_dram_exposed", hw.attn_prefill_dram_exposed,
+            "must be in (0, 1]")
     require(not hw.attn_wave_s or hw.sms > 0, f"{source}:attn_wave_s", hw.attn_wave_s, "needs sms (the GPU's SM count)")
     require(hw.attn_wave_form in ("max", "quantized"), f"{source}:attn_wave_form", hw.attn_wave_form,
             "must be one of max, quantized")

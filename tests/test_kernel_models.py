@@ -314,7 +314,8 @@ def test_drop_floor_removes_failed_runs():
 
 
 PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, tail_key=1e-8,
-                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12)
+                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12,
+                exposed_prefill=0.6)
 
 
 def pre_true(causal: bool) -> dict:
@@ -344,7 +345,8 @@ def test_prefill_wave_model_recovers_known_constants(causal):
     got = {p: f.value(f"attention.{p}") for p in true}
     per_key = lambda v: 4 * 128 * 64 * 108 / v["pi_prefill"] + v["wave_q"]   # noqa: E731  a full wave's time per key
     for p in (true if causal else set(true) - {"pi_prefill", "wave_q"}):
-        assert got[p] == pytest.approx(true[p], rel=0.1 if p in ("l2_prefill", "tail_key", "beta_prefill_kv_l2") else 0.05), p
+        assert got[p] == pytest.approx(true[p], rel=0.1 if p in ("l2_prefill", "tail_key", "beta_prefill_kv_l2", "row_prefill")
+                                       else 0.05), p
     if not causal:      # every tile sees all keys: compute and latency both scale as waves·keys, only their sum shows
         assert per_key(got) == pytest.approx(per_key(true), rel=0.02)
     other, true_other = prefill_table(not causal), pre_true(not causal)
@@ -397,13 +399,13 @@ def test_softmax_rate_is_fitted_where_head_dims_differ():
     """A table of head dims 64 and 128 whose score elements each cost 1/ρ beside their 4·d FLOPs
     gives ρ back (and π apart from it), and a profile prices a chunk with that rate; a table of one
     head dim leaves ρ out (it is π's to carry there)."""
-    true = {**PRE_TRUE, "softmax_prefill": 2e14}
+    true = {**PRE_TRUE, "softmax_prefill": 2e14, "row_prefill": 3e-10}
     df = prefill_table(True, dims=(64, 128))
     t = attention_times(np.array(list(true.values())), df, tuple(true), 108)
     dec = decode_table([DEC_TRUE[p] for p in DEC])
     f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
     assert "softmax_prefill" in f.classes["attention"].params
-    for p in ("pi_prefill", "softmax_prefill"):
+    for p in ("pi_prefill", "softmax_prefill", "exposed_prefill", "row_prefill"):
         assert f.value(f"attention.{p}") == pytest.approx(true[p], rel=0.05), p
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
     model = load_model("llama-3.1-8b")
@@ -415,7 +417,7 @@ def test_softmax_rate_is_fitted_where_head_dims_differ():
     assert cm.breakdown(cm.shape([3000], [5000])).op("attention_prefill").time_s == pytest.approx(want, rel=1e-9)
     one = fit(pd.concat([dec, df[df.n == 128].assign(time_s=t[(df.n == 128).to_numpy()])], ignore_index=True),
               classes=["attention"], form="physical", spec=A100)
-    assert "softmax_prefill" not in one.classes["attention"].params
+    assert "softmax_prefill" not in one.classes["attention"].params and "row_prefill" not in one.classes["attention"].params
 
 
 @pytest.mark.parametrize("groups", [(2, 32), (2, 32, "xqa"), (1, 16, "launch")])
@@ -430,7 +432,7 @@ def test_attention_jacobian_is_scipys_finite_difference(groups):
     assert "unit" in params and "tail_key" in params
     t = df["time_s"].to_numpy(float)
     p0 = np.exp(np.random.default_rng(3).uniform(-1, 1, len(params))) * np.array(
-        [{**DEC_TRUE, **PRE_TRUE, "softmax_prefill": 4e12}[p] for p in params])
+        [{**DEC_TRUE, **PRE_TRUE, "softmax_prefill": 4e12, "row_prefill": 3e-10}[p] for p in params])
     x = np.random.default_rng(4).uniform(-0.5, 0.5, len(params))
     lo, hi = np.full(len(params), -3.0), np.full(len(params), 3.0)
     hi[::3] = x[::3] + 1e-9     # a step that must turn back at the upper bound

@@ -66,6 +66,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..decode_units import GROUPINGS, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
@@ -75,6 +76,8 @@ ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
 PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
+PREFILL_DRAM = ("exposed_prefill",)   # ... the share of their DRAM time the compute does not hide (``overlap_dram``)
+PREFILL_ROW = ("row_prefill",)        # ... and a cost per query row·head in it, where head dims differ (else: Q/O bytes' β)
 SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, where head dims differ
 TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
 
@@ -85,7 +88,7 @@ R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
 NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
-UNITS = {"wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s",
          "latency_large2": "s", "bandwidth_large2": "B/s"}
@@ -175,12 +178,18 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     comp = prefill_compute(fp, df, pi, wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,
                            p.get("tail_key", 0.0), tile)
     if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
-        x = (bp / p["l2_prefill"]) ** 2
-        r = 1.0 / (1.0 + x * x * x)
+        r = l2_resident_share(bp / p["l2_prefill"])
         bkv = prefill_kv_bytes(df) if "beta_prefill_kv" in p else 0.0
-        comp = comp + (bp - bkv) * ((1.0 - r) / p["beta_prefill"] + r / p["beta_prefill_l2"])
+        resident = (bp - bkv) * r / p["beta_prefill_l2"]
+        dram = (bp - bkv) * (1.0 - r) / p["beta_prefill"]
         if "beta_prefill_kv" in p:
-            comp = comp + bkv * ((1.0 - r) / p["beta_prefill_kv"] + r / p["beta_prefill_kv_l2"])
+            resident, dram = resident + bkv * r / p["beta_prefill_kv_l2"], dram + bkv * (1.0 - r) / p["beta_prefill_kv"]
+        if "exposed_prefill" in p:
+            rows = df["prefill_seqs"].to_numpy(float) * df["prefill_q"].to_numpy(float) * df["heads"].to_numpy(float)
+            comp = overlap_dram(comp, dram + (1.0 - r) * rows * p.get("row_prefill", 0.0), p["exposed_prefill"])
+        else:
+            comp = comp + dram
+        comp = comp + resident
     else:
         comp = comp + bp / p["beta_prefill"]
     prefill = comp + np.where(pre, p["overhead_prefill"], 0.0)
@@ -335,7 +344,9 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         out = out + [5e-9] if "tail_key" in params else out
         out = out + [env(fp) / 50.0] if "softmax_prefill" in params else out
         out = out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out
-        return np.array(out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out)
+        out = out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out
+        out = out + [0.5] if "exposed_prefill" in params else out
+        return np.array(out + [1e-10] if "row_prefill" in params else out)
     if op_class == "sampler":
         m = df["m"].to_numpy(float)
         return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
@@ -388,9 +399,10 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
             return ATTENTION_VARLEN + waves
         waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves
         pre_d = df["n"].to_numpy(float)[df["prefill_seqs"].to_numpy(float) > 0]
-        waves = waves + SOFTMAX if waves and l2 and len(np.unique(pre_d)) > 1 else waves
+        dims = waves and l2 and len(np.unique(pre_d)) > 1
+        waves = waves + SOFTMAX if dims else waves
         # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
-        l2p = PREFILL_L2 + PREFILL_KV if waves and l2 else ()
+        l2p = PREFILL_L2 + PREFILL_KV + PREFILL_DRAM + (PREFILL_ROW if dims else ()) if waves and l2 else ()
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
@@ -408,7 +420,7 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     t = df["time_s"].to_numpy(float)
     if op_class == "attention":     # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
-    upper = {**upper, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
+    upper = {**upper, "exposed_prefill": 1.0, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
     cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
     p0 = _start(op_class, params, df, t, cap_tok)
     for c in ("l2_decode", "l2_prefill", "l2_pass"):     # start the resident capacity near the spec L2 (the cliff's scale)
@@ -490,7 +502,7 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
 
 
 PREFILL_ONLY = {"pi_prefill", "beta_prefill", "overhead_prefill", "wave", "wave_q", "tail_key", "softmax_prefill",
-                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2"}
+                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2", "exposed_prefill", "row_prefill"}
 
 
 def touched_rows(op_class: str, params, df: pd.DataFrame) -> list:
