@@ -4,14 +4,24 @@ and launch rules for its two decode kernels, per layer.
 Which kernel: a grouped configuration (g_min ≤ g ≤ g_max) runs XQA only when XQA's blocks fill the
 GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` DecoderXQAImplJIT::mayHavePerfGain,
 kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
-query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split.
+query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split, except
+that each block's first K_h keys (``xqa_hidden``) load under its wave's latency: the grouped memory
+time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
+136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
+each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
+~95 keys, L40S ~45).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
 u = n·h units; with 4 blocks of 256 threads per SM (its note: 32 warps per SM, register-limited),
 a grid short of 4·SMs blocks gets larger blocks, factor = min(⌈4·SMs/u⌉, 4): T = 256 threads
 (factor 1), 512 (2–3), 1024 (4), 1024/T of them per SM; each unit splits into
 m = clip(⌈SMs·(1024/T)/u⌉, 1, ⌈kv/(T/2)⌉) blocks (T/2 keys per KV loop: ⌈T/16 threads per value⌉·8,
 16-bit, d = 128), run in W = ⌈u·m/(SMs·1024/T)⌉ waves.
-  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + m·c_comb·[m > 1] + o_mha
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
+c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
+mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
+counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
+the key walk that no other block overlaps (fitted c_red ~2-3 µs on A100, ~1.8 µs on L40S, against
+0.4 and 0.1 µs per block for c_comb).
 u_mha is one wave's fixed latency and τ·kv/(m·T/16) a block's walk over its keys: kv/m keys, T/16
 of them per pass of its loops (16 threads per value), each pass waiting on its loads (τ ~ a DRAM
 round trip). It is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
@@ -48,7 +58,7 @@ def mmha_launch(units, kv, sms):
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
@@ -66,15 +76,16 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     blocks = np.maximum(units * split, 1.0)
     w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
     rw = 1.0 / (1.0 + w * w * w)
+    mem = mem * np.where(grouped, np.maximum(1.0 - hide * split / kv, 0.0), 1.0)   # each XQA block's first keys: under its latency
     mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
     c = F / np.where(grouped, pi, pi_mha)
-    comb = np.where(split > 1.0, split * comb, 0.0)
+    comb = np.where(split > 1.0, split * comb + comb0, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
 
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
@@ -96,6 +107,8 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
+    if grouped:
+        mem *= max(1.0 - hide * split / kv, 0.0)
     c = F / (pi if grouped else pi_mha)
-    comb = split * comb if split > 1.0 else 0.0
+    comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)

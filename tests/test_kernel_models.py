@@ -126,7 +126,8 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6)
+                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6,
+                xqa_hidden=64.0, combine_fixed=1.5e-6)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -199,8 +200,36 @@ def test_launch_split_recovers_mmha_constants():
     got = fit(df, form="physical", spec=A100).classes["attention"]
     assert got.groups == (2, 32, "launch")
     for p, want in (("unit_mha", 7e-6), ("loop_mha", DEC_TRUE["loop_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
-                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"])):
+                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"]), ("xqa_hidden", DEC_TRUE["xqa_hidden"]),
+                    ("combine_fixed", DEC_TRUE["combine_fixed"])):
         assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
+
+
+def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
+    """Launch split: an XQA block's first ``xqa_hidden`` keys cost no time beyond its wave's latency
+    (a batch whose blocks hold no more keys prices as its waves alone), the keys past them stream
+    at the rate they would without the term."""
+    v = {**DEC_TRUE, "pi_decode": 1e30, "unit": 4e-6, "xqa_hidden": 96.0}
+    price = lambda v, kv: float(decode_unit_times([v[p] for p in DEC], 64.0, kv, 4.0 * 32 * 128 * kv * 64,  # noqa: E731
+                                                  2.0 * 2 * 128 * 8 * kv * 64, 32.0, 8.0, 108, (2, 32, "launch")))
+    assert bool(xqa_dispatched(64.0, 8.0, 96.0, 108)) and float(xqa_blocks(64.0, 512.0, 96.0, 108)) == 1.0
+    waves = math.ceil(64 * 8 / 108)
+    alone = waves * v["unit"] * (1 + v["unit_q"] * 4) + v["overhead_decode"]
+    for kv in (2.0, 40.0, 96.0):
+        assert price(v, kv) == pytest.approx(alone, rel=1e-12)
+    none = {**v, "xqa_hidden": 0.0}
+    assert price(v, 150.0) - alone == pytest.approx((price(none, 150.0) - alone) * (1 - 96 / 150), rel=1e-9)
+
+
+@pytest.mark.parametrize("units,kv,split", [(32, 4096, 4), (64, 4096, 2), (64, 512, 1), (500, 4096, 1)])
+def test_split_launch_pays_its_reduction_once(units, kv, split):
+    """Launch split: an MMHA launch whose units split into m > 1 blocks (mmha_launch) pays the fixed
+    cost of its reduction once, beside m times the per-block combine; an unsplit one pays neither."""
+    assert float(mmha_launch(float(units), float(kv), 108)[2]) == split
+    price = lambda c0: float(decode_unit_times([{**DEC_TRUE, "combine_fixed": c0}[p] for p in DEC], float(units), float(kv),  # noqa: E731
+                                               4.0 * 128 * kv * units, 2.0 * 2 * 128 * kv * units, 1.0, 1.0, 108,
+                                               (2, 32, "launch")))
+    assert price(3e-6) - price(0.0) == pytest.approx(3e-6 if split > 1 else 0.0, abs=1e-15)
 
 
 @pytest.mark.parametrize("n,hkv,kv,sms,want", [
