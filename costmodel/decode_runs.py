@@ -232,7 +232,7 @@ class DecodeRuns(UnitDecodeRuns):
         hi = lo + n * steps
         if self.unit_runs:        # unit decode model: every pass at once, ``time``'s operations elementwise
             return self._unit_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
-        if self.units:            # the xqa and launch splits: each pass as ``time`` prices it
+        if self.units:            # the xqa, launch and gen splits: each pass as ``time`` prices it
             return np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
         if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)

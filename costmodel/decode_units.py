@@ -27,11 +27,18 @@ and the flow are found is the ``split`` the fit picks among ``SPLITS``:
   launch TensorRT-LLM's dispatch (XQA only when its blocks fill the GPU, else MMHA) and MMHA's launch
         rules (block size, blocks per SM, split, key walk, the value pass of K-only tables): see
         ``decode_launch.py``, which prices it.
+  gen   Blackwell (SM100): the grouped rows (g_min ≤ g ≤ g_max) run trtllm-gen's generation kernels,
+        priced as flow; the rest fall back to MMHA, priced as in launch (``xqaDispatcher.cpp``,
+        XqaDispatcher::shouldUse under mUseTllmGen: "Fallback to MMHA as num_q_heads per kv_head > 16
+        is not supported by TRTLLM-GEN kernels"). B200, 32 query heads on one KV head, one sequence of
+        65,536 keys: 363 µs for 17 MB of keys, a latency-bound walk by 32 query-head units, not a
+        stream at the L2's rate (held out: B200 6.3 → see bench_kernels).
 On A100 the grouped rows follow the xqa form: time depends on units and kv, not on how units split
 into sequences and KV heads, and steps with the waves (1,023 keys: 20.8 µs at 1 unit, 16.7 µs at 4,
-108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200 keeps the
-flow form: on SM ≥ 100 TensorRT-LLM's attention op runs its trtllm-gen kernels, not XQA
-(``cpp/tensorrt_llm/common/attentionOp.h``, AttentionOp's mUseTllmGen).
+108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200's grouped
+rows keep the flow form: on SM ≥ 100 TensorRT-LLM's attention op runs its trtllm-gen kernels, not
+XQA (``cpp/tensorrt_llm/common/attentionOp.h``, AttentionOp's mUseTllmGen), and MMHA beyond 16
+query heads per KV head (the gen split).
 Which group sizes the grouped kernel takes is the GPU's and library's (B200's TensorRT-LLM runs
 g = 24 and 32 like the per-head kernel, ~10× slower than grouped; the L40S's g = 1 fits the
 grouped kernel): the fit picks (g_min, g_max) among ``GROUPINGS`` by its loss on a sample.
@@ -48,7 +55,7 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
-SPLITS = ("flow", "xqa", "launch")   # how the kernels split the KV sequence, chosen by the fit (see above)
+SPLITS = ("flow", "xqa", "launch", "gen")   # how the kernels split the KV sequence, chosen by the fit (see above)
 GROUPINGS = tuple((a, b, s) for s in SPLITS for a, b in ((2, 32), (2, 16), (1, 32), (1, 16)))  # (g_min, g_max, split)
 XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's kMinHistoryTokensPerBlock,
 #   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
@@ -95,6 +102,10 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     1 where V aliases K (a K-only table, see ``decode_launch``), 0 in serving."""
     if len(groups) > 2 and groups[2] == "launch":
         return launch_times(v, n, kv_mean, F, B, h, h_kv, sms, groups, alias)
+    if len(groups) > 2 and groups[2] == "gen":
+        g = h / h_kv
+        return np.where((g >= groups[0]) & (g <= groups[1]), decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2], alias),
+                        launch_times(v, n, kv_mean, F, B, h, h_kv, sms, (np.inf, np.inf), alias))
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
@@ -126,6 +137,10 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
     if len(groups) > 2 and groups[2] == "launch":
         return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, groups)
+    if len(groups) > 2 and groups[2] == "gen":
+        if groups[0] <= h / h_kv <= groups[1]:
+            return decode_unit_time(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2])
+        return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, (math.inf, math.inf))
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]

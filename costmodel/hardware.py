@@ -63,7 +63,7 @@ class Hardware:
     attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_decode_split: str = "flow"        # ... how the kernels split the KV sequence (decode_units.SPLITS)
     attn_decode_combine_s: float = 0.0     # ... a split sequence's combine of its partial results, per thread block
-    attn_decode_pi_mha: float = 0.0        # ... "launch" split (costmodel/decode_launch.py): MMHA's FLOP/s
+    attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
     attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over its keys, per pass of its loops (T/16 keys)
     attn_decode_l2_pass_bytes: float = 0.0   # ... MMHA's value pass re-reads K-only tables' key lines from the L2 below this
     attn_decode_xqa_hidden_keys: float = 0.0   # ... keys of each XQA block whose loads its per-wave latency hides
@@ -183,15 +183,15 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
             and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
             [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
-    require(hw.attn_decode_split in ("flow", "xqa", "launch"), f"{source}:attn_decode_split", hw.attn_decode_split,
-            "must be one of flow, xqa, launch")
+    require(hw.attn_decode_split in ("flow", "xqa", "launch", "gen"), f"{source}:attn_decode_split", hw.attn_decode_split,
+            "must be one of flow, xqa, launch, gen")
     if hw.attn_decode_unit_s:
         for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
             require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
-        if hw.attn_decode_split == "launch":
+        if hw.attn_decode_split in ("launch", "gen"):
             require(hw.attn_decode_pi_mha > 0, f"{source}:attn_decode_pi_mha", hw.attn_decode_pi_mha,
-                    "must be > 0 with attn_decode_split launch")
+                    f"must be > 0 with attn_decode_split {hw.attn_decode_split}")
     require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
             hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
     require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),

@@ -164,12 +164,13 @@ def test_unit_decode_picks_the_grouping_the_table_follows():
     assert f.classes["attention"].groups == (2, 16, "flow") and f.classes["attention"].errors["mape"] < 2.0
 
 
-@pytest.mark.parametrize("split,alias", [("xqa", 0.0), ("launch", 1.0)])
+@pytest.mark.parametrize("split,alias", [("xqa", 0.0), ("launch", 1.0), ("gen", 1.0)])
 def test_unit_decode_picks_the_splitting_the_table_follows(split, alias):
     """Timings made with XQA's multi-block split (per-wave costs), or with TensorRT-LLM's dispatch
     and MMHA launch rules over a K-only table (decode_launch), are fitted with that split, and a
     profile from the fit carries it and prices serving decodes (no K-only alias) by it."""
-    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6 if split == "launch" else DEC_TRUE["unit_mha"]}[p] for p in DEC]
+    v = [{**DEC_TRUE, "unit": 4e-6 if split != "gen" else DEC_TRUE["unit"],
+          "unit_mha": 7e-6 if split in ("launch", "gen") else DEC_TRUE["unit_mha"]}[p] for p in DEC]
     df = decode_table(v).assign(kv_alias=alias)
     b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
     F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
@@ -203,6 +204,19 @@ def test_launch_split_recovers_mmha_constants():
                     ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"]), ("xqa_hidden", DEC_TRUE["xqa_hidden"]),
                     ("combine_fixed", DEC_TRUE["combine_fixed"])):
         assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
+
+
+def test_gen_split_prices_grouped_rows_as_flow_and_the_rest_as_mmha():
+    """Gen split (Blackwell): rows inside the grouping are priced as the flow split prices them, the
+    rest (beyond 16 query heads per KV head, TensorRT-LLM's MMHA fallback) as the launch split's MMHA."""
+    v = [DEC_TRUE[p] for p in DEC]
+    n, kv = np.array([1.0, 8, 64, 512]), np.array([65536.0, 4096, 512, 64])
+    for h, hkv in ((32, 4), (96, 4), (32, 1), (16, 16)):
+        F, B = 4.0 * h * 128 * kv * n, 2.0 * 128 * hkv * kv * n
+        got = decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16, "gen"), 1.0)
+        want = (decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16), 1.0) if h / hkv <= 16 else
+                decode_unit_times(v, n, kv, F, B, h, hkv, 148, (99, 99, "launch"), 1.0))
+        assert np.array_equal(got, want), (h, hkv)
 
 
 def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
@@ -266,6 +280,8 @@ def test_launch_split_needs_mmha_rate():
     with pytest.raises(ValueError, match="attn_decode_pi_mha"):
         hardware_from_dict(d)
     assert hardware_from_dict({**d, "attn_decode_pi_mha": 1e13}).attn_decode_split == "launch"
+    with pytest.raises(ValueError, match="attn_decode_pi_mha"):
+        hardware_from_dict({**d, "attn_decode_split": "gen"})
 
 
 @pytest.mark.parametrize("units,kv,sms,want", [
@@ -292,7 +308,7 @@ def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
 
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
-       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch"]), sms=st.sampled_from([108, 132]))
+       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch", "gen"]), sms=st.sampled_from([108, 132]))
 def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms):
     hkv = max(1, h // g)
     v = [DEC_TRUE[p] for p in DEC]

@@ -376,8 +376,8 @@ def _bus_factor(p: str) -> float:
 
 
 def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
-    """The start under the groups' split: the launch split's unit_mha is per wave, not per unit."""
-    if len(groups) > 2 and groups[2] == "launch":
+    """The start under the groups' split: the launch and gen splits' unit_mha is per wave, not per unit."""
+    if len(groups) > 2 and groups[2] in ("launch", "gen"):
         p0 = p0.copy()
         p0[params.index("unit_mha")] *= 100.0
     return p0
