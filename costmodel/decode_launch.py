@@ -5,7 +5,7 @@ Which kernel: a grouped configuration (g_min ≤ g ≤ g_max) runs XQA only when
 GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` DecoderXQAImplJIT::mayHavePerfGain,
 kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
 query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split, except
-that each block's first K_h keys (``xqa_hidden``) load under its wave's latency: the grouped memory
+that each block's first K_h keys (``hidden_keys``) load under its wave's latency: the grouped memory
 time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
 136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
 each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100

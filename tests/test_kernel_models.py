@@ -127,7 +127,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
                 overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6,
-                xqa_hidden=64.0, combine_fixed=1.5e-6)
+                hidden_keys=64.0, combine_fixed=1.5e-6)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -201,29 +201,34 @@ def test_launch_split_recovers_mmha_constants():
     got = fit(df, form="physical", spec=A100).classes["attention"]
     assert got.groups == (2, 32, "launch")
     for p, want in (("unit_mha", 7e-6), ("loop_mha", DEC_TRUE["loop_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
-                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"]), ("xqa_hidden", DEC_TRUE["xqa_hidden"]),
+                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"]), ("hidden_keys", DEC_TRUE["hidden_keys"]),
                     ("combine_fixed", DEC_TRUE["combine_fixed"])):
         assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
 
 
 def test_gen_split_prices_grouped_rows_as_flow_and_the_rest_as_mmha():
-    """Gen split (Blackwell): rows inside the grouping are priced as the flow split prices them, the
-    rest (beyond 16 query heads per KV head, TensorRT-LLM's MMHA fallback) as the launch split's MMHA."""
+    """Gen split (Blackwell): rows inside the grouping are priced as the flow split prices them with
+    each block's first ``hidden_keys`` keys under its latency, the rest (beyond 16 query heads per KV
+    head, TensorRT-LLM's MMHA fallback) as the launch split's MMHA."""
     v = [DEC_TRUE[p] for p in DEC]
     n, kv = np.array([1.0, 8, 64, 512]), np.array([65536.0, 4096, 512, 64])
     for h, hkv in ((32, 4), (96, 4), (32, 1), (16, 16)):
         F, B = 4.0 * h * 128 * kv * n, 2.0 * 128 * hkv * kv * n
         got = decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16, "gen"), 1.0)
-        want = (decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16), 1.0) if h / hkv <= 16 else
+        want = (decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16), 1.0, hidden=True) if h / hkv <= 16 else
                 decode_unit_times(v, n, kv, F, B, h, hkv, 148, (99, 99, "launch"), 1.0))
         assert np.array_equal(got, want), (h, hkv)
+    v = [{**DEC_TRUE, "pi_decode": 1e30}[p] for p in DEC]
+    few = decode_unit_times(v, 512.0, 64.0, 4.0 * 32 * 128 * 64 * 512, 2.0 * 128 * 4 * 64 * 512, 32.0, 4.0, 148, (1, 16, "gen"))
+    flat = decode_unit_times(v, 512.0, 2.0, 4.0 * 32 * 128 * 2 * 512, 2.0 * 128 * 4 * 2 * 512, 32.0, 4.0, 148, (1, 16, "gen"))
+    assert float(few) == pytest.approx(float(flat), rel=1e-12)     # 64 keys per block: all under its latency
 
 
 def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
-    """Launch split: an XQA block's first ``xqa_hidden`` keys cost no time beyond its wave's latency
+    """Launch split: an XQA block's first ``hidden_keys`` keys cost no time beyond its wave's latency
     (a batch whose blocks hold no more keys prices as its waves alone), the keys past them stream
     at the rate they would without the term."""
-    v = {**DEC_TRUE, "pi_decode": 1e30, "unit": 4e-6, "xqa_hidden": 96.0}
+    v = {**DEC_TRUE, "pi_decode": 1e30, "unit": 4e-6, "hidden_keys": 96.0}
     price = lambda v, kv: float(decode_unit_times([v[p] for p in DEC], 64.0, kv, 4.0 * 32 * 128 * kv * 64,  # noqa: E731
                                                   2.0 * 2 * 128 * 8 * kv * 64, 32.0, 8.0, 108, (2, 32, "launch")))
     assert bool(xqa_dispatched(64.0, 8.0, 96.0, 108)) and float(xqa_blocks(64.0, 512.0, 96.0, 108)) == 1.0
@@ -231,7 +236,7 @@ def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
     alone = waves * v["unit"] * (1 + v["unit_q"] * 4) + v["overhead_decode"]
     for kv in (2.0, 40.0, 96.0):
         assert price(v, kv) == pytest.approx(alone, rel=1e-12)
-    none = {**v, "xqa_hidden": 0.0}
+    none = {**v, "hidden_keys": 0.0}
     assert price(v, 150.0) - alone == pytest.approx((price(none, 150.0) - alone) * (1 - 96 / 150), rel=1e-9)
 
 
