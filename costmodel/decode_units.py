@@ -34,7 +34,7 @@ and the flow are found is the ``split`` the fit picks among ``SPLITS``:
         XqaDispatcher::shouldUse under mUseTllmGen: "Fallback to MMHA as num_q_heads per kv_head > 16
         is not supported by TRTLLM-GEN kernels"). B200, 32 query heads on one KV head, one sequence of
         65,536 keys: 363 µs for 17 MB of keys, a latency-bound walk by 32 query-head units, not a
-        stream at the L2's rate (held out: B200 6.3 → see bench_kernels).
+        stream at the L2's rate (B200 held out 6.3 → 5.5 with the hidden keys: bench_kernels).
 On A100 the grouped rows follow the xqa form: time depends on units and kv, not on how units split
 into sequences and KV heads, and steps with the waves (1,023 keys: 20.8 µs at 1 unit, 16.7 µs at 4,
 108 µs at 512 units in 5 waves of 1,024-key blocks, 198 µs at 1,024 units in 10). B200's grouped
