@@ -145,15 +145,14 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   runs trtllm-gen up to 16 query heads per KV head and falls back to MMHA beyond
   (XqaDispatcher::shouldUse), so g ≥ 24 rows are priced by MMHA's launch rules, the rest as flow
   with the hidden keys: 6.3/4.1/14.8 → 6.1 (MMHA fallback alone) → 5.5/3.7/12.2 (in sample on all
-  decode rows 7.4 → 6.5). Tried and dropped (in sample, decode rows alone): MMHA's split cap from
+  decode rows 7.4 → 6.5), and with MMHA's occupancy the fit's (``decode_launch``: 3 blocks of 256
+  threads per SM on B200, 4 on A100 and L40S) → 4.9/3.4/10.9 (in sample 5.0), against its data
+  floor of 4.1. Tried and dropped (in sample, decode rows alone): MMHA's split cap from
   tlength + 1 = kv + 1 keys (A100 6.90 → 6.88, L40S held out 8.4 → 8.6), its key walk in whole
   passes of T/16 or T/2 keys (A100 6.9 → 7.3-8.5), fractional waves for MMHA (8.6), the hidden
   keys on MMHA too (A100 6.7, L40S 8.5), a sharper L2 cliff ((B/C)^10 or ^16: L40S 8.35 → 8.25).
   What is left: A100 MMHA rows of 1,024 threads (units < SMs) at 64-512 keys run 9-14 % slower
-  than priced and those of 256 threads at 32-512 keys 9-14 % faster; B200's MMHA fallback rows
-  (g ≥ 24, a quarter of the rows) keep ~10 % (32/1 heads at 2 keys: 8.8 µs at 128 units, 14.7 at
-  256 and at 512, where the launch rules give 256 units one wave of 512-thread blocks); L40S g = 1
-  rows 10.7 %.
+  than priced and those of 256 threads at 32-512 keys 9-14 % faster; L40S g = 1 rows (MMHA) 10.7 %.
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

@@ -11,11 +11,16 @@ time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 seq
 each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
 ~95 keys, L40S ~45).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
-u = n·h units; with 4 blocks of 256 threads per SM (its note: 32 warps per SM, register-limited),
-a grid short of 4·SMs blocks gets larger blocks, factor = min(⌈4·SMs/u⌉, 4): T = 256 threads
-(factor 1), 512 (2–3), 1024 (4), 1024/T of them per SM; each unit splits into
-m = clip(⌈SMs·(1024/T)/u⌉, 1, ⌈kv/(T/2)⌉) blocks (T/2 keys per KV loop: ⌈T/16 threads per value⌉·8,
-16-bit, d = 128), run in W = ⌈u·m/(SMs·1024/T)⌉ waves.
+u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
+register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger
+blocks, factor = min(⌈b·SMs/u⌉, b): T = 256·factor rounded down to 256, 512 or 1024 threads,
+P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, ⌈kv/(T/2)⌉) blocks
+(T/2 keys per KV loop: ⌈T/16 threads per value⌉·8, 16-bit, d = 128), run in W = ⌈u·m/(SMs·P)⌉
+waves. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
+alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6.2 → 5.0; b = 2: 5.9):
+there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
+wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
+b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
   t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
 c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
 mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
@@ -39,7 +44,7 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -47,11 +52,17 @@ def xqa_dispatched(n, h_kv, kv, sms):
     return n * h_kv * np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
 
 
-def mmha_launch(units, kv, sms):
-    """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy)."""
-    factor = np.minimum(np.ceil(sms * MMHA_BLOCKS_SM / np.maximum(units, 1.0)), MMHA_BLOCKS_SM)
+def mmha_blocks(groups) -> float:
+    """MMHA's 256-thread blocks per SM (its occupancy) from the groups tuple's fourth element (4 when absent)."""
+    return float(groups[3]) if len(groups) > 3 else MMHA_BLOCKS_SM
+
+
+def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
+    """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy),
+    with ``blocks`` 256-thread blocks per SM."""
+    factor = np.minimum(np.ceil(sms * blocks / np.maximum(units, 1.0)), blocks)
     threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
-    per_sm = MMHA_THREADS_SM / threads
+    per_sm = np.floor(MMHA_THREAD_BLOCK * blocks / threads)
     split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
     return threads, per_sm, split
 
@@ -62,7 +73,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
-    threads, per_sm, msplit = mmha_launch(units, kv, sms)
+    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups))
     split = np.where(grouped, xqa_blocks(n, units, kv, sms), msplit)
     slots = np.where(grouped, sms, sms * per_sm)
     waves = np.ceil(units * split / slots)
@@ -95,12 +106,13 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         flow = units * split / waves * cta
         add, fixed = waves * unit * (1.0 + cq * g), 0.0
     else:
-        units = n * h
-        factor = min(math.ceil(sms * MMHA_BLOCKS_SM / max(units, 1.0)), MMHA_BLOCKS_SM)
+        units, nb = n * h, mmha_blocks(groups)
+        factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
         threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
-        split = min(max(math.ceil(sms * (MMHA_THREADS_SM / threads) / max(units, 1.0)), 1.0),
+        per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
+        split = min(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
-        waves = math.ceil(units * split / (sms * (MMHA_THREADS_SM / threads)))
+        waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
         add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS))
     x = (B / l2) ** 2

@@ -63,7 +63,8 @@ XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's k
 #   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
 MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
 XQA_MIN_BLOCKS = 4.0         # kEnableMinBlockFactor: XQA runs when its blocks × 4 reach the SMs (else MMHA)
-MMHA_BLOCKS_SM, MMHA_THREADS_SM = 4.0, 1024.0   # MMHA: 256-thread blocks per SM, 32 warps (register-limited)
+MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK = 4.0, 256.0   # MMHA: 256-thread blocks per SM (register-limited: 32 warps), its base block
+MMHA_OCCUPANCY = (4, 3)      # the blocks per SM the fit tries (groups' fourth element; see ``decode_launch``)
 MMHA_VALUE_THREADS = 16.0    # MMHA's threads per value (16-bit, d = 128): T/16 keys per pass of its loops
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
@@ -107,7 +108,7 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     if len(groups) > 2 and groups[2] == "gen":
         g = h / h_kv
         return np.where((g >= groups[0]) & (g <= groups[1]), decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2], alias, True),
-                        launch_times(v, n, kv_mean, F, B, h, h_kv, sms, (np.inf, np.inf), alias))
+                        launch_times(v, n, kv_mean, F, B, h, h_kv, sms, (np.inf, np.inf) + tuple(groups[2:]), alias))
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
@@ -144,7 +145,7 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     if len(groups) > 2 and groups[2] == "gen":
         if groups[0] <= h / h_kv <= groups[1]:
             return decode_unit_time(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2], True)
-        return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, (math.inf, math.inf))
+        return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, (math.inf, math.inf) + tuple(groups[2:]))
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1]

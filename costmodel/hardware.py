@@ -62,6 +62,7 @@ class Hardware:
     attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
     attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_decode_split: str = "flow"        # ... how the kernels split the KV sequence (decode_units.SPLITS)
+    attn_decode_mmha_blocks: int = 4       # ... launch / gen: MMHA's 256-thread blocks per SM (its register-limited occupancy)
     attn_decode_combine_s: float = 0.0     # ... a split sequence's combine of its partial results, per thread block
     attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
     attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over its keys, per pass of its loops (T/16 keys)
@@ -183,6 +184,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
             and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
             [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
+    require(isinstance(hw.attn_decode_mmha_blocks, int) and 1 <= hw.attn_decode_mmha_blocks <= 8,
+            f"{source}:attn_decode_mmha_blocks", hw.attn_decode_mmha_blocks, "must be an integer from 1 to 8")
     require(hw.attn_decode_split in ("flow", "xqa", "launch", "gen"), f"{source}:attn_decode_split", hw.attn_decode_split,
             "must be one of flow, xqa, launch, gen")
     if hw.attn_decode_unit_s:

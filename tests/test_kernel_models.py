@@ -271,7 +271,39 @@ def test_mmha_launch_follows_tensorrt_llm_launcher(units, kv, want):
     assert tuple(float(x) for x in mmha_launch(float(units), float(kv), 108)) == want
 
 
-@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7)])
+def test_mmha_launch_follows_the_blocks_per_sm():
+    """With 3 blocks of 256 threads per SM (768 threads) a grid of 128 units gets 512-thread blocks,
+    one per SM (factor min(⌈3·148/128⌉, 3) = 3: 768 threads, rounded down to 512), and 512 units
+    256-thread ones, three per SM."""
+    assert tuple(float(x) for x in mmha_launch(128.0, 4096.0, 148, 3)) == (512, 1, 2)
+    assert tuple(float(x) for x in mmha_launch(512.0, 4096.0, 148, 3)) == (256, 3, 1)
+    assert tuple(float(x) for x in mmha_launch(128.0, 4096.0, 148)) == (1024, 1, 2)
+
+
+def test_fit_finds_mmha_occupancy():
+    """Timings made with MMHA at 3 blocks per SM are fitted with that occupancy, which the profile
+    carries and prices serving decodes by."""
+    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6}[p] for p in DEC]
+    df = decode_table(v).assign(kv_alias=1.0)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "launch", 3), 1.0)
+    f = fit(df, form="physical", spec=A100)
+    assert f.classes["attention"].groups == (2, 32, "launch", 3) and f.classes["attention"].errors["mape"] < 2.0
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    assert hw.attn_decode_mmha_blocks == 3
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    fv = [f.value(f"attention.{p}") for p in DEC]
+    n, kv1 = 40, 3000
+    got = cm.breakdown(cm.shape([1] * n, [kv1] * n)).op("attention_decode").time_s
+    want = model.L * decode_unit_time(fv, n, kv1 + 1, 4.0 * model.h * 128 * (kv1 + 1) * n,
+                                      4.0 * 128 * model.h_kv * (kv1 + 1) * n, model.h, model.h_kv, 108, (2, 32, "launch", 3))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7),
+                                         ("attn_decode_mmha_blocks", 0), ("attn_decode_mmha_blocks", 2.5)])
 def test_decode_split_fields_are_validated(field, value):
     d = yaml.safe_load(A100.to_yaml())
     with pytest.raises(ValueError, match=field):
@@ -313,13 +345,14 @@ def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
 
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
-       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch", "gen"]), sms=st.sampled_from([108, 132]))
-def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms):
+       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch", "gen"]), sms=st.sampled_from([108, 132]),
+       nb=st.sampled_from([3, 4]))
+def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms, nb):
     hkv = max(1, h // g)
     v = [DEC_TRUE[p] for p in DEC]
     F, B = 4.0 * h * 128 * kv * n, 4.0 * 128 * hkv * kv * n
-    assert decode_unit_time(v, n, kv, F, B, h, hkv, sms, (2, 32, split)) == pytest.approx(
-        float(decode_unit_times(v, n, kv, F, B, h, hkv, sms, (2, 32, split))), rel=1e-12)
+    assert decode_unit_time(v, n, kv, F, B, h, hkv, sms, (2, 32, split, nb)) == pytest.approx(
+        float(decode_unit_times(v, n, kv, F, B, h, hkv, sms, (2, 32, split, nb))), rel=1e-12)
 
 
 def test_fitted_profile_prices_decode_as_the_fit_does():

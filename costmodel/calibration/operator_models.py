@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
@@ -385,8 +385,9 @@ def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile: int = Q_TILE) -> tuple:
     """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
-    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``; and its sample
-    fit's solution (ln(p/p0) under that split's start)."""
+    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``, then where MMHA
+    runs (launch, gen) its blocks per SM among ``MMHA_OCCUPANCY`` (a fourth element where not the
+    first); and its sample fit's solution (ln(p/p0) under that split's start)."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
 
@@ -399,6 +400,8 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
         return r.cost, groups, r.x
     flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
     best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
+    if best[1][2] in ("launch", "gen"):      # MMHA's occupancy: 256-thread blocks per SM (decode_launch.mmha_launch)
+        best = min([best] + [cost(best[1][:3] + (b,)) for b in MMHA_OCCUPANCY[1:]], key=lambda c: c[0])
     return best[1], best[2]
 
 
