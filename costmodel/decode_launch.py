@@ -21,18 +21,23 @@ alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6
 there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
 wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
 b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
-  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(64·m)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
 c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
 mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~2-3 µs on A100, ~1.8 µs on L40S, against
 0.4 and 0.1 µs per block for c_comb).
-u_mha is one wave's fixed latency and τ·kv/(m·T/16) a block's walk over its keys: kv/m keys, T/16
-of them per pass of its loops (16 threads per value), each pass waiting on its loads (τ ~ a DRAM
-round trip). It is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
-one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
+u_mha is one wave's fixed latency and τ·kv/(64·m) a block's walk over its kv/m keys, τ per 64 of
+them whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
+Priced per pass of T/16 keys (16 threads per value), 1,024-thread blocks ran slow and 256-thread ones
+fast (A100 MMHA rows at 64-512 keys: -9 to -14 % and +9 to +14 %; L40S at 512-2,047 keys: -14 %
+and +10 to +18 %); with a second latency per pass growing with T/1024 the fit sends the per-pass
+one to ~0 (A100 8e-8 s against 8.5e-7, L40S 1e-10 against 3.6e-7), i.e. to this form (in sample
+on the decode rows alone: A100 6.9 → 6.1, L40S 8.35 → 7.7, B200 5.0 either way). τ (~0.9 µs on
+A100, ~ a DRAM round trip) is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against
+11 µs at one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
 K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the value pass reads the
-key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·1024/T):
+key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·P):
 share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
 of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
@@ -44,7 +49,7 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_WALK_KEYS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -79,7 +84,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS)))
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS)))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -114,7 +119,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS))
+        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)

@@ -65,7 +65,7 @@ MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: â
 XQA_MIN_BLOCKS = 4.0         # kEnableMinBlockFactor: XQA runs when its blocks Ã— 4 reach the SMs (else MMHA)
 MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK = 4.0, 256.0   # MMHA: 256-thread blocks per SM (register-limited: 32 warps), its base block
 MMHA_OCCUPANCY = (4, 3)      # the blocks per SM the fit tries (groups' fourth element; see ``decode_launch``)
-MMHA_VALUE_THREADS = 16.0    # MMHA's threads per value (16-bit, d = 128): T/16 keys per pass of its loops
+MMHA_WALK_KEYS = 64.0        # MMHA's key walk: one latency (loop_mha) per 64 of a block's keys, whatever its size
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
           "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed")

@@ -65,7 +65,7 @@ class Hardware:
     attn_decode_mmha_blocks: int = 4       # ... launch / gen: MMHA's 256-thread blocks per SM (its register-limited occupancy)
     attn_decode_combine_s: float = 0.0     # ... a split sequence's combine of its partial results, per thread block
     attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
-    attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over its keys, per pass of its loops (T/16 keys)
+    attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over a block's keys, per 64 of them (decode_launch)
     attn_decode_l2_pass_bytes: float = 0.0   # ... MMHA's value pass re-reads K-only tables' key lines from the L2 below this
     attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides
     attn_decode_combine_fixed_s: float = 0.0   # ... a split launch's fixed cost of its reduction (once, beside the per-block part)
