@@ -139,8 +139,8 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   heads: 87 rows, median 0.77 TB/s) and no configuration times under 12.5 µs, so it stays unshipped.
   Then (held out, seeds 0-2, mean of 3 draws): a grouped block's first keys load under its fixed
   latency (``hidden_keys``: A100 XQA, 32/4 heads at 512 sequences, 131.8-142.3 µs from 2 to 128
-  keys, then ~60 µs per 256; fitted ~95 keys A100, ~45 L40S, ~140 B200) and a split launch pays
-  its reduction once (``combine_fixed``, ~2-3 µs A100): A100 7.8/5.9/16.1 → 7.0/4.6/15.1, L40S
+  keys, then ~60 µs per 256; fitted ~95 keys A100, ~40 L40S, ~140 B200) and a split launch pays
+  its reduction once (``combine_fixed``, ~1.7-2.3 µs A100): A100 7.8/5.9/16.1 → 7.0/4.6/15.1, L40S
   8.7 → 8.4/5.5/17.2. B200 then takes the gen split (``decode_units``): TensorRT-LLM on SM100
   runs trtllm-gen up to 16 query heads per KV head and falls back to MMHA beyond
   (XqaDispatcher::shouldUse), so g ≥ 24 rows are priced by MMHA's launch rules, the rest as flow

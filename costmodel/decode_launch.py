@@ -9,7 +9,7 @@ that each block's first K_h keys (``hidden_keys``) load under its wave's latency
 time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
 136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
 each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
-~95 keys, L40S ~45).
+~95 keys, L40S ~37).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
 u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
 register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger
@@ -25,8 +25,8 @@ b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
 c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
 mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
-the key walk that no other block overlaps (fitted c_red ~2-3 µs on A100, ~1.8 µs on L40S, against
-0.4 and 0.1 µs per block for c_comb).
+the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
+~0.4 and ~0.1 µs per block for c_comb).
 u_mha is one wave's fixed latency and τ·kv/(64·m) a block's walk over its kv/m keys, τ per 64 of
 them whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
 Priced per pass of T/16 keys (16 threads per value), 1,024-thread blocks ran slow and 256-thread ones
