@@ -175,6 +175,27 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   floor misses by 477 %: the table does not measure a kernel, so no model reaches 5 % on it (in
   sample 65.7 %); 64-head MHA rows from 32 sequences cost 2.3 µs per sequence at one key
   (84, 155, 299, 577, 1,126 µs at 32 to 512 sequences), a per-sequence cost FA3's decode has not.
+  Nor does a rule on the table's own figures recover a kernel: after the filters (possible, above
+  the floor, monotone) the 404 rows still run 0.01-3 TB/s within one head configuration (64/64
+  heads: 87 rows, median 0.77 TB/s) and no configuration times under 12.5 µs, so it stays unshipped.
+  Then (held out, seeds 0-2, mean of 3 draws): a grouped block's first keys load under its fixed
+  latency (``hidden_keys``: A100 XQA, 32/4 heads at 512 sequences, 131.8-142.3 µs from 2 to 128
+  keys, then ~60 µs per 256; fitted ~95 keys A100, ~40 L40S, ~140 B200) and a split launch pays
+  its reduction once (``combine_fixed``, ~1.7-2.3 µs A100): A100 7.8/5.9/16.1 → 7.0/4.6/15.1, L40S
+  8.7 → 8.4/5.5/17.2. B200 then takes the gen split (``decode_units``): TensorRT-LLM on SM100
+  runs trtllm-gen up to 16 query heads per KV head and falls back to MMHA beyond
+  (XqaDispatcher::shouldUse), so g ≥ 24 rows are priced by MMHA's launch rules, the rest as flow
+  with the hidden keys: 6.3/4.1/14.8 → 6.1 (MMHA fallback alone) → 5.5/3.7/12.2 (in sample on all
+  decode rows 7.4 → 6.5), and with MMHA's occupancy the fit's (``decode_launch``: 3 blocks of 256
+  threads per SM on B200, 4 on A100 and L40S) → 4.9/3.4/10.9 (in sample 5.0), against its data
+  floor of 4.1. MMHA's key walk then costs its latency per 64 of a block's keys whatever the
+  block's size, not per pass of T/16 keys (``decode_launch``): A100 7.0 → 6.3/4.3/14.7, L40S 8.4 →
+  7.7/5.2/15.0 (in sample 6.9 → 6.2, 8.4 → 7.7), B200 unchanged. Tried and dropped (in sample, decode rows alone): MMHA's split cap from
+  tlength + 1 = kv + 1 keys (A100 6.90 → 6.88, L40S held out 8.4 → 8.6), its key walk in whole
+  passes of T/16 or T/2 keys (A100 6.9 → 7.3-8.5), fractional waves for MMHA (8.6), the hidden
+  keys on MMHA too (A100 6.7, L40S 8.5), a sharper L2 cliff ((B/C)^10 or ^16: L40S 8.35 → 8.25).
+  What is left: A100 MMHA rows at 8-32 keys over many units (the step from 8 to 16 keys, +22-31 %,
+  is no term here) and L40S's L2 cliff (rows of 100-200 MB, see above).
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

@@ -4,20 +4,40 @@ and launch rules for its two decode kernels, per layer.
 Which kernel: a grouped configuration (g_min ≤ g ≤ g_max) runs XQA only when XQA's blocks fill the
 GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` DecoderXQAImplJIT::mayHavePerfGain,
 kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
-query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split.
+query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split, except
+that each block's first K_h keys (``hidden_keys``) load under its wave's latency: the grouped memory
+time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
+136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
+each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
+~95 keys, L40S ~37).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
-u = n·h units; with 4 blocks of 256 threads per SM (its note: 32 warps per SM, register-limited),
-a grid short of 4·SMs blocks gets larger blocks, factor = min(⌈4·SMs/u⌉, 4): T = 256 threads
-(factor 1), 512 (2–3), 1024 (4), 1024/T of them per SM; each unit splits into
-m = clip(⌈SMs·(1024/T)/u⌉, 1, ⌈kv/(T/2)⌉) blocks (T/2 keys per KV loop: ⌈T/16 threads per value⌉·8,
-16-bit, d = 128), run in W = ⌈u·m/(SMs·1024/T)⌉ waves.
-  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(m·T/16)))²) + m·c_comb·[m > 1] + o_mha
-u_mha is one wave's fixed latency and τ·kv/(m·T/16) a block's walk over its keys: kv/m keys, T/16
-of them per pass of its loops (16 threads per value), each pass waiting on its loads (τ ~ a DRAM
-round trip). It is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against 11 µs at
-one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
+u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
+register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger
+blocks, factor = min(⌈b·SMs/u⌉, b): T = 256·factor rounded down to 256, 512 or 1024 threads,
+P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, ⌈kv/(T/2)⌉) blocks
+(T/2 keys per KV loop: ⌈T/16 threads per value⌉·8, 16-bit, d = 128), run in W = ⌈u·m/(SMs·P)⌉
+waves. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
+alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6.2 → 5.0; b = 2: 5.9):
+there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
+wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
+b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(64·m)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
+c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
+mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
+counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
+the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
+~0.4 and ~0.1 µs per block for c_comb).
+u_mha is one wave's fixed latency and τ·kv/(64·m) a block's walk over its kv/m keys, τ per 64 of
+them whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
+Priced per pass of T/16 keys (16 threads per value), 1,024-thread blocks ran slow and 256-thread ones
+fast (A100 MMHA rows at 64-512 keys: -9 to -14 % and +9 to +14 %; L40S at 512-2,047 keys: -14 %
+and +10 to +18 %); with a second latency per pass growing with T/1024 the fit sends the per-pass
+one to ~0 (A100 8e-8 s against 8.5e-7, L40S 1e-10 against 3.6e-7), i.e. to this form (in sample
+on the decode rows alone: A100 6.9 → 6.1, L40S 8.35 → 7.7, B200 5.0 either way). τ (~0.9 µs on
+A100, ~ a DRAM round trip) is what 4–96 units over 512–2,047 keys cost on an A100 (19–22 µs against
+11 µs at one key), far above their bytes. MMHA reads all keys (QK) before all values (PV): in AIConfigurator's
 K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the value pass reads the
-key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·1024/T):
+key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·P):
 share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
 of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
@@ -29,7 +49,7 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREADS_SM, MMHA_VALUE_THREADS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
+from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_WALK_KEYS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -37,28 +57,34 @@ def xqa_dispatched(n, h_kv, kv, sms):
     return n * h_kv * np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
 
 
-def mmha_launch(units, kv, sms):
-    """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy)."""
-    factor = np.minimum(np.ceil(sms * MMHA_BLOCKS_SM / np.maximum(units, 1.0)), MMHA_BLOCKS_SM)
+def mmha_blocks(groups) -> float:
+    """MMHA's 256-thread blocks per SM (its occupancy) from the groups tuple's fourth element (4 when absent)."""
+    return float(groups[3]) if len(groups) > 3 else MMHA_BLOCKS_SM
+
+
+def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
+    """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy),
+    with ``blocks`` 256-thread blocks per SM."""
+    factor = np.minimum(np.ceil(sms * blocks / np.maximum(units, 1.0)), blocks)
     threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
-    per_sm = MMHA_THREADS_SM / threads
+    per_sm = np.floor(MMHA_THREAD_BLOCK * blocks / threads)
     split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
     return threads, per_sm, split
 
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
-    threads, per_sm, msplit = mmha_launch(units, kv, sms)
+    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups))
     split = np.where(grouped, xqa_blocks(n, units, kv, sms), msplit)
     slots = np.where(grouped, sms, sms * per_sm)
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS)))
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS)))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -66,15 +92,16 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     blocks = np.maximum(units * split, 1.0)
     w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
     rw = 1.0 / (1.0 + w * w * w)
+    mem = mem * np.where(grouped, np.maximum(1.0 - hide * split / kv, 0.0), 1.0)   # each XQA block's first keys: under its latency
     mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
     c = F / np.where(grouped, pi, pi_mha)
-    comb = np.where(split > 1.0, split * comb, 0.0)
+    comb = np.where(split > 1.0, split * comb + comb0, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
 
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
@@ -84,18 +111,21 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         flow = units * split / waves * cta
         add, fixed = waves * unit * (1.0 + cq * g), 0.0
     else:
-        units = n * h
-        factor = min(math.ceil(sms * MMHA_BLOCKS_SM / max(units, 1.0)), MMHA_BLOCKS_SM)
+        units, nb = n * h, mmha_blocks(groups)
+        factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
         threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
-        split = min(max(math.ceil(sms * (MMHA_THREADS_SM / threads) / max(units, 1.0)), 1.0),
+        per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
+        split = min(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
-        waves = math.ceil(units * split / (sms * (MMHA_THREADS_SM / threads)))
+        waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * threads / MMHA_VALUE_THREADS))
+        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
+    if grouped:
+        mem *= max(1.0 - hide * split / kv, 0.0)
     c = F / (pi if grouped else pi_mha)
-    comb = split * comb if split > 1.0 else 0.0
+    comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)

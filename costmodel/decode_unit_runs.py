@@ -21,7 +21,7 @@ class UnitDecodeRuns:
         once. Its (B/C)² is Python's float power, per element (numpy squares instead, which can
         differ by an ulp), so the same bits as pricing each pass."""
         pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v[:12]
-        h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
+        h, h_kv, La, (g0, g1) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups[:2]
         g = h / h_kv
         grouped = g0 <= g <= g1
         units = float(n) * h_kv if grouped else float(n) * h
@@ -47,7 +47,7 @@ class UnitDecodeRuns:
         """``_unit_decode_run``'s operations on plain floats, pass by pass, summed into end times
         (short runs, where numpy's overhead does not pay)."""
         pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = self.unit_v[:12]
-        h, h_kv, La, (g0, g1, _) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups
+        h, h_kv, La, (g0, g1) = self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups[:2]
         g = h / h_kv
         grouped = g0 <= g <= g1
         units = float(n) * h_kv if grouped else float(n) * h

@@ -48,9 +48,10 @@ class FittedAttention:
                            hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
                            hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s,
                            hw.attn_decode_combine_s, hw.attn_decode_pi_mha, hw.attn_decode_loop_mha_s,
-                           hw.attn_decode_l2_pass_bytes)
+                           hw.attn_decode_l2_pass_bytes, hw.attn_decode_hidden_keys, hw.attn_decode_combine_fixed_s)
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
-            self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split)
+            self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split,
+                                hw.attn_decode_mmha_blocks)
         self.unit_runs = self.units and hw.attn_decode_split == "flow"   # decode runs priced by decode_unit_runs
         self.q_tile = (hw.attn_q_tile or Q_TILE) if self.attn_fitted and hw.attn_wave_s else 0
         if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix

@@ -64,10 +64,13 @@ class Hardware:
     attn_decode_group_min: int = 2         # ... query heads per KV head the grouped kernel takes: from
     attn_decode_group_max: int = 32        # ... g_min to g_max (others run the per-head kernel)
     attn_decode_split: str = "flow"        # ... how the kernels split the KV sequence (decode_units.SPLITS)
+    attn_decode_mmha_blocks: int = 4       # ... launch / gen: MMHA's 256-thread blocks per SM (its register-limited occupancy)
     attn_decode_combine_s: float = 0.0     # ... a split sequence's combine of its partial results, per thread block
-    attn_decode_pi_mha: float = 0.0        # ... "launch" split (costmodel/decode_launch.py): MMHA's FLOP/s
-    attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over its keys, per pass of its loops (T/16 keys)
+    attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
+    attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over a block's keys, per 64 of them (decode_launch)
     attn_decode_l2_pass_bytes: float = 0.0   # ... MMHA's value pass re-reads K-only tables' key lines from the L2 below this
+    attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides
+    attn_decode_combine_fixed_s: float = 0.0   # ... a split launch's fixed cost of its reduction (once, beside the per-block part)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
@@ -169,7 +172,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "elementwise_beta", "elementwise_floor_s", "attn_decode_unit_s", "attn_decode_unit_q",
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
                 "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
-                "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes",
+                "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes", "attn_decode_hidden_keys",
+                "attn_decode_combine_fixed_s",
                 "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s", "attn_softmax_rate",
                 "attn_prefill_row_s", "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
@@ -204,15 +208,17 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     require(isinstance(hw.attn_decode_group_min, int) and isinstance(hw.attn_decode_group_max, int)
             and 1 <= hw.attn_decode_group_min <= hw.attn_decode_group_max, f"{source}:attn_decode_group_min",
             [hw.attn_decode_group_min, hw.attn_decode_group_max], "must be integers with 1 <= group_min <= group_max")
-    require(hw.attn_decode_split in ("flow", "xqa", "launch"), f"{source}:attn_decode_split", hw.attn_decode_split,
-            "must be one of flow, xqa, launch")
+    require(isinstance(hw.attn_decode_mmha_blocks, int) and 1 <= hw.attn_decode_mmha_blocks <= 8,
+            f"{source}:attn_decode_mmha_blocks", hw.attn_decode_mmha_blocks, "must be an integer from 1 to 8")
+    require(hw.attn_decode_split in ("flow", "xqa", "launch", "gen"), f"{source}:attn_decode_split", hw.attn_decode_split,
+            "must be one of flow, xqa, launch, gen")
     if hw.attn_decode_unit_s:
         for fld in ("sms", "attn_decode_pi", "beta_attn", "attn_decode_beta_mha", "attn_decode_l2_beta", "attn_decode_l2_bytes",
                     "attn_decode_cta_beta", "attn_decode_unit_mha_s"):
             require((getattr(hw, fld) or 0) > 0, f"{source}:{fld}", getattr(hw, fld), "must be > 0 with attn_decode_unit_s")
-        if hw.attn_decode_split == "launch":
+        if hw.attn_decode_split in ("launch", "gen"):
             require(hw.attn_decode_pi_mha > 0, f"{source}:attn_decode_pi_mha", hw.attn_decode_pi_mha,
-                    "must be > 0 with attn_decode_split launch")
+                    f"must be > 0 with attn_decode_split {hw.attn_decode_split}")
     require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
             hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
     require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),

@@ -126,7 +126,8 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
-                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6)
+                overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6,
+                hidden_keys=64.0, combine_fixed=1.5e-6)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -163,12 +164,13 @@ def test_unit_decode_picks_the_grouping_the_table_follows():
     assert f.classes["attention"].groups == (2, 16, "flow") and f.classes["attention"].errors["mape"] < 2.0
 
 
-@pytest.mark.parametrize("split,alias", [("xqa", 0.0), ("launch", 1.0)])
+@pytest.mark.parametrize("split,alias", [("xqa", 0.0), ("launch", 1.0), ("gen", 1.0)])
 def test_unit_decode_picks_the_splitting_the_table_follows(split, alias):
     """Timings made with XQA's multi-block split (per-wave costs), or with TensorRT-LLM's dispatch
     and MMHA launch rules over a K-only table (decode_launch), are fitted with that split, and a
     profile from the fit carries it and prices serving decodes (no K-only alias) by it."""
-    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6 if split == "launch" else DEC_TRUE["unit_mha"]}[p] for p in DEC]
+    v = [{**DEC_TRUE, "unit": 4e-6 if split != "gen" else DEC_TRUE["unit"],
+          "unit_mha": 7e-6 if split in ("launch", "gen") else DEC_TRUE["unit_mha"]}[p] for p in DEC]
     df = decode_table(v).assign(kv_alias=alias)
     b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
     F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
@@ -199,8 +201,54 @@ def test_launch_split_recovers_mmha_constants():
     got = fit(df, form="physical", spec=A100).classes["attention"]
     assert got.groups == (2, 32, "launch")
     for p, want in (("unit_mha", 7e-6), ("loop_mha", DEC_TRUE["loop_mha"]), ("beta_decode_mha", DEC_TRUE["beta_decode_mha"]),
-                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"])):
+                    ("overhead_decode_mha", DEC_TRUE["overhead_decode_mha"]), ("hidden_keys", DEC_TRUE["hidden_keys"]),
+                    ("combine_fixed", DEC_TRUE["combine_fixed"])):
         assert got.values[got.params.index(p)] == pytest.approx(want, rel=0.05), p
+
+
+def test_gen_split_prices_grouped_rows_as_flow_and_the_rest_as_mmha():
+    """Gen split (Blackwell): rows inside the grouping are priced as the flow split prices them with
+    each block's first ``hidden_keys`` keys under its latency, the rest (beyond 16 query heads per KV
+    head, TensorRT-LLM's MMHA fallback) as the launch split's MMHA."""
+    v = [DEC_TRUE[p] for p in DEC]
+    n, kv = np.array([1.0, 8, 64, 512]), np.array([65536.0, 4096, 512, 64])
+    for h, hkv in ((32, 4), (96, 4), (32, 1), (16, 16)):
+        F, B = 4.0 * h * 128 * kv * n, 2.0 * 128 * hkv * kv * n
+        got = decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16, "gen"), 1.0)
+        want = (decode_unit_times(v, n, kv, F, B, h, hkv, 148, (1, 16), 1.0, hidden=True) if h / hkv <= 16 else
+                decode_unit_times(v, n, kv, F, B, h, hkv, 148, (99, 99, "launch"), 1.0))
+        assert np.array_equal(got, want), (h, hkv)
+    v = [{**DEC_TRUE, "pi_decode": 1e30}[p] for p in DEC]
+    few = decode_unit_times(v, 512.0, 64.0, 4.0 * 32 * 128 * 64 * 512, 2.0 * 128 * 4 * 64 * 512, 32.0, 4.0, 148, (1, 16, "gen"))
+    flat = decode_unit_times(v, 512.0, 2.0, 4.0 * 32 * 128 * 2 * 512, 2.0 * 128 * 4 * 2 * 512, 32.0, 4.0, 148, (1, 16, "gen"))
+    assert float(few) == pytest.approx(float(flat), rel=1e-12)     # 64 keys per block: all under its latency
+
+
+def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
+    """Launch split: an XQA block's first ``hidden_keys`` keys cost no time beyond its wave's latency
+    (a batch whose blocks hold no more keys prices as its waves alone), the keys past them stream
+    at the rate they would without the term."""
+    v = {**DEC_TRUE, "pi_decode": 1e30, "unit": 4e-6, "hidden_keys": 96.0}
+    price = lambda v, kv: float(decode_unit_times([v[p] for p in DEC], 64.0, kv, 4.0 * 32 * 128 * kv * 64,  # noqa: E731
+                                                  2.0 * 2 * 128 * 8 * kv * 64, 32.0, 8.0, 108, (2, 32, "launch")))
+    assert bool(xqa_dispatched(64.0, 8.0, 96.0, 108)) and float(xqa_blocks(64.0, 512.0, 96.0, 108)) == 1.0
+    waves = math.ceil(64 * 8 / 108)
+    alone = waves * v["unit"] * (1 + v["unit_q"] * 4) + v["overhead_decode"]
+    for kv in (2.0, 40.0, 96.0):
+        assert price(v, kv) == pytest.approx(alone, rel=1e-12)
+    none = {**v, "hidden_keys": 0.0}
+    assert price(v, 150.0) - alone == pytest.approx((price(none, 150.0) - alone) * (1 - 96 / 150), rel=1e-9)
+
+
+@pytest.mark.parametrize("units,kv,split", [(32, 4096, 4), (64, 4096, 2), (64, 512, 1), (500, 4096, 1)])
+def test_split_launch_pays_its_reduction_once(units, kv, split):
+    """Launch split: an MMHA launch whose units split into m > 1 blocks (mmha_launch) pays the fixed
+    cost of its reduction once, beside m times the per-block combine; an unsplit one pays neither."""
+    assert float(mmha_launch(float(units), float(kv), 108)[2]) == split
+    price = lambda c0: float(decode_unit_times([{**DEC_TRUE, "combine_fixed": c0}[p] for p in DEC], float(units), float(kv),  # noqa: E731
+                                               4.0 * 128 * kv * units, 2.0 * 2 * 128 * kv * units, 1.0, 1.0, 108,
+                                               (2, 32, "launch")))
+    assert price(3e-6) - price(0.0) == pytest.approx(3e-6 if split > 1 else 0.0, abs=1e-15)
 
 
 @pytest.mark.parametrize("n,hkv,kv,sms,want", [
@@ -223,7 +271,39 @@ def test_mmha_launch_follows_tensorrt_llm_launcher(units, kv, want):
     assert tuple(float(x) for x in mmha_launch(float(units), float(kv), 108)) == want
 
 
-@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7)])
+def test_mmha_launch_follows_the_blocks_per_sm():
+    """With 3 blocks of 256 threads per SM (768 threads) a grid of 128 units gets 512-thread blocks,
+    one per SM (factor min(⌈3·148/128⌉, 3) = 3: 768 threads, rounded down to 512), and 512 units
+    256-thread ones, three per SM."""
+    assert tuple(float(x) for x in mmha_launch(128.0, 4096.0, 148, 3)) == (512, 1, 2)
+    assert tuple(float(x) for x in mmha_launch(512.0, 4096.0, 148, 3)) == (256, 3, 1)
+    assert tuple(float(x) for x in mmha_launch(128.0, 4096.0, 148)) == (1024, 1, 2)
+
+
+def test_fit_finds_mmha_occupancy():
+    """Timings made with MMHA at 3 blocks per SM are fitted with that occupancy, which the profile
+    carries and prices serving decodes by."""
+    v = [{**DEC_TRUE, "unit": 4e-6, "unit_mha": 7e-6}[p] for p in DEC]
+    df = decode_table(v).assign(kv_alias=1.0)
+    b, kv, h, hkv = (df[c].to_numpy(float) for c in ("seqs", "k", "heads", "kv_heads"))
+    F, B = 4 * h * 128 * (kv + 1) * b, 2 * 2 * 128 * hkv * (kv + 1) * b
+    df["time_s"] = decode_unit_times(v, b, kv + 1, F, B, h, hkv, 108, (2, 32, "launch", 3), 1.0)
+    f = fit(df, form="physical", spec=A100)
+    assert f.classes["attention"].groups == (2, 32, "launch", 3) and f.classes["attention"].errors["mape"] < 2.0
+    hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    assert hw.attn_decode_mmha_blocks == 3
+    model = load_model("llama-3.1-8b")
+    cm = CostModel(model, hw, 1)
+    fv = [f.value(f"attention.{p}") for p in DEC]
+    n, kv1 = 40, 3000
+    got = cm.breakdown(cm.shape([1] * n, [kv1] * n)).op("attention_decode").time_s
+    want = model.L * decode_unit_time(fv, n, kv1 + 1, 4.0 * model.h * 128 * (kv1 + 1) * n,
+                                      4.0 * 128 * model.h_kv * (kv1 + 1) * n, model.h, model.h_kv, 108, (2, 32, "launch", 3))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("field,value", [("attn_decode_split", "flash"), ("attn_decode_combine_s", -1e-7),
+                                         ("attn_decode_mmha_blocks", 0), ("attn_decode_mmha_blocks", 2.5)])
 def test_decode_split_fields_are_validated(field, value):
     d = yaml.safe_load(A100.to_yaml())
     with pytest.raises(ValueError, match=field):
@@ -237,6 +317,8 @@ def test_launch_split_needs_mmha_rate():
     with pytest.raises(ValueError, match="attn_decode_pi_mha"):
         hardware_from_dict(d)
     assert hardware_from_dict({**d, "attn_decode_pi_mha": 1e13}).attn_decode_split == "launch"
+    with pytest.raises(ValueError, match="attn_decode_pi_mha"):
+        hardware_from_dict({**d, "attn_decode_split": "gen"})
 
 
 @pytest.mark.parametrize("units,kv,sms,want", [
@@ -263,13 +345,14 @@ def test_unit_decode_hbm_bandwidth_is_capped_at_the_spec():
 
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(1, 4096), kv=st.integers(1, 200_000), h=st.sampled_from([8, 32, 64, 128]),
-       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch"]), sms=st.sampled_from([108, 132]))
-def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms):
+       g=st.sampled_from([1, 2, 4, 8, 64]), split=st.sampled_from(["flow", "xqa", "launch", "gen"]), sms=st.sampled_from([108, 132]),
+       nb=st.sampled_from([3, 4]))
+def test_unit_decode_float_path_matches_the_array_path(n, kv, h, g, split, sms, nb):
     hkv = max(1, h // g)
     v = [DEC_TRUE[p] for p in DEC]
     F, B = 4.0 * h * 128 * kv * n, 4.0 * 128 * hkv * kv * n
-    assert decode_unit_time(v, n, kv, F, B, h, hkv, sms, (2, 32, split)) == pytest.approx(
-        float(decode_unit_times(v, n, kv, F, B, h, hkv, sms, (2, 32, split))), rel=1e-12)
+    assert decode_unit_time(v, n, kv, F, B, h, hkv, sms, (2, 32, split, nb)) == pytest.approx(
+        float(decode_unit_times(v, n, kv, F, B, h, hkv, sms, (2, 32, split, nb))), rel=1e-12)
 
 
 def test_fitted_profile_prices_decode_as_the_fit_does():

@@ -283,12 +283,13 @@ def test_roofline_step_pricing_is_step_time_bit_for_bit(name, tp, fields):
 def test_second_beta_start_only_where_a_unit_decode_is_flat_in_beta():
     """The second s_beta start (LOW_BETA_START) is tried where the unit decode model prices a decode
     by its thread blocks' flow at the first solution (the shipped A100 constants under the flow
-    split make long decodes flow-bound), not for roofline attention."""
+    split, at 1 GB/s in flight per thread block, make long decodes flow-bound), not for roofline
+    attention."""
     from costmodel.calibration.step_pricing import step_shapes
     from costmodel.calibration.steps import _flat_decodes, _Pricer
     n = np.array([1, 4, 16, 64, 256])
     steps = uniform_steps(np.zeros(5, int), np.zeros(5, int), np.zeros(5, int), n, n * 2000, np.ones(5), "x")
-    profiles = {"a100-sxm, flow split": load_hardware("a100-sxm").replace(attn_decode_split="flow"),
+    profiles = {"a100-sxm, flow split": load_hardware("a100-sxm").replace(attn_decode_split="flow", attn_decode_cta_beta=1e9),
                 "h100": load_hardware("h100"), "a100-80gb": load_hardware("a100-80gb")}
     flat = {name: _flat_decodes(_Pricer(step_shapes(steps), MODEL, hw, 1), (0.85, 0.974, 0.85, 1.0))
             for name, hw in profiles.items()}

@@ -65,7 +65,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
@@ -336,7 +336,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
             pass
         elif "unit" in params:
             out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7,
-                    env(fd) * 0.5, 5e-7, 1e7]
+                    env(fd) * 0.5, 5e-7, 1e7, 64.0, 1e-6]
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
@@ -475,8 +475,8 @@ def _bus_factor(p: str) -> float:
 
 
 def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
-    """The start under the groups' split: the launch split's unit_mha is per wave, not per unit."""
-    if len(groups) > 2 and groups[2] == "launch":
+    """The start under the groups' split: the launch and gen splits' unit_mha is per wave, not per unit."""
+    if len(groups) > 2 and groups[2] in ("launch", "gen"):
         p0 = p0.copy()
         p0[params.index("unit_mha")] *= 100.0
     return p0
@@ -484,8 +484,9 @@ def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile: int = Q_TILE) -> tuple:
     """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
-    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``; and its sample
-    fit's solution (ln(p/p0) under that split's start)."""
+    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``, then where MMHA
+    runs (launch, gen) its blocks per SM among ``MMHA_OCCUPANCY`` (a fourth element where not the
+    first); and its sample fit's solution (ln(p/p0) under that split's start)."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
 
@@ -498,6 +499,8 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
         return r.cost, groups, r.x
     flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
     best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
+    if best[1][2] in ("launch", "gen"):      # MMHA's occupancy: 256-thread blocks per SM (decode_launch.mmha_launch)
+        best = min([best] + [cost(best[1][:3] + (b,)) for b in MMHA_OCCUPANCY[1:]], key=lambda c: c[0])
     return best[1], best[2]
 
 
