@@ -48,6 +48,7 @@ class Replica(RunPlanning):
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
         self._leave_times = None   # their last steps' end times, once read (``outstanding``)
+        self._joins: list = []     # arrivals folded into the running run (simcore/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
@@ -114,6 +115,10 @@ class Replica(RunPlanning):
             return
         j = bisect_left(ends, t)
         self._keep_leavers(j)
+        if self._joins:   # arrivals whose admission step was not reached are still to be planned
+            back = [req for req, at, _ in self._joins if at >= j]
+            self._joins = [x for x in self._joins if x[1] < j]
+            self.inbox[:0] = back
         if j:
             self._apply(self._running_plan, self._running_start, ends[:j])
 
@@ -140,6 +145,8 @@ class Replica(RunPlanning):
         state = self.state
         env = self.env
         skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
+        self._folds_arrivals = (skipping and self.fold and self.iteration_log is None and self.state.cohort is not None
+                                and getattr(type(self.policy), "arrival_chunks", PolicyHooks.arrival_chunks) is not PolicyHooks.arrival_chunks)
         while True:
             now = env._now if self._clock is None else self._clock
             if self.pull is not None:
@@ -280,6 +287,11 @@ class Replica(RunPlanning):
                 req.num_blocks = held
         if gaps:
             itl.add_many(gaps)
+        if self._joins:
+            had = len(finished)
+            items = items + self._admit_joins(ends, steps, inner, finished)
+            if had < len(finished) and not done:
+                finished.sort(key=_finish_order)
         if done:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
@@ -298,6 +310,37 @@ class Replica(RunPlanning):
                 if on_finish is not None:
                     on_finish()
                 self.on_finish(req)
+
+    def _admit_joins(self, ends, steps: int, inner, finished: list) -> list:
+        """The arrivals folded into the run (simcore/arrival_folds.py) are admitted at their steps
+        and advanced through their chunks, then one token a step until they finish or the run
+        ends; each one's own gaps go to the histogram. Returns them as plan items."""
+        s, itl = self.state, self.itl
+        pool = s.pool
+        bs, joins, self._joins = pool.block_size, self._joins, []
+        out = []
+        for req, at, chunks in joins:
+            s.admit(req)
+            req.first_scheduled_s = float(ends[at - 1])
+            taken = steps - at
+            req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
+            if req.num_computed_tokens == req.prompt_len:
+                e = at + len(chunks) - 1
+                mine = min(req.output_len, steps - e)
+                req.first_token_s = float(ends[e])
+                if mine > 1:
+                    seg = inner[e:e + mine - 1]
+                    itl.add_many(seg)
+                    req.max_itl_s = _max(seg)
+                req.num_computed_tokens += mine - 1
+                req.num_output_tokens = mine
+                req.last_token_s = float(ends[e + mine - 1])
+                if mine >= req.output_len:
+                    finished.append(req)
+            req.num_blocks = -(-req.num_computed_tokens // bs)
+            pool.used += req.num_blocks
+            out.append((req, 0))
+        return out
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
         """The cohort through a folded run, segment by segment between the steps where members or

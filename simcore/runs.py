@@ -18,19 +18,20 @@ finish instead of the run ending there, when nobody waits and no router reads KV
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from heapq import heappop
 
 import numpy as np
 
 from policies.base import Plan
 
+from .arrival_folds import ArrivalFolds, _step
 from .chunked import ChunkedRuns
 
 SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
-class RunPlanning(ChunkedRuns):
+class RunPlanning(ChunkedRuns, ArrivalFolds):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
     _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
 
@@ -44,7 +45,7 @@ class RunPlanning(ChunkedRuns):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
-        self._lead = None
+        self._lead, self._seqs0 = None, len(items) + nc
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
         if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
             ends = self._chunked_run(plan, start)
@@ -94,47 +95,95 @@ class RunPlanning(ChunkedRuns):
         c = self.state.cohort
         arrival = self.next_arrival() if self.pull is not None else math.inf
         riders.sort()   # by the step each leaves after, then queue order (seq is unique)
-        i = 0
+        i = ji = 0
         ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
         if lead:
             t = lead[-1]
         leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
-        while pos < k and n > 0 and t < arrival:
-            f = k
-            if finish and finish[0][0] - c.tick < f:
-                f = finish[0][0] - c.tick
-            if i < nr and riders[i][0] < f:
-                f = riders[i][0]
-            seg = f - pos
-            if seg > 0:
-                if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
-                    e = listed(n, float(kv), seg, t, arrival)
-                    if len(e) > 1:
-                        self._step_estimate = e[-1] - e[-2]
-                    ends += e
-                else:
-                    e = self._decode_ends(t, n, kv, seg, arrival)
-                    if type(e) is list and not arrays:
+        jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/arrival_folds.py), by step
+        if self._folds_arrivals:
+            self._free0, self._joined_blocks = self._run_free(), 0
+        while True:
+            while pos < k and n > 0 and t < arrival:
+                f = k
+                if finish and finish[0][0] - c.tick < f:
+                    f = finish[0][0] - c.tick
+                if i < nr and riders[i][0] < f:
+                    f = riders[i][0]
+                if ji < len(jl) and jl[ji][0] < f:
+                    f = jl[ji][0]
+                seg = f - pos
+                if seg > 0:
+                    if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                        e = listed(n, float(kv), seg, t, arrival)
+                        if len(e) > 1:
+                            self._step_estimate = e[-1] - e[-2]
                         ends += e
                     else:
-                        arrays.append(e)
-                t = float(e[-1])
-                pos += len(e)
-                kv += n * len(e)
-            if pos == f < k:
-                tick = c.tick
-                while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
-                    req = heappop(finish)[2]
-                    leaving.append((pos, req))
-                    n -= 1
-                    kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
-                while i < len(riders) and riders[i][0] == pos:
-                    _, _, base, req = riders[i]
-                    leaving.append((pos, req))
-                    n -= 1
-                    kv -= base + pos
-                    i += 1
+                        e = self._decode_ends(t, n, kv, seg, arrival)
+                        if type(e) is list and not arrays:
+                            ends += e
+                        else:
+                            arrays.append(e)
+                    t = float(e[-1])
+                    pos += len(e)
+                    kv += n * len(e)
+                if pos == f < k:
+                    n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+            if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or t > self.horizon:
+                break
+            self.pull(t)
+            if not self.inbox:   # it was rejected: the run goes on to the next
+                arrival = self.next_arrival()
+                continue
+            held = 0
+            if self.state.hold_finished:   # finished in the step before: still seated at this step's schedule()
+                for f, _ in reversed(leaving):
+                    if f != pos:
+                        break
+                    held += 1
+                held += sum(1 for x in jl[:ji] if x[0] == pos)
+            got = self._fold_arrival(pos, t, n, kv, k, held, riders, i, jl, ji)
+            if got is None:
+                break
+            e, gone, kv, n, k, i, ji, leave = got
+            for f, r, kind in gone:
+                if kind < 2:
+                    leaving.append((f, r))
+            if arrays:
+                arrays.append(e)
+            else:
+                ends += e
+            t, pos = e[-1], pos + len(e)
+            if leave is None:   # its prompt was cut short by the next arrival: the run ends
+                break
+            req = self._joins[-1][0]
+            insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
+            arrival = self.next_arrival()
+            if pos < k:
+                n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
         return np.concatenate([ends] + arrays) if arrays else ends
+
+    def _drain(self, pos: int, n: int, kv: int, riders: list, i: int, jl: list, ji: int):
+        """The members, planned requests and joiners whose last step was pos − 1 leave the run."""
+        c, leaving = self.state.cohort, self._leaving
+        finish, tick = c.finish, c.tick
+        while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
+            req = heappop(finish)[2]
+            leaving.append((pos, req))
+            n -= 1
+            kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
+        while i < len(riders) and riders[i][0] == pos:
+            _, _, base, req = riders[i]
+            leaving.append((pos, req))
+            n -= 1
+            kv -= base + pos
+            i += 1
+        while ji < len(jl) and jl[ji][0] == pos:
+            n -= 1
+            kv -= jl[ji][1] + pos
+            ji += 1
+        return n, kv, i, ji
 
     def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
         """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t

@@ -1,0 +1,112 @@
+"""Arrivals folded into a run (mixed into Replica through RunPlanning).
+
+A sole replica in open loop knows its arrivals. A folded decode run (simcore/runs.py,
+``_folded_run``) would end at the first step that starts at or after the next arrival A, for
+the plan made then to admit it. When A is the only request then waiting, every running request
+decodes, and the policy's hook ``arrival_chunks`` (policies/base.py) can say what that plan and
+the ones after it give A (vLLM: ``min(prompt left, budget − decodes)`` a step), the run goes on
+instead: A's chunks are a lead in the middle of the run (priced as any lead,
+``CostModel.prefill_lead_ends``), A then decodes beside the others until it finishes or the run
+ends, and the next arrival is met the same way. A's chunks past the first are taken after the
+next arrival only where the hook seals them (a chunk of the whole budget leaves nothing for a
+waiting request); the run ends before the first that is not.
+
+KV: every step of the run fits without a release when the blocks held now, plus each of the
+run's first sequences growing by at most H // bs + 1 blocks in H steps (the lead's P by its
+chunks too), plus every joiner at its full size, are free; else the arrival is not folded (the
+run ends there, as before). Then no step preempts and every admission's full-ISL check passes,
+as stepping would find.
+
+A joiner is ``(request, step it is admitted in, its chunks)`` in ``self._joins``; ``_apply``
+admits it then (its running-queue stamp follows the order of admission, as stepping's), and
+``stop_at`` returns the ones whose step was not reached to the inbox.
+"""
+from __future__ import annotations
+
+import math
+from heapq import heappop, heappush
+
+
+class ArrivalFolds:
+    """Needs the Replica's state, cost model, policy, inbox and pull."""
+
+    _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
+    horizon = math.inf        # the simulation stops here (Simulation.run): no arrival after it is pulled
+
+    def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int):
+        """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
+        Σ(kv + 1) is kv and `held` finished requests still seated. Returns None when the arrival
+        is not folded, else (lead ends, window leavers as (step, request, kind), Σ(kv + 1) and n
+        after the lead, new k, i, ji, the joiner's leave step or None)."""
+        inbox = self.inbox
+        if len(inbox) != 1:
+            return None
+        req = inbox[0]
+        s, c = self.state, self.state.cohort
+        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held)
+        if not chunks:
+            return None
+        bs = s.pool.block_size
+        L0 = len(chunks)
+        window = []   # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
+        finish, tick = c.finish, c.tick
+        while finish and finish[0][0] - tick < pos + L0:
+            f, _, r = heappop(finish)
+            window.append((f - tick, r.num_computed_tokens + tick - r.cohort_tick + 1, r, 0))
+        nr = len(riders)
+        while i < nr and riders[i][0] < pos + L0:
+            window.append((riders[i][0], riders[i][2], riders[i][3], 1))
+            i += 1
+        nj = len(jl)
+        while ji < nj and jl[ji][0] < pos + L0:
+            window.append((jl[ji][0], jl[ji][1], jl[ji][2], 2))
+            ji += 1
+        if window:
+            window.sort(key=_step)
+            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window])
+        out = req.output_len
+        mine = pos + len(chunks) - 1 + out   # the step it is not in
+        k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        lead = self._lead
+        grow = self._seqs0 * (k2 // bs + 1) + (sum(lead[1]) // bs + 1 if lead is not None else 0)
+        grow += (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
+        if not chunks or grow > self._free0:
+            for f, _, r, kind in window:   # nothing taken: all back where they were
+                if kind == 0:
+                    heappush(finish, (f + tick, r.seq, r))
+            i -= sum(1 for x in window if x[3] == 1)
+            ji -= sum(1 for x in window if x[3] == 2)
+            return None
+        inbox.pop()
+        stop = self.next_arrival()
+        e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
+                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window])
+        ran = len(e)
+        end = pos + ran
+        gone, back_i, back_j = [], 0, 0
+        for f, b, r, kind in window:
+            if f < end:
+                gone.append((f, r, kind))
+                kv -= b + end
+                n -= 1
+            elif kind == 0:
+                heappush(finish, (f + tick, r.seq, r))
+            elif kind == 1:
+                back_i += 1
+            else:
+                back_j += 1
+        i -= back_i
+        ji -= back_j
+        kv += (n + len(gone)) * ran
+        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+        self._joins.append((req, pos, chunks[:ran]))
+        leave = None
+        if ran == len(chunks):
+            n += 1
+            kv += req.prompt_len + 1
+            leave = end - 1 + out
+        return e, gone, kv, n, k2, i, ji, leave
+
+
+def _step(leaver):
+    return leaver[0]

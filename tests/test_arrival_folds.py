@@ -1,0 +1,95 @@
+"""Arrivals folded into a run (simcore/arrival_folds.py) against one-event-per-step stepping:
+a sole replica in open loop admits each arrival inside the run under way, its chunks a lead in
+the middle of the run. Per-request metrics and ITL histograms equal to the bit; the folds must
+actually happen (counted), and where the hook cannot tell (SGLang, no chunking, a prefix cache,
+a threshold, closed loop, several replicas) the runs end at the arrival as before."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simcore.arrival_folds import ArrivalFolds
+from test_chunked_runs import assert_modes_agree, busy, chunky
+from workloads.workload import Workload
+
+
+class FoldCounter:
+    def __init__(self, monkeypatch):
+        self.folded = self.whole = 0
+        fold = ArrivalFolds._fold_arrival
+
+        def counted(replica, *a):
+            got = fold(replica, *a)
+            if got is not None:
+                self.folded += 1
+                self.whole += got[-1] is not None
+            return got
+        monkeypatch.setattr(ArrivalFolds, "_fold_arrival", counted)
+
+
+def short_outputs(n=200, rate=12.0, seed=5):
+    """Prompts of one to four chunks, outputs as short as one token: joiners that finish inside
+    the run, in its lead or right after it."""
+    rng = np.random.default_rng(seed)
+    return Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(1, 1800, n), rng.integers(1, 40, n))
+
+
+VLLM = dict(max_num_batched_tokens=512, max_num_seqs=64, max_model_len=8192)
+CASES = {
+    "open loop": (dict(), busy(n=200, rate=2.0), None),
+    "short outputs": (dict(), short_outputs(), None),
+    "tight pool": (dict(num_gpu_blocks_override=500), busy(n=200, rate=3.0), None),
+    "few seats": (dict(max_num_seqs=6), busy(n=200, rate=3.0), None),
+    "synchronous scheduler": (dict(async_scheduling=False), short_outputs(seed=8), None),
+    "no chunked prefill": (dict(enable_chunked_prefill=False, max_num_batched_tokens=8192), short_outputs(rate=20.0), None),
+    "stopped at 21.5 s": (dict(), busy(n=200, rate=3.0), 21.5),
+    "stopped at 9 s": (dict(), short_outputs(rate=15.0), 9.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vllm_folds_arrivals_exactly(case, monkeypatch):
+    extra, wl, until = CASES[case]
+    folds = FoldCounter(monkeypatch)
+    res = assert_modes_agree("vllm", dict(VLLM, **extra), wl, until=until)
+    if until is None:
+        assert res.summary["completed"] == len(wl)
+    assert folds.whole > len(wl) // 10, (folds.folded, folds.whole)
+
+
+FALLBACKS = {
+    "vllm, threshold": ("vllm", dict(VLLM, long_prefill_token_threshold=200), busy(n=120, rate=2.0), 1),
+    "vllm, prefix caching": ("vllm", dict(VLLM, enable_prefix_caching=True), busy(n=120, rate=2.0, shared=True), 1),
+    "vllm, closed loop": ("vllm", VLLM, busy(n=120, concurrency=5), 1),
+    "vllm, replicas": ("vllm", VLLM, busy(n=120, rate=5.0), 3),
+    "sglang, open loop": ("sglang", dict(chunked_prefill_size=512, max_prefill_tokens=512, max_model_len=8192),
+                          busy(n=120, rate=2.0), 1),
+    "sglang, closed loop": ("sglang", dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192),
+                            busy(n=120, concurrency=4), 1),
+    "sglang, replicas": ("sglang", dict(chunked_prefill_size=256, max_prefill_tokens=256, max_model_len=8192),
+                         busy(n=120, rate=4.0), 2),
+    "nochunk, open loop": ("nochunk", dict(max_num_seqs=48, max_model_len=8192), short_outputs(n=120), 1),
+    "nochunk, closed loop": ("nochunk", dict(max_num_seqs=48, max_model_len=8192), busy(n=120, concurrency=6), 1),
+    "nochunk, replicas": ("nochunk", dict(max_num_seqs=48, max_model_len=8192), busy(n=120, rate=5.0), 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACKS))
+def test_no_fold_where_the_hook_cannot_tell(case, monkeypatch):
+    policy, flags, wl, replicas = FALLBACKS[case]
+    folds = FoldCounter(monkeypatch)
+    res = assert_modes_agree(policy, flags, wl, replicas, "least_outstanding")
+    assert res.summary["completed"] == len(wl)
+    assert folds.folded == 0
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wl=chunky(), budget=st.integers(32, 1024), seqs=st.integers(1, 40), blocks=st.integers(150, 3000),
+       block=st.sampled_from([1, 16, 32]), async_=st.booleans(), full_isl=st.booleans(), chunked=st.booleans(),
+       until=st.sampled_from([None, None, 0.7, 2.5]))
+def test_vllm_arrival_folds_match_stepping(wl, budget, seqs, blocks, block, async_, full_isl, chunked, until):
+    flags = dict(max_num_batched_tokens=budget if chunked else 8192, max_num_seqs=min(seqs, budget),
+                 num_gpu_blocks_override=max(blocks // block, 1), block_size=block, max_model_len=8192,
+                 enable_prefix_caching=False, async_scheduling=async_, scheduler_reserve_full_isl=full_isl,
+                 enable_chunked_prefill=chunked)
+    assert_modes_agree("vllm", flags, wl, until=until)
