@@ -217,9 +217,10 @@ class PolicyHooks:
         request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=()) -> tuple[list[int], int]:
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (simcore/arrival_folds.py). `req` has just arrived and is the only
-        request waiting, at a step where `decodes` running requests all decode one token and
+        request waiting, at a step where `decodes` running requests all decode one token (in that
+        step one of them takes `extra` more: a prompt's last chunk) and
         `seated` requests hold a seat (the decodes and finished requests still held). Returns the
         new tokens schedule() gives req in that step and in each that follows until its prompt
         completes, one decode fewer from each step in `leaves` on (steps after the first, in

@@ -266,7 +266,7 @@ class VLLMScheduler(PolicyHooks):
             req.num_computed_tokens, self._thr = now, thr0
         return out, sealed
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=()) -> tuple[list[int], int]:
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). Schedule() walks the decodes (one token each)
         and reaches the waiting queue with ``budget − decodes`` left; req is admitted while
         `seated` is below max_num_seqs (the replica's KV bound covers scheduler_reserve_full_isl)
@@ -279,15 +279,17 @@ class VLLMScheduler(PolicyHooks):
             return [], 0
         budget = cfg.max_num_batched_tokens - decodes
         rem = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
-        if budget <= 0 or rem <= 0 or (rem > budget and not cfg.enable_chunked_prefill):
+        if budget - extra <= 0 or rem <= 0 or (rem > budget - extra and not cfg.enable_chunked_prefill):
             return [], 0
         out, sealed, li, nl = [], 0, 0, len(leaves)
         while rem > 0:
             while li < nl and leaves[li] <= len(out):
                 budget += 1
                 li += 1
-            n = rem if rem < budget else budget
-            if out and n == budget and sealed == len(out) - 1:
+            n = budget - extra if out == [] else budget
+            if rem < n:
+                n = rem
+            if out and n == budget and sealed == len(out) - 1:   # the whole budget
                 sealed += 1
             out.append(n)
             rem -= n

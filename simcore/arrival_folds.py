@@ -33,17 +33,21 @@ class ArrivalFolds:
     _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
     horizon = math.inf        # the simulation stops here (Simulation.run): no arrival after it is pulled
 
-    def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int):
+    def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
+                      head=None):
         """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
-        Σ(kv + 1) is kv and `held` finished requests still seated. Returns None when the arrival
-        is not folded, else (lead ends, window leavers as (step, request, kind), Σ(kv + 1) and n
-        after the lead, new k, i, ji, the joiner's leave step or None)."""
+        Σ(kv + 1) is kv and `held` finished requests still seated. With `head` (q, kv), one of
+        the n is the joiner before, taking its last chunk q over kv cached in this step (its
+        Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
+        ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
+        ji, the joiner's leave step or None, its chunks not taken)."""
         inbox = self.inbox
         if len(inbox) != 1:
             return None
         req = inbox[0]
         s, c = self.state, self.state.cohort
-        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held)
+        extra = head[0] - 1 if head else 0
+        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra)
         if not chunks:
             return None
         bs = s.pool.block_size
@@ -63,7 +67,7 @@ class ArrivalFolds:
             ji += 1
         if window:
             window.sort(key=_step)
-            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window])
+            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra)
         out = req.output_len
         mine = pos + len(chunks) - 1 + out   # the step it is not in
         k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
@@ -80,7 +84,7 @@ class ArrivalFolds:
         inbox.pop()
         stop = self.next_arrival()
         e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
-                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window])
+                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window], (head,) if head else ())
         ran = len(e)
         end = pos + ran
         gone, back_i, back_j = [], 0, 0
@@ -105,7 +109,7 @@ class ArrivalFolds:
             n += 1
             kv += req.prompt_len + 1
             leave = end - 1 + out
-        return e, gone, kv, n, k2, i, ji, leave
+        return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
 
 
 def _step(leaver):

@@ -136,33 +136,57 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             if not self.inbox:   # it was rejected: the run goes on to the next
                 arrival = self.next_arrival()
                 continue
-            held = 0
-            if self.state.hold_finished:   # finished in the step before: still seated at this step's schedule()
-                for f, _ in reversed(leaving):
-                    if f != pos:
-                        break
-                    held += 1
-                held += sum(1 for x in jl[:ji] if x[0] == pos)
-            got = self._fold_arrival(pos, t, n, kv, k, held, riders, i, jl, ji)
-            if got is None:
-                break
-            e, gone, kv, n, k, i, ji, leave = got
-            for f, r, kind in gone:
-                if kind < 2:
-                    leaving.append((f, r))
-            if arrays:
-                arrays.append(e)
-            else:
-                ends += e
-            t, pos = e[-1], pos + len(e)
-            if leave is None:   # its prompt was cut short by the next arrival: the run ends
-                break
-            req = self._joins[-1][0]
-            insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
-            arrival = self.next_arrival()
-            if pos < k:
+            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji)
+            while got is not None:
+                e, gone, kv, n, k, i, ji, leave, rest = got
+                got = None
+                for f, r, kind in gone:
+                    if kind < 2:
+                        leaving.append((f, r))
+                if arrays:
+                    arrays.append(e)
+                else:
+                    ends += e
+                t, pos = e[-1], pos + len(e)
+                req = self._joins[-1][0]
+                if leave is not None:
+                    insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
+                    arrival = self.next_arrival()
+                    if pos < k:
+                        n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                    break
+                if len(rest) != 1 or pos >= k or t > self.horizon:   # its prompt cut short by the next arrival
+                    return np.concatenate([ends] + arrays) if arrays else ends
                 n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                self.pull(t)
+                if len(self.inbox) != 1:
+                    return np.concatenate([ends] + arrays) if arrays else ends
+                # its last chunk goes beside the next one's first: from here it is one of the n
+                insort(jl, (pos + req.output_len, req.prompt_len - pos, req), ji, key=_step)
+                got = self._fold_arrival(pos, t, n + 1, kv + req.prompt_len, k, self._held(pos, jl, ji), riders, i, jl, ji,
+                                         (rest[0], req.prompt_len - rest[0]))
+                if got is not None:
+                    at, chunks = self._joins[-2][1:]
+                    self._joins[-2] = (req, at, chunks + rest)
+                else:
+                    return np.concatenate([ends] + arrays) if arrays else ends
+            else:
+                break
         return np.concatenate([ends] + arrays) if arrays else ends
+
+    def _held(self, pos: int, jl: list, ji: int) -> int:
+        """Requests that finished in step pos − 1 and, under async scheduling, still hold a seat at
+        step pos's schedule() (SchedulerState.retire)."""
+        if not self.state.hold_finished:
+            return 0
+        held = 0
+        for f, _ in reversed(self._leaving):
+            if f != pos:
+                break
+            held += 1
+        for x in jl[:ji]:
+            held += x[0] == pos
+        return held
 
     def _drain(self, pos: int, n: int, kv: int, riders: list, i: int, jl: list, ji: int):
         """The members, planned requests and joiners whose last step was pos − 1 leave the run."""
