@@ -217,7 +217,8 @@ class PolicyHooks:
         request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0) -> tuple[list[int], int]:
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
+                       queued: bool = False) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (simcore/arrival_folds.py). `req` has just arrived and is the only
         request waiting, at a step where `decodes` running requests all decode one token (in that
         step one of them takes `extra` more: a prompt's last chunk) and
@@ -226,8 +227,9 @@ class PolicyHooks:
         completes, one decode fewer from each step in `leaves` on (steps after the first, in
         order), when its blocks are known to be free (the replica checks a bound that covers the
         engine's own test) and nothing else arrives; and how many of the chunks after the first
-        would be planned the same with more requests waiting. ([], 0) when req would not be
-        admitted then, or that cannot be told: the run ends before that step."""
+        would be planned the same with more requests waiting. With `queued`, req heads a queue
+        of several: ([], 0) unless its first chunk leaves nothing for the next. ([], 0) when req
+        would not be admitted then, or that cannot be told: the run ends before that step."""
         return [], 0
 
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:

@@ -266,7 +266,8 @@ class VLLMScheduler(PolicyHooks):
             req.num_computed_tokens, self._thr = now, thr0
         return out, sealed
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0) -> tuple[list[int], int]:
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
+                       queued: bool = False) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). Schedule() walks the decodes (one token each)
         and reaches the waiting queue with ``budget − decodes`` left; req is admitted while
         `seated` is below max_num_seqs (the replica's KV bound covers scheduler_reserve_full_isl)
@@ -293,6 +294,8 @@ class VLLMScheduler(PolicyHooks):
                 sealed += 1
             out.append(n)
             rem -= n
+        if queued and out[0] < cfg.max_num_batched_tokens - decodes - extra:   # the next in the queue would get the rest
+            return [], 0
         return out, sealed
 
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:

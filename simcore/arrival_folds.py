@@ -41,13 +41,14 @@ class ArrivalFolds:
         Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
         ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
         ji, the joiner's leave step or None, its chunks not taken)."""
-        inbox = self.inbox
-        if len(inbox) != 1:
+        s, inbox = self.state, self.inbox
+        c, waiting = s.cohort, s.waiting
+        req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
+        if req.num_computed_tokens or req.num_output_tokens:
             return None
-        req = inbox[0]
-        s, c = self.state, self.state.cohort
+        queued = len(waiting) + len(inbox) > 1
         extra = head[0] - 1 if head else 0
-        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra)
+        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
         if not chunks:
             return None
         bs = s.pool.block_size
@@ -67,7 +68,7 @@ class ArrivalFolds:
             ji += 1
         if window:
             window.sort(key=_step)
-            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra)
+            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
         out = req.output_len
         mine = pos + len(chunks) - 1 + out   # the step it is not in
         k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
@@ -81,8 +82,8 @@ class ArrivalFolds:
             i -= sum(1 for x in window if x[3] == 1)
             ji -= sum(1 for x in window if x[3] == 2)
             return None
-        inbox.pop()
-        stop = self.next_arrival()
+        waiting.popleft() if waiting else inbox.pop(0)
+        stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
         e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
                                       [(f - pos + 1, b + pos - 1) for f, b, _, _ in window], (head,) if head else ())
         ran = len(e)

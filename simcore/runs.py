@@ -83,16 +83,19 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         t = t1
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
-    def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list):
+    def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list, head=None):
         """A run of at most k steps (for a sole replica, only those that start before its next
         arrival) through which cohort members and planned requests finish: the batch shrinks at
         each finish. Only with nobody waiting, where a finish changes nothing but the batch until
-        the run's end. `lead`: the end times of its first steps, priced already (nobody leaves
-        before the last of them); kv: Σ(kv + 1) in the step after them. `riders`: (the step it
-        leaves after, seq, base, request) for each planned request, Σ(kv + 1) of one at step j ≥
-        len(lead) being base + j. The leavers (members taken off the finish heap, planned
-        requests) are kept with the step they leave after, for ``_apply``."""
-        c = self.state.cohort
+        the run's end (or with `head`, see below). `lead`: the end times of its first steps, priced
+        already (nobody leaves before the last of them); kv: Σ(kv + 1) in the step after them.
+        `riders`: (the step it leaves after, seq, base, request) for each planned request, Σ(kv + 1)
+        of one at step j ≥ len(lead) being base + j. The leavers (members taken off the finish
+        heap, planned requests) are kept with the step they leave after, for ``_apply``. A sole
+        replica folds arrivals in (simcore/arrival_folds.py); `head` (q, kv, request): the step
+        after the lead is that request's last chunk q over kv beside the queue head's first, its
+        (kv + q) counted in kv and n as a decode's, or the run ends before it."""
+        c, s = self.state.cohort, self.state
         arrival = self.next_arrival() if self.pull is not None else math.inf
         riders.sort()   # by the step each leaves after, then queue order (seq is unique)
         i = ji = 0
@@ -104,75 +107,78 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         if self._folds_arrivals:
             self._free0, self._joined_blocks = self._run_free(), 0
         while True:
-            while pos < k and n > 0 and t < arrival:
-                f = k
-                if finish and finish[0][0] - c.tick < f:
-                    f = finish[0][0] - c.tick
-                if i < nr and riders[i][0] < f:
-                    f = riders[i][0]
-                if ji < len(jl) and jl[ji][0] < f:
-                    f = jl[ji][0]
-                seg = f - pos
-                if seg > 0:
-                    if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
-                        e = listed(n, float(kv), seg, t, arrival)
-                        if len(e) > 1:
-                            self._step_estimate = e[-1] - e[-2]
-                        ends += e
-                    else:
-                        e = self._decode_ends(t, n, kv, seg, arrival)
-                        if type(e) is list and not arrays:
+            if head is None:
+                while pos < k and n > 0 and t < arrival:
+                    f = k
+                    if finish and finish[0][0] - c.tick < f:
+                        f = finish[0][0] - c.tick
+                    if i < nr and riders[i][0] < f:
+                        f = riders[i][0]
+                    if ji < len(jl) and jl[ji][0] < f:
+                        f = jl[ji][0]
+                    seg = f - pos
+                    if seg > 0:
+                        if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                            e = listed(n, float(kv), seg, t, arrival)
+                            if len(e) > 1:
+                                self._step_estimate = e[-1] - e[-2]
                             ends += e
                         else:
-                            arrays.append(e)
-                    t = float(e[-1])
-                    pos += len(e)
-                    kv += n * len(e)
-                if pos == f < k:
-                    n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
-            if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or t > self.horizon:
-                break
-            self.pull(t)
-            if not self.inbox:   # it was rejected: the run goes on to the next
-                arrival = self.next_arrival()
-                continue
-            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji)
-            while got is not None:
-                e, gone, kv, n, k, i, ji, leave, rest = got
-                got = None
-                for f, r, kind in gone:
-                    if kind < 2:
-                        leaving.append((f, r))
-                if arrays:
-                    arrays.append(e)
-                else:
-                    ends += e
-                t, pos = e[-1], pos + len(e)
-                req = self._joins[-1][0]
-                if leave is not None:
-                    insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
-                    arrival = self.next_arrival()
-                    if pos < k:
+                            e = self._decode_ends(t, n, kv, seg, arrival)
+                            if type(e) is list and not arrays:
+                                ends += e
+                            else:
+                                arrays.append(e)
+                        t = float(e[-1])
+                        pos += len(e)
+                        kv += n * len(e)
+                    if pos == f < k:
                         n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or t > self.horizon:
                     break
-                if len(rest) != 1 or pos >= k or t > self.horizon:   # its prompt cut short by the next arrival
-                    return np.concatenate([ends] + arrays) if arrays else ends
-                n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
                 self.pull(t)
-                if len(self.inbox) != 1:
-                    return np.concatenate([ends] + arrays) if arrays else ends
-                # its last chunk goes beside the next one's first: from here it is one of the n
-                insort(jl, (pos + req.output_len, req.prompt_len - pos, req), ji, key=_step)
-                got = self._fold_arrival(pos, t, n + 1, kv + req.prompt_len, k, self._held(pos, jl, ji), riders, i, jl, ji,
-                                         (rest[0], req.prompt_len - rest[0]))
-                if got is not None:
-                    at, chunks = self._joins[-2][1:]
-                    self._joins[-2] = (req, at, chunks + rest)
-                else:
-                    return np.concatenate([ends] + arrays) if arrays else ends
-            else:
+                if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next
+                    arrival = self.next_arrival()
+                    continue
+            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji, head and head[:2])
+            if got is None:
                 break
+            if head is not None:   # its last chunk was taken beside the new one's first
+                self._extend_lead(head[2], head[0])
+                head = None
+            e, gone, kv, n, k, i, ji, leave, rest = got
+            for f, r, kind in gone:
+                if kind < 2:
+                    leaving.append((f, r))
+            if arrays:
+                arrays.append(e)
+            else:
+                ends += e
+            t, pos = e[-1], pos + len(e)
+            req = self._joins[-1][0]
+            if leave is not None:
+                insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
+                arrival = t if s.waiting or self.inbox else self.next_arrival()
+                if pos < k:
+                    n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                continue
+            if len(rest) != 1 or pos >= k or t > self.horizon:   # its prompt cut short by the queue
+                break
+            n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+            self.pull(t)
+            head = (rest[0], req.prompt_len - rest[0], req)   # from here it is one of the n
+            insort(jl, (pos + req.output_len, req.prompt_len - pos, req), ji, key=_step)
+            n, kv = n + 1, kv + req.prompt_len
         return np.concatenate([ends] + arrays) if arrays else ends
+
+    def _extend_lead(self, req, q: int) -> None:
+        """`req`'s lead (a joiner's, or the plan's P) takes its last chunk q in the step after it."""
+        joins = self._joins
+        for x in range(len(joins) - 1, -1, -1):
+            if joins[x][0] is req:
+                joins[x] = (req, joins[x][1], joins[x][2] + [q])
+                return
+        self._lead = (req, self._lead[1] + [q])
 
     def _held(self, pos: int, jl: list, ji: int) -> int:
         """Requests that finished in step pos − 1 and, under async scheduling, still hold a seat at
