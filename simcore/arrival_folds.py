@@ -23,7 +23,6 @@ admits it then (its running-queue stamp follows the order of admission, as stepp
 """
 from __future__ import annotations
 
-import math
 from heapq import heappop, heappush
 
 
@@ -31,7 +30,22 @@ class ArrivalFolds:
     """Needs the Replica's state, cost model, policy, inbox and pull."""
 
     _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
-    horizon = math.inf        # the simulation stops here (Simulation.run): no arrival after it is pulled
+
+    def _seen_by(self, t: float) -> bool:
+        """Whether another event (a stop, a process reading the replica) is due by t: an arrival
+        is folded only at a step that starts before anyone could look (pulled requests then have
+        arrived, as stepping has them, whenever they are looked at)."""
+        queue = self.env._queue
+        return bool(queue) and queue[0][0] <= t
+
+    def _finished_joiners(self, ends, now: float) -> int:
+        """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""
+        n = 0
+        for req, at, chunks in self._joins:
+            last = at + len(chunks) + req.output_len - 2
+            if sum(chunks) == req.prompt_len and last < len(ends) and ends[last] <= now:
+                n += 1
+        return n
 
     def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
                       head=None):

@@ -104,6 +104,8 @@ class Replica(RunPlanning):
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
             n -= bisect_right(times, self.env._now)
+        if self._joins and self._running_ends is not None:
+            n -= self._finished_joiners(self._running_ends, self.env._now)
         return n
 
     def stop_at(self, t: float) -> None:

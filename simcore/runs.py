@@ -134,7 +134,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         kv += n * len(e)
                     if pos == f < k:
                         n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
-                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or t > self.horizon:
+                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or self._seen_by(t):
                     break
                 self.pull(t)
                 if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next
@@ -162,7 +162,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                 if pos < k:
                     n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
                 continue
-            if len(rest) != 1 or pos >= k or t > self.horizon:   # its prompt cut short by the queue
+            if len(rest) != 1 or pos >= k or self._seen_by(t):   # its prompt cut short by the queue
                 break
             n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
             self.pull(t)

@@ -161,9 +161,6 @@ class Simulation:
         (tests/test_sim_invariants.py checks that a run leaves no cyclic garbage)."""
         require(not self._ran, "Simulation.run", until, "a Simulation runs once; build a new one to run again")
         self._ran = True
-        if until is not None:
-            for r in self.replicas:
-                r.horizon = until   # a run folds no arrival stamped after the stop (simcore/arrival_folds.py)
         collecting = gc.isenabled()
         gc.disable()   # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
         try:
