@@ -87,7 +87,10 @@ class ArrivalFolds:
         mine = pos + len(chunks) - 1 + out   # the step it is not in
         k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
         lead = self._lead
-        grow = self._seqs0 * (k2 // bs + 1) + (sum(lead[1]) // bs + 1 if lead is not None else 0)
+        grow = self._seqs0 * (k2 // bs + 1)
+        if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
+            p = lead[0]
+            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
         grow += (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
         if not chunks or grow > self._free0:
             for f, _, r, kind in window:   # nothing taken: all back where they were

@@ -106,6 +106,8 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/arrival_folds.py), by step
         if self._folds_arrivals:
             self._free0, self._joined_blocks = self._run_free(), 0
+            if head is not None and pos < k:
+                n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
         while True:
             if head is None:
                 while pos < k and n > 0 and t < arrival:
@@ -185,13 +187,15 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         step pos's schedule() (SchedulerState.retire)."""
         if not self.state.hold_finished:
             return 0
-        held = 0
-        for f, _ in reversed(self._leaving):
-            if f != pos:
-                break
+        held, leaving = 0, self._leaving
+        x = len(leaving) - 1
+        while x >= 0 and leaving[x][0] == pos:
             held += 1
-        for x in jl[:ji]:
-            held += x[0] == pos
+            x -= 1
+        x = ji - 1   # jl is in step order: the joiners that left at pos are just before ji
+        while x >= 0 and jl[x][0] == pos:
+            held += 1
+            x -= 1
         return held
 
     def _drain(self, pos: int, n: int, kv: int, riders: list, i: int, jl: list, ji: int):

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simcore.arrival_folds import ArrivalFolds
+from simcore.chunked import ChunkedRuns
 from test_chunked_runs import assert_modes_agree, busy, chunky
 from workloads.workload import Workload
 
@@ -25,6 +26,13 @@ class FoldCounter:
                 self.whole += got[-1] is not None
             return got
         monkeypatch.setattr(ArrivalFolds, "_fold_arrival", counted)
+        self.handed, hand_over = 0, ChunkedRuns._hand_over
+
+        def handed(replica, plan, start, ends, gone):
+            got = hand_over(replica, plan, start, ends, gone)
+            self.handed += len(got) > len(ends)
+            return got
+        monkeypatch.setattr(ChunkedRuns, "_hand_over", handed)
 
 
 def short_outputs(n=200, rate=12.0, seed=5):
@@ -32,6 +40,14 @@ def short_outputs(n=200, rate=12.0, seed=5):
     the run, in its lead or right after it."""
     rng = np.random.default_rng(seed)
     return Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(1, 1800, n), rng.integers(1, 40, n))
+
+
+def bursts(n=240, seed=6):
+    """Arrivals in bursts of up to six at one instant: a queue forms, and each prompt's last chunk
+    goes beside the next one's first (simcore/chunked.py, _hand_over)."""
+    rng = np.random.default_rng(seed)
+    at = np.repeat(np.cumsum(rng.exponential(1.5, n)), rng.integers(1, 7, n))[:n]
+    return Workload(at, rng.integers(100, 2500, n), rng.integers(1, 200, n))
 
 
 VLLM = dict(max_num_batched_tokens=512, max_num_seqs=64, max_model_len=8192)
@@ -42,6 +58,9 @@ CASES = {
     "few seats": (dict(max_num_seqs=6), busy(n=200, rate=3.0), None),
     "synchronous scheduler": (dict(async_scheduling=False), short_outputs(seed=8), None),
     "no chunked prefill": (dict(enable_chunked_prefill=False, max_num_batched_tokens=8192), short_outputs(rate=20.0), None),
+    "bursts": (dict(), bursts(), None),
+    "bursts, tight pool": (dict(num_gpu_blocks_override=450), bursts(seed=7), None),
+    "bursts, few seats": (dict(max_num_seqs=5), bursts(seed=9), None),
     "stopped at 21.5 s": (dict(), busy(n=200, rate=3.0), 21.5),
     "stopped at 9 s": (dict(), short_outputs(rate=15.0), 9.0),
 }
@@ -55,6 +74,8 @@ def test_vllm_folds_arrivals_exactly(case, monkeypatch):
     if until is None:
         assert res.summary["completed"] == len(wl)
     assert folds.whole > len(wl) // 10, (folds.folded, folds.whole)
+    if case.startswith("bursts"):   # plans with a queue hand P's last chunk over to the queue's head
+        assert folds.handed > 5, folds.handed
 
 
 FALLBACKS = {

@@ -38,7 +38,9 @@ class LeadCounter:
 
         def folded(replica, *a):
             got = fold(replica, *a)
-            self.folded += got is not None and len(got[0]) > 1
+            if got is not None:
+                self.folded += len(got[0]) > 1
+                self.with_finishes += bool(got[1])   # decodes that finished inside it
             return got
         monkeypatch.setattr(ArrivalFolds, "_fold_arrival", folded)
 
