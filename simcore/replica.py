@@ -320,7 +320,7 @@ class Replica(RunPlanning):
         s, itl = self.state, self.itl
         pool = s.pool
         bs, joins, self._joins = pool.block_size, self._joins, []
-        out = []
+        out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
         for req, at, chunks in joins:
             s.admit(req)
             req.first_scheduled_s = float(ends[at - 1])
@@ -331,9 +331,11 @@ class Replica(RunPlanning):
                 mine = min(req.output_len, steps - e)
                 req.first_token_s = float(ends[e])
                 if mine > 1:
-                    seg = inner[e:e + mine - 1]
-                    itl.add_many(seg)
-                    req.max_itl_s = _max(seg)
+                    if cover is None:
+                        cover = [0] * steps
+                    cover[e] += 1
+                    cover[e + mine - 1] -= 1
+                    req.max_itl_s = _max(inner[e:e + mine - 1])
                 req.num_computed_tokens += mine - 1
                 req.num_output_tokens = mine
                 req.last_token_s = float(ends[e + mine - 1])
@@ -342,6 +344,10 @@ class Replica(RunPlanning):
             req.num_blocks = -(-req.num_computed_tokens // bs)
             pool.used += req.num_blocks
             out.append((req, 0))
+        if cover is not None:   # each gap once per joiner sampling at both its ends
+            w = np.add.accumulate(cover[:-1])
+            m = w > 0
+            itl.add_weighted(np.asarray(inner, dtype=np.float64)[m], w[m])
         return out
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:

@@ -114,3 +114,21 @@ def test_vllm_arrival_folds_match_stepping(wl, budget, seqs, blocks, block, asyn
                  enable_prefix_caching=False, async_scheduling=async_, scheduler_reserve_full_isl=full_isl,
                  enable_chunked_prefill=chunked)
     assert_modes_agree("vllm", flags, wl, until=until)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(1e-5, 10.0), min_size=1, max_size=60), data=st.data())
+def test_weighted_gaps_count_as_their_weight_in_single_adds(values, data):
+    """A joiner's gaps go to the histogram as one weighted array (Replica._admit_joins): the same
+    bins, count and max as adding each value once per weight."""
+    from simcore.histogram import LogHistogram
+    weights = data.draw(st.lists(st.integers(1, 5), min_size=len(values), max_size=len(values)))
+    a, b = LogHistogram(), LogHistogram()
+    a.add_many([0.5, 0.25], 3)
+    b.add_many([0.5, 0.25], 3)
+    a.add_weighted(np.array(values), np.array(weights))
+    for v, w in zip(values, weights):
+        for _ in range(w):
+            b.add(v)
+    assert a.count == b.count and (a.counts == b.counts).all() and a.max == b.max
+    assert a.total == pytest.approx(b.total, rel=1e-12)
