@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+import numpy as np
+
 
 class ArrivalFolds:
     """Needs the Replica's state, cost model, policy, inbox and pull."""
@@ -128,6 +130,44 @@ class ArrivalFolds:
             kv += req.prompt_len + 1
             leave = end - 1 + out
         return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
+
+    def _admit_joins(self, ends, steps: int, inner, finished: list) -> list:
+        """(Called by _apply.) The arrivals folded into the run are admitted at their steps
+        and advanced through their chunks, then one token a step until they finish or the run
+        ends; each one's own gaps go to the histogram. Returns them as plan items."""
+        s, itl = self.state, self.itl
+        pool = s.pool
+        bs, joins, self._joins = pool.block_size, self._joins, []
+        out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
+        for req, at, chunks in joins:
+            s.admit(req)
+            req.first_scheduled_s = float(ends[at - 1])
+            taken = steps - at
+            req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
+            if req.num_computed_tokens == req.prompt_len:
+                e = at + len(chunks) - 1
+                mine = min(req.output_len, steps - e)
+                req.first_token_s = float(ends[e])
+                if mine > 1:
+                    if cover is None:
+                        cover = [0] * steps
+                    cover[e] += 1
+                    cover[e + mine - 1] -= 1
+                    seg = inner[e:e + mine - 1]
+                    req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
+                req.num_computed_tokens += mine - 1
+                req.num_output_tokens = mine
+                req.last_token_s = float(ends[e + mine - 1])
+                if mine >= req.output_len:
+                    finished.append(req)
+            req.num_blocks = -(-req.num_computed_tokens // bs)
+            pool.used += req.num_blocks
+            out.append((req, 0))
+        if cover is not None:   # each gap once per joiner sampling at both its ends
+            w = np.add.accumulate(cover[:-1])
+            m = w > 0
+            itl.add_weighted(np.asarray(inner, dtype=np.float64)[m], w[m])
+        return out
 
 
 def _step(leaver):

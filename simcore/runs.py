@@ -13,7 +13,9 @@ SimPy's `now` (which adds the wait to the previous `now` and can land an ulp awa
 fast-forward and stepping agree to the bit.
 
 A run through which cohort members finish is folded (``_folded_run``): the batch shrinks at each
-finish instead of the run ending there, when nobody waits and no router reads KV usage.
+finish instead of the run ending there, when nobody waits and no router reads KV usage. A sole
+replica's folded run goes on past an arrival where the policy can say what it is given
+(simcore/arrival_folds.py).
 """
 from __future__ import annotations
 
