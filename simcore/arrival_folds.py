@@ -139,6 +139,7 @@ class ArrivalFolds:
         pool = s.pool
         bs, joins, self._joins = pool.block_size, self._joins, []
         out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
+        gaps = suffix = None     # the inner gaps as an array, and their maxima from each step to the run's end
         for req, at, chunks in joins:
             s.admit(req)
             req.first_scheduled_s = float(ends[at - 1])
@@ -153,8 +154,14 @@ class ArrivalFolds:
                         cover = [0] * steps
                     cover[e] += 1
                     cover[e + mine - 1] -= 1
-                    seg = inner[e:e + mine - 1]
-                    req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
+                    if e + mine < steps:   # it finished inside the run
+                        seg = inner[e:e + mine - 1]
+                        req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
+                    else:
+                        if suffix is None:
+                            gaps = np.asarray(inner, dtype=np.float64)
+                            suffix = np.maximum.accumulate(gaps[::-1])[::-1]
+                        req.max_itl_s = float(suffix[e])
                 req.num_computed_tokens += mine - 1
                 req.num_output_tokens = mine
                 req.last_token_s = float(ends[e + mine - 1])
@@ -166,7 +173,7 @@ class ArrivalFolds:
         if cover is not None:   # each gap once per joiner sampling at both its ends
             w = np.add.accumulate(cover[:-1])
             m = w > 0
-            itl.add_weighted(np.asarray(inner, dtype=np.float64)[m], w[m])
+            itl.add_weighted((np.asarray(inner, dtype=np.float64) if gaps is None else gaps)[m], w[m])
         return out
 
 
