@@ -142,7 +142,8 @@ class ArrivalFolds:
         gaps = suffix = None     # the inner gaps as an array, and their maxima from each step to the run's end
         for req, at, chunks in joins:
             s.admit(req)
-            req.first_scheduled_s = float(ends[at - 1])
+            if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
+                req.first_scheduled_s = float(ends[at - 1])
             taken = steps - at
             req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
             if req.num_computed_tokens == req.prompt_len:

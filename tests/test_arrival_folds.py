@@ -132,3 +132,30 @@ def test_weighted_gaps_count_as_their_weight_in_single_adds(values, data):
             b.add(v)
     assert a.count == b.count and (a.counts == b.counts).all() and a.max == b.max
     assert a.total == pytest.approx(b.total, rel=1e-12)
+
+
+def scene(seed: int, trial: int):
+    """The `trial`-th of a seeded stream of random scenes: bursts of arrivals, any lengths, budgets
+    from 64 to 2048, tight pools, few seats, both schedulers, full-ISL reservation on or off."""
+    rng = np.random.default_rng(seed)
+    for _ in range(trial + 1):
+        n = int(rng.integers(50, 300))
+        burst = rng.integers(1, int(rng.integers(1, 8)) + 1, n)
+        at = np.repeat(np.cumsum(rng.exponential(rng.uniform(0.05, 1.5), n)), burst)[:n]
+        wl = Workload(at, rng.integers(1, 3000, n), rng.integers(1, int(rng.integers(2, 400)), n))
+        budget = int(rng.choice([64, 256, 512, 1024, 2048]))
+        flags = dict(max_num_batched_tokens=budget, max_num_seqs=int(min(budget, rng.integers(2, 80))), max_model_len=8192,
+                     num_gpu_blocks_override=int(rng.integers(250, 3000)), block_size=int(rng.choice([1, 16, 32])),
+                     enable_prefix_caching=False, async_scheduling=bool(rng.integers(0, 2)),
+                     scheduler_reserve_full_isl=bool(rng.integers(0, 2)))
+        flags["num_gpu_blocks_override"] = max(flags["num_gpu_blocks_override"] * 16 // flags["block_size"], 200)
+        until = None if rng.integers(0, 3) else float(at[n // 2])
+    return wl, flags, until
+
+
+@pytest.mark.parametrize("seed, trial", [(12, 33), (1, 7), (2, 21), (11, 3)])
+def test_vllm_arrival_folds_in_random_scenes(seed, trial):
+    """(12, 33): a request preempted before its first token is folded in from the queue later; its
+    first scheduling stays the first (a stepping run found it)."""
+    wl, flags, until = scene(seed, trial)
+    assert_modes_agree("vllm", flags, wl, until=until)
