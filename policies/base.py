@@ -217,6 +217,21 @@ class PolicyHooks:
         request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
 
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
+                       queued: bool = False) -> tuple[list[int], int]:
+        """FAST-FORWARD HOOK (simcore/arrival_folds.py). `req` has just arrived and is the only
+        request waiting, at a step where `decodes` running requests all decode one token (in that
+        step one of them takes `extra` more: a prompt's last chunk) and
+        `seated` requests hold a seat (the decodes and finished requests still held). Returns the
+        new tokens schedule() gives req in that step and in each that follows until its prompt
+        completes, one decode fewer from each step in `leaves` on (steps after the first, in
+        order), when its blocks are known to be free (the replica checks a bound that covers the
+        engine's own test) and nothing else arrives; and how many of the chunks after the first
+        would be planned the same with more requests waiting. With `queued`, req heads a queue
+        of several: ([], 0) unless its first chunk leaves nothing for the next. ([], 0) when req
+        would not be admitted then, or that cannot be told: the run ends before that step."""
+        return [], 0
+
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: the replica took a lead (``prefill_chunks``) of `req` through its
         `chunks` (the first was planned by schedule(), the others were not), and num_computed_tokens

@@ -266,6 +266,38 @@ class VLLMScheduler(PolicyHooks):
             req.num_computed_tokens, self._thr = now, thr0
         return out, sealed
 
+    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
+                       queued: bool = False) -> tuple[list[int], int]:
+        """FAST-FORWARD HOOK (policies/base.py). Schedule() walks the decodes (one token each)
+        and reaches the waiting queue with ``budget − decodes`` left; req is admitted while
+        `seated` is below max_num_seqs (the replica's KV bound covers scheduler_reserve_full_isl)
+        and takes ``_clamp`` of what is left, then, last in the running queue, the same each
+        step. Only without long_prefill_token_threshold (an arrival would switch it on) and
+        without a prefix cache (its lookup and publishing are schedule()'s). A chunk of the whole
+        budget left is sealed: a request waiting behind it gets nothing."""
+        cfg = self.cfg
+        if cfg.long_prefill_token_threshold or s.pool.cache is not None or seated >= cfg.max_num_seqs:
+            return [], 0
+        budget = cfg.max_num_batched_tokens - decodes
+        rem = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
+        if budget - extra <= 0 or rem <= 0 or (rem > budget - extra and not cfg.enable_chunked_prefill):
+            return [], 0
+        out, sealed, li, nl = [], 0, 0, len(leaves)
+        while rem > 0:
+            while li < nl and leaves[li] <= len(out):
+                budget += 1
+                li += 1
+            n = budget - extra if out == [] else budget
+            if rem < n:
+                n = rem
+            if out and n == budget and sealed == len(out) - 1:   # the whole budget
+                sealed += 1
+            out.append(n)
+            rem -= n
+        if queued and out[0] < cfg.max_num_batched_tokens - decodes - extra:   # the next in the queue would get the rest
+            return [], 0
+        return out, sealed
+
     def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
         """FAST-FORWARD HOOK: the prefix cache takes each later chunk's full blocks as
         schedule() would have when planning it (``SchedulerState.publish``), chunk by chunk:

@@ -15,7 +15,9 @@ it where folding is allowed (open loop, no router reading KV usage; the hook is 
 which steps one decode fewer runs and keeps to the chunks the waiting queue cannot change),
 else the lead ends there; a lead with such a finish and requests waiting ends at P's last chunk. When P's prompt
 completes and the policy lets decodes repeat, the run goes on as a decode run of everyone,
-folded through finishes as any other (simcore/runs.py).
+folded through finishes as any other (simcore/runs.py). A lead that stops short of P's last chunk
+because a request waits (a sole replica) may hand that chunk over beside the queue head's first
+(``_hand_over``, simcore/arrival_folds.py).
 
   P's positions:  [0, c) cached | [c, c + q_0) step 0 | … | [c + Σ_{i<j} q_i, + q_j) step j
   its first token: the end of step L − 1 (L = len(lead)), then one a step.
@@ -96,6 +98,8 @@ class ChunkedRuns:
                 if f >= ran and r.cohort_tick >= 0:
                     c.put_back(r)
             self._leaving += [(f, r) for f, _, _, r in gone]
+        if (ran < L or not completes) and self._folds_arrivals and everyone and nc:   # P's last chunk beside the queue's head
+            return self._hand_over(plan, start, ends, gone)
         if ran < L or k == L or not completes or (L > 1 and ends[-2] >= stop):
             return ends
         n = len(others) + nc + 1 - len(gone)
@@ -115,6 +119,36 @@ class ChunkedRuns:
             return ends
         e = self._decode_ends(t, n, kv, k - L, stop)
         return ends + e if type(e) is list else np.concatenate([ends, e])
+
+    def _hand_over(self, plan, start: float, ends: list, gone):
+        """The lead stopped short of P's last chunk because a request waits (or has just arrived):
+        that chunk may go beside the queue head's first, the run going on as a folded one
+        (simcore/arrival_folds.py), or the run ends here."""
+        t, ran, s = ends[-1], len(ends), self.state
+        if self._seen_by(t):
+            return ends
+        self.pull(t)
+        if not s.waiting and not self.inbox:
+            return ends
+        c, nc, req = s.cohort, plan.cohort, self._lead[0]
+        tokens = req.prompt_len + req.num_output_tokens
+        rest = tokens - req.num_computed_tokens - sum(self._lead[1])
+        left = {id(r) for _, _, _, r in gone}
+        kv, riders, longest = c.kv + nc + nc * ran + tokens, [], 0
+        for r, q in plan.items[:-1]:
+            if id(r) not in left:
+                kv += r.num_computed_tokens + q + ran
+                riders.append((r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r))
+                longest = max(longest, r.output_len - r.num_output_tokens)
+        mine = ran + req.output_len - req.num_output_tokens
+        riders.append((mine, req.seq, tokens - ran, req))
+        n = len(riders) + nc
+        for _, _, b, r in gone:
+            if r.cohort_tick >= 0:   # a member that left inside the lead: no longer in the cohort's sums at step ran
+                kv -= b + ran
+                n -= 1
+        return self._folded_run(start, ends, n, kv, max(c.steps_to_empty(), longest, mine), riders,
+                                (rest, tokens - rest, req))
 
     def _lead_leavers(self, plan, chunks: list):
         """Folding finishes into the lead: the decodes (planned requests, cohort members taken off

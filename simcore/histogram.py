@@ -19,6 +19,7 @@ class LogHistogram:
         self._values: list[float] = []
         self._weights: list[int] = []
         self._chunks: list = []               # (array of values, weight)
+        self._weighted: list = []             # (array of values, array of weights)
         self._pending = 0
 
     def _index(self, x: np.ndarray) -> np.ndarray:
@@ -62,17 +63,30 @@ class LogHistogram:
         if self._pending >= 65536:
             self._flush()
 
+    def add_weighted(self, values: np.ndarray, weights: np.ndarray) -> None:
+        """Each value with its own integer weight (arrays of one length), buffered as add_many's."""
+        n = len(values)
+        if not n:
+            return
+        self._weighted.append((values, weights))
+        self._pending += n
+        if self._pending >= 65536:
+            self._flush()
+
     def _flush(self) -> None:
         """Bin the buffered values: weight-1 values without weights (the cheaper bincount)."""
         if self._unit_values or self._unit_chunks:
             self._bin(np.concatenate([np.asarray(self._unit_values, dtype=np.float64)] + self._unit_chunks, dtype=np.float64))
-        if self._values or self._chunks:
-            chunks = self._chunks
-            v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks], dtype=np.float64)
-            w = np.concatenate((np.asarray(self._weights, dtype=np.float64),
-                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])))
+        if self._values or self._chunks or self._weighted:
+            chunks, weighted = self._chunks, self._weighted
+            v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks] + [c for c, _ in weighted],
+                               dtype=np.float64)
+            w = np.concatenate([np.asarray(self._weights, dtype=np.float64),
+                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])]
+                               + [w for _, w in weighted], dtype=np.float64)
             self._bin(v, w)
         self._unit_values, self._unit_chunks, self._values, self._weights, self._chunks = [], [], [], [], []
+        self._weighted = []
         self._pending = 0
 
     def _bin(self, v: np.ndarray, w: np.ndarray | None = None) -> None:

@@ -48,6 +48,7 @@ class Replica(RunPlanning):
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
         self._leave_times = None   # their last steps' end times, once read (``outstanding``)
+        self._joins: list = []     # arrivals folded into the running run (simcore/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
@@ -103,6 +104,8 @@ class Replica(RunPlanning):
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
             n -= bisect_right(times, self.env._now)
+        if self._joins and self._running_ends is not None:
+            n -= self._finished_joiners(self._running_ends, self.env._now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -114,6 +117,10 @@ class Replica(RunPlanning):
             return
         j = bisect_left(ends, t)
         self._keep_leavers(j)
+        if self._joins:   # arrivals whose admission step was not reached are still to be planned
+            back = [req for req, at, _ in self._joins if at >= j]
+            self._joins = [x for x in self._joins if x[1] < j]
+            self.inbox[:0] = back
         if j:
             self._apply(self._running_plan, self._running_start, ends[:j])
 
@@ -140,6 +147,8 @@ class Replica(RunPlanning):
         state = self.state
         env = self.env
         skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
+        self._folds_arrivals = (skipping and self.fold and self.iteration_log is None and self.state.cohort is not None
+                                and getattr(type(self.policy), "arrival_chunks", PolicyHooks.arrival_chunks) is not PolicyHooks.arrival_chunks)
         while True:
             now = env._now if self._clock is None else self._clock
             if self.pull is not None:
@@ -280,6 +289,11 @@ class Replica(RunPlanning):
                 req.num_blocks = held
         if gaps:
             itl.add_many(gaps)
+        if self._joins:
+            had = len(finished)
+            items = items + self._admit_joins(ends, steps, inner, finished)
+            if had < len(finished) and not done:
+                finished.sort(key=_finish_order)
         if done:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)

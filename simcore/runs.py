@@ -13,24 +13,27 @@ SimPy's `now` (which adds the wait to the previous `now` and can land an ulp awa
 fast-forward and stepping agree to the bit.
 
 A run through which cohort members finish is folded (``_folded_run``): the batch shrinks at each
-finish instead of the run ending there, when nobody waits and no router reads KV usage.
+finish instead of the run ending there, when nobody waits and no router reads KV usage. A sole
+replica's folded run goes on past an arrival where the policy can say what it is given
+(simcore/arrival_folds.py).
 """
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from heapq import heappop
 
 import numpy as np
 
 from policies.base import Plan
 
+from .arrival_folds import ArrivalFolds, _step
 from .chunked import ChunkedRuns
 
 SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
 
 
-class RunPlanning(ChunkedRuns):
+class RunPlanning(ChunkedRuns, ArrivalFolds):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
     _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
 
@@ -44,7 +47,7 @@ class RunPlanning(ChunkedRuns):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
-        self._lead = None
+        self._lead, self._seqs0 = None, len(items) + nc
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
         if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
             ends = self._chunked_run(plan, start)
@@ -82,59 +85,141 @@ class RunPlanning(ChunkedRuns):
         t = t1
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
 
-    def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list):
+    def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list, head=None):
         """A run of at most k steps (for a sole replica, only those that start before its next
         arrival) through which cohort members and planned requests finish: the batch shrinks at
         each finish. Only with nobody waiting, where a finish changes nothing but the batch until
-        the run's end. `lead`: the end times of its first steps, priced already (nobody leaves
-        before the last of them); kv: Σ(kv + 1) in the step after them. `riders`: (the step it
-        leaves after, seq, base, request) for each planned request, Σ(kv + 1) of one at step j ≥
-        len(lead) being base + j. The leavers (members taken off the finish heap, planned
-        requests) are kept with the step they leave after, for ``_apply``."""
-        c = self.state.cohort
+        the run's end (or with `head`, see below). `lead`: the end times of its first steps, priced
+        already (nobody leaves before the last of them); kv: Σ(kv + 1) in the step after them.
+        `riders`: (the step it leaves after, seq, base, request) for each planned request, Σ(kv + 1)
+        of one at step j ≥ len(lead) being base + j. The leavers (members taken off the finish
+        heap, planned requests) are kept with the step they leave after, for ``_apply``. A sole
+        replica folds arrivals in (simcore/arrival_folds.py); `head` (q, kv, request): the step
+        after the lead is that request's last chunk q over kv beside the queue head's first, its
+        (kv + q) counted in kv and n as a decode's, or the run ends before it."""
+        c, s = self.state.cohort, self.state
         arrival = self.next_arrival() if self.pull is not None else math.inf
         riders.sort()   # by the step each leaves after, then queue order (seq is unique)
-        i = 0
+        i = ji = 0
         ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
         if lead:
             t = lead[-1]
         leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
-        while pos < k and n > 0 and t < arrival:
-            f = k
-            if finish and finish[0][0] - c.tick < f:
-                f = finish[0][0] - c.tick
-            if i < nr and riders[i][0] < f:
-                f = riders[i][0]
-            seg = f - pos
-            if seg > 0:
-                if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
-                    e = listed(n, float(kv), seg, t, arrival)
-                    if len(e) > 1:
-                        self._step_estimate = e[-1] - e[-2]
-                    ends += e
-                else:
-                    e = self._decode_ends(t, n, kv, seg, arrival)
-                    if type(e) is list and not arrays:
-                        ends += e
-                    else:
-                        arrays.append(e)
-                t = float(e[-1])
-                pos += len(e)
-                kv += n * len(e)
-            if pos == f < k:
-                tick = c.tick
-                while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
-                    req = heappop(finish)[2]
-                    leaving.append((pos, req))
-                    n -= 1
-                    kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
-                while i < len(riders) and riders[i][0] == pos:
-                    _, _, base, req = riders[i]
-                    leaving.append((pos, req))
-                    n -= 1
-                    kv -= base + pos
-                    i += 1
+        jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/arrival_folds.py), by step
+        if self._folds_arrivals:
+            self._free0, self._joined_blocks = self._run_free(), 0
+            if head is not None and pos < k:
+                n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+        while True:
+            if head is None:
+                while pos < k and n > 0 and t < arrival:
+                    f = k
+                    if finish and finish[0][0] - c.tick < f:
+                        f = finish[0][0] - c.tick
+                    if i < nr and riders[i][0] < f:
+                        f = riders[i][0]
+                    if ji < len(jl) and jl[ji][0] < f:
+                        f = jl[ji][0]
+                    seg = f - pos
+                    if seg > 0:
+                        if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                            e = listed(n, float(kv), seg, t, arrival)
+                            if len(e) > 1:
+                                self._step_estimate = e[-1] - e[-2]
+                            ends += e
+                        else:
+                            e = self._decode_ends(t, n, kv, seg, arrival)
+                            if type(e) is list and not arrays:
+                                ends += e
+                            else:
+                                arrays.append(e)
+                        t = float(e[-1])
+                        pos += len(e)
+                        kv += n * len(e)
+                    if pos == f < k:
+                        n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or self._seen_by(t):
+                    break
+                self.pull(t)
+                if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next
+                    arrival = self.next_arrival()
+                    continue
+            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji, head and head[:2])
+            if got is None:
+                break
+            if head is not None:   # its last chunk was taken beside the new one's first
+                self._extend_lead(head[2], head[0])
+                head = None
+            e, gone, kv, n, k, i, ji, leave, rest = got
+            for f, r, kind in gone:
+                if kind < 2:
+                    leaving.append((f, r))
+            if arrays:
+                arrays.append(e)
+            else:
+                ends += e
+            t, pos = e[-1], pos + len(e)
+            req = self._joins[-1][0]
+            if leave is not None:
+                insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
+                arrival = t if s.waiting or self.inbox else self.next_arrival()
+                if pos < k:
+                    n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+                continue
+            if len(rest) != 1 or pos >= k or self._seen_by(t):   # its prompt cut short by the queue
+                break
+            n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
+            self.pull(t)
+            head = (rest[0], req.prompt_len - rest[0], req)   # from here it is one of the n
+            insort(jl, (pos + req.output_len, req.prompt_len - pos, req), ji, key=_step)
+            n, kv = n + 1, kv + req.prompt_len
         return np.concatenate([ends] + arrays) if arrays else ends
+
+    def _extend_lead(self, req, q: int) -> None:
+        """`req`'s lead (a joiner's, or the plan's P) takes its last chunk q in the step after it."""
+        joins = self._joins
+        for x in range(len(joins) - 1, -1, -1):
+            if joins[x][0] is req:
+                joins[x] = (req, joins[x][1], joins[x][2] + [q])
+                return
+        self._lead = (req, self._lead[1] + [q])
+
+    def _held(self, pos: int, jl: list, ji: int) -> int:
+        """Requests that finished in step pos − 1 and, under async scheduling, still hold a seat at
+        step pos's schedule() (SchedulerState.retire)."""
+        if not self.state.hold_finished:
+            return 0
+        held, leaving = 0, self._leaving
+        x = len(leaving) - 1
+        while x >= 0 and leaving[x][0] == pos:
+            held += 1
+            x -= 1
+        x = ji - 1   # jl is in step order: the joiners that left at pos are just before ji
+        while x >= 0 and jl[x][0] == pos:
+            held += 1
+            x -= 1
+        return held
+
+    def _drain(self, pos: int, n: int, kv: int, riders: list, i: int, jl: list, ji: int):
+        """The members, planned requests and joiners whose last step was pos − 1 leave the run."""
+        c, leaving = self.state.cohort, self._leaving
+        finish, tick = c.finish, c.tick
+        while finish and finish[0][0] - tick == pos:   # c.take_finishing(pos), inlined
+            req = heappop(finish)[2]
+            leaving.append((pos, req))
+            n -= 1
+            kv -= req.num_computed_tokens + tick - req.cohort_tick + pos + 1   # c.current(req) + pos + 1
+        while i < len(riders) and riders[i][0] == pos:
+            _, _, base, req = riders[i]
+            leaving.append((pos, req))
+            n -= 1
+            kv -= base + pos
+            i += 1
+        while ji < len(jl) and jl[ji][0] == pos:
+            n -= 1
+            kv -= jl[ji][1] + pos
+            ji += 1
+        return n, kv, i, ji
 
     def _decode_ends(self, t: float, n: int, kv: int, steps: int, stop: float = math.inf, lead: bool = False):
         """End times of `steps` decode-only steps of n sequences with Σ(kv + 1) = kv, from time t

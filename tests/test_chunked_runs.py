@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
+from simcore.arrival_folds import ArrivalFolds
 from simcore.chunked import ChunkedRuns
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -23,16 +24,25 @@ COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish
 
 
 class LeadCounter:
-    """Counts the chunked leads of more than one step that fast-forward runs take."""
+    """Counts the chunked leads of more than one step that fast-forward runs take (at a run's
+    start, or mid-run for an arrival folded in: simcore/arrival_folds.py)."""
 
     def __init__(self, monkeypatch):
         self.folded = self.with_finishes = 0
-        lead_ends, lead_leavers = ChunkedRuns._lead_ends, ChunkedRuns._lead_leavers
+        lead_ends, lead_leavers, fold = ChunkedRuns._lead_ends, ChunkedRuns._lead_leavers, ArrivalFolds._fold_arrival
 
         def counted(replica, *a):
             ends = lead_ends(replica, *a)
             self.folded += len(ends) > 1
             return ends
+
+        def folded(replica, *a):
+            got = fold(replica, *a)
+            if got is not None:
+                self.folded += len(got[0]) > 1
+                self.with_finishes += bool(got[1])   # decodes that finished inside it
+            return got
+        monkeypatch.setattr(ArrivalFolds, "_fold_arrival", folded)
 
         def leavers(replica, *a):
             out = lead_leavers(replica, *a)

@@ -1,0 +1,182 @@
+"""Arrivals folded into a run (mixed into Replica through RunPlanning).
+
+A sole replica in open loop knows its arrivals. A folded decode run (simcore/runs.py,
+``_folded_run``) would end at the first step that starts at or after the next arrival A, for
+the plan made then to admit it. When A is the only request then waiting, every running request
+decodes, and the policy's hook ``arrival_chunks`` (policies/base.py) can say what that plan and
+the ones after it give A (vLLM: ``min(prompt left, budget − decodes)`` a step), the run goes on
+instead: A's chunks are a lead in the middle of the run (priced as any lead,
+``CostModel.prefill_lead_ends``), A then decodes beside the others until it finishes or the run
+ends, and the next arrival is met the same way. A's chunks past the first are taken after the
+next arrival only where the hook seals them (a chunk of the whole budget leaves nothing for a
+waiting request); the run ends before the first that is not.
+
+KV: every step of the run fits without a release when the blocks held now, plus each of the
+run's first sequences growing by at most H // bs + 1 blocks in H steps (the lead's P by its
+chunks too), plus every joiner at its full size, are free; else the arrival is not folded (the
+run ends there, as before). Then no step preempts and every admission's full-ISL check passes,
+as stepping would find.
+
+A joiner is ``(request, step it is admitted in, its chunks)`` in ``self._joins``; ``_apply``
+admits it then (its running-queue stamp follows the order of admission, as stepping's), and
+``stop_at`` returns the ones whose step was not reached to the inbox.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+import numpy as np
+
+
+class ArrivalFolds:
+    """Needs the Replica's state, cost model, policy, inbox and pull."""
+
+    _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
+
+    def _seen_by(self, t: float) -> bool:
+        """Whether another event (a stop, a process reading the replica) is due by t: an arrival
+        is folded only at a step that starts before anyone could look (pulled requests then have
+        arrived, as stepping has them, whenever they are looked at)."""
+        queue = self.env._queue
+        return bool(queue) and queue[0][0] <= t
+
+    def _finished_joiners(self, ends, now: float) -> int:
+        """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""
+        n = 0
+        for req, at, chunks in self._joins:
+            last = at + len(chunks) + req.output_len - 2
+            if sum(chunks) == req.prompt_len and last < len(ends) and ends[last] <= now:
+                n += 1
+        return n
+
+    def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
+                      head=None):
+        """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
+        Σ(kv + 1) is kv and `held` finished requests still seated. With `head` (q, kv), one of
+        the n is the joiner before, taking its last chunk q over kv cached in this step (its
+        Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
+        ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
+        ji, the joiner's leave step or None, its chunks not taken)."""
+        s, inbox = self.state, self.inbox
+        c, waiting = s.cohort, s.waiting
+        req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
+        if req.num_computed_tokens or req.num_output_tokens:
+            return None
+        queued = len(waiting) + len(inbox) > 1
+        extra = head[0] - 1 if head else 0
+        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
+        if not chunks:
+            return None
+        bs = s.pool.block_size
+        L0 = len(chunks)
+        window = []   # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
+        finish, tick = c.finish, c.tick
+        while finish and finish[0][0] - tick < pos + L0:
+            f, _, r = heappop(finish)
+            window.append((f - tick, r.num_computed_tokens + tick - r.cohort_tick + 1, r, 0))
+        nr = len(riders)
+        while i < nr and riders[i][0] < pos + L0:
+            window.append((riders[i][0], riders[i][2], riders[i][3], 1))
+            i += 1
+        nj = len(jl)
+        while ji < nj and jl[ji][0] < pos + L0:
+            window.append((jl[ji][0], jl[ji][1], jl[ji][2], 2))
+            ji += 1
+        if window:
+            window.sort(key=_step)
+            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
+        out = req.output_len
+        mine = pos + len(chunks) - 1 + out   # the step it is not in
+        k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        lead = self._lead
+        grow = self._seqs0 * (k2 // bs + 1)
+        if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
+            p = lead[0]
+            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
+        grow += (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
+        if not chunks or grow > self._free0:
+            for f, _, r, kind in window:   # nothing taken: all back where they were
+                if kind == 0:
+                    heappush(finish, (f + tick, r.seq, r))
+            i -= sum(1 for x in window if x[3] == 1)
+            ji -= sum(1 for x in window if x[3] == 2)
+            return None
+        waiting.popleft() if waiting else inbox.pop(0)
+        stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
+        e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
+                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window], (head,) if head else ())
+        ran = len(e)
+        end = pos + ran
+        gone, back_i, back_j = [], 0, 0
+        for f, b, r, kind in window:
+            if f < end:
+                gone.append((f, r, kind))
+                kv -= b + end
+                n -= 1
+            elif kind == 0:
+                heappush(finish, (f + tick, r.seq, r))
+            elif kind == 1:
+                back_i += 1
+            else:
+                back_j += 1
+        i -= back_i
+        ji -= back_j
+        kv += (n + len(gone)) * ran
+        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+        self._joins.append((req, pos, chunks[:ran]))
+        leave = None
+        if ran == len(chunks):
+            n += 1
+            kv += req.prompt_len + 1
+            leave = end - 1 + out
+        return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
+
+    def _admit_joins(self, ends, steps: int, inner, finished: list) -> list:
+        """(Called by _apply.) The arrivals folded into the run are admitted at their steps
+        and advanced through their chunks, then one token a step until they finish or the run
+        ends; each one's own gaps go to the histogram. Returns them as plan items."""
+        s, itl = self.state, self.itl
+        pool = s.pool
+        bs, joins, self._joins = pool.block_size, self._joins, []
+        out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
+        gaps = suffix = None     # the inner gaps as an array, and their maxima from each step to the run's end
+        for req, at, chunks in joins:
+            s.admit(req)
+            if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
+                req.first_scheduled_s = float(ends[at - 1])
+            taken = steps - at
+            req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
+            if req.num_computed_tokens == req.prompt_len:
+                e = at + len(chunks) - 1
+                mine = min(req.output_len, steps - e)
+                req.first_token_s = float(ends[e])
+                if mine > 1:
+                    if cover is None:
+                        cover = [0] * steps
+                    cover[e] += 1
+                    cover[e + mine - 1] -= 1
+                    if e + mine < steps:   # it finished inside the run
+                        seg = inner[e:e + mine - 1]
+                        req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
+                    else:
+                        if suffix is None:
+                            gaps = np.asarray(inner, dtype=np.float64)
+                            suffix = np.maximum.accumulate(gaps[::-1])[::-1]
+                        req.max_itl_s = float(suffix[e])
+                req.num_computed_tokens += mine - 1
+                req.num_output_tokens = mine
+                req.last_token_s = float(ends[e + mine - 1])
+                if mine >= req.output_len:
+                    finished.append(req)
+            req.num_blocks = -(-req.num_computed_tokens // bs)
+            pool.used += req.num_blocks
+            out.append((req, 0))
+        if cover is not None:   # each gap once per joiner sampling at both its ends
+            w = np.add.accumulate(cover[:-1])
+            m = w > 0
+            itl.add_weighted((np.asarray(inner, dtype=np.float64) if gaps is None else gaps)[m], w[m])
+        return out
+
+
+def _step(leaver):
+    return leaver[0]
