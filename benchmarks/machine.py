@@ -11,8 +11,8 @@ batching scheduler over a heap of events, with the same kind of Python work as t
 sums) and no project import. Its readings are given in the old reference's units, so the
 issues' "reference 0.10-0.11 s" keeps its meaning: `TO_OLD_UNITS` is the median ratio of the old
 reference (commit 8804b07, the code #16 was filed on) to this loop's time, measured in
-alternating pairs of best-of-3 CPU times on one pinned core of the 2-core VM (12 pairs: median
-1.83, range 1.49-2.08). The ratio is a property of the two workloads on one kind of CPU; on a
+alternating pairs of best-of-7 CPU times on one pinned core of the 2-core VM at a load of 1-2
+(32 pairs: median 1.74, range 1.45-2.32; under a load of 4-8, 12 best-of-3 pairs gave 1.83). The ratio is a property of the two workloads on one kind of CPU; on a
 very different CPU it may differ by some percent."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import random
 import time
 from collections import deque
 
-TO_OLD_UNITS = 1.83
+TO_OLD_UNITS = 1.74
 
 
 class _Request:
