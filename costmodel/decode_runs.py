@@ -12,13 +12,15 @@ from itertools import accumulate
 
 import numpy as np
 
+from .decode_split_runs import SplitDecodeRuns
 from .decode_unit_runs import UnitDecodeRuns
 
 UNIT_ARRAY_STEPS = 24       # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
+SPLIT_ARRAY_STEPS = 16      # under the xqa, launch and gen splits (a pass priced in plain floats costs more)
 DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
 
 
-class DecodeRuns(UnitDecodeRuns):
+class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
     """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
 
     def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
@@ -199,8 +201,9 @@ class DecodeRuns(UnitDecodeRuns):
         return out
 
     def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
-        if self.unit_runs and steps >= UNIT_ARRAY_STEPS and x > 0:   # priced as one array (see _unit_decode_run)
-            d = self._unit_decode_run(np.arange(steps, dtype=np.float64) * n + x, n).tolist()
+        if self.units and steps >= (UNIT_ARRAY_STEPS if self.unit_runs else SPLIT_ARRAY_STEPS) and x > 0:   # one array
+            xs = np.arange(steps, dtype=np.float64) * n + x
+            d = (self._unit_decode_run(xs, n) if self.unit_runs else self._split_decode_run(xs, n)).tolist()
             if stop == math.inf:
                 d[0] += t
                 return list(accumulate(d))
@@ -211,8 +214,8 @@ class DecodeRuns(UnitDecodeRuns):
                 if t >= stop:
                     break
             return out
-        if self.unit_runs and x > 0:
-            return self._unit_decode_ends(n, x, steps, t, stop)
+        if self.units and x > 0:
+            return (self._unit_decode_ends if self.unit_runs else self._split_decode_ends)(n, x, steps, t, stop)
         out, fixed = [], self._fixed_part(n, n)
         for _ in range(steps):
             t += self._with_host(fixed + self._attention_time(0.0, 0.0, x, x, n, n), n, 0)
@@ -232,8 +235,9 @@ class DecodeRuns(UnitDecodeRuns):
         hi = lo + n * steps
         if self.unit_runs:        # unit decode model: every pass at once, ``time``'s operations elementwise
             return self._unit_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
-        if self.units:            # the xqa, launch and gen splits: each pass as ``time`` prices it
-            return np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
+        if self.units:            # the xqa, launch and gen splits (decode_split_runs), each pass as ``time`` prices it
+            return (self._split_decode_run(np.arange(lo, hi, n, dtype=np.float64), n) if lo > 0
+                    else np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)]))
         if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)

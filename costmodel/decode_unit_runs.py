@@ -1,9 +1,9 @@
 """Decode-only runs under the unit decode model (costmodel/decode_units.py), priced without a
 ``time`` call per pass (mixed into CostModel through DecodeRuns): as arrays for long runs, as a
-plain-float loop for short ones, under the "flow" split (the "xqa" and "launch" splits are priced pass by pass by
-``time``). Both repeat ``decode_unit_time``'s operations in its order, the
-ones that hold for a whole run (n fixed) once, so every duration is the bits of pricing the pass
-with ``time`` (tests/test_costmodel.py checks the calibrated profiles against it)."""
+plain-float loop for short ones, under the "flow" split (the "xqa", "launch" and "gen" splits:
+``decode_split_runs``). Both repeat ``decode_unit_time``'s operations in its order, the ones that
+hold for a whole run (n fixed) once, so every duration is the bits of pricing the pass with ``time``
+(tests/test_costmodel.py checks the calibrated profiles against it)."""
 from __future__ import annotations
 
 import math
