@@ -316,24 +316,8 @@ def neighbour_floor(df: pd.DataFrame) -> str:
     log2 KV heads·prompts) (nearest neighbour outside their hull): what the measured tables
     themselves say about a configuration they did not time. MAPE / median over all held-out rows,
     and the MAPE inside the hull."""
-    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
     pos = lambda d: np.c_[np.log2(d["heads"] * d["prefill_seqs"]), np.log2(d["kv_heads"] * d["prefill_seqs"])]  # noqa: E731
-    stats = []
-    for seed in SEEDS:
-        train, held = (x[x["op"] == "attention_prefill"].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
-        pred, inside = np.full(len(held), np.nan), np.zeros(len(held), bool)
-        for (q, d), g in held.groupby(["prefill_q", "n"]):
-            t = train[(train["prefill_q"] == q) & (train["n"] == d)]
-            if len(t) < 4:
-                continue
-            y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
-            lin = LinearNDInterpolator(pos(t), y)(pos(g))
-            inside[idx], pred[idx] = np.isfinite(lin), np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g)))
-        ape = 100 * np.abs(np.exp(pred) / held["time_s"].to_numpy() - 1)
-        ok = np.isfinite(ape)
-        stats.append((ape[ok].mean(), np.median(ape[ok]), ape[ok & inside].mean(), 100 * (ok & inside).mean()))
-    m = np.mean(stats, axis=0)
-    return f"MAPE {m[0]:.1f} / median {m[1]:.1f}; inside the training configurations' hull ({m[3]:.0f} % of rows) {m[2]:.1f}"
+    return _neighbour_floor(df, lambda x: x["op"] == "attention_prefill", ["prefill_q", "n"], pos, "configurations'")
 
 
 def gemm_neighbour_floor(df: pd.DataFrame) -> str:
@@ -342,14 +326,20 @@ def gemm_neighbour_floor(df: pd.DataFrame) -> str:
     linearly over (log2 n, log2 k) (Delaunay; nearest neighbour outside the hull): what the
     measured table itself says about a shape it did not time. MAPE / median over all held-out
     rows, and the MAPE inside the hull."""
-    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
     pos = lambda d: np.c_[np.log2(d["n"]), np.log2(d["k"])]  # noqa: E731
+    return _neighbour_floor(df, lambda x: x["op_class"] == "gemm", ["m"], pos, "shapes'")
+
+
+def _neighbour_floor(df: pd.DataFrame, rows, keys, pos, what: str) -> str:
+    """The held-out rows (``rows`` of each draw) predicted from the training rows of the same
+    ``keys``, log time interpolated linearly over ``pos`` (nearest neighbour outside the hull)."""
+    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
     stats = []
     for seed in SEEDS:
-        train, held = (x[x["op_class"] == "gemm"].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
+        train, held = (x[rows(x)].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
         pred, inside = np.full(len(held), np.nan), np.zeros(len(held), bool)
-        for m, g in held.groupby("m"):
-            t = train[train["m"] == m]
+        for key, g in held.groupby(keys):
+            t = train[(train[keys].to_numpy(float) == np.atleast_1d(np.asarray(key, float))).all(axis=1)]
             if len(t) < 4:
                 continue
             y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
@@ -359,7 +349,7 @@ def gemm_neighbour_floor(df: pd.DataFrame) -> str:
         ok = np.isfinite(ape)
         stats.append((ape[ok].mean(), np.median(ape[ok]), ape[ok & inside].mean(), 100 * (ok & inside).mean()))
     m = np.mean(stats, axis=0)
-    return f"MAPE {m[0]:.1f} / median {m[1]:.1f}; inside the training shapes' hull ({m[3]:.0f} % of rows) {m[2]:.1f}"
+    return f"MAPE {m[0]:.1f} / median {m[1]:.1f}; inside the training {what} hull ({m[3]:.0f} % of rows) {m[2]:.1f}"
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:
