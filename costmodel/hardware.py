@@ -161,6 +161,11 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         hw = Hardware(**d)
     except TypeError as e:
         raise InputError(source, sorted(d), f"missing fields ({e})") from None
+    for f in dataclasses.fields(Hardware):   # a scalar field given as a string, a list or null: named, not a TypeError later
+        if isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
+            v = getattr(hw, f.name)
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v, f"{source}:{f.name}", v,
+                    "must be a number")
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
@@ -238,8 +243,14 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     from .gemm_correction import check
     check(hw.gemm_corr_knots, hw.gemm_corr, f"{source}:gemm_corr")
     from .gemm_residual import check as check_field
-    check_field(hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink,
-                f"{source}:gemm_field")
+    try:
+        check_field(hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink,
+                    f"{source}:gemm_field")
+    except InputError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{source}:gemm_field", str(e), "the residual field's lists (gemm_field_m, gemm_field_shapes, "
+                         "gemm_field, gemm_field_h) must be lists of numbers") from None
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]")
     for tp, v in regimes.items():
