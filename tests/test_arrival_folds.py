@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from costmodel import load_hardware
 from simcore.arrival_folds import ArrivalFolds
 from simcore.chunked import ChunkedRuns
 from test_chunked_runs import assert_modes_agree, busy, chunky
@@ -159,3 +160,27 @@ def test_vllm_arrival_folds_in_random_scenes(seed, trial):
     first scheduling stays the first (a stepping run found it)."""
     wl, flags, until = scene(seed, trial)
     assert_modes_agree("vllm", flags, wl, until=until)
+
+
+FITTED = {
+    "launch split (a100-sxm)": lambda: load_hardware("a100-sxm"),
+    "launch split, host time (l40s)": lambda: load_hardware("l40s").replace(host_step_s=2e-3, host_per_seq_s=1e-5,
+                                                                             host_per_prefill_seq_s=2e-4),
+    "gen split (b200)": lambda: load_hardware("b200"),
+    "fitted attention, wave model (h100-sxm)": lambda: load_hardware("h100-sxm"),
+}
+
+
+@pytest.mark.parametrize("pricing", sorted(FITTED))
+@pytest.mark.parametrize("case", ["open loop", "bursts, tight pool"])
+def test_vllm_folds_arrivals_exactly_under_fitted_pricing(pricing, case, monkeypatch):
+    """The folds' leads and hand-overs priced by the calibrated profiles' own kernels (unit decode
+    splits, where a decode run may go from MMHA to XQA; fitted prefill attention; the GEMM tile
+    model and residual field), still to the bit against stepping, and the folds happen."""
+    import test_chunked_runs
+    monkeypatch.setattr(test_chunked_runs, "HW", FITTED[pricing]())
+    extra, wl, _ = CASES[case]
+    folds = FoldCounter(monkeypatch)
+    res = test_chunked_runs.assert_modes_agree("vllm", dict(VLLM, **extra), wl)
+    assert res.summary["completed"] == len(wl)
+    assert folds.whole >= 10, (folds.folded, folds.whole)   # slower GPUs on the tight pool: fewer pass the KV bound
