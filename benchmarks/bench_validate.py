@@ -143,7 +143,8 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
                               for r in reqs if r["first_token_ts"] <= at < r["last_token_ts"]], dtype=float)
             bd = cm.breakdown(cm.shape(np.ones(len(ctx), dtype=int), ctx.astype(int)))
             raw = profile_sum(profile_dir, tp, model.L, ctx) if profile_dir else None
-            rows.append([bd.time_s] + [bd.op(n).time_s for n in ("linear", "attention_decode", "allreduce")]
+            gather = bd.op("logits_gather").time_s if tp > 1 and cm.gather_bytes_per_seq else 0.0
+            rows.append([bd.time_s] + [bd.op(n).time_s for n in ("linear", "attention_decode", "allreduce")] + [gather]
                         + list(raw or (np.nan, np.nan)))
         return np.mean(rows, axis=0)
 
@@ -153,12 +154,13 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
     meas = float((ts.running / ts.gen_throughput)[full].mean())
     out = (f"{int(full.sum())} s at {int(running.max())} running: measured {meas * 1e3:.1f} ms a step, model "
            f"{p[0] * 1e3:.1f} ms ({p[0] / meas - 1:+.1%}; linear {p[1] * 1e3:.1f}, decode attention {p[2] * 1e3:.1f}, "
-           f"all-reduce {p[3] * 1e3:.1f})")
-    if np.isfinite(p[4]):
-        rest = meas - p[4] - p[5] - p[3]
-        out += (f"; the profile folder's own timings summed for the same batches {p[4] * 1e3:.1f} ms, its skew fit "
-                f"+{p[5] * 1e3:.1f} ms, with this all-reduce {(p[3] + p[4] + p[5]) * 1e3:.1f} ms: {rest * 1e3:.1f} ms a step "
-                f"({rest / meas:.0%}) that neither the folder nor this all-reduce accounts for")
+           f"all-reduce {p[3] * 1e3:.1f}, logits all-gather {p[4] * 1e3:.1f})")
+    if np.isfinite(p[5]):
+        comm = p[3] + p[4]
+        rest = meas - p[5] - p[6] - comm
+        out += (f"; the profile folder's own timings summed for the same batches {p[5] * 1e3:.1f} ms, its skew fit "
+                f"+{p[6] * 1e3:.1f} ms, with these collectives {(comm + p[5] + p[6]) * 1e3:.1f} ms: {rest * 1e3:.1f} ms a step "
+                f"({rest / meas:.0%}) that neither the folder nor these collectives account for")
     if tail.any():
         q = priced(tail)
         m2 = float(((running + before) / 2 / ts.gen_throughput.to_numpy(float))[tail].mean())
@@ -171,7 +173,7 @@ def wind_down(run_dir: Path, profile_dir: Path, model, hw, tp: int) -> list[str]
     """The run's decode steps after its last first token, each timed exactly from the gaps between
     its requests' last tokens (decode_steps.py), by batch size: measured, the profile folder's own
     timings summed for the same batches, and the model (``hw``); then the gap to each as a + b·n,
-    and for tp > 1 what the logits all-gather costs, the one per-sequence transfer the tp-2 engine
+    and for tp > 1 what the model charges for the logits all-gather, the one per-sequence transfer the tp-2 engine
     adds beyond the all-reduces (vLLM ``LogitsProcessor._gather_logits``:
     ``tensor_model_parallel_all_gather`` of each rank's n x vocab/tp logits, through PyNCCL)."""
     from costmodel import CostModel
@@ -192,11 +194,11 @@ def wind_down(run_dir: Path, profile_dir: Path, model, hw, tp: int) -> list[str]
     for name in priced:
         a, b = gap_line(steps, priced[name])
         out.append(f"  measured - {name} = {a * 1e3:.2f} ms + {b * 1e6:.0f} µs a sequence (least squares over the steps)")
-    if tp > 1:
-        per_seq = model.vocab // tp * model.b
-        out.append(f"  logits all-gather at NCCL {NCCL_LAT * 1e6:.0f} µs + {NCCL_BUSBW[0][0] / 1e9:.1f} GB/s: "
-                   f"{per_seq / 1e3:.0f} KB a sequence a rank, {per_seq / NCCL_BUSBW[0][0] * 1e6:.1f} µs a sequence, "
-                   f"{(NCCL_LAT + 128 * per_seq / NCCL_BUSBW[0][0]) * 1e3:.2f} ms at 128 (not in the model)")
+    if tp > 1 and hw is not None:
+        cm = CostModel(model, hw, tp)
+        out.append(f"  in the model: the logits all-gather ({model.vocab // tp * model.b / 1e3:.0f} KB a sequence a rank, "
+                   f"roofline.py logits_gather) {cm.gather_s(1) * 1e6:.1f} µs at 1 sequence, {cm.gather_s(128) * 1e3:.2f} ms "
+                   f"at 128; the embedding's all-reduce, one of {cm.ar_calls} a step")
     return out
 
 

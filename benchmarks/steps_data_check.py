@@ -138,6 +138,10 @@ def report(raw: pd.DataFrame, gpu: str, held: set, other: str | None = None) -> 
     cells = ", ".join(f"{int(p)}x{int(b)} {100 * e:+.1f}" for (p, b), e in zip(pb[h], e_te))
     out.append(f"    best monotone member fitted on the training configurations, held out predicted: {cells}; "
                f"MAPE {100 * np.abs(e_te).mean():.2f} %")
+    out.append("    a GPU held at its power limit is in the family: GEMM time max(W, c·r, (E_w + E_r·r) / TDP) (weights, "
+               "compute at full clock, energy per step and per row over the spec sheet's TDP) is a maximum of lines in r, "
+               "so convex, and a convex f is f(0) + r·g(r) with g = (f(r) - f(0))/r rising: the 512x16 bound above "
+               "holds for every such power model, whatever its energies")
     out += power_check(raw, gpu, held)
     if other:
         o = medians(raw, other).set_index(["prompt_size", "batch_size"])["median"]

@@ -33,7 +33,12 @@ Operators (each one kernel family, summed over layers):
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/operator_models.py``: the engine's faster algorithm by size), the
                     first two (one-shot) only for passes of at most allreduce_oneshot_tokens tokens
-                    (and, for the tps in allreduce_oneshot_alone, those two alone there)
+                    (and, for the tps in allreduce_oneshot_alone, those two alone there); faithful
+                    counting adds the vocab-parallel embedding's (vLLM VocabParallelEmbedding.forward)
+  logits_gather     faithful counting at tp > 1: each rank's seqs x vocab/tp logits all-gathered
+                    (vLLM LogitsProcessor._gather_logits, tensor_model_parallel_all_gather; through
+                    PyNCCL, CudaCommunicator.all_gather), (tp-1)/tp of the gathered bytes per link at
+                    the all-reduce's link or its NCCL regimes (not the one-shot ones)
   elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
                     SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
@@ -177,8 +182,11 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
                                  or bool(hw.sampler_seq_s))
         ring = 2 * (tp - 1) / tp
-        self.ar_bytes_per_row = 2 * m.L * ring * m.H * b                   # bytes each GPU sends per row
-        self.ar_latency = 2 * m.L * 2 * (tp - 1) * hw.interconnect_latency_s
+        faithful_tp = tp > 1 and counting != "seed"
+        calls = 2 * m.L + faithful_tp                                       # + the embedding's all-reduce
+        self.ar_bytes_per_row = calls * ring * m.H * b                     # bytes each GPU sends per row
+        self.ar_latency = calls * 2 * (tp - 1) * hw.interconnect_latency_s
+        self.gather_bytes_per_seq = (tp - 1) / tp * m.vocab * b if faithful_tp else 0.0
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
         self.ar_oneshot_tokens = hw.allreduce_oneshot_tokens
         self.ar_oneshot_alone = tp in (hw.allreduce_oneshot_alone or [])
@@ -192,7 +200,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
         self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
         self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
-        self.ar_calls, self.ar_bytes_per_call_row = 2 * m.L, ring * m.H * b
+        self.ar_calls, self.ar_bytes_per_call_row = calls, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
@@ -296,6 +304,16 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(first, last, 2))
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
+    def gather_s(self, seqs: int) -> float:
+        """The logits all-gather of ``seqs`` sampled rows (module docstring: logits_gather)."""
+        if not self.gather_bytes_per_seq:
+            return 0.0
+        size, r = self.gather_bytes_per_seq * seqs, self.ar_regimes
+        if r:
+            first = 4 if (self.ar_oneshot_tokens and len(r) > 4) else 0
+            return min(r[i] + size / r[i + 1] for i in range(first, len(r), 2))
+        return size / self.hw.interconnect_bandwidth + (self.tp - 1) * self.hw.interconnect_latency_s
+
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:
         """Tile-model profiles: the linear operator's weight GEMMs (plus the rest of its weights on
         the roofline) or the LM head, by ``gemm_tiles``."""
@@ -333,7 +351,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                 continue
             a, m = fl / pi, by / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
-        return t + self.allreduce_s(rows)
+        return t + self.allreduce_s(rows) + self.gather_s(seqs)
 
     def _fixed_part(self, rows: int, seqs: int) -> float:
         """``_fixed_time`` of a pass with these rows and sequences, memoized (under seed counting
@@ -394,6 +412,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]
         if self.tp > 1:
             ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
+        if self.gather_bytes_per_seq:
+            ops.append(Operator("logits_gather", 0.0, self.gather_bytes_per_seq * s.seqs, self.gather_s(s.seqs),
+                                "interconnect"))
         if self.hw.step_overhead_s:
             ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
         if self.has_host:

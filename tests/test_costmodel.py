@@ -228,3 +228,36 @@ def test_step_time_equals_time_of_shape(h100, seqs, decodes, extra, variant):
     q, kv = [s[0] for s in seqs], [s[1] for s in seqs]
     tokens = decodes + extra if decodes else 0
     assert cm.step_time(q, kv, decodes, tokens) == cm.time(cm.shape(q, kv, decodes, tokens))
+
+
+@pytest.mark.parametrize("tp,seqs", [(2, 8), (4, 100), (8, 1)])
+def test_faithful_tp_gathers_logits_and_reduces_the_embedding(llama8b, h100, tp, seqs):
+    """vLLM at tp > 1: LogitsProcessor._gather_logits all-gathers each rank's seqs x vocab/tp logits
+    (ring: (tp-1)/tp of the gathered bytes per link), and VocabParallelEmbedding.forward all-reduces
+    the embedding: 2L + 1 all-reduces. The seed's counting keeps 2L and no gather."""
+    q, kv = [1] * seqs, [500] * seqs
+    seed = cost(llama8b, h100, q, kv, tp=tp)
+    faith = cost(llama8b, h100, q, kv, tp=tp, counting="faithful")
+    assert "logits_gather" not in {o.name for o in seed.operators}
+    H, b, L, V = llama8b.H, llama8b.b, llama8b.L, llama8b.vocab
+    ring = 2 * (tp - 1) / tp
+    assert faith.op("allreduce").bytes == pytest.approx((2 * L + 1) * ring * seqs * H * b)
+    assert seed.op("allreduce").bytes == pytest.approx(2 * L * ring * seqs * H * b)
+    g = faith.op("logits_gather")
+    size = (tp - 1) / tp * V * b * seqs
+    assert g.bytes == pytest.approx(size)
+    assert g.time_s == pytest.approx(size / h100.interconnect_bandwidth + (tp - 1) * h100.interconnect_latency_s)
+    assert faith.time_s == pytest.approx(sum(o.time_s for o in faith.operators))
+    one = cost(llama8b, h100, q, kv, counting="faithful")
+    assert "logits_gather" not in {o.name for o in one.operators}
+
+
+def test_logits_gather_takes_the_nccl_regimes_not_the_one_shot(llama8b, h100):
+    """With all-reduce regimes whose first two are one-shot (custom all-reduce, allreduce_oneshot_tokens),
+    the gather (PyNCCL) is priced at the cheapest of the others, at any size."""
+    regimes = [1e-6, 1e12, 1e-6, 1e12, 30e-6, 20e9, 60e-6, 40e9]
+    hw = h100.replace(allreduce_regimes={2: regimes}, allreduce_oneshot_tokens=512)
+    for seqs in (1, 64, 4000):
+        g = cost(llama8b, hw, [1] * seqs, [100] * seqs, tp=2, counting="faithful").op("logits_gather")
+        size = llama8b.vocab * llama8b.b * seqs / 2
+        assert g.time_s == pytest.approx(min(30e-6 + size / 20e9, 60e-6 + size / 40e9))

@@ -51,3 +51,16 @@ def test_power_check_says_when_power_is_not_recorded():
     raw = pd.DataFrame([("x", p, b, 0.0, 0.0, 100.0 * p * b / 512) for p, b in GRID],
                        columns=["hardware", "prompt_size", "batch_size", "peak_power", "average_power", "prompt_time"])
     assert power_check(raw, "x", set()) == ["    power: not recorded for this GPU"]
+
+
+
+@pytest.mark.parametrize("F,S,A,W", [(30.0, 0.5, 2e-7, 300.0), (60.0, 1.0, 0.0, 120.0)])
+def test_a_power_bound_member_is_in_the_family(F, S, A, W):
+    """A GEMM held at the power limit costs max(weights W, rows·c, (E_w + E_r·rows)/TDP), a maximum
+    of lines in the rows, so convex: f(0) + r·g(r) with g = (f(r) - f(0))/r rising, a member of the
+    monotone family (whose bounds then hold for every such power model)."""
+    g = (lambda r: np.maximum(np.maximum(W / r, 0.2), (8.0 + 120e-3 * r) / 400.0 * 1e3 / r))
+    cfg = member(F, S, A, g)
+    f = fit_monotone(cfg)
+    got = f(cfg.prompt_size.to_numpy(float), cfg.batch_size.to_numpy(float))
+    np.testing.assert_allclose(got, cfg["median"], rtol=0.01)

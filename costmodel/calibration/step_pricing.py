@@ -259,7 +259,7 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
         fl, by, p, be, fo, ov = term
         a, mm = fl / p, by / be
         t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
-    t = t + _allreduce(cm, rows)
+    t = t + _allreduce(cm, rows) + _gather(cm, seqs)
     if not _agrees_on_sample(t, lambda i: cm._fixed_time(int(rows[i]), int(seqs[i]))):
         return one()
     return t
@@ -292,6 +292,17 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
     if cm.ar_oneshot_tokens and len(r) > 4:
         low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if cm.ar_oneshot_alone else low)
     return cm.ar_calls * low
+
+
+def _gather(cm: CostModel, seqs: np.ndarray):
+    """``CostModel.gather_s`` elementwise."""
+    if not cm.gather_bytes_per_seq:
+        return 0.0
+    size, r = cm.gather_bytes_per_seq * seqs, cm.ar_regimes
+    if not r:
+        return size / cm.hw.interconnect_bandwidth + (cm.tp - 1) * cm.hw.interconnect_latency_s
+    first = 4 if (cm.ar_oneshot_tokens and len(r) > 4) else 0
+    return np.stack([r[i] + size / r[i + 1] for i in range(first, len(r), 2)]).min(0)
 
 
 def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
