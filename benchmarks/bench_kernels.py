@@ -216,7 +216,7 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   somewhere over 256 to 512M elements), their one-shot sizes are priced by the one-shot lines
   alone (AUTO's rule, which a minimum over every line broke at A100's 128 tokens: 38.5 against
   83.2 µs), and a one-shot line resting on fewer than three sizes is turned off
-  (``operator_models.lone_lines``). Held out 2 / 4 / 8 GPUs before → after: H100 3.6 / 5.4 / 14.1
+  (``allreduce_model.lone_lines``). Held out 2 / 4 / 8 GPUs before → after: H100 3.6 / 5.4 / 14.1
   → 3.6 / 4.1 / 10.3, A100 3.4 / 5.2 / 6.6 → 3.4 / 5.6 / 8.1, B200 3.5 / 3.5 / 10.7 → 3.5 / 4.1 /
   8.3, L40S 1.8 / 5.9 / 18.9 unchanged (no NVLink: nothing of this applies); each size held out in
   turn (every size counts once; the three draws weigh 18 rows per GPU count and hold out 128
@@ -277,7 +277,7 @@ from costmodel.errors import InputError  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
-from costmodel.calibration.operator_models import NCCL_REFERENCE  # noqa: E402
+from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
@@ -392,7 +392,7 @@ def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
     above the 16 MB workspace on 2; PCIe GPUs run NCCL at these sizes too): two timings of the same
     NCCL call."""
     from costmodel.calibration.importers import read_aiconfigurator
-    from costmodel.calibration.operator_models import ONESHOT_MAX_TOKENS
+    from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
     d = DATA / folder / "nccl"
     if not d.is_dir():
         return {}

@@ -20,7 +20,7 @@ from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
-from .operator_models import count_slices, oneshot_alone
+from .allreduce_model import count_slices, oneshot_alone
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",

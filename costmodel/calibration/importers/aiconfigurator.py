@@ -34,7 +34,7 @@ from ...errors import require
 from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
 from ..moe_routing import table_touched
-from ..operator_models import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
+from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
@@ -176,7 +176,7 @@ def _engine_rows(ar: pd.DataFrame, nvlink: bool = False) -> pd.DataFrame:
     ``nvlink``: on more than 2 GPUs the engine goes from one-shot straight to NCCL at 128 tokens,
     so NCCL's curve below that switch continues the engine's NCCL rows above it: the NCCL table's
     rows at the one-shot sizes are kept as ``REFERENCE`` rows, which the fit prices by the NCCL
-    lines alone and which are not the engine's time (``operator_models.oneshot_allowed``). They
+    lines alone and which are not the engine's time (``allreduce_model.oneshot_allowed``). They
     show the NCCL lines the sizes just above the switch (the engine's smallest NCCL message, 1M
     elements, otherwise priced from lines fitted on 2M up). Not on 2 GPUs, where two-shot runs
     in between, nor without NVLink, where the custom rows are NCCL's already."""
