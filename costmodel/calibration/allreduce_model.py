@@ -30,11 +30,13 @@ reference rows) lines 3-4 never undercut the one-shot lines at 128 tokens or few
 the fitted profiles (H100, A100, B200). On 2 GPUs lines 3-4 carry two-shot
 (1M-4M elements) and NCCL (8M up) both: three two-shot sizes are too few for a line
 of their own once a quarter of the sizes is held out. Without NVLink (L40S) the engine
-runs NCCL at every size (``ifFallbackToNCCL``); the token cap there stands for NCCL's
-own switch, at the same size in both its tables (8 GPUs: 978 → 3,440 µs custom,
-863 → 2,618 µs nccl-tests, from 512K to 1M elements), which the product places at
-128 tokens (1 MB only at hidden 4096). Rows without a token count (a timing of NCCL
-alone) leave every line allowed. The start is global: each family's sizes are cut
+runs NCCL at every size (``ifFallbackToNCCL``; the importer labels those rows
+``allreduce_runs.NCCL_PCIE``), and such a count is priced by runs of lines instead of their
+minimum (``allreduce_runs``: NCCL's tuner there picks protocols whose measured curve is not
+concave); the token cap there stands for NCCL's own switch, at the same size in both its
+tables (8 GPUs: 978 → 3,440 µs custom, 863 → 2,618 µs nccl-tests, from 512K to 1M elements),
+which the product places at 128 tokens (1 MB only at hidden 4096). Rows without a token count
+(a timing of NCCL alone) leave every line allowed. The start is global: each family's sizes are cut
 into as many runs as it has lines by the cuts whose lines (fitted in relative error, in
 closed form) fit best.
 """
@@ -48,6 +50,8 @@ from scipy.optimize import least_squares
 
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
+from ..allreduce import switched_times
+from .allreduce_runs import NCCL_PCIE, latency_bound, side_runs
 from .operator_models import _Residuals, base_name
 
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",
@@ -56,17 +60,50 @@ R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
 NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
-UNITS = {p: ("s" if p.startswith("latency") else "B/s") for p in ALLREDUCE_REGIME}
+def units_of(p: str) -> str:
+    return "s" if base_name(p).startswith("latency") else "B/s"
 
 
-def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
+def allreduce_params(df: pd.DataFrame, runs: dict | None = None) -> tuple[str, ...]:
     """Per GPU count, ALLREDUCE_REGIME's four lines, and a fifth where the count has NCCL reference
     rows: NCCL's lines then span its whole range (8 GPUs: 256 to 512M elements), where each of its
-    protocols (LL, LL128, Simple) is the fastest somewhere."""
+    protocols (LL, LL128, Simple) is the fastest somewhere; a switched count (``runs``: NCCL over
+    PCIe, ``allreduce_runs``) one line per run, ``latency_run<i>``, ``bandwidth_run<i>``."""
     ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
     w = df["workers"].to_numpy(float)
+    runs = runs or {}
     return tuple(f"{p}@{int(n)}" for n in sorted(np.unique(w))
-                 for p in (ALLREDUCE_REGIME if (ref & (w == n)).any() else ALLREDUCE_REGIME[:R - 2]))
+                 for p in ([f"{q}_run{i}" for i in range(len(runs[int(n)][0])) for q in ("latency", "bandwidth")]
+                           if int(n) in runs else
+                           ALLREDUCE_REGIME if (ref & (w == n)).any() else ALLREDUCE_REGIME[:R - 2]))
+
+
+def switched_runs(df: pd.DataFrame, cap_tokens: int) -> dict:
+    """Per GPU count whose rows are all ``NCCL_PCIE``: (lines [(ℓ, bw)], gaps [a, b, ...]) of its
+    runs (``allreduce_runs.side_runs``) on each side of the token switch, a (0, 0) gap between
+    the sides."""
+    if "op" not in df:
+        return {}
+    out = {}
+    op, w = df["op"].to_numpy(str), df["workers"].to_numpy(float)
+    B, t = df["bytes"].to_numpy(float), df["time_s"].to_numpy(float)
+    tok = df["tokens"].to_numpy(float) if "tokens" in df else np.zeros(len(df))
+    for n in np.unique(w):
+        sel = w == n
+        if not (op[sel] == NCCL_PCIE).all():
+            continue
+        low = (tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)
+        lines, gaps = [], []
+        for side in (sel & low, sel & ~low):
+            if len(np.unique(B[side])) == 0:
+                continue
+            ln, gp = side_runs(B[side], t[side], int(n))
+            tmin = float(t[side].min())
+            ln = [(max(lat, 0.01 * tmin), bw if np.isfinite(bw) else float(B[side].max()) / (0.01 * tmin)) for lat, bw in ln]
+            gaps += ([0.0, 0.0] if lines else []) + [g for pair in gp for g in pair]
+            lines += ln
+        out[int(n)] = (lines, gaps)
+    return out
 
 
 def count_slices(params) -> list[tuple[int, slice]]:
@@ -95,21 +132,27 @@ def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.n
     return t.min(axis=1)
 
 
-def oneshot_alone(sl: slice) -> bool:
+def oneshot_alone(params, sl: slice) -> bool:
     """Whether a GPU count's one-shot lines price its one-shot sizes alone: the counts with a fifth
     line, i.e. with NCCL reference rows (NVLink, more than 2 GPUs), where TensorRT-LLM's AUTO runs
     one-shot up to 128 tokens whatever NCCL would take (A100, 8 GPUs, 128 tokens: 83.2 µs
-    one-shot, 38.8 µs NCCL); elsewhere the lines' minimum (L40S: NCCL at every size)."""
-    return sl.stop - sl.start == R
+    one-shot, 38.8 µs NCCL); elsewhere the lines' minimum."""
+    return any(base_name(p) == "latency_large2" for p in params[sl])
 
 
-def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0) -> np.ndarray:
+def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0, switches: dict | None = None) -> np.ndarray:
+    """Per row, its count's price: the minimum of its allowed lines, or for a count in
+    ``switches`` (n -> gaps) its runs (``costmodel/allreduce.py``, ``switched_times``)."""
     B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
     ok = oneshot_allowed(df, cap_tokens)
     out = np.full(len(df), np.nan)
     for n, sl in count_slices(params):
         sel = w == n
-        out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel], oneshot_alone(sl))
+        if switches and n in switches:
+            tok = df["tokens"].to_numpy(float)[sel] if "tokens" in df else np.zeros(int(sel.sum()))
+            out[sel] = switched_times(v[sl], switches[n], B[sel], tok, cap_tokens)
+        else:
+            out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel], oneshot_alone(params, sl))
     return out
 
 
@@ -127,7 +170,7 @@ def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) ->
     ok = oneshot_allowed(df, cap_tokens)
     out = []
     for n, sl in count_slices(params):
-        if sl.stop - sl.start < R:
+        if not oneshot_alone(params, sl):
             continue
         sel = w == n
         lat, bw = values[sl][::2], values[sl][1::2]
@@ -194,25 +237,32 @@ class AllreduceFit(ClassFit):
     """A ClassFit whose times are ``allreduce_times``."""
     units: dict = None
     oneshot_tokens: int = 0     # the one-shot lines' token cap (0: none)
+    switches: dict = None       # switched counts: n -> their runs' gaps (``switched_runs``)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return allreduce_times(self.values, df, self.params, self.oneshot_tokens)
+        return allreduce_times(self.values, df, self.params, self.oneshot_tokens, self.switches)
 
 
 def fit_allreduce(df: pd.DataFrame, form: str, upper: dict) -> AllreduceFit:
     """Fit the regimes; ``upper`` caps parameters (SI) by their base name (the physical bounds,
     each bandwidth's times ``_bus_factor``); a capped parameter whose fit lands on its cap is
     reported as clamped."""
-    params = allreduce_params(df)
     t = df["time_s"].to_numpy(float)
     cap_tok = ONESHOT_MAX_TOKENS if (df["tokens"].to_numpy(float) > 0).any() else 0
-    p0 = _start(params, df, t, cap_tok)
+    runs = switched_runs(df, cap_tok)
+    switches = {n: gaps for n, (_, gaps) in runs.items()} or None
+    params = allreduce_params(df, runs)
+    p0 = np.concatenate([np.array([x for line in runs[n][0] for x in line]) if n in runs else
+                         _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok)
+                         for n, sl in count_slices(params)])
     cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
+    cap = np.array([min(c, latency_bound(int(p.split("@")[1]))) if base_name(p).startswith("latency_run") else c
+                    for c, p in zip(cap, params)])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     x0 = np.zeros(len(params))
-    times = lambda x, d: allreduce_times(p0 * np.exp(x), d, params, cap_tok)  # noqa: E731
+    times = lambda x, d: allreduce_times(p0 * np.exp(x), d, params, cap_tok, switches)  # noqa: E731
     fn = _Residuals(times, df, t, params, "allreduce", lo, hi)
     res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                         x_scale=1.0)
@@ -228,12 +278,12 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict) -> AllreduceFit:
         fn = _Residuals(times, df, t, params, "allreduce", lo, hi)
         res = least_squares(fn, x, jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
         values = p0 * np.exp(res.x)
-    units = {p: UNITS[base_name(p)] for p in params}
-    active, cov, s2, warns = identify("allreduce", params, values, lambda v: allreduce_times(v, df, params, cap_tok),
-                                      res, len(t), cap, units)
-    errors = ape_stats(allreduce_times(values, df, params, cap_tok), t)
+    units = {p: units_of(p) for p in params}
+    active, cov, s2, warns = identify("allreduce", params, values,
+                                      lambda v: allreduce_times(v, df, params, cap_tok, switches), res, len(t), cap, units)
+    errors = ape_stats(allreduce_times(values, df, params, cap_tok, switches), t)
     return AllreduceFit("allreduce", form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns),
-                        units=units, oneshot_tokens=cap_tok)
+                        units=units, oneshot_tokens=cap_tok, switches=switches)
 
 
 def _bus_factor(p: str) -> float:

@@ -127,7 +127,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     if ar is not None and any("@" in p for p in ar.params):
         changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
-        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(sl)]
+        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
+        changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in (getattr(ar, "switches", None) or {}).items()}
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))

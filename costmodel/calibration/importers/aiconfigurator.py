@@ -35,6 +35,7 @@ from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
 from ..moe_routing import table_touched
 from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
+from ..allreduce_runs import NCCL_PCIE
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
@@ -200,6 +201,16 @@ def spec_nvlink(path) -> bool:
         return False
 
 
+def spec_pcie(path) -> bool:
+    """Whether the spec sheet beside the folder links its GPUs by PCIe alone (``node.intra_node_bw``
+    at most ``node.pcie_bw``: the L40S's 32 against 32); False without a sheet."""
+    node = _spec(path).get("node") or {}
+    try:
+        return float(node["intra_node_bw"]) <= float(node["pcie_bw"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
     """A ``<gpu>`` folder (every framework and NCCL table below it), a ``<gpu>/<framework>/<version>``
     folder, or one ``*_perf.txt`` file; the 16-bit rows as tidy timings, and notes on what was skipped."""
@@ -220,6 +231,11 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
                      f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)"
                      + (f", kept {n_ref} below the engine's NCCL switch as reference rows for its NCCL lines" if n_ref else ""))
+    if ar.any() and spec_pcie(p):
+        eng = (df["op_class"] == "allreduce") & df["op"].isin(["custom_all_reduce", "nccl_all_reduce"])
+        df.loc[eng, "op"] = NCCL_PCIE
+        notes.append(f"{p}: all-reduce: no NVLink on the spec sheet, so the engine runs NCCL at every size "
+                     f"(TensorRT-LLM ifFallbackToNCCL): rows labelled {NCCL_PCIE}, fitted as NCCL's runs")
     peak = spec_peak_flops(p)
     if peak:
         fast = (df["flops"] / df["time_s"] > peak).to_numpy()
