@@ -255,7 +255,8 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict) -> AllreduceFit:
     p0 = np.concatenate([np.array([x for line in runs[n][0] for x in line]) if n in runs else
                          _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok)
                          for n, sl in count_slices(params)])
-    cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
+    cap = np.array([upper.get("bandwidth" if base_name(p).startswith("bandwidth_run") else base_name(p), np.inf)
+                    * _bus_factor(p) for p in params])
     cap = np.array([min(c, latency_bound(int(p.split("@")[1]))) if base_name(p).startswith("latency_run") else c
                     for c, p in zip(cap, params)])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)

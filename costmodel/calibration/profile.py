@@ -128,7 +128,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
         changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
-        changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in (getattr(ar, "switches", None) or {}).items()}
+        if getattr(ar, "switches", None):
+            changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
