@@ -216,7 +216,7 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   somewhere over 256 to 512M elements), their one-shot sizes are priced by the one-shot lines
   alone (AUTO's rule, which a minimum over every line broke at A100's 128 tokens: 38.5 against
   83.2 µs), and a one-shot line resting on fewer than three sizes is turned off
-  (``operator_models.lone_lines``). Held out 2 / 4 / 8 GPUs before → after: H100 3.6 / 5.4 / 14.1
+  (``allreduce_model.lone_lines``). Held out 2 / 4 / 8 GPUs before → after: H100 3.6 / 5.4 / 14.1
   → 3.6 / 4.1 / 10.3, A100 3.4 / 5.2 / 6.6 → 3.4 / 5.6 / 8.1, B200 3.5 / 3.5 / 10.7 → 3.5 / 4.1 /
   8.3, L40S 1.8 / 5.9 / 18.9 unchanged (no NVLink: nothing of this applies); each size held out in
   turn (every size counts once; the three draws weigh 18 rows per GPU count and hold out 128
@@ -244,9 +244,18 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   (largest 2-3 %) on 2 and 4 GPUs (16M elements: 26.0 against 38.9 ms; 128K: 320 against 426 µs). The custom
   table's 4M to 16M elements cost 12.8, 20.3 and 26.0 ms, less per byte at 16M than at 8M, and
   its 1M costs 3.5x its 512K (NCCL's protocol switch, at the same size in nccl-tests: 863 →
-  2,618 µs), which no latency + bandwidth law (t(2s) <= 2 t(s)) follows: the model fitted on
-  every size misses by 7.9 % on average, held out 18.9 % (a held-out 1M 106 %: no training size
-  tells the fit on which side of 1M the switch falls).
+  2,618 µs), which no latency + bandwidth law (t(2s) <= 2 t(s)) follows. The custom table is the
+  engine's path (AIConfigurator's ``collect_all_reduce.py`` times TensorRT-LLM's ``AllReduce``
+  module, AUTO, under a CUDA graph; nccl-tests' ``all_reduce_perf`` outside the engine and outside
+  a graph), so it alone is fitted. As a minimum of lines: fitted on every size 7.9 %, held out
+  18.9 % (a held-out 1M 106 %). Priced as runs of lines with switches between them
+  (``calibration/allreduce_runs.py``: NCCL's tuner over PCIe picks protocols whose measured curve
+  steps down in time per byte, 64K → 128K and 8M → 16M elements): held out 2 / 4 / 8 GPUs
+  1.8 / 5.9 / 18.9 → 1.0 / 4.8 / 11.1 (draws 1.8 / 0.8 / 0.3, 6.8 / 7.1 / 0.7, 11.6 / 15.4 / 6.3),
+  fitted on every size 1.2 / 5.7 / 7.9 → 0.1 / 6.1 / 2.0; each size held out in turn 1.7 / 7.1 /
+  13.1 → 2.6 / 9.1 / 8.1. What is left at 8 GPUs are the sizes at a switch (32K 26 %, 64K 39 %,
+  128K 35 %, 128 elements 16 %: held out, a switch's side is unknown, and the blend across the gap
+  halves the step at best).
 - B200 all-reduce, 8 GPUs: NCCL's 2M elements run 55.4 µs between 33.7 at 1M and 73.5 at 4M
   (nccl-tests the same: 32.8, 54.7, 72.4; a switch of NCCL's algorithm or protocol that its tuner
   places past the crossing, so the curve is not a minimum of lines there): held out 15 %; 512
@@ -277,7 +286,7 @@ from costmodel.errors import InputError  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
-from costmodel.calibration.operator_models import NCCL_REFERENCE  # noqa: E402
+from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
@@ -392,7 +401,7 @@ def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
     above the 16 MB workspace on 2; PCIe GPUs run NCCL at these sizes too): two timings of the same
     NCCL call."""
     from costmodel.calibration.importers import read_aiconfigurator
-    from costmodel.calibration.operator_models import ONESHOT_MAX_TOKENS
+    from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
     d = DATA / folder / "nccl"
     if not d.is_dir():
         return {}

@@ -209,7 +209,8 @@ def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     out = []
     if l40s:
         out.append((f"all-reduce from l40s's measured PCIe regimes (AIConfigurator NCCL, {tp} L40S)",
-                    hw.replace(allreduce_regimes={tp: list(l40s)}, allreduce_oneshot_tokens=ref.allreduce_oneshot_tokens)))
+                    hw.replace(allreduce_regimes={tp: list(l40s)}, allreduce_oneshot_tokens=ref.allreduce_oneshot_tokens,
+                               allreduce_switches={tp: list(ref.allreduce_switches[tp])} if tp in ref.allreduce_switches else {})))
     out.append(("all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
                 hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6)))
     return out

@@ -100,6 +100,7 @@ class Hardware:
     allreduce_regimes: dict = field(default_factory=dict)   # tp -> [latency, bandwidth] per regime, flattened
     allreduce_oneshot_tokens: int = 0   # > 0: each tp's first two regimes (one-shot) only up to this many tokens
     allreduce_oneshot_alone: list = field(default_factory=list)   # tps whose passes up to that take those two alone
+    allreduce_switches: dict = field(default_factory=dict)   # tp -> gaps between its regimes taken as runs (NCCL over PCIe)
     moe_pi: float = 0.0             # fitted fused-MoE layer (costmodel/moe_cost.py; 0: experts on the roofline)
     moe_beta: float = 0.0           # ... its weight-streaming bandwidth
     moe_floor_s: float = 0.0        # ... its fixed cost per MoE layer
@@ -258,6 +259,13 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             isinstance(x, (int, float)) and x > 0 for x in v)
         require(ok, f"{source}:allreduce_regimes:{tp}", v,
                 "must be tp (> 1) -> [latency_s, bandwidth, latency_s, bandwidth, ...] (one pair per regime), all > 0")
+    switches = hw.allreduce_switches or {}
+    require(isinstance(switches, dict), f"{source}:allreduce_switches", switches, "must map tp to [bytes, bytes, ...]")
+    for tp, v in switches.items():
+        ok = (isinstance(tp, int) and tp in regimes and isinstance(v, (list, tuple))
+              and len(v) == len(regimes[tp]) - 2 and all(isinstance(x, (int, float)) and x >= 0 for x in v))
+        require(ok, f"{source}:allreduce_switches:{tp}", v, "must be a tp of allreduce_regimes -> one [a, b] pair of "
+                "bus bytes (>= 0) per pair of consecutive regimes")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

@@ -31,7 +31,7 @@ Operators (each one kernel family, summed over layers):
                     default mamba_ssm_dtype; conv state in b)
   allreduce         2·L ring all-reduces of T·H·b bytes: 2(tp-1)/tp·bytes/bw + 2(tp-1)·latency each;
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
-                    (``calibration/operator_models.py``: the engine's faster algorithm by size), the
+                    (``calibration/allreduce_model.py``: the engine's faster algorithm by size), the
                     first two (one-shot) only for passes of at most allreduce_oneshot_tokens tokens
                     (and, for the tps in allreduce_oneshot_alone, those two alone there); faithful
                     counting adds the vocab-parallel embedding's (vLLM VocabParallelEmbedding.forward)
@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .allreduce import call_time
 from .decode_runs import DecodeRuns
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
@@ -190,6 +191,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
         self.ar_oneshot_tokens = hw.allreduce_oneshot_tokens
         self.ar_oneshot_alone = tp in (hw.allreduce_oneshot_alone or [])
+        self.ar_switches = (hw.allreduce_switches or {}).get(tp)
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -297,11 +299,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if self.tp == 1:
             return 0.0
         if self.ar_regimes:
-            size, r = self.ar_bytes_per_call_row * rows, self.ar_regimes
-            capped = bool(self.ar_oneshot_tokens) and len(r) > 4
-            first = 4 if (capped and rows > self.ar_oneshot_tokens) else 0
-            last = 4 if (capped and rows <= self.ar_oneshot_tokens and self.ar_oneshot_alone) else len(r)
-            return self.ar_calls * min(r[i] + size / r[i + 1] for i in range(first, last, 2))
+            return self.ar_calls * call_time(self.ar_regimes, self.ar_bytes_per_call_row * rows, rows,
+                                             self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches)
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:

@@ -11,7 +11,7 @@ import pytest
 from costmodel import CostModel, load_hardware, load_model
 from costmodel.calibration.fit import fit
 from costmodel.calibration.importers import read_aiconfigurator
-from costmodel.calibration.operator_models import ONESHOT_MAX_TOKENS
+from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.errors import InputError
 from costmodel.hardware import hardware_from_dict

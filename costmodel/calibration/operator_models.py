@@ -1,4 +1,4 @@
-"""Operator classes whose time is not one roofline: attention, all-reduce regimes, the sampler.
+"""Operator classes whose time is not one roofline: attention, the sampler (all-reduce: ``allreduce_model``).
 
 Each is a small closed-form model of its measured kernel, fitted like the roofline classes
 (log residuals, soft_l1, parameters as ln(p/p0), 1σ from the Jacobian), and priced the same way
@@ -20,41 +20,6 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             tokens (loading Q, K, V tiles, the softmax rescaling, the epilogue), which a long prompt
             amortises over its quadratic FLOPs. Decode streams the KV cache (β_d) and pays a fixed
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
-allreduce   per GPU count n, the fastest of four (five) lines that the engine may run at this size:
-              t = min_{i allowed} (ℓ_i + B/bw_i),  B = 2(n-1)/n · size
-            lines 1-2: the one-shot kernel, allowed only for messages of at most ONESHOT_MAX_TOKENS
-            tokens; lines 3-4 at every size: two-shot and NCCL (its protocols, LL / LL128 / Simple,
-            each a line, the tuner taking the fastest: a minimum of lines). On GPU counts with NCCL
-            reference rows (the NCCL table below the engine's switch, NVLink, 4 and 8 GPUs:
-            ``importers/aiconfigurator.py``, ``_engine_rows``) the NCCL lines are fitted on them too,
-            priced by lines 3-5 alone; there a fifth line (NCCL over 256 to 512M elements), the
-            one-shot sizes priced by lines 1-2 alone (``oneshot_alone``: AUTO runs one-shot there
-            whatever NCCL would take), and a one-shot line that is the fastest at fewer than three
-            sizes turned off and the fit redone (``lone_lines``). AIConfigurator's
-            custom tables time TensorRT-LLM's AUTO dispatch (``importers/aiconfigurator.py``,
-            ``_engine_rows``): one-shot up to 128 tokens (``thop/allreduceOp.cpp``,
-            ``selectImplementation``; the fusion kernels' ``use_oneshot``: token_num <=
-            kOneShotMaxToken), beyond it two-shot on 2 GPUs up to the 16 MB workspace and NCCL
-            past it, NCCL on 4 and 8; the collector lays each message out as [size / 4096, 4096]
-            (``collect_all_reduce.py``, ``get_input_shape_and_comm_size``): the step up at 1M
-            elements (H100, 2 GPUs: 6.8 µs at 512K, 20.1 µs at 1M) is that switch, which no
-            concave curve can follow. Physical traffic per GPU: one-shot pushes the message to
-            the n - 1 peers' buffers and reduces the n copies locally, (n - 1)·size (H100, 8 GPUs,
-            128 tokens: 7.3 MB in 26.5 µs past the latency, 277 GB/s of 450); two-shot
-            (reduce-scatter, then all-gather through the peers' buffers) and NCCL's ring move B.
-            B is every line's bytes, so a one-shot line's physical rate is bw·n/2; the cap
-            (``_bus_factor``: size/t at most the link's) holds for all three. On 2 GPUs (no
-            reference rows) lines 3-4 never undercut the one-shot lines at 128 tokens or fewer in
-            the fitted profiles (H100, A100, B200). On 2 GPUs lines 3-4 carry two-shot
-            (1M-4M elements) and NCCL (8M up) both: three two-shot sizes are too few for a line
-            of their own once a quarter of the sizes is held out. Without NVLink (L40S) the engine
-            runs NCCL at every size (``ifFallbackToNCCL``); the token cap there stands for NCCL's
-            own switch, at the same size in both its tables (8 GPUs: 978 → 3,440 µs custom,
-            863 → 2,618 µs nccl-tests, from 512K to 1M elements), which the product places at
-            128 tokens (1 MB only at hidden 4096). Rows without a token count (a timing of NCCL
-            alone) leave every line allowed. The start is global: each family's sizes are cut
-            into as many runs as it has lines by the cuts whose lines (fitted in relative error, in
-            closed form) fit best.
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
 from __future__ import annotations
@@ -82,16 +47,8 @@ SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, whe
 TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
 
 SAMPLER = ("floor", "per_seq")
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",
-                    "latency_large", "bandwidth_large", "latency_large2", "bandwidth_large2")
-R = len(ALLREDUCE_REGIME)
-CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
-ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
-NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
 UNITS = {"exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
-         "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
-         "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s",
-         "latency_large2": "s", "bandwidth_large2": "B/s"}
+         "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s"}
 UNITS.update(DECODE_UNIT_UNITS)
 BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
               "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
@@ -209,123 +166,7 @@ def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
     return v[0] + v[1] * df["m"].to_numpy(float)
 
 
-def allreduce_params(df: pd.DataFrame) -> tuple[str, ...]:
-    """Per GPU count, ALLREDUCE_REGIME's four lines, and a fifth where the count has NCCL reference
-    rows: NCCL's lines then span its whole range (8 GPUs: 256 to 512M elements), where each of its
-    protocols (LL, LL128, Simple) is the fastest somewhere."""
-    ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
-    w = df["workers"].to_numpy(float)
-    return tuple(f"{p}@{int(n)}" for n in sorted(np.unique(w))
-                 for p in (ALLREDUCE_REGIME if (ref & (w == n)).any() else ALLREDUCE_REGIME[:R - 2]))
-
-
-def count_slices(params) -> list[tuple[int, slice]]:
-    """(GPU count, its slice of ``params``), in order."""
-    counts = [int(p.split("@")[1]) for p in params]
-    return [(n, slice(counts.index(n), len(counts) - counts[::-1].index(n))) for n in dict.fromkeys(counts)]
-
-
-def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
-    """Rows whose message the one-shot lines may carry: at most ``cap_tokens`` tokens (0: no cap;
-    rows with no token count: allowed), and never an NCCL reference row (``NCCL_REFERENCE``: a
-    timing of NCCL at a size where the engine runs its own kernel)."""
-    tok = df["tokens"].to_numpy(float) if "tokens" in df else np.zeros(len(df))
-    ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
-    return ((tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)) & ~ref
-
-
-def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray, alone: bool = False) -> np.ndarray:
-    """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok;
-    ``alone``: there, those lines only)."""
-    t = lat[None, :] + B[:, None] / bw[None, :]
-    if len(lat) > CAPPED_LINES:
-        t[:, :CAPPED_LINES] = np.where(capped_ok[:, None], t[:, :CAPPED_LINES], np.inf)
-        if alone:
-            t[:, CAPPED_LINES:] = np.where(capped_ok[:, None], np.inf, t[:, CAPPED_LINES:])
-    return t.min(axis=1)
-
-
-def oneshot_alone(sl: slice) -> bool:
-    """Whether a GPU count's one-shot lines price its one-shot sizes alone: the counts with a fifth
-    line, i.e. with NCCL reference rows (NVLink, more than 2 GPUs), where TensorRT-LLM's AUTO runs
-    one-shot up to 128 tokens whatever NCCL would take (A100, 8 GPUs, 128 tokens: 83.2 µs
-    one-shot, 38.8 µs NCCL); elsewhere the lines' minimum (L40S: NCCL at every size)."""
-    return sl.stop - sl.start == R
-
-
-def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0) -> np.ndarray:
-    B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
-    ok = oneshot_allowed(df, cap_tokens)
-    out = np.full(len(df), np.nan)
-    for n, sl in count_slices(params):
-        sel = w == n
-        out[sel] = regime_times(v[sl][::2], v[sl][1::2], B[sel], ok[sel], oneshot_alone(sl))
-    return out
-
-
-LINE_OFF = 1e3     # an all-reduce line turned off: its latency this many times the slowest row's time
-
-
-def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) -> list[int]:
-    """Indices (of the latency) of the one-shot lines, on GPU counts with NCCL reference rows (NVLink,
-    more than 2 GPUs: the capped lines are the one-shot kernel alone), that are the fastest line at
-    fewer than three of the count's message sizes: a line through two sizes has no residual, so
-    a second one-shot regime seen there cannot be told from their noise (H100, 8 GPUs, 256
-    elements in 3.4 µs between 5.1 and 5.0 µs drew a 1.7 µs, 0.5 GB/s line that priced a held-out
-    128 elements at 2.5 µs)."""
-    B, w, m = df["bytes"].to_numpy(float), df["workers"].to_numpy(float), df["m"].to_numpy(float)
-    ok = oneshot_allowed(df, cap_tokens)
-    out = []
-    for n, sl in count_slices(params):
-        if sl.stop - sl.start < R:
-            continue
-        sel = w == n
-        lat, bw = values[sl][::2], values[sl][1::2]
-        t = lat[None, :] + B[sel][:, None] / bw[None, :]
-        t[:, :CAPPED_LINES] = np.where(ok[sel][:, None], t[:, :CAPPED_LINES], np.inf)
-        t[:, CAPPED_LINES:] = np.where(ok[sel][:, None], np.inf, t[:, CAPPED_LINES:])
-        win = np.argmin(t, axis=1)
-        for i in range(CAPPED_LINES):
-            if len(np.unique(m[sel][win == i])) < 3:
-                out.append(sl.start + 2 * i)
-    return out
-
-
-def _rel_line(B: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, float]:
-    """(ℓ, 1/bw) of the line minimising Σ((ℓ + B/bw)/t - 1)², and that sum."""
-    a = np.stack([1.0 / t, B / t], axis=1)
-    x = np.linalg.lstsq(a, np.ones_like(t), rcond=None)[0]
-    return x, float(((a @ x - 1.0) ** 2).sum())
-
-
-def _lines(B: np.ndarray, t: np.ndarray, k: int = 2) -> list:
-    """k (ℓ, bw) lines through the sorted sizes cut into k runs (each ≥ 2 sizes) at the cuts that
-    fit best; too few sizes for k runs: as many runs as they allow, the last line repeated."""
-    o = np.argsort(B)
-    B, t = B[o], t[o]
-    if len(B) < 2:
-        return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * k
-    k_fit = max(1, min(k, len(B) // 2))
-    best = {}                    # (start, runs) -> (sum, fits)
-
-    def runs(i: int, j: int) -> tuple:
-        if (i, j) in best:
-            return best[(i, j)]
-        if j == 1:
-            x, e = _rel_line(B[i:], t[i:])
-            best[(i, j)] = (e, [x])
-        else:
-            best[(i, j)] = min(((e0 + r[0], [x0] + r[1]) for c in range(i + 2, len(B) - 2 * (j - 1) + 1)
-                                for (x0, e0), r in [(_rel_line(B[i:c], t[i:c]), runs(c, j - 1))]), key=lambda x: x[0])
-        return best[(i, j)]
-
-    fits = runs(0, k_fit)[1]
-    fits = fits + [fits[-1]] * (k - len(fits))
-    tmin = float(t.min())
-    return [(max(float(x[0]), 0.05 * tmin), 1.0 / max(float(x[1]), 1e-16)) for x in fits]
-
-
-def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0) -> np.ndarray:
+def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     if op_class == "attention":
         fp, bp, fd, bd, n = _cols(df)
         tmin = float(np.min(t))
@@ -347,19 +188,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         out = out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out
         out = out + [0.5] if "exposed_prefill" in params else out
         return np.array(out + [1e-10] if "row_prefill" in params else out)
-    if op_class == "sampler":
-        m = df["m"].to_numpy(float)
-        return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
-    out = []
-    B, w = df["bytes"].to_numpy(float), df["workers"].to_numpy(float)
-    ok = oneshot_allowed(df, cap_tokens)
-    for n, sl in count_slices(params):
-        sel = w == n
-        small = ok[sel] if cap_tokens else B[sel] <= np.median(B[sel])
-        for part, k in ((small, CAPPED_LINES), (~small, (sl.stop - sl.start) // 2 - CAPPED_LINES)):
-            for lat, bw in _lines(B[sel][part], t[sel][part], k):
-                out += [lat, bw]
-    return np.array(out)
+    m = df["m"].to_numpy(float)
+    return np.array([0.5 * float(np.min(t)), float(np.median(t / m))])
 
 
 @dataclass(frozen=True)
@@ -369,20 +199,16 @@ class ModelFit(ClassFit):
     sms: int = 0
     groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
     q_tile: int = Q_TILE        # prefill wave model: query rows per CTA tile
-    oneshot_tokens: int = 0     # all-reduce: the one-shot lines' token cap (0: none)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.oneshot_tokens,
-                           self.q_tile)
+        return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.q_tile)
 
 
 def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32),
-                cap_tokens: int = 0, tile: int = Q_TILE) -> np.ndarray:
+                tile: int = Q_TILE) -> np.ndarray:
     if op_class == "attention":
         return attention_times(values, df, params, sms, groups, tile)
-    if op_class == "sampler":
-        return sampler_times(values, df)
-    return allreduce_times(values, df, params, cap_tokens)
+    return sampler_times(values, df)
 
 
 def _long_causal(df: pd.DataFrame, tile: int = Q_TILE) -> bool:
@@ -406,7 +232,7 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
-    return {"sampler": SAMPLER}.get(op_class) or allreduce_params(df)
+    return SAMPLER
 
 
 def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0,
@@ -421,12 +247,11 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     if op_class == "attention":     # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
     upper = {**upper, "exposed_prefill": 1.0, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
-    cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
-    p0 = _start(op_class, params, df, t, cap_tok)
+    p0 = _start(op_class, params, df, t)
     for c in ("l2_decode", "l2_prefill", "l2_pass"):     # start the resident capacity near the spec L2 (the cliff's scale)
         if c in params and l2:
             p0[params.index(c)] = 0.8 * l2
-    cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
+    cap = np.array([upper.get(base_name(p), np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
@@ -435,43 +260,18 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
         groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms, tile=tile)
         p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
-    fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, cap_tok, tile), df, t,
+    fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, tile), df, t,
                     params, op_class, lo, hi)
     solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
     res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                         x_scale=1.0, **solver)
     values = p0 * np.exp(res.x)
-    if op_class == "allreduce":
-        lone = lone_lines(params, values, df, cap_tok)
-        if lone:                          # refit with them off: a latency no message reaches, both fixed
-            x = res.x.copy()
-            for j in lone:
-                x[j] = np.log(LINE_OFF * float(t.max()) / p0[j])
-            lo, hi = lo.copy(), hi.copy()
-            for j in lone + [j + 1 for j in lone]:
-                lo[j], hi[j] = x[j], x[j] + 1e-12
-            fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, cap_tok, tile), df, t,
-                            params, op_class, lo, hi)
-            res = least_squares(fn, x, jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
-            values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
-    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, cap_tok, tile),
+    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, tile),
                                       res, len(t), cap, units)
-    errors = ape_stats(model_times(op_class, params, values, df, sms, groups, cap_tok, tile), t)
+    errors = ape_stats(model_times(op_class, params, values, df, sms, groups, tile), t)
     return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms, groups=groups, oneshot_tokens=cap_tok, q_tile=tile)
-
-
-def _bus_factor(p: str) -> float:
-    """An all-reduce line's bandwidth is over the ring's bus bytes B = 2(n-1)/n·size, but the
-    physical bound is on the algorithm bandwidth, size/t ≤ the link's: NVLink SHARP reduces in
-    the switch, so each GPU moves the message once each way (AIConfigurator's H100 table, 8 GPUs:
-    478 GB/s of bus bandwidth from 128M to 256M elements, on 450 GB/s links). The cap on bw is the
-    link's times 2(n-1)/n."""
-    if "@" not in p or not base_name(p).startswith("bandwidth_"):
-        return 1.0
-    n = int(p.split("@")[1])
-    return 2 * (n - 1) / n
+                    sms=sms, groups=groups, q_tile=tile)
 
 
 def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
@@ -492,7 +292,7 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
 
     def cost(groups):
         q0 = _split_start(params, p0, groups)
-        fn = _Residuals(lambda x, d: model_times(op_class, params, q0 * np.exp(x), d, sms, groups, 0, tile), sub, ts,
+        fn = _Residuals(lambda x, d: model_times(op_class, params, q0 * np.exp(x), d, sms, groups, tile), sub, ts,
                         params, op_class, lo, hi)
         r = least_squares(fn, np.zeros(len(params)), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                           ftol=1e-3, tr_solver="lsmr")

@@ -20,7 +20,7 @@ from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
-from .operator_models import count_slices, oneshot_alone
+from .allreduce_model import count_slices, oneshot_alone
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -127,7 +127,9 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     if ar is not None and any("@" in p for p in ar.params):
         changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
-        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(sl)]
+        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
+        if getattr(ar, "switches", None):
+            changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
         changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))

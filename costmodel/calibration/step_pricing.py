@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..allreduce import call_times
 from ..gemm_tiles import grid, times_on
 from ..hardware import Hardware
 from ..host import HOST_FIELDS
@@ -286,12 +287,8 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
         return 0.0
     if not cm.ar_regimes:
         return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
-    size, r = cm.ar_bytes_per_call_row * rows, cm.ar_regimes
-    cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
-    low = cands.min(0)
-    if cm.ar_oneshot_tokens and len(r) > 4:
-        low = np.where(rows > cm.ar_oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if cm.ar_oneshot_alone else low)
-    return cm.ar_calls * low
+    return cm.ar_calls * call_times(cm.ar_regimes, cm.ar_bytes_per_call_row * rows, rows, cm.ar_oneshot_tokens,
+                                    cm.ar_oneshot_alone, cm.ar_switches)
 
 
 def _gather(cm: CostModel, seqs: np.ndarray):

@@ -34,7 +34,8 @@ from ...errors import require
 from ...hardware import Hardware
 from ..timings import attention_row, gemm_row, validate
 from ..moe_routing import table_touched
-from ..operator_models import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
+from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
+from ..allreduce_runs import NCCL_PCIE
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
@@ -176,7 +177,7 @@ def _engine_rows(ar: pd.DataFrame, nvlink: bool = False) -> pd.DataFrame:
     ``nvlink``: on more than 2 GPUs the engine goes from one-shot straight to NCCL at 128 tokens,
     so NCCL's curve below that switch continues the engine's NCCL rows above it: the NCCL table's
     rows at the one-shot sizes are kept as ``REFERENCE`` rows, which the fit prices by the NCCL
-    lines alone and which are not the engine's time (``operator_models.oneshot_allowed``). They
+    lines alone and which are not the engine's time (``allreduce_model.oneshot_allowed``). They
     show the NCCL lines the sizes just above the switch (the engine's smallest NCCL message, 1M
     elements, otherwise priced from lines fitted on 2M up). Not on 2 GPUs, where two-shot runs
     in between, nor without NVLink, where the custom rows are NCCL's already."""
@@ -196,6 +197,16 @@ def spec_nvlink(path) -> bool:
     node = _spec(path).get("node") or {}
     try:
         return float(node["intra_node_bw"]) > float(node["pcie_bw"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def spec_pcie(path) -> bool:
+    """Whether the spec sheet beside the folder links its GPUs by PCIe alone (``node.intra_node_bw``
+    at most ``node.pcie_bw``: the L40S's 32 against 32); False without a sheet."""
+    node = _spec(path).get("node") or {}
+    try:
+        return float(node["intra_node_bw"]) <= float(node["pcie_bw"])
     except (KeyError, TypeError, ValueError):
         return False
 
@@ -220,6 +231,11 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
                      f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)"
                      + (f", kept {n_ref} below the engine's NCCL switch as reference rows for its NCCL lines" if n_ref else ""))
+    if ar.any() and spec_pcie(p):
+        eng = (df["op_class"] == "allreduce") & df["op"].isin(["custom_all_reduce", "nccl_all_reduce"])
+        df.loc[eng, "op"] = NCCL_PCIE
+        notes.append(f"{p}: all-reduce: no NVLink on the spec sheet, so the engine runs NCCL at every size "
+                     f"(TensorRT-LLM ifFallbackToNCCL): rows labelled {NCCL_PCIE}, fitted as NCCL's runs")
     peak = spec_peak_flops(p)
     if peak:
         fast = (df["flops"] / df["time_s"] > peak).to_numpy()

@@ -1,0 +1,72 @@
+"""One all-reduce call's time from a profile's regimes (``allreduce_regimes[tp]``: latency,
+bandwidth per line, flattened), as ``calibration/allreduce_model.py`` fits them: the fastest line
+the engine may run at this size, the first two (one-shot) only up to ``oneshot_tokens`` rows
+(and alone there where ``alone``). A tp with ``allreduce_switches`` (NCCL over PCIe:
+``calibration/allreduce_runs.py``) takes its lines as runs instead: each line from where the
+previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
+marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
+``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
+(``calibration/step_pricing.py``) with the array form: the same float operations."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarray:
+    """Lines in size order, ``gaps`` = [a_1, b_1, a_2, b_2, ...] (bus bytes: the last size of run i
+    and the first of run i + 1): line i + 1 from b_i on; between a_i and b_i the time blends from
+    line i to line i + 1, linearly in log B and log time."""
+    t = lat[None, :] + B[:, None] / bw[None, :]
+    a, b = np.asarray(gaps[0::2], float), np.asarray(gaps[1::2], float)
+    past = (B[:, None] >= b[None, :]).sum(axis=1)
+    out = t[np.arange(len(B)), past]
+    if len(a):
+        g = np.minimum(past, len(a) - 1)
+        inside = (B > a[g]) & (B < b[g])
+        gi, ti = g[inside], t[inside]
+        w = np.log(B[inside] / a[gi]) / np.log(b[gi] / a[gi])
+        out[inside] = np.exp((1.0 - w) * np.log(ti[np.arange(len(gi)), gi]) + w * np.log(ti[np.arange(len(gi)), gi + 1]))
+    return out
+
+
+def _sides(r, sw):
+    """(below lines, their gaps), (above lines, their gaps) of a switched tp; above is None where
+    the gaps have no token switch (a (0, 0) pair)."""
+    lat, bw, gaps = np.asarray(r[0::2], float), np.asarray(r[1::2], float), list(sw)
+    pairs = [(gaps[2 * i], gaps[2 * i + 1]) for i in range(len(gaps) // 2)]
+    cut = next((i for i, p in enumerate(pairs) if p == (0.0, 0.0) or p == (0, 0)), None)
+    if cut is None:
+        return (lat, bw, gaps), None
+    return (lat[:cut + 1], bw[:cut + 1], gaps[:2 * cut]), (lat[cut + 1:], bw[cut + 1:], gaps[2 * cut + 2:])
+
+
+def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int) -> np.ndarray:
+    """A switched tp's call times (``run_times`` on each side of the token switch)."""
+    below, above = _sides(r, sw)
+    if above is None or not oneshot_tokens:
+        return run_times(*below, size)
+    out = np.empty(len(size))
+    low = (rows <= oneshot_tokens) | (rows <= 0)
+    out[low], out[~low] = run_times(*below, size[low]), run_times(*above, size[~low])
+    return out
+
+
+def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None) -> float:
+    """Seconds of one call of ``size`` bytes carrying ``rows`` tokens."""
+    if switches is not None:
+        return float(switched_times(r, switches, np.array([float(size)]), np.array([rows]), oneshot_tokens)[0])
+    capped = bool(oneshot_tokens) and len(r) > 4
+    first = 4 if (capped and rows > oneshot_tokens) else 0
+    last = 4 if (capped and rows <= oneshot_tokens and alone) else len(r)
+    return min(r[i] + size / r[i + 1] for i in range(first, last, 2))
+
+
+def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None) -> np.ndarray:
+    """``call_time`` elementwise."""
+    if switches is not None:
+        return switched_times(r, switches, np.asarray(size, float), np.asarray(rows), oneshot_tokens)
+    cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
+    low = cands.min(0)
+    if oneshot_tokens and len(r) > 4:
+        low = np.where(rows > oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if alone else low)
+    return low
