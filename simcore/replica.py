@@ -381,11 +381,6 @@ class Replica(RunPlanning):
         self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
 
 
-def outstanding_counts(replicas) -> list[int]:
-    """``[r.outstanding for r in replicas]``: the property only where a folded run has leavers (a router's hot path)."""
-    return [r.outstanding if r._leaving else r._outstanding for r in replicas]
-
-
 def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:
     """The run's inner gaps, each once per request sampling at both its ends: one fewer in the
     first `quiet` (the lead's P samples from the end of its last chunk on)."""
