@@ -47,6 +47,7 @@ class Simulation:
         self._ran = False
         self._arriving = False
         self._slot = None
+        self._wakes = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
@@ -112,7 +113,11 @@ class Simulation:
         ignore_eos), the same arrivals in the same order: one event object carries every arrival in
         turn (pushed again once its callback has run, with the next event id, as a new timeout
         would be), and ``_arrive`` is inlined with the size checks of ``_reject_reason`` read once
-        per replica (a request no longer than ``fits`` passes them; a longer one is asked)."""
+        per replica (a request no longer than ``fits`` passes them; a longer one is asked).
+        Unless the run stops at a time (``run``), an idle replica that a request is routed to is
+        woken at the end of the callback, in routing order, without an event: its wake-up event
+        would be the next popped (at now, before every LATE event and after every NORMAL one
+        already due), so that is when SimPy would have run it."""
         env, arrival_s, n = self.env, self._arrival_s, self._n
         if arrival_s[0] <= env._now:
             self.arrive_until(env._now)
@@ -120,7 +125,7 @@ class Simulation:
             return
         queue, eid = env._queue, env._eid
         replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
-        reject = self._reject_reason
+        reject, wakes = self._reject_reason, []
         fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
                 for r in replicas]
         event = env.at(float(arrival_s[self._next]), LATE)
@@ -141,8 +146,16 @@ class Simulation:
             if self._next < n:
                 event.callbacks = [due]
                 heappush(queue, (float(arrival_s[self._next]), LATE, next(eid), event))
+            if wakes:
+                woken = wakes[:]
+                wakes.clear()
+                for idle in woken:
+                    callbacks, idle.callbacks = idle.callbacks, None
+                    for callback in callbacks:
+                        callback(idle)
 
         event.callbacks.append(due)
+        self._wakes = wakes
 
     def arrive_until(self, t: float) -> None:
         """Open loop: every request stamped ≤ t arrives now. One replica calls this before each
@@ -202,6 +215,9 @@ class Simulation:
         that a run leaves no cyclic garbage)."""
         require(not self._ran, "Simulation.run", until, "a Simulation runs once; build a new one to run again")
         self._ran = True
+        if until is None and self._wakes is not None:
+            for r in self.replicas:
+                r.wakes = self._wakes
         collecting = gc.isenabled()
         gc.disable()   # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
         try:

@@ -179,9 +179,10 @@ def test_bad_cluster_input(llama8b, h100):
                                                         ("least_kv", "vllm", 4, False), ("least_outstanding", "nochunk", 5, True)])
 def test_plain_arrival_path_matches_the_general_one(llama8b, h100, router, policy, replicas, ff):
     """Several replicas and a plain stream take Simulation._plain_arrivals (one event object, the
-    size checks read once per replica); ignore_eos given (all True, the default) sends the same
-    stream down the general path (_arrival_due, _arrive). Same requests, same rejections (too
-    long for max_model_len, too big for the pool), same bits; arrivals at t = 0 and ties too."""
+    size checks read once per replica, idle replicas woken without an event); ignore_eos given
+    (all True, the default) sends the same stream down the general path (_arrival_due, _arrive).
+    Same requests, same rejections (too long for max_model_len, too big for the pool), same
+    bits, to the end and to a stop; arrivals at t = 0 and ties too."""
     rng = np.random.default_rng(replicas)
     n = 400
     prompts, outputs = rng.integers(50, 3000, n), rng.integers(1, 300, n)
@@ -190,16 +191,18 @@ def test_plain_arrival_path_matches_the_general_one(llama8b, h100, router, polic
     arrivals[:3] = 0.0
     arrivals[50:53] = arrivals[50]
     flags = {"max_model_len": 8192, **({"num_gpu_blocks_override": 300} if policy != "sglang" else {"max_total_tokens": 5000})}
-    runs = []
-    for eos in (None, np.ones(n, dtype=bool)):
-        wl = Workload(arrivals, prompts, outputs, ignore_eos=eos)
-        sim, res = cluster_run(llama8b, h100, wl, router, replicas, policy, flags, ff=ff)
-        assert sim.accounted()
-        runs.append(res)
-    a, b = runs
-    assert a.requests.rejected.notna().sum() > n // 40
-    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    assert a.summary == b.summary
+    for until in (None, float(arrivals[n // 2])):   # a stop: idle replicas woken by events again
+        runs = []
+        for eos in (None, np.ones(n, dtype=bool)):
+            wl = Workload(arrivals, prompts, outputs, ignore_eos=eos)
+            engines, route, max_len = build_cluster(policy, llama8b, h100, 1, flags, replicas, router)
+            sim = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len)
+            runs.append(sim.run(until=until))
+            assert sim.accounted()
+        a, b = runs
+        assert a.requests.rejected.notna().sum() > n // 80
+        pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+        assert a.summary == b.summary
 
 
 def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
