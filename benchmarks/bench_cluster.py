@@ -5,11 +5,21 @@ Prints wall time, simulated requests/s and peak RSS; then checks fast-forward ag
 on a sample.
 
     python benchmarks/bench_cluster.py [--num-requests 1000000] [--replicas 16] [--sample 20000] [--repeat 1]
+
+THE MACHINE READING. The day runs for most of a minute, through which a shared machine's speed
+drifts; one reading of benchmarks/machine.py beside it swung the scaled figure by a quarter. So
+the CPU reference is read several times (each a best of 3): before the day, during it (a
+callback at every `--reading-every` simulated hours; its own CPU and wall time are taken off the
+day's, and with several replicas no replica looks at the event queue those callbacks sit in, so
+the results are the same bits) and after it. The day is scaled by the median of them all, and
+the figure is printed with the range the lowest and highest readings would give.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -18,11 +28,13 @@ import numpy as np
 from machine import one_core, reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
+from simcore.clock import LATE
 from simcore.simulation import Simulation, fixed_workload
 from workloads import FIXTURES
 from workloads.traces import azure
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/traces/azure2023_conv.csv"
+AT_REFERENCE = 0.105   # the issues' reference machine (benchmarks/machine.py reading 0.10-0.11 s)
 
 
 def day(n: int, seed: int = 0):
@@ -33,12 +45,52 @@ def day(n: int, seed: int = 0):
     return fixed_workload(arrivals, src.prompt_len[idx], src.output_len[idx]), SHARED.is_file()
 
 
-def simulate(wl, replicas: int, ff: bool):
+class Readings:
+    """CPU readings of the machine reference, by where they were taken; ``spent``: the CPU and
+    wall seconds the ones taken during a run cost (to be taken off that run's)."""
+
+    def __init__(self):
+        self.taken: list[tuple[str, float]] = []
+        self.spent_cpu = self.spent_wall = 0.0
+
+    def take(self, where: str) -> None:
+        self.taken.append((where, reference_s(3, time.process_time)))
+
+    def take_during(self, _event=None) -> None:
+        """From inside a run, whose cyclic collector is paused: the objects alive now are frozen
+        out of its sight and it runs for the reading, as it does for the readings before and after."""
+        c0, w0 = time.process_time(), time.perf_counter()
+        gc.freeze()
+        gc.enable()
+        try:
+            self.take("during")
+        finally:
+            gc.disable()
+            gc.unfreeze()
+        self.spent_cpu += time.process_time() - c0
+        self.spent_wall += time.perf_counter() - w0
+
+    def values(self, where: str | None = None) -> list[float]:
+        return [r for w, r in self.taken if where is None or w == where]
+
+
+def simulate(wl, replicas: int, ff: bool, readings: Readings | None = None, every_h: float = 0.0):
+    """(result, wall seconds, CPU seconds), the readings taken during the run not counted."""
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100")
     engines, route, max_len = build_cluster("vllm", m, hw, 1, {}, replicas, "least_outstanding")
-    t0 = time.perf_counter()
-    res = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len).run()
-    return res, time.perf_counter() - t0
+    sim = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len)
+    spent = (readings.spent_cpu, readings.spent_wall) if readings else (0.0, 0.0)
+    if readings is not None and every_h > 0 and replicas > 1:   # a sole replica looks at the queue (Replica._skip_to)
+        end = float(wl.arrival_s[-1])
+        for t in np.arange(every_h * 3600.0, end, every_h * 3600.0):
+            sim.env.at(float(t), LATE).callbacks.append(readings.take_during)
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = sim.run()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    if readings is not None:
+        cpu -= readings.spent_cpu - spent[0]
+        wall -= readings.spent_wall - spent[1]
+    return res, wall, cpu
 
 
 def main() -> None:
@@ -46,36 +98,50 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=1_000_000)
     ap.add_argument("--replicas", type=int, default=16)
     ap.add_argument("--sample", type=int, default=20_000, help="requests checked fast-forward against step mode (0: none)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of the day; the best wall time is reported (noisy machines)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the day; the median CPU time is reported (noisy machines)")
+    ap.add_argument("--readings", type=int, default=3, help="CPU readings of the machine reference before and after the runs")
+    ap.add_argument("--reading-every", type=float, default=4.0, help="simulated hours between readings during a run (0: none)")
     args = ap.parse_args()
     print(f"one core: {one_core()}")
     wl, real = day(args.num_requests)
-    before, cpu_refs = reference_s(), [reference_s(3, time.process_time)]
+    wall_before = reference_s()
+    readings = Readings()
+    for _ in range(args.readings):
+        readings.take("before")
     walls, cpus = [], []
-    for _ in range(max(1, args.repeat)):
+    for i in range(max(1, args.repeat)):
         res = None   # one day's results in memory at a time: peak RSS stays that of one run
-        c0 = time.process_time()
-        res, wall = simulate(wl, args.replicas, True)
-        cpus.append(time.process_time() - c0)
+        res, wall, cpu = simulate(wl, args.replicas, True, readings, args.reading_every)
         walls.append(wall)
-        cpu_refs.append(reference_s(3, time.process_time))
+        cpus.append(cpu)
+        if i + 1 < args.repeat:
+            readings.take("between")
+    for _ in range(args.readings):
+        readings.take("after")
     wall = min(walls)
     if len(walls) > 1:
-        print("wall times of the runs: " + ", ".join(f"{w:.1f} s" for w in walls))
+        print("runs: " + ", ".join(f"{w:.1f} s wall, {c:.1f} s CPU" for w, c in zip(walls, cpus)))
     s = res.summary
     print(f"{args.num_requests:,} requests ({'Azure conv lengths' if real else 'fixture lengths'}), {args.replicas} replicas: "
           f"wall {wall:.1f} s, {args.num_requests / wall:,.0f} simulated req/s, {s['num_iterations']:,} iterations, "
           f"completed {s['completed']:,}, p99 TTFT {s['p99_ttft_ms']:.0f} ms, p99 ITL {s['p99_itl_ms']:.1f} ms, "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    print(f"machine: reference {before:.2f} s before, {reference_s():.2f} s after (benchmarks/machine.py; wall times scale with it)")
-    cpu, cpu_ref = min(cpus), min(cpu_refs)
-    print(f"CPU time (steadier on a shared machine): {cpu:.1f} s, reference {cpu_ref:.3f} s CPU (best of {len(cpu_refs)} "
-          f"readings between the runs: {', '.join(f'{r:.3f}' for r in cpu_refs)}); at reference 0.105 s: {cpu * 0.105 / cpu_ref:.1f} s")
+    print(f"machine: reference {wall_before:.2f} s before, {reference_s():.2f} s after (benchmarks/machine.py; wall times scale with it)")
+    refs = readings.values()
+    ref, lo, hi = statistics.median(refs), min(refs), max(refs)
+    cpu = statistics.median(cpus)
+    parts = "; ".join(f"{w} " + ", ".join(f"{r:.3f}" for r in readings.values(w))
+                      for w in ("before", "during", "between", "after") if readings.values(w))
+    print(f"CPU reference readings (best of 3 each): {parts}")
+    print(f"CPU time (steadier on a shared machine): {cpu:.1f} s{' (median of the runs)' if len(cpus) > 1 else ''}, "
+          f"reference {ref:.3f} s CPU (median of {len(refs)} readings, range {lo:.3f}-{hi:.3f}, spread {(hi - lo) / ref:.0%}); "
+          f"at reference {AT_REFERENCE} s: {cpu * AT_REFERENCE / ref:.1f} s "
+          f"(by the highest and lowest reading: {cpu * AT_REFERENCE / hi:.1f}-{cpu * AT_REFERENCE / lo:.1f} s)")
     if args.sample <= 0:
         return
     sample, _ = day(args.sample, seed=1)
-    a, ta = simulate(sample, args.replicas, True)
-    b, tb = simulate(sample, args.replicas, False)
+    a, ta, _ = simulate(sample, args.replicas, True)
+    b, tb, _ = simulate(sample, args.replicas, False)
     worst = max(float(np.nanmax(np.abs(a.requests[c] - b.requests[c]) / np.abs(b.requests[c]).clip(1e-12)))
                 for c in ("first_token_s", "finish_s", "max_itl_s"))
     print(f"exactness on {args.sample:,} requests: worst relative difference fast-forward vs step {worst:.2e} "

@@ -52,6 +52,7 @@ class Replica(RunPlanning):
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self.inbox: list = []
         self.idle = None
+        self.wakes = None   # where submit leaves a triggered idle event for the caller to process, if not None
         self._clock = None   # when the last step ended, as planned (SimPy's now may be an ulp off it)
         self.num_iterations = 0
         self._outstanding = 0   # submitted and not yet applied as finished
@@ -72,7 +73,11 @@ class Replica(RunPlanning):
         if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
-            self.idle.succeed()
+            if self.wakes is None:
+                self.idle.succeed()
+            else:   # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
+                self.idle._ok, self.idle._value = True, None
+                self.wakes.append(self.idle)
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env._now:
             self._cut()
 
@@ -379,11 +384,6 @@ class Replica(RunPlanning):
             self.iteration_log.append((self.index, start, float(ends[0]), 1, plan))
             start, steps, plan = float(ends[0]), steps - 1, Plan([(r, 1) for r, _ in plan.items])
         self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
-
-
-def outstanding_counts(replicas) -> list[int]:
-    """``[r.outstanding for r in replicas]``: the property only where a folded run has leavers (a router's hot path)."""
-    return [r.outstanding if r._leaving else r._outstanding for r in replicas]
 
 
 def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:

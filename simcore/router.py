@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from costmodel.errors import require
 
-from .replica import outstanding_counts
-
 ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
 
 
@@ -31,8 +29,17 @@ class RoundRobin:
 
 
 def least_outstanding(req, replicas) -> int:
-    loads = outstanding_counts(replicas)
-    return loads.index(min(loads))
+    """The first replica with the fewest outstanding (``Replica.outstanding``, the property read
+    only where a folded run has leavers): the first with none ends the search, as nobody has
+    fewer (most replicas of a lightly loaded cluster are idle)."""
+    best, pick = 1 << 62, 0
+    for i, r in enumerate(replicas):
+        n = r.outstanding if r._leaving else r._outstanding
+        if n < best:
+            if not n:
+                return i
+            best, pick = n, i
+    return pick
 
 
 def least_kv(req, replicas) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import math
+from heapq import heappush
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -46,6 +47,7 @@ class Simulation:
         self._ran = False
         self._arriving = False
         self._slot = None
+        self._wakes = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
@@ -66,6 +68,8 @@ class Simulation:
             self.env.process(self.arrivals())
         elif len(self.replicas) == 1:
             self.replicas[0].pull = self.arrive_until
+        elif router is not None and hashes is None and eos is None:
+            self._plain_arrivals()
         else:
             self._arrival_due(None)
 
@@ -103,6 +107,55 @@ class Simulation:
             self.arrive_until(env._now)
         if self._next < self._n:
             env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
+
+    def _plain_arrivals(self) -> None:
+        """``_arrival_due`` for the plain stream in front of several replicas (no block hashes, no
+        ignore_eos), the same arrivals in the same order: one event object carries every arrival in
+        turn (pushed again once its callback has run, with the next event id, as a new timeout
+        would be), and ``_arrive`` is inlined with the size checks of ``_reject_reason`` read once
+        per replica (a request no longer than ``fits`` passes them; a longer one is asked).
+        Unless the run stops at a time (``run``), an idle replica that a request is routed to is
+        woken at the end of the callback, in routing order, without an event: its wake-up event
+        would be the next popped (at now, before every LATE event and after every NORMAL one
+        already due), so that is when SimPy would have run it."""
+        env, arrival_s, n = self.env, self._arrival_s, self._n
+        if arrival_s[0] <= env._now:
+            self.arrive_until(env._now)
+        if self._next >= n:
+            return
+        queue, eid = env._queue, env._eid
+        replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
+        reject, wakes = self._reject_reason, []
+        fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
+                for r in replicas]
+        event = env.at(float(arrival_s[self._next]), LATE)
+
+        def due(_event) -> None:
+            i = self._next
+            req = Request(i, float(arrival_s[i]), prompts[i], outputs[i])
+            requests.append(req)
+            k = router(req, replicas)
+            if prompts[i] + outputs[i] > fits[k]:
+                req.rejected = reject(req, replicas[k])
+            if req.rejected is None:
+                self.in_flight += 1
+                replicas[k].submit(req)
+            self._next = i = i + 1
+            if arrival_s[i] <= env._now:
+                self.arrive_until(env._now)
+            if self._next < n:
+                event.callbacks = [due]
+                heappush(queue, (float(arrival_s[self._next]), LATE, next(eid), event))
+            if wakes:
+                woken = wakes[:]
+                wakes.clear()
+                for idle in woken:
+                    callbacks, idle.callbacks = idle.callbacks, None
+                    for callback in callbacks:
+                        callback(idle)
+
+        event.callbacks.append(due)
+        self._wakes = wakes
 
     def arrive_until(self, t: float) -> None:
         """Open loop: every request stamped ≤ t arrives now. One replica calls this before each
@@ -155,19 +208,26 @@ class Simulation:
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         """Simulate (to `until`, or until every request is done) and collect the results; once.
-        Python's cyclic garbage collector is paused while the events run (and restored as it
-        was): nothing a run allocates forms a reference cycle, so reference counting frees it all,
-        and the collector's passes would only walk the ever larger set of live requests again
-        (tests/test_sim_invariants.py checks that a run leaves no cyclic garbage)."""
+        Python's cyclic garbage collector is paused while the events run and the results are
+        collected (and restored as it was): nothing a run allocates forms a
+        reference cycle, so reference counting frees it all, and the collector's passes would
+        only walk the ever larger set of live requests again (tests/test_sim_invariants.py checks
+        that a run leaves no cyclic garbage)."""
         require(not self._ran, "Simulation.run", until, "a Simulation runs once; build a new one to run again")
         self._ran = True
+        if until is None and self._wakes is not None:
+            for r in self.replicas:
+                r.wakes = self._wakes
         collecting = gc.isenabled()
         gc.disable()   # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
         try:
             self.env.run(until=until)
+            return self._results(until, goodput)
         finally:
             if collecting:
                 gc.enable()
+
+    def _results(self, until: float | None, goodput: dict | None) -> Result:
         if until is not None:
             for r in self.replicas:
                 r.stop_at(until)

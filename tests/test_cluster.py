@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from costmodel import InputError, load_model
@@ -172,3 +173,53 @@ def test_bad_cluster_input(llama8b, h100):
         build_cluster("vllm", load_model("llama-3.1-70b"), h100, 16, {}, 1)
     with pytest.raises(InputError, match="router"):
         build_cluster("vllm", llama8b, h100, 1, {}, 2, "random_walk")
+
+
+@pytest.mark.parametrize("router,policy,replicas,ff", [("least_outstanding", "vllm", 3, True), ("round_robin", "sglang", 2, True),
+                                                        ("least_kv", "vllm", 4, False), ("least_outstanding", "nochunk", 5, True)])
+def test_plain_arrival_path_matches_the_general_one(llama8b, h100, router, policy, replicas, ff):
+    """Several replicas and a plain stream take Simulation._plain_arrivals (one event object, the
+    size checks read once per replica, idle replicas woken without an event); ignore_eos given
+    (all True, the default) sends the same stream down the general path (_arrival_due, _arrive).
+    Same requests, same rejections (too long for max_model_len, too big for the pool), same
+    bits, to the end and to a stop; arrivals at t = 0 and ties too."""
+    rng = np.random.default_rng(replicas)
+    n = 400
+    prompts, outputs = rng.integers(50, 3000, n), rng.integers(1, 300, n)
+    prompts[::37] = 9000   # over max_model_len (8192)
+    arrivals = np.cumsum(rng.exponential(1 / 12.0, n))
+    arrivals[:3] = 0.0
+    arrivals[50:53] = arrivals[50]
+    flags = {"max_model_len": 8192, **({"num_gpu_blocks_override": 300} if policy != "sglang" else {"max_total_tokens": 5000})}
+    for until in (None, float(arrivals[n // 2])):   # a stop: idle replicas woken by events again
+        runs = []
+        for eos in (None, np.ones(n, dtype=bool)):
+            wl = Workload(arrivals, prompts, outputs, ignore_eos=eos)
+            engines, route, max_len = build_cluster(policy, llama8b, h100, 1, flags, replicas, router)
+            sim = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len)
+            runs.append(sim.run(until=until))
+            assert sim.accounted()
+        a, b = runs
+        assert a.requests.rejected.notna().sum() > n // 80
+        pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+        assert a.summary == b.summary
+
+
+def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
+    """The router's early exit (the first idle replica) picks what an argmin over every replica's
+    ``outstanding`` picks, at every arrival of a busy and of a quiet cluster."""
+    from simcore.router import least_outstanding
+    picks = []
+
+    def checked(req, replicas):
+        loads = [r.outstanding for r in replicas]
+        i = least_outstanding(req, replicas)
+        assert i == loads.index(min(loads))
+        picks.append(loads[i])
+        return i
+
+    for rate in (3.0, 60.0):
+        wl = skewed(n=500, rate=rate, seed=4)
+        engines, _, max_len = build_cluster("vllm", llama8b, h100, 1, {"max_num_batched_tokens": 2048}, 4, "least_outstanding")
+        Simulation(engines, wl, router=checked, max_model_len=max_len).run()
+    assert 0 in picks and max(picks) > 1
