@@ -397,7 +397,7 @@ def test_drop_floor_removes_failed_runs():
 
 
 PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, tail_key=1e-8,
-                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12,
+                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12, l2_prefill_kv=16e6,
                 exposed_prefill=0.6)
 
 
@@ -428,7 +428,7 @@ def test_prefill_wave_model_recovers_known_constants(causal):
     got = {p: f.value(f"attention.{p}") for p in true}
     per_key = lambda v: 4 * 128 * 64 * 108 / v["pi_prefill"] + v["wave_q"]   # noqa: E731  a full wave's time per key
     for p in (true if causal else set(true) - {"pi_prefill", "wave_q"}):
-        assert got[p] == pytest.approx(true[p], rel=0.1 if p in ("l2_prefill", "tail_key", "beta_prefill_kv_l2", "row_prefill")
+        assert got[p] == pytest.approx(true[p], rel=0.1 if p in ("l2_prefill", "l2_prefill_kv", "tail_key", "beta_prefill_kv_l2", "row_prefill")
                                        else 0.05), p
     if not causal:      # every tile sees all keys: compute and latency both scale as waves·keys, only their sum shows
         assert per_key(got) == pytest.approx(per_key(true), rel=0.02)
@@ -461,6 +461,7 @@ def test_profile_prices_chunks_as_the_prefill_fit_does():
     f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
     assert hw.attn_tail_key_s > 0 and hw.attn_prefill_kv_beta > 0 and hw.attn_prefill_kv_l2_beta > 0
+    assert hw.attn_prefill_kv_l2_bytes == pytest.approx(f.value("attention.l2_prefill_kv"))
     model = load_model("llama-3.1-8b")
     cm = CostModel(model, hw, 1)
     for q, kv in ((100, 0), (512, 3000), (2048, 0), (4096, 12000)):

@@ -75,7 +75,7 @@ ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "bet
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
-PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
+PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2", "l2_prefill_kv")   # ... their K/V part at rates and an L2 capacity of its own
 PREFILL_DRAM = ("exposed_prefill",)   # ... the share of their DRAM time the compute does not hide (``overlap_dram``)
 PREFILL_ROW = ("row_prefill",)        # ... and a cost per query row·head in it, where head dims differ (else: Q/O bytes' β)
 SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, where head dims differ
@@ -88,7 +88,7 @@ R = len(ALLREDUCE_REGIME)
 CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
 NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
-UNITS = {"exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
+UNITS = {"l2_prefill_kv": "B", "exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s", "latency_small": "s", "bandwidth_small": "B/s",
          "latency_large": "s", "bandwidth_large": "B/s", "latency_mid": "s", "bandwidth_mid": "B/s", "latency_mid2": "s", "bandwidth_mid2": "B/s",
          "latency_large2": "s", "bandwidth_large2": "B/s"}
@@ -182,8 +182,9 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
         bkv = prefill_kv_bytes(df) if "beta_prefill_kv" in p else 0.0
         resident = (bp - bkv) * r / p["beta_prefill_l2"]
         dram = (bp - bkv) * (1.0 - r) / p["beta_prefill"]
-        if "beta_prefill_kv" in p:
-            resident, dram = resident + bkv * r / p["beta_prefill_kv_l2"], dram + bkv * (1.0 - r) / p["beta_prefill_kv"]
+        if "beta_prefill_kv" in p:     # ... K/V's own share: its capacity l2_prefill_kv
+            rk = l2_resident_share(bp / p["l2_prefill_kv"]) if "l2_prefill_kv" in p else r
+            resident, dram = resident + bkv * rk / p["beta_prefill_kv_l2"], dram + bkv * (1.0 - rk) / p["beta_prefill_kv"]
         if "exposed_prefill" in p:
             rows = df["prefill_seqs"].to_numpy(float) * df["prefill_q"].to_numpy(float) * df["heads"].to_numpy(float)
             comp = overlap_dram(comp, dram + (1.0 - r) * rows * p.get("row_prefill", 0.0), p["exposed_prefill"])
@@ -344,7 +345,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         out = out + [5e-9] if "tail_key" in params else out
         out = out + [env(fp) / 50.0] if "softmax_prefill" in params else out
         out = out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out
-        out = out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out
+        out = out + [env(bp), 2 * env(bp), 1e7] if "beta_prefill_kv" in params else out
         out = out + [0.5] if "exposed_prefill" in params else out
         return np.array(out + [1e-10] if "row_prefill" in params else out)
     if op_class == "sampler":
@@ -420,10 +421,11 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     t = df["time_s"].to_numpy(float)
     if op_class == "attention":     # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
-    upper = {**upper, "exposed_prefill": 1.0, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf}
+    upper = {**upper, "exposed_prefill": 1.0, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf,
+             "l2_prefill_kv": l2 or np.inf}
     cap_tok = ONESHOT_MAX_TOKENS if op_class == "allreduce" and (df["tokens"].to_numpy(float) > 0).any() else 0
     p0 = _start(op_class, params, df, t, cap_tok)
-    for c in ("l2_decode", "l2_prefill", "l2_pass"):     # start the resident capacity near the spec L2 (the cliff's scale)
+    for c in ("l2_decode", "l2_prefill", "l2_pass", "l2_prefill_kv"):     # start the resident capacity near the spec L2 (the cliff's scale)
         if c in params and l2:
             p0[params.index(c)] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) * _bus_factor(p) for p in params])
@@ -505,7 +507,8 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
 
 
 PREFILL_ONLY = {"pi_prefill", "beta_prefill", "overhead_prefill", "wave", "wave_q", "tail_key", "softmax_prefill",
-                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2", "exposed_prefill", "row_prefill"}
+                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2", "l2_prefill_kv", "exposed_prefill",
+                "row_prefill"}
 
 
 def touched_rows(op_class: str, params, df: pd.DataFrame) -> list:
