@@ -158,7 +158,11 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     4·d FLOPs: the softmax (max, exp, rescale) works per element whatever the head dim, so a head
     dim of 64 runs fewer FLOP/s than one of 128 (FlashAttention-3, Shah et al. 2024, §3: the
     exponentials' throughput is far below the MMAs'; L40S context table: d = 64 rows ran 5 %
-    slower per FLOP than the fit of one π gave them)."""
+    slower per FLOP than the fit of one π gave them). With "l2_prefill_kv" the K/V bytes' resident
+    share is of a capacity of their own (``prefill_memory.l2_resident_share``): L40S MHA rows just
+    past the L2 (48 heads of 48, d = 128, 16 × 128 tokens, 101 MB) ran 4.9× the time of half their
+    bytes, 30 % slower than one shared capacity priced them, while GQA rows of the same working set
+    (K/V 4 % of it) kept their residency; fitted 63 MB for K/V, 96 MB for Q/O."""
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
