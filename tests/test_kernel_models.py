@@ -397,7 +397,7 @@ def test_drop_floor_removes_failed_runs():
 
 
 PRE_TRUE = dict(pi_prefill=200e12, beta_prefill=1.2e12, overhead_prefill=8e-6, wave_q=2e-8, tail_key=1e-8,
-                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12, l2_prefill_kv=16e6,
+                beta_prefill_l2=4e12, l2_prefill=20e6, beta_prefill_kv=0.6e12, beta_prefill_kv_l2=6e12,
                 exposed_prefill=0.6)
 
 
@@ -461,7 +461,6 @@ def test_profile_prices_chunks_as_the_prefill_fit_does():
     f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
     assert hw.attn_tail_key_s > 0 and hw.attn_prefill_kv_beta > 0 and hw.attn_prefill_kv_l2_beta > 0
-    assert hw.attn_prefill_kv_l2_bytes == pytest.approx(f.value("attention.l2_prefill_kv"))
     model = load_model("llama-3.1-8b")
     cm = CostModel(model, hw, 1)
     for q, kv in ((100, 0), (512, 3000), (2048, 0), (4096, 12000)):
@@ -483,15 +482,16 @@ def test_softmax_rate_is_fitted_where_head_dims_differ():
     """A table of head dims 64 and 128 whose score elements each cost 1/ρ beside their 4·d FLOPs
     gives ρ back (and π apart from it), and a profile prices a chunk with that rate; a table of one
     head dim leaves ρ out (it is π's to carry there)."""
-    true = {**PRE_TRUE, "softmax_prefill": 2e14, "row_prefill": 3e-10}
+    true = {**PRE_TRUE, "softmax_prefill": 2e14, "row_prefill": 3e-10, "l2_prefill_kv": 16e6}
     df = prefill_table(True, dims=(64, 128))
     t = attention_times(np.array(list(true.values())), df, tuple(true), 108)
     dec = decode_table([DEC_TRUE[p] for p in DEC])
     f = fit(pd.concat([dec, df.assign(time_s=t)], ignore_index=True), form="physical", spec=A100)
     assert "softmax_prefill" in f.classes["attention"].params
-    for p in ("pi_prefill", "softmax_prefill", "exposed_prefill", "row_prefill"):
-        assert f.value(f"attention.{p}") == pytest.approx(true[p], rel=0.05), p
+    for p in ("pi_prefill", "softmax_prefill", "exposed_prefill", "row_prefill", "l2_prefill_kv"):
+        assert f.value(f"attention.{p}") == pytest.approx(true[p], rel=0.1 if p == "l2_prefill_kv" else 0.05), p
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(f, A100, "synthetic").to_yaml()))
+    assert hw.attn_prefill_kv_l2_bytes == pytest.approx(f.value("attention.l2_prefill_kv"))
     model = load_model("llama-3.1-8b")
     cm = CostModel(model, hw, 1)
     row = pd.DataFrame(attention_row("attention", np.array([1.0]), np.array([3000.0]), 5000.0, model.h, model.h_kv,
@@ -516,7 +516,7 @@ def test_attention_jacobian_is_scipys_finite_difference(groups):
     assert "unit" in params and "tail_key" in params
     t = df["time_s"].to_numpy(float)
     p0 = np.exp(np.random.default_rng(3).uniform(-1, 1, len(params))) * np.array(
-        [{**DEC_TRUE, **PRE_TRUE, "softmax_prefill": 4e12, "row_prefill": 3e-10}[p] for p in params])
+        [{**DEC_TRUE, **PRE_TRUE, "softmax_prefill": 4e12, "row_prefill": 3e-10, "l2_prefill_kv": 16e6}[p] for p in params])
     x = np.random.default_rng(4).uniform(-0.5, 0.5, len(params))
     lo, hi = np.full(len(params), -3.0), np.full(len(params), 3.0)
     hi[::3] = x[::3] + 1e-9     # a step that must turn back at the upper bound

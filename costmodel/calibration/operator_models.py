@@ -75,7 +75,8 @@ ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "bet
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
 ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
 PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
-PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2", "l2_prefill_kv")   # ... their K/V part at rates and an L2 capacity of its own
+PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
+PREFILL_KV_L2 = ("l2_prefill_kv",)   # ... and an L2 capacity of its own, where head dims differ
 PREFILL_DRAM = ("exposed_prefill",)   # ... the share of their DRAM time the compute does not hide (``overlap_dram``)
 PREFILL_ROW = ("row_prefill",)        # ... and a cost per query row·head in it, where head dims differ (else: Q/O bytes' β)
 SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, where head dims differ
@@ -162,7 +163,9 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     share is of a capacity of their own (``prefill_memory.l2_resident_share``): L40S MHA rows just
     past the L2 (48 heads of 48, d = 128, 16 × 128 tokens, 101 MB) ran 4.9× the time of half their
     bytes, 30 % slower than one shared capacity priced them, while GQA rows of the same working set
-    (K/V 4 % of it) kept their residency; fitted 63 MB for K/V, 96 MB for Q/O."""
+    (K/V 4 % of it) kept their residency; fitted 63 MB for K/V, 96 MB for Q/O. Fitted where a
+    table holds several head dims (L40S), as row_prefill is: elsewhere it moved nothing held out
+    (A100 2.63 → 2.64, B200 4.72 → 4.70, H100 5.89 → 5.87) and cost the 40k-row fit ~1.6 CPU-s."""
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
@@ -349,7 +352,8 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray, cap_tokens: i
         out = out + [5e-9] if "tail_key" in params else out
         out = out + [env(fp) / 50.0] if "softmax_prefill" in params else out
         out = out + [2 * env(bp), 1e7] if "beta_prefill_l2" in params else out
-        out = out + [env(bp), 2 * env(bp), 1e7] if "beta_prefill_kv" in params else out
+        out = out + [env(bp), 2 * env(bp)] if "beta_prefill_kv" in params else out
+        out = out + [1e7] if "l2_prefill_kv" in params else out
         out = out + [0.5] if "exposed_prefill" in params else out
         return np.array(out + [1e-10] if "row_prefill" in params else out)
     if op_class == "sampler":
@@ -407,7 +411,8 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         dims = waves and l2 and len(np.unique(pre_d)) > 1
         waves = waves + SOFTMAX if dims else waves
         # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
-        l2p = PREFILL_L2 + PREFILL_KV + PREFILL_DRAM + (PREFILL_ROW if dims else ()) if waves and l2 else ()
+        l2p = (PREFILL_L2 + PREFILL_KV + (PREFILL_KV_L2 if dims else ()) + PREFILL_DRAM + (PREFILL_ROW if dims else ())
+               if waves and l2 else ())
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
@@ -532,7 +537,7 @@ class _Residuals:
     """ln(t_model/t) of x = ln(p/p0) for least_squares, with the same 2-point Jacobian scipy's
     finite differences take (its steps, within the bounds; the same columns to the bit), each
     parameter's column evaluated only on the rows it touches (``touched_rows``); context
-    attention's rows of kernel-separate tables in relative error instead (``relative_rows``)."""
+    attention's rows of SGLang's collector in relative error instead (``relative_rows``)."""
 
     def __init__(self, times, df: pd.DataFrame, t: np.ndarray, params, op_class: str, lo, hi):
         self.times, self.df, self.t = times, FloatColumns(df), t
@@ -583,15 +588,19 @@ def _residual(model: np.ndarray, t: np.ndarray, rel) -> np.ndarray:
 
 def relative_rows(op_class: str, params, df: pd.DataFrame):
     """The rows fitted in relative error (model/t - 1) instead of ln(model/t): context-attention
-    rows of kernel-separate tables (no varlen parameters); None where there are none. The two
-    agree to first order; they part on a population of rows timed far above their kernel, as
-    AIConfigurator's H100 context table has (``benchmarks/bench_kernels.py``: small prompts at
-    3.5-5, ~24 and 140-250 µs for the same ~1 µs of work, in no order of problem size), whose
-    centre in log error (their geometric mean) prices the fast ones several times over, while
-    their centre in relative error, what the error report measures, sits near the fastest."""
-    if op_class != "attention" or "pi_mixed" in params:
+    rows timed without the causal mask in kernel-separate tables, i.e. SGLang's collector (Triton's
+    do_bench around a Python call: ``importers/aiconfigurator.py``); None where there are none. The
+    two agree to first order; they part on a population of rows timed far above their kernel, as
+    that H100 table's small prompts are (3.5-5, ~24 and 140-250 µs for ~1-10 µs of work, in no order
+    of problem size: ``benchmarks/bench_kernels.py``), whose centre in log error (their geometric
+    mean) prices the fast ones several times over, while their centre in relative error, what the
+    error report measures, sits near the fastest. TensorRT-LLM's tables (CUDA-graph replays) gain
+    nothing from it held out (A100 2.63 → 2.62, B200 4.73 → 4.72, L40S 4.99 → 4.97) and their
+    fits take twice the solver steps, so they keep log error."""
+    if op_class != "attention" or "pi_mixed" in params or "causal" not in df:
         return None
-    pre = (df["prefill_seqs"].to_numpy(float) > 0) & ~(df["decode_flops"].to_numpy(float) > 0)
+    pre = ((df["prefill_seqs"].to_numpy(float) > 0) & ~(df["decode_flops"].to_numpy(float) > 0)
+           & ~(df["causal"].to_numpy(float) > 0))
     return pre if pre.any() else None
 
 
