@@ -52,11 +52,13 @@ L2 = {"h100-sxm": 50 * MiB, "a100-sxm": 40 * MiB, "l40s": 96 * MiB, "b200": 126 
 # for the L40S; B200: chipsandcheese.com "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (126 MB)
 
 
-Q_TILES = {"b200": 128}   # context attention's query rows per CTA tile where not shape.Q_TILE (64): TensorRT-LLM
+Q_TILES = {"b200": 128, "h100-sxm": 128}   # context attention's query rows per CTA tile where not shape.Q_TILE (64): TensorRT-LLM
 # runs Blackwell's context attention with the trtllm-gen kernels, whose causal context cubins are all
 # TileSizeQ128 (cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/cubin/, e.g. FmhaSm100Kernel_..._H128LayoutPagedKv
 # MaskCausalP32VarSeqLenTileSizeQ128PersistentContext); sm80/sm89 flash kernels for head dim 128 step 64 query
 # rows (contextFusedMultiHeadAttention/cubin: fmha_v2_flash_attention_fp16_64_128_S_..._128_sm80/sm89)
+# H100 (SGLang's FlashAttention-3): 128 query rows per tile at head dim 128 in 16 bits, causal or not
+# (flash-attention hopper/tile_size.h, tile_size_fwd_sm90: kBlockM 128; kBlockN 176 without the mask, 128 with it)
 
 
 def base_of(spec, name: str | None = None) -> Hardware:

@@ -39,6 +39,7 @@ class FittedAttention:
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
             self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
             self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
+            self.pre_l2_kv = La * hw.attn_prefill_kv_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # K/V's own C (0: C)
             rho = hw.attn_softmax_rate   # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
             self.pi_pre = 1.0 / (1.0 / hw.pi_attention + 1.0 / (4.0 * m.d_h * rho)) if rho else hw.pi_attention
             self.row_coef = La * (m.h // tp) * hw.attn_prefill_row_s    # per prefill row beyond the L2, over all layers
@@ -82,13 +83,19 @@ class FittedAttention:
     def _prefill_time(self, c: float, by: float, kv: float, rows: int) -> float:
         """Compute c plus B/β_prefill; with attn_prefill_l2_beta, the share r = ``l2_resident_share``(B_layer/C)
         of each layer's bytes resident in the L2 (C = attn_prefill_l2_bytes) moves at that rate
-        instead; with attn_prefill_kv_beta, the K/V part ``kv`` of B at the K/V rates; the DRAM
+        instead; with attn_prefill_kv_beta, the K/V part ``kv`` of B at the K/V rates (its resident share
+        of attn_prefill_kv_l2_bytes where set: ``calibration.operator_models.attention_times``); the DRAM
         part D (plus attn_prefill_row_s per row·head) meets c as ``overlap_dram``: e·D plus a soft
         max(c, (1 - e)·D), e = attn_prefill_dram_exposed (``calibration.operator_models.attention_times``)."""
         hw = self.hw
         if not self.pre_l2:
             return c + by / hw.attn_prefill_beta
         r = l2_resident_share_one(by / self.pre_l2)
+        if hw.attn_prefill_kv_beta and self.pre_l2_kv:
+            rk = l2_resident_share_one(by / self.pre_l2_kv)
+            dram = (1.0 - r) * ((by - kv) / hw.attn_prefill_beta + self.row_coef * rows) + (1.0 - rk) * kv / hw.attn_prefill_kv_beta
+            resident = r * (by - kv) / hw.attn_prefill_l2_beta + rk * kv / hw.attn_prefill_kv_l2_beta
+            return overlap_dram(c, dram, hw.attn_prefill_dram_exposed) + resident
         if hw.attn_prefill_kv_beta:
             dram = (by - kv) / hw.attn_prefill_beta + kv / hw.attn_prefill_kv_beta
             resident = (by - kv) / hw.attn_prefill_l2_beta + kv / hw.attn_prefill_kv_l2_beta

@@ -45,6 +45,7 @@ class Hardware:
     attn_prefill_l2_bytes: float = 0.0     # ... the layer's prefill bytes resident in the L2 below this (≤ l2_bytes)
     attn_prefill_kv_beta: float = 0.0      # ... the K/V part of those bytes at a rate of its own (0: with the rest)
     attn_prefill_kv_l2_beta: float = 0.0   # ... and its rate while resident in the L2
+    attn_prefill_kv_l2_bytes: float = 0.0  # ... and the L2 capacity its resident share is of (0: attn_prefill_l2_bytes)
     attn_prefill_dram_exposed: float = 1.0   # ... the share of their DRAM time the compute does not hide (1: none hidden)
     attn_prefill_row_s: float = 0.0        # ... and a cost per prefill row·head in that DRAM time
     attn_tail_key_s: float = 0.0           # quantized wave model: the causal tail tile's latency per key
@@ -181,6 +182,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes", "attn_decode_hidden_keys",
                 "attn_decode_combine_fixed_s",
                 "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s", "attn_softmax_rate",
+                "attn_prefill_kv_l2_bytes",
                 "attn_prefill_row_s", "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     require(isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1, f"{source}:gemm_tile_rows",

@@ -1,5 +1,7 @@
 """Context attention's bytes (``fitted_attention`` and ``calibration.operator_models.attention_times``):
-the share of a replayed working set the L2 holds, and how the DRAM part's time meets the compute."""
+the share of a replayed working set the L2 holds, and how the DRAM part's time meets the compute.
+The K/V part of the bytes takes its share of a capacity of its own (``attn_prefill_kv_l2_bytes``,
+fitted): on the L40S it loses its residency at a smaller working set than Q and O do."""
 from __future__ import annotations
 
 import math

@@ -38,7 +38,8 @@ ATTENTION_FIELDS = {"attention.pi_prefill": "pi_attn", "attention.beta_prefill":
                     "attention.wave": "attn_wave_s", "attention.wave_q": "attn_wave_s", "elementwise.beta": "elementwise_beta", "elementwise.floor": "elementwise_floor_s",
                     "sampler.per_seq": "sampler_seq_s", "attention.beta_prefill_l2": "attn_prefill_l2_beta",
                     "attention.l2_prefill": "attn_prefill_l2_bytes", "attention.beta_prefill_kv": "attn_prefill_kv_beta",
-                    "attention.beta_prefill_kv_l2": "attn_prefill_kv_l2_beta", "attention.tail_key": "attn_tail_key_s",
+                    "attention.beta_prefill_kv_l2": "attn_prefill_kv_l2_beta", "attention.l2_prefill_kv": "attn_prefill_kv_l2_bytes",
+                    "attention.tail_key": "attn_tail_key_s",
                     "attention.softmax_prefill": "attn_softmax_rate", "attention.exposed_prefill": "attn_prefill_dram_exposed",
                     "attention.row_prefill": "attn_prefill_row_s"}
 
