@@ -4,7 +4,11 @@ Used for class "gemm" under the "physical" form when the spec gives the GPU's SM
 size. Two passes keep it fast: every candidate kernel on a 2,000-row sample, then all rows with
 each row's six fastest kernels at the first pass's constants (predictions use every kernel). Same conventions as the other classes: log residuals, soft_l1, parameters as ln(p/p0),
 1σ from the Jacobian; π, β and the L2-resident capacities (weights, activations, output) are capped at the spec sheet (a fit that
-lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded smooth correction
+lands on a cap says so), the per-thread-block bandwidth at β. Then the unsplit kernel's region
+(``costmodel/gemm_serial.py``: bounds searched over a grid, its line by least squares on the rows
+the tile model prices 10 % fast), kept only if four folds of the table's shapes, each priced with
+the region found without it, say so; with a region the tile constants are refitted without its
+rows and the region searched again. Then the bounded smooth correction
 (``costmodel/gemm_correction.py``) on the tile model's log residuals: linear least squares in its
 knot values with a second-difference penalty λ (solved by preconditioned conjugate gradients),
 reweighted toward least absolute deviations; λ
@@ -175,9 +179,10 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
     grid, shapes, vals = build(m[~held], n[~held], k[~held], r[~held])
     score = lambda f: float(np.mean(np.abs(np.expm1(c_in[held] + f - y[held]))))  # noqa: E731
     best, best_score = None, score(0.0)
+    uq, inv = np.unique(np.c_[n[held], k[held]], axis=0, return_inverse=True)
     for h in FIELD_WIDTHS:
         fld = Field(grid, shapes, vals, h, 1.0)
-        raw = fld._at(fld.columns(n[held], k[held]), m[held])
+        raw = fld._at(fld.columns(uq[:, 0], uq[:, 1])[inv.ravel()], m[held])
         for a in FIELD_SHRINK:
             s = score(a * raw)
             if s < best_score:
