@@ -25,9 +25,22 @@ shape from its grid neighbours; kernel widths along n and k and shrinkage chosen
 split, which picks 0.3 / 1 grid steps, no shrinkage, on A100, B200 and L40S, 0.5 / 1 on H100):
 H100 7.6/5.9/16.4, A100 4.1/2.4/9.1, B200 4.1/2.9/9.0, L40S 6.5/3.6/14.5 (per draw: H100
 8.2/6.8/7.7, A100 4.2/4.1/4.1, B200 3.9/4.2/4.2, L40S 6.4/6.0/7.1; one isotropic width instead:
-A100 4.6, B200 4.8, L40S 6.8, H100 7.6). In sample (fit on every row; the field holds each
-measured shape's own residual, so this says little): H100 2.6, A100 2.2, B200 2.1, L40S 3.6
-(before the field: 7.5, 4.6, 4.8, 7.1). The residual correlates 0.4-0.5 with its four grid
+A100 4.6, B200 4.8, L40S 6.8, H100 7.6) → with three structure choices made after seeing these
+held-out figures (each one's parameters fitted on the training shapes only): the unsplit kernel's
+region (costmodel/gemm_serial.py: t0 + tau·k for 2 ≤ m ≤ M, n·k < S, k ≤ K, kept only where four
+folds of the training shapes say it predicts new ones; found on L40S alone, M = 8-16, S = 2^20,
+K = 8,192, tau = 3.7 ns, t0 = 2.5 µs), the correction's bound ln 3 (was ln 1.5: L40S's m = 1 GEMV
+rows sat on it) and the field's width grids widened (h_n 0.2-1, h_k 0.5-3 steps: H100 picks h_k = 3,
+the old grid's top 1, the others 1-2): H100 7.2/5.5/16.2, A100 4.1/2.6/8.9, B200 4.1/2.9/9.0, L40S
+6.1/3.5/13.6 (per draw: H100 7.77/6.62/7.25, A100 4.15/4.07/4.09, B200 4.00/4.14/4.16, L40S
+6.13/5.60/6.55; the steps for L40S: the region 6.50 → 6.25, then ln 3 6.15, then the region's line
+fitted on the rows the tile model prices 10 % fast, the folds and the tile constants refitted
+without the region's rows 6.09; H100 moves with the widths alone, 7.6 → 7.2, A100 4.09 → 4.10,
+B200 4.08 → 4.10). Tried and dropped on the way: FADE 2-3 grid steps (±0.05), the field's own
+bound ln 2-3 (±0.03), h_k up to 6 on H100 (7.20). In sample (fit on every row; the field holds each
+measured shape's own residual, so this says little): H100 4.3, A100 2.6, B200 2.1, L40S 3.2 (before
+the widths: 2.6, 2.2, 2.1, 3.6: a wider field keeps less of each shape's own residual; before the
+field: 7.5, 4.6, 4.8, 7.1). The residual correlates 0.4-0.5 with its four grid
 neighbours' at the same m on A100 and far more along k than along n: the kernel the library
 picks follows the output grid (m, n) and changes slowly with k at one n. ``--only gemm`` also
 prints the neighbour floor (``gemm_neighbour_floor``: the held-out shapes' log times interpolated
@@ -47,7 +60,13 @@ trend in the shape.
   1.67 in log, spread to its neighbours).
 - L40S held out with the field: 16 % of the error in 15 of the 330 held-out shapes (APE 19-41 %),
   n = 32 at k = 4,096-65,536 above all (the split-K switch below) and n = 768 at k = 2,048-2,560
-  and 10,240-12,288 (17-25 %).
+  and 10,240-12,288 (17-25 %). With the unsplit kernel's region the error is spread thin: by n,
+  4-10 % at every n from 64 up; by m, 9-16 % at m = 1 (the GEMV kernel: 1.8-3.9 µs at n = 32 for
+  any k to 16k) and 4-7 % from m = 128 up; n ≥ 2,048 at m ≥ 512 alone carry 14 % of it at 4.3 %.
+  The residuals' correlation with their grid neighbours at the same m (fit on every row, before
+  the field): 0.64 along k, 0.43 along n, 0.38 along the anti-diagonal (about the same n·k); a
+  least-squares blend of the k, n and second-k neighbours' means removes 3 % of what the k
+  neighbours alone leave (A100 5 %, B200 2 %): the neighbours cannot carry much more.
 - Kernel terms tried and dropped (in-sample MAPE of the tile model + correction, A100): a
   shared-memory feed per warp tile (CUTLASS sm80 warp shapes, ``generator.py``
   GenerateSM80_TensorOp_16816): fitted to no effect, and at a physical 20 TB/s the tile model
@@ -60,10 +79,13 @@ trend in the shape.
   a serial k loop at memory latency) up to a k
   where it switches to split-K, and that k follows no law of the shape: m = 2: n = 32 between
   8,192 and 10,240 (35.0 → 5.1 µs), n = 128 7,168-8,192, n = 256 3,584-4,096, n = 512 1,536-2,048,
-  n = 1,024 2,048-2,560; m = 16, n = 1,024 3,072-3,584. The model prices the split kernel (the
-  fastest, and the MAPE-safe side of a choice it cannot know); the unsplit rows run up to 3.3× its
-  price (n = 32, m = 2: 1.2× at k = 1,536 rising to 3.3× at 8,192), and the correction they pull up
-  prices the split rows past the switch 1.4-2× slow.
+  n = 1,024 2,048-2,560; m = 16, n = 1,024 3,072-3,584. The model priced the split kernel (the
+  fastest); the unsplit rows ran up to 3.3× its price (n = 32, m = 2: 1.2× at k = 1,536 rising to
+  3.3× at 8,192), and the correction they pulled up priced the split rows past the switch 1.4-2×
+  slow. Now the unsplit kernel's region prices them (above), one n·k < 2^20 and k ≤ 8,192 bound for
+  every n: the switch sits near n·k = 2^20 for n = 128-512 (at k ≈ 9k for n = 32, 2-2.5k for n =
+  1,024, where the one bound misses); a held-out shape next to the switch stays on whichever side
+  the bound puts it.
 - H100 (Vidur, cuBLAS): within one shape the kernel changes in bands of rows, in no order
   (22,016 × 4,096: m = 136 in 126 µs, 152-192 in 87-88, 200-256 in 128-130, 264-320 in 107-110,
   328-384 in 141-143, 392-512 in 130-135); in sample it stays at 7.5 %. Its held-out figure moved

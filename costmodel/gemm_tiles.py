@@ -18,8 +18,9 @@ runs ctas = ⌈m/Tm⌉·⌈n/Tn⌉·s thread blocks, ⌈ctas/SMs⌉ waves of the
              while they fit its resident capacity C (without C_x, a profile before it: B·ρ(B, C)),
              r_o the output's share written back to it below C_o; C, C_x, C_o ≤ the L2 size)
   t        = min over kernels of √(t_comp² + t_mem²) + [s > 1]·split_s, + floor,
-             times the fitted shape correction where a profile has one (gemm_correction.py)
-             and its residual field (gemm_residual.py)
+             or the unsplit kernel's t₀ + τ·k where it is slower inside the region where the
+             library runs it (gemm_serial.py), times the fitted shape correction where a
+             profile has one (gemm_correction.py) and its residual field (gemm_residual.py)
 
 the library picks the fastest kernel; a split-K kernel pays a second pass (the reduction).
 
@@ -45,6 +46,7 @@ import numpy as np
 
 from .gemm_correction import Correction
 from .gemm_residual import Field
+from .gemm_serial import apply as serial_apply
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -67,7 +69,7 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
     out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
     return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "W": W, "X": X, "out": out, "split": (s > 1) + 0.0 * m,
             "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
-            "sms": float(sms)}
+            "sms": float(sms), "mnk": (m, n, k)}
 
 
 def shortlist(g: dict, values, keep: int = 6) -> dict:
@@ -137,6 +139,7 @@ class GemmTiles:
     corr: tuple = ()
     l2_act: float = 0.0         # activations' L2-resident capacity (0: inputs together below l2)
     field: tuple = ()           # (m grid, shapes, residuals, h, a): the residual field (gemm_residual.py); (): none
+    serial: tuple = ()          # [t0, tau, S, K, M]: the unsplit kernel's region (gemm_serial.py); (): none
 
     def __post_init__(self):
         object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)
@@ -149,8 +152,10 @@ class GemmTiles:
 
     @property
     def field_key(self) -> int:
-        """A digest of the residual field (0: none), for caches keyed on the profile's GEMM factors."""
-        return self._field.key if self._field is not None else 0
+        """A digest of the residual field and the unsplit kernel's region (0: neither), for caches
+        keyed on the profile's GEMM factors."""
+        key = self._field.key if self._field is not None else 0
+        return hash((key, tuple(self.serial))) if self.serial else key
 
     def _log_factor(self, m, n, k) -> np.ndarray:
         m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
@@ -161,9 +166,15 @@ class GemmTiles:
     def values(self) -> tuple:
         return tuple(getattr(self, p) for p in PARAMS)
 
+    def on_grid(self, g: dict) -> np.ndarray:
+        """Seconds per GEMM of a ``grid`` before the correction and field: the tile model's best
+        kernel, or the unsplit kernel in its region."""
+        t = times_on(g, self.values)
+        return serial_apply(t, *g["mnk"], self.serial) if self.serial else t
+
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
-        t = times_on(grid(m, n, k, self.sms, b), self.values)
+        t = self.on_grid(grid(m, n, k, self.sms, b))
         if self.corrected:
             t = t * np.exp(self._log_factor(m, n, k))
         return t

@@ -94,6 +94,7 @@ class Hardware:
     gemm_field: list = field(default_factory=list)   # ... its ln residual per shape and grid m (NaN: unmeasured)
     gemm_field_h: list = field(default_factory=list)   # ... its kernel widths along n and k (grid steps)
     gemm_field_shrink: float = 0.0  # ... and its shrinkage
+    gemm_serial: list = field(default_factory=list)   # tiles: the unsplit kernel's [t0, tau, S, K, M] (costmodel/gemm_serial.py)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass
@@ -254,6 +255,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     except (TypeError, ValueError) as e:
         raise InputError(f"{source}:gemm_field", str(e), "the residual field's lists (gemm_field_m, gemm_field_shapes, "
                          "gemm_field, gemm_field_h) must be lists of numbers") from None
+    from .gemm_serial import check as check_serial
+    require(isinstance(hw.gemm_serial, (list, tuple)), f"{source}:gemm_serial", hw.gemm_serial,
+            "must be a list [t0_s, tau_s_per_k, max_nk, max_k, max_m] or empty")
+    check_serial(hw.gemm_serial, f"{source}:gemm_serial")
     regimes = hw.allreduce_regimes or {}
     require(isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]")
     for tp, v in regimes.items():

@@ -164,8 +164,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                     tuple(hw.gemm_corr))
             fld = ((hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
                    if hw.gemm_field else ())
-            self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld)
-            self.tiles_above = (GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld)
+            ser = tuple(hw.gemm_serial)
+            self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld, serial=ser)
+            self.tiles_above = (GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld,
+                                          serial=ser)
                                 if self.rows_break else self.tiles)
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))

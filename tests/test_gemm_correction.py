@@ -119,7 +119,7 @@ def test_profiles_without_a_correction_still_load_and_bad_ones_are_refused():
     with pytest.raises(InputError, match="gemm_corr"):
         hardware_from_dict({**d, "gemm_corr_knots": knots, "gemm_corr": [0.0] * 7})
     with pytest.raises(InputError, match="gemm_corr"):
-        hardware_from_dict({**d, "gemm_corr_knots": knots, "gemm_corr": [0.0] * 7 + [0.9]})
+        hardware_from_dict({**d, "gemm_corr_knots": knots, "gemm_corr": [0.0] * 7 + [BOUND + 0.01]})
     with pytest.raises(InputError, match="gemm_corr_knots"):
         hardware_from_dict({**d, "gemm_corr_knots": [[0.0, 13.0], [16.0, 5.0], [5.0, 16.0]], "gemm_corr": [0.0] * 8})
 

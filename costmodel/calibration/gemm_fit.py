@@ -4,7 +4,11 @@ Used for class "gemm" under the "physical" form when the spec gives the GPU's SM
 size. Two passes keep it fast: every candidate kernel on a 2,000-row sample, then all rows with
 each row's six fastest kernels at the first pass's constants (predictions use every kernel). Same conventions as the other classes: log residuals, soft_l1, parameters as ln(p/p0),
 1σ from the Jacobian; π, β and the L2-resident capacities (weights, activations, output) are capped at the spec sheet (a fit that
-lands on a cap says so), the per-thread-block bandwidth at β. Then the bounded smooth correction
+lands on a cap says so), the per-thread-block bandwidth at β. Then the unsplit kernel's region
+(``costmodel/gemm_serial.py``: bounds searched over a grid, its line by least squares on the rows
+the tile model prices 10 % fast), kept only if four folds of the table's shapes, each priced with
+the region found without it, say so; with a region the tile constants are refitted without its
+rows and the region searched again. Then the bounded smooth correction
 (``costmodel/gemm_correction.py``) on the tile model's log residuals: linear least squares in its
 knot values with a second-difference penalty λ (solved by preconditioned conjugate gradients),
 reweighted toward least absolute deviations; λ
@@ -27,7 +31,9 @@ from scipy.sparse.linalg import cg, spsolve
 
 from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_residual import Field, build
+from .. import gemm_residual
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
+from .. import gemm_serial
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 
@@ -38,9 +44,15 @@ KNOTS = 8          # correction knots per axis at least, and one per octave of t
 LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
 RIDGE = 0.01       # pulls knots no row reaches toward no correction
 FIELD = True       # fit the residual field (costmodel/gemm_residual.py)
-FIELD_WIDTHS = tuple((hn, hk) for hn in (0.3, 0.5, 1.0) for hk in (0.3, 0.5, 1.0))   # residual field kernel
-                                  # widths along n and k (grid steps) tried by the inner shape split
+FIELD_WIDTHS = tuple((hn, hk) for hn in (0.2, 0.3, 0.5, 1.0) for hk in (0.5, 1.0, 1.5, 2.0, 3.0))   # residual
+                                  # field kernel widths along n and k (grid steps) tried by the inner shape split
 FIELD_SHRINK = (0.5, 0.75, 1.0)   # ... and its shrinkage
+SERIAL = True      # look for the unsplit kernel's region (costmodel/gemm_serial.py)
+SERIAL_NK = tuple(np.arange(16.0, 22.01, 0.5))   # log2 n·k bounds of the region tried
+SERIAL_M = (2, 4, 8, 16, 32, 64, 128)            # row bounds tried
+SERIAL_OVER = 1.1  # rows this much slower than the tile model set the unsplit kernel's line
+SERIAL_GAIN = 0.01  # the least share of the held-out shapes' summed |log error| a region must remove
+SERIAL_FOLDS = 4
 
 
 def _grid(df: pd.DataFrame, sms: int) -> dict:
@@ -54,10 +66,11 @@ class GemmTilesFit(ClassFit):
     corr_knots: tuple = ()
     corr: tuple = ()
     field: tuple = ()     # (m grid, shapes, residuals, h, a) of the residual field; (): none
+    serial: tuple = ()    # [t0, tau, S, K, M] of the unsplit kernel's region (costmodel/gemm_serial.py); (): none
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        t = times_on(_grid(df, self.sms), self.values)
         mnk = [df[c].to_numpy(float) for c in "mnk"]
+        t = gemm_serial.apply(times_on(_grid(df, self.sms), self.values), *mnk, self.serial)
         if self.corr:
             t = t * np.exp(log_factor(self.corr_knots, self.corr, *mnk))
         if self.field:
@@ -166,9 +179,10 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
     grid, shapes, vals = build(m[~held], n[~held], k[~held], r[~held])
     score = lambda f: float(np.mean(np.abs(np.expm1(c_in[held] + f - y[held]))))  # noqa: E731
     best, best_score = None, score(0.0)
+    uq, inv = np.unique(np.c_[n[held], k[held]], axis=0, return_inverse=True)
     for h in FIELD_WIDTHS:
         fld = Field(grid, shapes, vals, h, 1.0)
-        raw = fld._at(fld.columns(n[held], k[held]), m[held])
+        raw = fld._at(fld.columns(uq[:, 0], uq[:, 1])[inv.ravel()], m[held])
         for a in FIELD_SHRINK:
             s = score(a * raw)
             if s < best_score:
@@ -177,8 +191,62 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
         return ()
     grid, shapes, vals = build(m, n, k, np.log(t / t_corrected))
     (hn, hk), a = best
-    return grid, shapes, [[float(np.clip(round(v, 5), -BOUND, BOUND)) if np.isfinite(v) else float("nan") for v in row]
+    return grid, shapes, [[float(np.clip(round(v, 5), -gemm_residual.BOUND, gemm_residual.BOUND)) if np.isfinite(v) else float("nan") for v in row]
                           for row in vals], (hn, hk), a
+
+
+def _line(k: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(t0, tau) of t ≈ t0 + tau·k, least squares in relative error."""
+    (t0, tau), *_ = np.linalg.lstsq(np.c_[1.0 / t, k / t], np.ones(len(t)), rcond=None)
+    return float(t0), float(tau)
+
+
+def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
+    """The region [t0, tau, S, K, M] (``costmodel/gemm_serial.py``) that most lowers the summed |log
+    error| of the tile model's times ``b`` on these rows, and what it removes (t0 and tau by least
+    squares in relative error on the region's rows where it is the slower kernel)."""
+    near = (m >= 2) & (m <= max(SERIAL_M)) & (n * k < 2.0 ** max(SERIAL_NK))
+    m, n, k, t, b = m[near], n[near], k[near], t[near], b[near]
+    err0 = np.abs(np.log(b / t))
+    over = t > SERIAL_OVER * b
+    best, best_gain = (), 0.0
+    for s_exp in SERIAL_NK:
+        for m_max in SERIAL_M:
+            inner = (m <= m_max) & (n * k < 2.0 ** s_exp)
+            for k_max in np.unique(k[inner]):
+                r = inner & (k <= k_max)
+                if r.sum() < 8:
+                    continue
+                slow = r & over                # where the unsplit kernel is the slower, and so its time
+                t0, tau = _line(k[slow], t[slow]) if slow.sum() >= 2 else _line(k[r], t[r])
+                if t0 <= 0 or tau <= 0:
+                    continue
+                gain = float((err0[r] - np.abs(np.log(np.maximum(b[r], t0 + tau * k[r]) / t[r]))).sum())
+                if gain > best_gain:
+                    best, best_gain = (float(t0), float(tau), float(2.0 ** s_exp), float(k_max), float(m_max)), gain
+    return best, best_gain
+
+
+def fit_serial(df: pd.DataFrame, base: np.ndarray) -> tuple:
+    """[t0, tau, S, K, M] of the unsplit kernel's region (``costmodel/gemm_serial.py``) on the tile
+    model's times ``base``, or () unless, over SERIAL_FOLDS folds of the table's (n, k) shapes, the
+    regions found without each fold lower the summed |log error| of the folds' rows by SERIAL_GAIN
+    of it (a shape split as for the correction, in folds because a region's rows are few); then
+    the region is searched on every row."""
+    key = np.unique(df[["n", "k"]].to_numpy(float), axis=0, return_inverse=True)[1].ravel()
+    if key.max() + 1 < 2 * SERIAL_FOLDS:
+        return ()
+    fold = np.random.default_rng(0).permutation(key.max() + 1)[key] % SERIAL_FOLDS
+    m, n, k, t = (df[c].to_numpy(float) for c in ("m", "n", "k", "time_s"))
+    err0 = err1 = 0.0
+    for f in range(SERIAL_FOLDS):
+        out, into = fold != f, fold == f
+        cand, _ = _serial_search(m[out], n[out], k[out], t[out], base[out])
+        err0 += float(np.abs(np.log(base[into] / t[into])).sum())
+        err1 += float(np.abs(np.log(gemm_serial.apply(base[into], m[into], n[into], k[into], cand) / t[into])).sum())
+    if err0 - err1 < SERIAL_GAIN * err0:
+        return ()
+    return _serial_search(m, n, k, t, base)[0]
 
 
 def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes: float) -> GemmTilesFit:
@@ -202,11 +270,20 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     res = least_squares(lambda x: np.log(times_on(short, p0 * np.exp(x)) / t), x0,
                         bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
     values = p0 * np.exp(res.x)
-    active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(t), cap, UNITS)
-    base = times_on(g, values)
+    mnk = [df[c].to_numpy(float) for c in "mnk"]
+    serial = fit_serial(df, times_on(g, values)) if SERIAL else ()
+    if serial:      # the tile constants again without the unsplit kernel's rows, then its region on them
+        keep = ~gemm_serial.region(*mnk, serial)
+        short_k = {key: (v[:, keep] if isinstance(v, np.ndarray) else v) for key, v in short.items()}
+        res = least_squares(lambda x: np.log(times_on(short_k, p0 * np.exp(x)) / t[keep]), res.x,
+                            bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
+        values = p0 * np.exp(res.x)
+        serial = fit_serial(df, times_on(g, values)) or serial
+    active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(res.fun), cap, UNITS)
+    base = gemm_serial.apply(times_on(g, values), *mnk, serial)
     knots, corr, lam = fit_correction(df, base)
-    corrected = base * np.exp(log_factor(knots, corr, *(df[c].to_numpy(float) for c in "mnk"))) if corr else base
+    corrected = base * np.exp(log_factor(knots, corr, *mnk)) if corr else base
     field = fit_field(df, base, lam, corrected) if FIELD else ()
     out = GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active, {}, tuple(warns),
-                       units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr, field=field)
+                       units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr, field=field, serial=serial)
     return replace(out, errors=ape_stats(out.predict(df), t))

@@ -124,6 +124,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         fld = getattr(g, "field", ()) or ([], [], [], [], 0.0)
         changes.update(gemm_field_m=list(fld[0]), gemm_field_shapes=[list(s) for s in fld[1]],
                        gemm_field=[list(r) for r in fld[2]], gemm_field_h=[float(v) for v in np.atleast_1d(fld[3])], gemm_field_shrink=float(fld[4]))
+        changes["gemm_serial"] = [float(v) for v in getattr(g, "serial", ())]
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}

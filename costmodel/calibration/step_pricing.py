@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..allreduce import call_times
-from ..gemm_tiles import grid, times_on
+from ..gemm_tiles import grid
 from ..hardware import Hardware
 from ..host import HOST_FIELDS
 from ..model import ModelSpec
@@ -339,9 +339,9 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
 
     def table(x, gr, width, weights, name):
         f = f_lin if name == "linear" else f_head   # the profile's GEMM shape correction (gemm_correction.py)
-        t = times_on(gr, cm.tiles.values).reshape(len(x), width) * f
+        t = cm.tiles.on_grid(gr).reshape(len(x), width) * f
         if cm.rows_break and (x > cm.rows_break).any():
-            above = times_on(gr, cm.tiles_above.values).reshape(len(x), width) * f
+            above = cm.tiles_above.on_grid(gr).reshape(len(x), width) * f
             t = np.where((x > cm.rows_break)[:, None], above, t)
         t = (t * weights).sum(1) if weights is not None else t[:, 0]
         if name == "linear" and cm.lin_rest:
