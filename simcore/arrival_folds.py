@@ -24,6 +24,7 @@ admits it then (its running-queue stamp follows the order of admission, as stepp
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from operator import itemgetter
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class ArrivalFolds:
             chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
         out = req.output_len
         mine = pos + len(chunks) - 1 + out   # the step it is not in
-        k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        k2 = max(k, mine, c.last_finish - tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
         lead = self._lead
         grow = self._seqs0 * (k2 // bs + 1)
         if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
@@ -104,7 +105,8 @@ class ArrivalFolds:
         waiting.popleft() if waiting else inbox.pop(0)
         stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
         e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
-                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window], (head,) if head else ())
+                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
+                                      (head,) if head else ())
         ran = len(e)
         end = pos + ran
         gone, back_i, back_j = [], 0, 0
@@ -138,8 +140,7 @@ class ArrivalFolds:
         s, itl = self.state, self.itl
         pool = s.pool
         bs, joins, self._joins = pool.block_size, self._joins, []
-        out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
-        gaps = suffix = None     # the inner gaps as an array, and their maxima from each step to the run's end
+        out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
         for req, at, chunks in joins:
             s.admit(req)
             if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
@@ -151,18 +152,9 @@ class ArrivalFolds:
                 mine = min(req.output_len, steps - e)
                 req.first_token_s = float(ends[e])
                 if mine > 1:
-                    if cover is None:
-                        cover = [0] * steps
-                    cover[e] += 1
-                    cover[e + mine - 1] -= 1
-                    if e + mine < steps:   # it finished inside the run
-                        seg = inner[e:e + mine - 1]
-                        req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
-                    else:
-                        if suffix is None:
-                            gaps = np.asarray(inner, dtype=np.float64)
-                            suffix = np.maximum.accumulate(gaps[::-1])[::-1]
-                        req.max_itl_s = float(suffix[e])
+                    opens.append(e)
+                    shuts.append(e + mine - 1)
+                    sampled.append(req)
                 req.num_computed_tokens += mine - 1
                 req.num_output_tokens = mine
                 req.last_token_s = float(ends[e + mine - 1])
@@ -171,12 +163,33 @@ class ArrivalFolds:
             req.num_blocks = -(-req.num_computed_tokens // bs)
             pool.used += req.num_blocks
             out.append((req, 0))
-        if cover is not None:   # each gap once per joiner sampling at both its ends
-            w = np.add.accumulate(cover[:-1])
-            m = w > 0
-            itl.add_weighted((np.asarray(inner, dtype=np.float64) if gaps is None else gaps)[m], w[m])
+        if opens:
+            _joiner_gaps(itl, np.asarray(inner, dtype=np.float64), opens, shuts, sampled)
         return out
 
 
-def _step(leaver):
-    return leaver[0]
+def _joiner_gaps(itl, gaps: np.ndarray, opens: list, shuts: list, reqs: list) -> None:
+    """Joiner reqs[x] samples at both ends of the inner gaps [opens[x], shuts[x]): each such gap
+    goes to the histogram once per joiner, and each joiner's largest is its max ITL. For those that
+    finished inside the run (shut before the last gap) one ``maximum.reduceat`` over their ranges
+    interleaved (every other result is one range's maximum; the last index is below len(gaps));
+    for the others a suffix maximum."""
+    last = len(gaps)
+    w = np.add.accumulate(np.bincount(opens, minlength=last + 1) - np.bincount(shuts, minlength=last + 1))[:-1]
+    m = w > 0
+    itl.add_weighted(gaps[m], w[m])
+    inside = [x for x in range(len(reqs)) if shuts[x] < last]
+    if inside:
+        idx = np.empty(2 * len(inside), dtype=np.intp)
+        idx[0::2] = [opens[x] for x in inside]
+        idx[1::2] = [shuts[x] for x in inside]
+        for x, top in zip(inside, np.maximum.reduceat(gaps, idx)[0::2].tolist()):
+            reqs[x].max_itl_s = top
+    if len(inside) < len(reqs):
+        suffix = np.maximum.accumulate(gaps[::-1])[::-1]
+        rest = [x for x in range(len(reqs)) if shuts[x] >= last]
+        for x, top in zip(rest, suffix[[opens[x] for x in rest]].tolist()):
+            reqs[x].max_itl_s = top
+
+
+_step = itemgetter(0)   # a leaver's or joiner's step: the sort key (a C call, not a Python one)

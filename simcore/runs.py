@@ -138,13 +138,17 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         kv += n * len(e)
                     if pos == f < k:
                         n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
-                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or self._seen_by(t):
+                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival:
+                    break
+                queue = self.env._queue
+                if queue and queue[0][0] <= t:   # self._seen_by(t)
                     break
                 self.pull(t)
                 if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next
                     arrival = self.next_arrival()
                     continue
-            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji, head and head[:2])
+            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji) if s.hold_finished else 0, riders, i, jl, ji,
+                                     head and head[:2])
             if got is None:
                 break
             if head is not None:   # its last chunk was taken beside the new one's first
