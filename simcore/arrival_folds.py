@@ -133,13 +133,16 @@ class ArrivalFolds:
             leave = end - 1 + out
         return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
 
-    def _admit_joins(self, ends, steps: int, inner, finished: list) -> list:
+    def _admit_joins(self, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
         """(Called by _apply.) The arrivals folded into the run are admitted at their steps
         and advanced through their chunks, then one token a step until they finish or the run
-        ends; each one's own gaps go to the histogram. Returns them as plan items."""
+        ends; each one's own gaps go to the histogram (with the cohort's `marks`, see
+        ``weighted_gaps``). Returns them as plan items."""
         s, itl = self.state, self.itl
         pool = s.pool
         bs, joins, self._joins = pool.block_size, self._joins, []
+        if marks is None:
+            marks = []
         out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
         for req, at, chunks in joins:
             s.admit(req)
@@ -155,6 +158,7 @@ class ArrivalFolds:
                     opens.append(e)
                     shuts.append(e + mine - 1)
                     sampled.append(req)
+                    marks += (e, 1, e + mine - 1, -1)
                 req.num_computed_tokens += mine - 1
                 req.num_output_tokens = mine
                 req.last_token_s = float(ends[e + mine - 1])
@@ -163,21 +167,30 @@ class ArrivalFolds:
             req.num_blocks = -(-req.num_computed_tokens // bs)
             pool.used += req.num_blocks
             out.append((req, 0))
-        if opens:
-            _joiner_gaps(itl, np.asarray(inner, dtype=np.float64), opens, shuts, sampled)
+        if marks:
+            gaps = weighted_gaps(itl, inner, marks)
+            if sampled:
+                _joiner_max_itl(gaps, opens, shuts, sampled)
         return out
 
 
-def _joiner_gaps(itl, gaps: np.ndarray, opens: list, shuts: list, reqs: list) -> None:
-    """Joiner reqs[x] samples at both ends of the inner gaps [opens[x], shuts[x]): each such gap
-    goes to the histogram once per joiner, and each joiner's largest is its max ITL. For those that
-    finished inside the run (shut before the last gap) one ``maximum.reduceat`` over their ranges
-    interleaved (every other result is one range's maximum; the last index is below len(gaps));
-    for the others a suffix maximum."""
-    last = len(gaps)
-    w = np.add.accumulate(np.bincount(opens, minlength=last + 1) - np.bincount(shuts, minlength=last + 1))[:-1]
+def weighted_gaps(itl, inner, marks: list) -> np.ndarray:
+    """A run's inner gaps into the histogram once, each with its weight (how many requests sample
+    at both its ends): `marks` is flattened pairs (gap index, weight change from that gap on).
+    Returns the gaps as an array."""
+    gaps = np.asarray(inner, dtype=np.float64)
+    w = np.add.accumulate(np.bincount(marks[0::2], weights=marks[1::2], minlength=len(gaps) + 1))[:-1]
     m = w > 0
     itl.add_weighted(gaps[m], w[m])
+    return gaps
+
+
+def _joiner_max_itl(gaps: np.ndarray, opens: list, shuts: list, reqs: list) -> None:
+    """Joiner reqs[x] samples at both ends of the inner gaps [opens[x], shuts[x]): its largest is
+    its max ITL. For those that finished inside the run (shut before the last gap) one
+    ``maximum.reduceat`` over their ranges interleaved (every other result is one range's
+    maximum; the last index is below len(gaps)); for the others a suffix maximum."""
+    last = len(gaps)
     inside = [x for x in range(len(reqs)) if shuts[x] < last]
     if inside:
         idx = np.empty(2 * len(inside), dtype=np.intp)

@@ -26,6 +26,7 @@ import numpy as np
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
+from .arrival_folds import weighted_gaps
 from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
@@ -221,7 +222,7 @@ class Replica(RunPlanning):
         s, itl, items = self.state, self.itl, plan.items
         pool, c = s.pool, s.cohort
         bs, cache = pool.block_size, pool.cache
-        inner, inner_max, done = None, 0.0, ()
+        inner, inner_max, done, marks = None, 0.0, (), None
         leaving = self._leaving
         left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None   # planned, leaving early
         lead, quiet, P = self._lead, 0, None   # quiet: inner gaps before the lead's P samples (it is not in them)
@@ -237,7 +238,7 @@ class Replica(RunPlanning):
             gap = first - c.last_end
             itl.add(gap, plan.cohort)
             if leaving:
-                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
+                done, inner_max, marks = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
             else:
                 if inner is not None:
                     inner_max = max(inner) if type(inner) is list else float(np.maximum.reduce(inner))
@@ -291,9 +292,11 @@ class Replica(RunPlanning):
             itl.add_many(gaps)
         if self._joins:
             had = len(finished)
-            items = items + self._admit_joins(ends, steps, inner, finished)
+            items = items + self._admit_joins(ends, steps, inner, finished, marks)
             if had < len(finished) and not done:
                 finished.sort(key=_finish_order)
+        elif marks:
+            weighted_gaps(itl, inner, marks)
         if done:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
@@ -313,13 +316,13 @@ class Replica(RunPlanning):
                     on_finish()
                 self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
-        gap goes to the members' max ITL. Returns the members that finished and the run's largest
-        inner gap."""
-        c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
+        gap goes to the members' max ITL. Returns the members that finished, the run's largest
+        inner gap, and the gaps' weights as marks for ``weighted_gaps`` (simcore/arrival_folds.py)."""
+        c, pool, marks = self.state.cohort, self.state.pool, []   # marks: (gap, weight change from it on), flattened
         leaving, self._leaving = self._leaving, []
         members, listed, nl = c.members, type(inner) is list, len(leaving)
         done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
@@ -330,13 +333,8 @@ class Replica(RunPlanning):
                 a = s0 - 1 if s0 else 0
                 seg = inner[a: f - 1]
                 if len(seg):
-                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # _add_gaps, inlined
-                    if q > 0:
-                        if w > 1:
-                            add(seg[:q], w - 1)
-                        add(seg[q:], w)
-                    else:
-                        add(seg, w)
+                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # weight w on [a, f − 1), less 1 on [a, a + q)
+                    marks += (a, w, f - 1, -w, a, -1, a + q, 1) if q > 0 else (a, w, f - 1, -w)
                     m = max(seg) if listed else float(np.maximum.reduce(seg))
                     if m > inner_max:
                         inner_max = m
@@ -354,7 +352,7 @@ class Replica(RunPlanning):
             done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f
         pool.used += used
-        return done, inner_max
+        return done, inner_max, marks
 
     def _join_cohort(self, items, last: float) -> None:
         """Planned requests that sampled a token at `last` and decode next join the cohort (called
