@@ -184,3 +184,37 @@ def test_vllm_folds_arrivals_exactly_under_fitted_pricing(pricing, case, monkeyp
     res = test_chunked_runs.assert_modes_agree("vllm", dict(VLLM, **extra), wl)
     assert res.summary["completed"] == len(wl)
     assert folds.whole >= 10, (folds.folded, folds.whole)   # slower GPUs on the tight pool: fewer pass the KV bound
+
+
+@settings(max_examples=80, deadline=None)
+@given(gaps=st.lists(st.floats(1e-5, 10.0), min_size=1, max_size=80), data=st.data())
+def test_run_gap_weights_and_joiner_max_itl_match_one_by_one(gaps, data):
+    """``weighted_gaps`` (marks: weight changes per gap) and ``_joiner_max_itl`` (one reduceat over
+    interleaved ranges, a suffix maximum for ranges that reach the run's end) against adding each
+    gap once per request that samples at both its ends and taking each range's max in Python."""
+    from simcore.arrival_folds import _joiner_max_itl, weighted_gaps
+    from simcore.histogram import LogHistogram
+    from simcore.request import Request
+    n = len(gaps)
+    spans = st.tuples(st.integers(0, n - 1), st.integers(1, n)).map(lambda p: (p[0], max(p[0] + 1, p[1])))
+    segments = data.draw(st.lists(st.tuples(spans, st.integers(1, 6)), max_size=6))
+    joiners = data.draw(st.lists(spans, max_size=12))
+    marks, want = [], [0] * n
+    for (a, b), w in segments:
+        marks += (a, w, b, -w)
+        for x in range(a, b):
+            want[x] += w
+    for a, b in joiners:
+        marks += (a, 1, b, -1)
+        for x in range(a, b):
+            want[x] += 1
+    got, ref = LogHistogram(), LogHistogram()
+    if marks:
+        weighted_gaps(got, list(gaps), marks)
+    for v, w in zip(gaps, want):
+        for _ in range(w):
+            ref.add(v)
+    assert got.count == ref.count and (got.counts == ref.counts).all() and got.max == ref.max
+    reqs = [Request(i, 0.0, 1, 1) for i in range(len(joiners))]
+    _joiner_max_itl(np.asarray(gaps), [a for a, _ in joiners], [b for _, b in joiners], reqs)
+    assert [r.max_itl_s for r in reqs] == [max(gaps[a:b]) for a, b in joiners]
