@@ -53,9 +53,9 @@ class ArrivalFolds:
     def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
                       head=None):
         """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
-        Σ(kv + 1) is kv and `held` finished requests still seated. With `head` (q, kv), one of
-        the n is the joiner before, taking its last chunk q over kv cached in this step (its
-        Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
+        Σ(kv + 1) is kv and `held` finished requests still seated. With `head`, (q, kv) pairs,
+        some of the n are joiners before (or the plan's P), each taking its last chunk q over kv
+        cached in this step (its Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
         ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
         ji, the joiner's leave step or None, its chunks not taken)."""
         s, inbox = self.state, self.inbox
@@ -64,9 +64,11 @@ class ArrivalFolds:
         if req.num_computed_tokens or req.num_output_tokens:
             return None
         queued = len(waiting) + len(inbox) > 1
-        extra = head[0] - 1 if head else 0
+        extra = sum(q for q, _ in head) - len(head) if head else 0
         chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
         if not chunks:
+            if queued:   # its whole prompt in this step, the budget left to the next
+                return self._fold_head(req, pos, n, held, kv, k, riders, i, jl, ji, extra)
             return None
         bs = s.pool.block_size
         L0 = len(chunks)
@@ -106,7 +108,7 @@ class ArrivalFolds:
         stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
         e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
                                       [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
-                                      (head,) if head else ())
+                                      head or ())
         ran = len(e)
         end = pos + ran
         gone, back_i, back_j = [], 0, 0
@@ -132,6 +134,45 @@ class ArrivalFolds:
             kv += req.prompt_len + 1
             leave = end - 1 + out
         return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
+
+    def _fold_head(self, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int,
+                   extra: int):
+        """The queue's head takes its whole prompt in step `pos` and the next in the queue the
+        budget left (``arrival_chunks`` without the queue: one chunk). It joins with that chunk
+        not taken: the run goes on only if the next one folds beside it as beside a joiner's last
+        chunk (``_folded_run``'s `head`), else ``_unfold_head`` puts it back. Same return as
+        ``_fold_arrival``'s, with no lead ends."""
+        s = self.state
+        chunks, _ = self.policy.arrival_chunks(s, req, n, n + held, (), extra, False)
+        if len(chunks) != 1:
+            return None
+        c, bs, out = s.cohort, s.pool.block_size, req.output_len
+        k2 = max(k, pos + out, c.last_finish - c.tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        grow = self._seqs0 * (k2 // bs + 1) + (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
+        lead = self._lead
+        if lead is not None:
+            p = lead[0]
+            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
+        if grow > self._free0:
+            return None
+        s.waiting.popleft() if s.waiting else self.inbox.pop(0)
+        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+        self._joins.append((req, pos, []))
+        return [], [], kv, n, k2, i, ji, None, chunks
+
+    def _unfold_head(self, req) -> bool:
+        """The run ends before `req`'s chunk (the next did not fold beside it): if it was folded
+        by ``_fold_head``, it goes back to the queue's front. Returns whether it did."""
+        joins = self._joins
+        if not joins or joins[-1][0] is not req or joins[-1][2]:
+            return False
+        joins.pop()
+        self._joined_blocks -= (req.prompt_len + req.output_len + self.state.pool.block_size - 1) // self.state.pool.block_size
+        if self.state.waiting:
+            self.state.waiting.appendleft(req)
+        else:
+            self.inbox.insert(0, req)
+        return True
 
     def _admit_joins(self, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
         """(Called by _apply.) The arrivals folded into the run are admitted at their steps

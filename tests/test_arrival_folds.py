@@ -218,3 +218,49 @@ def test_run_gap_weights_and_joiner_max_itl_match_one_by_one(gaps, data):
     reqs = [Request(i, 0.0, 1, 1) for i in range(len(joiners))]
     _joiner_max_itl(np.asarray(gaps), [a for a, _ in joiners], [b for _, b in joiners], reqs)
     assert [r.max_itl_s for r in reqs] == [max(gaps[a:b]) for a, b in joiners]
+
+
+def short_bursts(n=240, seed=11, top=400):
+    """Bursts of prompts shorter than the budget: the queue's head takes its whole prompt in one
+    step and leaves the rest of the budget to the next (ArrivalFolds._fold_head), often beside a
+    joiner's last chunk; some longer prompts among them."""
+    rng = np.random.default_rng(seed)
+    at = np.repeat(np.cumsum(rng.exponential(1.2, n)), rng.integers(1, 6, n))[:n]
+    prompts = np.where(rng.random(n) < 0.8, rng.integers(1, top, n), rng.integers(top, 2500, n))
+    return Workload(at, prompts, rng.integers(1, 120, n))
+
+
+HEADS = {
+    "short bursts": (dict(), short_bursts()),
+    "short bursts, tight pool": (dict(num_gpu_blocks_override=260), short_bursts(seed=12)),
+    "short bursts, few seats": (dict(max_num_seqs=4), short_bursts(seed=13)),
+    "short bursts, synchronous": (dict(async_scheduling=False), short_bursts(seed=14)),
+    "short bursts, budget 256": (dict(max_num_batched_tokens=256), short_bursts(seed=15, top=200)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADS))
+def test_whole_prompts_in_one_step_fold_beside_the_next(case, monkeypatch):
+    """The queue's head whose prompt fits in what the decodes leave folds as a head for the next
+    arrival (the run goes on), or goes back to the queue's front when the next cannot fold: the
+    same as stepping, and the path is taken (counted: folded heads not put back)."""
+    extra, wl = HEADS[case]
+    got = {"head": 0, "back": 0}
+    fold_head, unfold = ArrivalFolds._fold_head, ArrivalFolds._unfold_head
+
+    def head(replica, *a):
+        r = fold_head(replica, *a)
+        got["head"] += r is not None
+        return r
+
+    def back(replica, req):
+        r = unfold(replica, req)
+        got["back"] += r
+        return r
+    monkeypatch.setattr(ArrivalFolds, "_fold_head", head)
+    monkeypatch.setattr(ArrivalFolds, "_unfold_head", back)
+    res = assert_modes_agree("vllm", dict(VLLM, **extra), wl)
+    assert res.summary["completed"] == len(wl)
+    assert got["head"] - got["back"] >= 5, got
+    if "seats" in case or "pool" in case:   # the next cannot always fold: the head goes back to the queue
+        assert got["back"] > 0, got
