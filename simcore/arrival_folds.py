@@ -9,7 +9,11 @@ instead: A's chunks are a lead in the middle of the run (priced as any lead,
 ``CostModel.prefill_lead_ends``), A then decodes beside the others until it finishes or the run
 ends, and the next arrival is met the same way. A's chunks past the first are taken after the
 next arrival only where the hook seals them (a chunk of the whole budget leaves nothing for a
-waiting request); the run ends before the first that is not.
+waiting request); the run ends before the first that is not. A queue's head whose whole prompt
+fits in what the step leaves (the hook, asked without the queue, gives one chunk) joins with
+that chunk not yet taken (``_fold_head``): it is a head, as a cut prompt's last chunk is, and
+goes in the step of the next arrival that folds beside it, or back to the queue's front when
+none does (``_unfold_head``; the run ends before that step).
 
 KV: every step of the run fits without a release when the blocks held now, plus each of the
 run's first sequences growing by at most H // bs + 1 blocks in H steps (the lead's P by its

@@ -26,7 +26,6 @@ import numpy as np
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
-from .arrival_folds import weighted_gaps
 from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
@@ -295,8 +294,6 @@ class Replica(RunPlanning):
             items = items + self._admit_joins(ends, steps, inner, finished, marks)
             if had < len(finished) and not done:
                 finished.sort(key=_finish_order)
-        elif marks:
-            weighted_gaps(itl, inner, marks)
         if done:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
@@ -316,13 +313,15 @@ class Replica(RunPlanning):
                     on_finish()
                 self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list]:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list | None]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
         gap goes to the members' max ITL. Returns the members that finished, the run's largest
-        inner gap, and the gaps' weights as marks for ``weighted_gaps`` (simcore/arrival_folds.py)."""
-        c, pool, marks = self.state.cohort, self.state.pool, []   # marks: (gap, weight change from it on), flattened
+        inner gap, and, where arrivals joined the run, the gaps' weights as marks for their
+        ``_admit_joins`` to add with theirs in one go (simcore/arrival_folds.py), else None."""
+        c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
+        marks = [] if self._joins else None   # with joiners: (gap, weight change from it on), flattened, added with theirs
         leaving, self._leaving = self._leaving, []
         members, listed, nl = c.members, type(inner) is list, len(leaving)
         done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
@@ -334,7 +333,14 @@ class Replica(RunPlanning):
                 seg = inner[a: f - 1]
                 if len(seg):
                     w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # weight w on [a, f − 1), less 1 on [a, a + q)
-                    marks += (a, w, f - 1, -w, a, -1, a + q, 1) if q > 0 else (a, w, f - 1, -w)
+                    if marks is not None:
+                        marks += (a, w, f - 1, -w, a, -1, a + q, 1) if q > 0 else (a, w, f - 1, -w)
+                    elif q > 0:   # _add_gaps, inlined
+                        if w > 1:
+                            add(seg[:q], w - 1)
+                        add(seg[q:], w)
+                    else:
+                        add(seg, w)
                     m = max(seg) if listed else float(np.maximum.reduce(seg))
                     if m > inner_max:
                         inner_max = m
