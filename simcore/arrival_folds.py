@@ -9,7 +9,11 @@ instead: A's chunks are a lead in the middle of the run (priced as any lead,
 ``CostModel.prefill_lead_ends``), A then decodes beside the others until it finishes or the run
 ends, and the next arrival is met the same way. A's chunks past the first are taken after the
 next arrival only where the hook seals them (a chunk of the whole budget leaves nothing for a
-waiting request); the run ends before the first that is not.
+waiting request); the run ends before the first that is not. A queue's head whose whole prompt
+fits in what the step leaves (the hook, asked without the queue, gives one chunk) joins with
+that chunk not yet taken (``_fold_head``): it is a head, as a cut prompt's last chunk is, and
+goes in the step of the next arrival that folds beside it, or back to the queue's front when
+none does (``_unfold_head``; the run ends before that step).
 
 KV: every step of the run fits without a release when the blocks held now, plus each of the
 run's first sequences growing by at most H // bs + 1 blocks in H steps (the lead's P by its
@@ -24,6 +28,7 @@ admits it then (its running-queue stamp follows the order of admission, as stepp
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from operator import itemgetter
 
 import numpy as np
 
@@ -52,9 +57,9 @@ class ArrivalFolds:
     def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
                       head=None):
         """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
-        Σ(kv + 1) is kv and `held` finished requests still seated. With `head` (q, kv), one of
-        the n is the joiner before, taking its last chunk q over kv cached in this step (its
-        Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
+        Σ(kv + 1) is kv and `held` finished requests still seated. With `head`, (q, kv) pairs,
+        some of the n are joiners before (or the plan's P), each taking its last chunk q over kv
+        cached in this step (its Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
         ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
         ji, the joiner's leave step or None, its chunks not taken)."""
         s, inbox = self.state, self.inbox
@@ -63,9 +68,11 @@ class ArrivalFolds:
         if req.num_computed_tokens or req.num_output_tokens:
             return None
         queued = len(waiting) + len(inbox) > 1
-        extra = head[0] - 1 if head else 0
+        extra = sum(q for q, _ in head) - len(head) if head else 0
         chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
         if not chunks:
+            if queued:   # its whole prompt in this step, the budget left to the next
+                return self._fold_head(req, pos, n, held, kv, k, riders, i, jl, ji, extra)
             return None
         bs = s.pool.block_size
         L0 = len(chunks)
@@ -87,7 +94,7 @@ class ArrivalFolds:
             chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
         out = req.output_len
         mine = pos + len(chunks) - 1 + out   # the step it is not in
-        k2 = max(k, mine, c.steps_to_empty(), riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        k2 = max(k, mine, c.last_finish - tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
         lead = self._lead
         grow = self._seqs0 * (k2 // bs + 1)
         if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
@@ -104,7 +111,8 @@ class ArrivalFolds:
         waiting.popleft() if waiting else inbox.pop(0)
         stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
         e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
-                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window], (head,) if head else ())
+                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
+                                      head or ())
         ran = len(e)
         end = pos + ran
         gone, back_i, back_j = [], 0, 0
@@ -131,15 +139,56 @@ class ArrivalFolds:
             leave = end - 1 + out
         return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
 
-    def _admit_joins(self, ends, steps: int, inner, finished: list) -> list:
+    def _fold_head(self, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int,
+                   extra: int):
+        """The queue's head takes its whole prompt in step `pos` and the next in the queue the
+        budget left (``arrival_chunks`` without the queue: one chunk). It joins with that chunk
+        not taken: the run goes on only if the next one folds beside it as beside a joiner's last
+        chunk (``_folded_run``'s `head`), else ``_unfold_head`` puts it back. Same return as
+        ``_fold_arrival``'s, with no lead ends."""
+        s = self.state
+        chunks, _ = self.policy.arrival_chunks(s, req, n, n + held, (), extra, False)
+        if len(chunks) != 1:
+            return None
+        c, bs, out = s.cohort, s.pool.block_size, req.output_len
+        k2 = max(k, pos + out, c.last_finish - c.tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+        grow = self._seqs0 * (k2 // bs + 1) + (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
+        lead = self._lead
+        if lead is not None:
+            p = lead[0]
+            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
+        if grow > self._free0:
+            return None
+        s.waiting.popleft() if s.waiting else self.inbox.pop(0)
+        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+        self._joins.append((req, pos, []))
+        return [], [], kv, n, k2, i, ji, None, chunks
+
+    def _unfold_head(self, req) -> bool:
+        """The run ends before `req`'s chunk (the next did not fold beside it): if it was folded
+        by ``_fold_head``, it goes back to the queue's front. Returns whether it did."""
+        joins = self._joins
+        if not joins or joins[-1][0] is not req or joins[-1][2]:
+            return False
+        joins.pop()
+        self._joined_blocks -= (req.prompt_len + req.output_len + self.state.pool.block_size - 1) // self.state.pool.block_size
+        if self.state.waiting:
+            self.state.waiting.appendleft(req)
+        else:
+            self.inbox.insert(0, req)
+        return True
+
+    def _admit_joins(self, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
         """(Called by _apply.) The arrivals folded into the run are admitted at their steps
         and advanced through their chunks, then one token a step until they finish or the run
-        ends; each one's own gaps go to the histogram. Returns them as plan items."""
+        ends; each one's own gaps go to the histogram (with the cohort's `marks`, see
+        ``weighted_gaps``). Returns them as plan items."""
         s, itl = self.state, self.itl
         pool = s.pool
         bs, joins, self._joins = pool.block_size, self._joins, []
-        out, cover = [], None   # cover: a difference array of how many joiners sample at both ends of each inner gap
-        gaps = suffix = None     # the inner gaps as an array, and their maxima from each step to the run's end
+        if marks is None:
+            marks = []
+        out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
         for req, at, chunks in joins:
             s.admit(req)
             if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
@@ -151,18 +200,10 @@ class ArrivalFolds:
                 mine = min(req.output_len, steps - e)
                 req.first_token_s = float(ends[e])
                 if mine > 1:
-                    if cover is None:
-                        cover = [0] * steps
-                    cover[e] += 1
-                    cover[e + mine - 1] -= 1
-                    if e + mine < steps:   # it finished inside the run
-                        seg = inner[e:e + mine - 1]
-                        req.max_itl_s = max(seg) if type(seg) is list else float(np.maximum.reduce(seg))
-                    else:
-                        if suffix is None:
-                            gaps = np.asarray(inner, dtype=np.float64)
-                            suffix = np.maximum.accumulate(gaps[::-1])[::-1]
-                        req.max_itl_s = float(suffix[e])
+                    opens.append(e)
+                    shuts.append(e + mine - 1)
+                    sampled.append(req)
+                    marks += (e, 1, e + mine - 1, -1)
                 req.num_computed_tokens += mine - 1
                 req.num_output_tokens = mine
                 req.last_token_s = float(ends[e + mine - 1])
@@ -171,12 +212,42 @@ class ArrivalFolds:
             req.num_blocks = -(-req.num_computed_tokens // bs)
             pool.used += req.num_blocks
             out.append((req, 0))
-        if cover is not None:   # each gap once per joiner sampling at both its ends
-            w = np.add.accumulate(cover[:-1])
-            m = w > 0
-            itl.add_weighted((np.asarray(inner, dtype=np.float64) if gaps is None else gaps)[m], w[m])
+        if marks:
+            gaps = weighted_gaps(itl, inner, marks)
+            if sampled:
+                _joiner_max_itl(gaps, opens, shuts, sampled)
         return out
 
 
-def _step(leaver):
-    return leaver[0]
+def weighted_gaps(itl, inner, marks: list) -> np.ndarray:
+    """A run's inner gaps into the histogram once, each with its weight (how many requests sample
+    at both its ends): `marks` is flattened pairs (gap index, weight change from that gap on).
+    Returns the gaps as an array."""
+    gaps = np.asarray(inner, dtype=np.float64)
+    w = np.add.accumulate(np.bincount(marks[0::2], weights=marks[1::2], minlength=len(gaps) + 1))[:-1]
+    m = w > 0
+    itl.add_weighted(gaps[m], w[m])
+    return gaps
+
+
+def _joiner_max_itl(gaps: np.ndarray, opens: list, shuts: list, reqs: list) -> None:
+    """Joiner reqs[x] samples at both ends of the inner gaps [opens[x], shuts[x]): its largest is
+    its max ITL. For those that finished inside the run (shut before the last gap) one
+    ``maximum.reduceat`` over their ranges interleaved (every other result is one range's
+    maximum; the last index is below len(gaps)); for the others a suffix maximum."""
+    last = len(gaps)
+    inside = [x for x in range(len(reqs)) if shuts[x] < last]
+    if inside:
+        idx = np.empty(2 * len(inside), dtype=np.intp)
+        idx[0::2] = [opens[x] for x in inside]
+        idx[1::2] = [shuts[x] for x in inside]
+        for x, top in zip(inside, np.maximum.reduceat(gaps, idx)[0::2].tolist()):
+            reqs[x].max_itl_s = top
+    if len(inside) < len(reqs):
+        suffix = np.maximum.accumulate(gaps[::-1])[::-1]
+        rest = [x for x in range(len(reqs)) if shuts[x] >= last]
+        for x, top in zip(rest, suffix[[opens[x] for x in rest]].tolist()):
+            reqs[x].max_itl_s = top
+
+
+_step = itemgetter(0)   # a leaver's or joiner's step: the sort key (a C call, not a Python one)

@@ -226,7 +226,7 @@ class Replica(RunPlanning):
         s, itl, items = self.state, self.itl, plan.items
         pool, c = s.pool, s.cohort
         bs, cache = pool.block_size, pool.cache
-        inner, inner_max, done = None, 0.0, ()
+        inner, inner_max, done, marks = None, 0.0, (), None
         leaving = self._leaving
         left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None   # planned, leaving early
         lead, quiet, P = self._lead, 0, None   # quiet: inner gaps before the lead's P samples (it is not in them)
@@ -242,7 +242,7 @@ class Replica(RunPlanning):
             gap = first - c.last_end
             itl.add(gap, plan.cohort)
             if leaving:
-                done, inner_max = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
+                done, inner_max, marks = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
             else:
                 if inner is not None:
                     inner_max = max(inner) if type(inner) is list else float(np.maximum.reduce(inner))
@@ -296,7 +296,7 @@ class Replica(RunPlanning):
             itl.add_many(gaps)
         if self._joins:
             had = len(finished)
-            items = items + self._admit_joins(ends, steps, inner, finished)
+            items = items + self._admit_joins(ends, steps, inner, finished, marks)
             if had < len(finished) and not done:
                 finished.sort(key=_finish_order)
         if done:
@@ -318,13 +318,15 @@ class Replica(RunPlanning):
                     on_finish()
                 self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float]:
+    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list | None]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
-        gap goes to the members' max ITL. Returns the members that finished and the run's largest
-        inner gap."""
+        gap goes to the members' max ITL. Returns the members that finished, the run's largest
+        inner gap, and, where arrivals joined the run, the gaps' weights as marks for their
+        ``_admit_joins`` to add with theirs in one go (simcore/arrival_folds.py), else None."""
         c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
+        marks = [] if self._joins else None   # with joiners: (gap, weight change from it on), flattened, added with theirs
         leaving, self._leaving = self._leaving, []
         members, listed, nl = c.members, type(inner) is list, len(leaving)
         done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
@@ -335,8 +337,10 @@ class Replica(RunPlanning):
                 a = s0 - 1 if s0 else 0
                 seg = inner[a: f - 1]
                 if len(seg):
-                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # _add_gaps, inlined
-                    if q > 0:
+                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # weight w on [a, f − 1), less 1 on [a, a + q)
+                    if marks is not None:
+                        marks += (a, w, f - 1, -w, a, -1, a + q, 1) if q > 0 else (a, w, f - 1, -w)
+                    elif q > 0:   # _add_gaps, inlined
                         if w > 1:
                             add(seg[:q], w - 1)
                         add(seg[q:], w)
@@ -359,7 +363,7 @@ class Replica(RunPlanning):
             done += c.advance(f - s0, top, float(ends[f - 1]), group)
             s0 = f
         pool.used += used
-        return done, inner_max
+        return done, inner_max, marks
 
     def _join_cohort(self, items, last: float) -> None:
         """Planned requests that sampled a token at `last` and decode next join the cohort (called

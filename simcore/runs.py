@@ -96,7 +96,9 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         heap, planned requests) are kept with the step they leave after, for ``_apply``. A sole
         replica folds arrivals in (simcore/arrival_folds.py); `head` (q, kv, request): the step
         after the lead is that request's last chunk q over kv beside the queue head's first, its
-        (kv + q) counted in kv and n as a decode's, or the run ends before it."""
+        (kv + q) counted in kv and n as a decode's, or the run ends before it. Heads gather while
+        the queue's head takes its whole prompt in one chunk (``_fold_head``) and leave the
+        budget's rest to the next: all go in the step of the first arrival that folds beside them."""
         c, s = self.state.cohort, self.state
         arrival = self.next_arrival() if self.pull is not None else math.inf
         riders.sort()   # by the step each leaves after, then queue order (seq is unique)
@@ -106,12 +108,13 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             t = lead[-1]
         leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
         jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/arrival_folds.py), by step
+        heads = [head] if head is not None else []   # (q, kv, request) of each sequence taking its last chunk beside the next
         if self._folds_arrivals:
             self._free0, self._joined_blocks = self._run_free(), 0
             if head is not None and pos < k:
                 n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
         while True:
-            if head is None:
+            if not heads:
                 while pos < k and n > 0 and t < arrival:
                     f = k
                     if finish and finish[0][0] - c.tick < f:
@@ -138,27 +141,34 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         kv += n * len(e)
                     if pos == f < k:
                         n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
-                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival or self._seen_by(t):
+                if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival:
+                    break
+                queue = self.env._queue
+                if queue and queue[0][0] <= t:   # self._seen_by(t)
                     break
                 self.pull(t)
                 if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next
                     arrival = self.next_arrival()
                     continue
-            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji), riders, i, jl, ji, head and head[:2])
+            got = self._fold_arrival(pos, t, n, kv, k, self._held(pos, jl, ji) if s.hold_finished else 0, riders, i, jl, ji,
+                                     tuple(h[:2] for h in heads) if heads else None)
             if got is None:
+                for h in reversed(heads):
+                    self._unfold_head(h[2])
                 break
-            if head is not None:   # its last chunk was taken beside the new one's first
-                self._extend_lead(head[2], head[0])
-                head = None
             e, gone, kv, n, k, i, ji, leave, rest = got
-            for f, r, kind in gone:
-                if kind < 2:
-                    leaving.append((f, r))
-            if arrays:
-                arrays.append(e)
-            else:
-                ends += e
-            t, pos = e[-1], pos + len(e)
+            if e:   # else the queue's head folded with its chunk not taken (_fold_head)
+                for h in heads:   # their last chunks were taken beside the new one's first
+                    self._extend_lead(h[2], h[0])
+                heads = []
+                for f, r, kind in gone:
+                    if kind < 2:
+                        leaving.append((f, r))
+                if arrays:
+                    arrays.append(e)
+                else:
+                    ends += e
+                t, pos = e[-1], pos + len(e)
             req = self._joins[-1][0]
             if leave is not None:
                 insort(jl, (leave, req.prompt_len - (pos - 1), req), ji, key=_step)
@@ -167,10 +177,13 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                     n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
                 continue
             if len(rest) != 1 or pos >= k or self._seen_by(t):   # its prompt cut short by the queue
+                if not e:
+                    for h in reversed(heads + [(0, 0, req)]):
+                        self._unfold_head(h[2])
                 break
             n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
             self.pull(t)
-            head = (rest[0], req.prompt_len - rest[0], req)   # from here it is one of the n
+            heads.append((rest[0], req.prompt_len - rest[0], req))   # from here it is one of the n
             insort(jl, (pos + req.output_len, req.prompt_len - pos, req), ji, key=_step)
             n, kv = n + 1, kv + req.prompt_len
         return np.concatenate([ends] + arrays) if arrays else ends

@@ -184,3 +184,83 @@ def test_vllm_folds_arrivals_exactly_under_fitted_pricing(pricing, case, monkeyp
     res = test_chunked_runs.assert_modes_agree("vllm", dict(VLLM, **extra), wl)
     assert res.summary["completed"] == len(wl)
     assert folds.whole >= 10, (folds.folded, folds.whole)   # slower GPUs on the tight pool: fewer pass the KV bound
+
+
+@settings(max_examples=80, deadline=None)
+@given(gaps=st.lists(st.floats(1e-5, 10.0), min_size=1, max_size=80), data=st.data())
+def test_run_gap_weights_and_joiner_max_itl_match_one_by_one(gaps, data):
+    """``weighted_gaps`` (marks: weight changes per gap) and ``_joiner_max_itl`` (one reduceat over
+    interleaved ranges, a suffix maximum for ranges that reach the run's end) against adding each
+    gap once per request that samples at both its ends and taking each range's max in Python."""
+    from simcore.arrival_folds import _joiner_max_itl, weighted_gaps
+    from simcore.histogram import LogHistogram
+    from simcore.request import Request
+    n = len(gaps)
+    spans = st.tuples(st.integers(0, n - 1), st.integers(1, n)).map(lambda p: (p[0], max(p[0] + 1, p[1])))
+    segments = data.draw(st.lists(st.tuples(spans, st.integers(1, 6)), max_size=6))
+    joiners = data.draw(st.lists(spans, max_size=12))
+    marks, want = [], [0] * n
+    for (a, b), w in segments:
+        marks += (a, w, b, -w)
+        for x in range(a, b):
+            want[x] += w
+    for a, b in joiners:
+        marks += (a, 1, b, -1)
+        for x in range(a, b):
+            want[x] += 1
+    got, ref = LogHistogram(), LogHistogram()
+    if marks:
+        weighted_gaps(got, list(gaps), marks)
+    for v, w in zip(gaps, want):
+        for _ in range(w):
+            ref.add(v)
+    assert got.count == ref.count and (got.counts == ref.counts).all() and got.max == ref.max
+    reqs = [Request(i, 0.0, 1, 1) for i in range(len(joiners))]
+    _joiner_max_itl(np.asarray(gaps), [a for a, _ in joiners], [b for _, b in joiners], reqs)
+    assert [r.max_itl_s for r in reqs] == [max(gaps[a:b]) for a, b in joiners]
+
+
+def short_bursts(n=240, seed=11, top=400):
+    """Bursts of prompts shorter than the budget: the queue's head takes its whole prompt in one
+    step and leaves the rest of the budget to the next (ArrivalFolds._fold_head), often beside a
+    joiner's last chunk; some longer prompts among them."""
+    rng = np.random.default_rng(seed)
+    at = np.repeat(np.cumsum(rng.exponential(1.2, n)), rng.integers(1, 6, n))[:n]
+    prompts = np.where(rng.random(n) < 0.8, rng.integers(1, top, n), rng.integers(top, 2500, n))
+    return Workload(at, prompts, rng.integers(1, 120, n))
+
+
+HEADS = {
+    "short bursts": (dict(), short_bursts()),
+    "short bursts, tight pool": (dict(num_gpu_blocks_override=260), short_bursts(seed=12)),
+    "short bursts, few seats": (dict(max_num_seqs=4), short_bursts(seed=13)),
+    "short bursts, synchronous": (dict(async_scheduling=False), short_bursts(seed=14)),
+    "short bursts, budget 256": (dict(max_num_batched_tokens=256), short_bursts(seed=15, top=200)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADS))
+def test_whole_prompts_in_one_step_fold_beside_the_next(case, monkeypatch):
+    """The queue's head whose prompt fits in what the decodes leave folds as a head for the next
+    arrival (the run goes on), or goes back to the queue's front when the next cannot fold: the
+    same as stepping, and the path is taken (counted: folded heads not put back)."""
+    extra, wl = HEADS[case]
+    got = {"head": 0, "back": 0}
+    fold_head, unfold = ArrivalFolds._fold_head, ArrivalFolds._unfold_head
+
+    def head(replica, *a):
+        r = fold_head(replica, *a)
+        got["head"] += r is not None
+        return r
+
+    def back(replica, req):
+        r = unfold(replica, req)
+        got["back"] += r
+        return r
+    monkeypatch.setattr(ArrivalFolds, "_fold_head", head)
+    monkeypatch.setattr(ArrivalFolds, "_unfold_head", back)
+    res = assert_modes_agree("vllm", dict(VLLM, **extra), wl)
+    assert res.summary["completed"] == len(wl)
+    assert got["head"] - got["back"] >= 5, got
+    if "seats" in case or "pool" in case:   # the next cannot always fold: the head goes back to the queue
+        assert got["back"] > 0, got
