@@ -21,14 +21,19 @@ alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6
 there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
 wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
 b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
-  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(64·m)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·R(L, T)/64))²) + (m·c_comb + c_red)·[m > 1] + o_mha
 c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
 mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
-u_mha is one wave's fixed latency and τ·kv/(64·m) a block's walk over its kv/m keys, τ per 64 of
-them whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
+u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
+R(L, T) the key rows its threads load (``mmha_walk``: the loop's T/4-key iterations, each thread
+group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
+16-64 keys 64; A100, 32 heads, 8,192 units: 135, 140, 151, 194, 198, 203 µs at 2 to 64 keys). With
+kv/m in place of R (before): in sample on the decode rows A100 6.1 → 5.4 (the 64-key dip of
+small grids, -16 %, gone), held out (seeds 0-2) A100 6.2 → 6.0, L40S 7.7 → 7.4. τ per 64 rows
+whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
 Priced per pass of T/16 keys (16 threads per value), 1,024-thread blocks ran slow and 256-thread ones
 fast (A100 MMHA rows at 64-512 keys: -9 to -14 % and +9 to +14 %; L40S at 512-2,047 keys: -14 %
 and +10 to +18 %); with a second latency per pass growing with T/1024 the fit sends the per-pass
@@ -72,6 +77,19 @@ def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
     return threads, per_sm, split
 
 
+def mmha_walk(keys, threads):
+    """MMHA's key walk over a block's cached keys (``keys`` = kv_loop_length, the current one
+    apart), in 64-row latencies: the key rows its threads load (``decoderMaskedMultiheadAttentionTemplate.h``,
+    16-bit, d = 128: 16 threads per key). T/16 keys a step, K_LOOP_UNROLL = 4 steps an iteration of
+    T/4 keys, up to ⌈keys/8⌉·8 (UNROLLED_K_PER_WARP); a thread whose first key is past the end loads
+    nothing, the others load all 4 rows of each iteration they start, clamped to the last key: 2 to
+    8 keys load as many rows as 8, 16 to 64 as many as 64 (T = 256). Numpy or float."""
+    end = np.ceil(keys / 8.0) * 8.0
+    per_iter = threads / 4.0
+    full = np.floor(end / per_iter)
+    return (per_iter * full + 4.0 * np.minimum(end - per_iter * full, threads / 16.0)) / MMHA_WALK_KEYS
+
+
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
@@ -84,7 +102,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS)))
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads)))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -119,7 +137,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS))
+        add, fixed = 0.0, waves * (unit_mha + loop * _walk(max(kv - 1.0, 0.0) / split, threads))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
@@ -129,3 +147,11 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     c = F / (pi if grouped else pi_mha)
     comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
+
+
+def _walk(keys: float, threads: float) -> float:
+    """``mmha_walk`` on floats."""
+    end = math.ceil(keys / 8.0) * 8.0
+    per_iter = threads / 4.0
+    full = math.floor(end / per_iter)
+    return (per_iter * full + 4.0 * min(end - per_iter * full, threads / 16.0)) / MMHA_WALK_KEYS

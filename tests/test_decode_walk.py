@@ -1,0 +1,29 @@
+"""MMHA's key walk (costmodel/decode_launch.py, ``mmha_walk``) against its key loop enumerated
+thread group by thread group, as decoderMaskedMultiheadAttentionTemplate.h runs it (16 threads per
+key, 16-bit, d = 128; K_LOOP_UNROLL = 4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel.decode_launch import _walk, mmha_walk
+
+
+def _loaded_rows(keys: int, threads: int) -> int:
+    groups, unroll = threads // 16, 4            # K_PER_ITER key groups of 16 threads; rows per group per iteration
+    end = -(-keys // 8) * 8                      # k_loop_end: keys rounded up to UNROLLED_K_PER_WARP = 2 · 4
+    return sum(unroll for first in range(groups) for _ in range(first, end, groups * unroll))
+
+
+@pytest.mark.parametrize("threads", [256, 512, 1024])
+def test_walk_counts_the_rows_the_key_loop_loads(threads):
+    keys = np.arange(0, 1300)
+    want = np.array([_loaded_rows(int(k), threads) for k in keys]) / 64.0
+    assert mmha_walk(keys.astype(float), float(threads)).tolist() == want.tolist()
+    assert [_walk(float(k), float(threads)) for k in keys] == want.tolist()
+
+
+def test_walk_steps_where_the_loop_does():
+    """256 threads: 2 to 8 keys load 32 rows, 9 to 64 keys 64, 65 to 72 keys 96."""
+    got = mmha_walk(np.array([2.0, 8.0, 9.0, 64.0, 65.0, 72.0, 80.0]), 256.0) * 64
+    assert got.tolist() == [32, 32, 64, 64, 96, 96, 128]
