@@ -20,10 +20,20 @@ def test_walk_counts_the_rows_the_key_loop_loads(threads):
     keys = np.arange(0, 1300)
     want = np.array([_loaded_rows(int(k), threads) for k in keys]) / 64.0
     assert mmha_walk(keys.astype(float), float(threads)).tolist() == want.tolist()
-    assert [_walk(float(k), float(threads)) for k in keys] == want.tolist()
+    assert [_walk(float(k), float(threads), 16.0) for k in keys] == want.tolist()
 
 
 def test_walk_steps_where_the_loop_does():
     """256 threads: 2 to 8 keys load 32 rows, 9 to 64 keys 64, 65 to 72 keys 96."""
     got = mmha_walk(np.array([2.0, 8.0, 9.0, 64.0, 65.0, 72.0, 80.0]), 256.0) * 64
     assert got.tolist() == [32, 32, 64, 64, 96, 96, 128]
+
+
+def test_head_dim_64_steps_at_16_keys():
+    """d = 64: 8 threads per key, UNROLLED_K_PER_WARP = 16, so 9 to 16 keys cost as 2 and the step
+    comes past 16; the same bytes per iteration as d = 128 (a row is half as long)."""
+    from costmodel.decode_launch import key_threads
+    assert key_threads(4.0 * 64 * 32 * 100.0, 32.0, 100.0) == 8.0 and key_threads(4.0 * 128 * 7 * 9.0, 7.0, 9.0) == 16.0
+    got = mmha_walk(np.array([2.0, 16.0, 17.0, 128.0]), 256.0, 8.0)
+    assert got.tolist() == [0.5, 0.5, 1.0, 1.0]
+    assert mmha_walk(128.0, 256.0, 8.0) == mmha_walk(64.0, 256.0, 16.0)
