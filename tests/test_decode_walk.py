@@ -37,3 +37,18 @@ def test_head_dim_64_steps_at_16_keys():
     got = mmha_walk(np.array([2.0, 16.0, 17.0, 128.0]), 256.0, 8.0)
     assert got.tolist() == [0.5, 0.5, 1.0, 1.0]
     assert mmha_walk(128.0, 256.0, 8.0) == mmha_walk(64.0, 256.0, 16.0)
+
+
+def test_xqa_wave_latency_by_mma_tiles():
+    """XQA's per-wave latency counts its query heads in 16-row MMA tiles: a grouped configuration
+    of 4 or 16 query heads per KV head pays the same, 24 one tile more; the scalar and array
+    paths agree to the bit."""
+    from costmodel.decode_launch import launch_time, launch_times, xqa_rows
+    assert xqa_rows(np.array([2.0, 4.0, 16.0, 24.0, 32.0])).tolist() == [16, 16, 16, 32, 32]
+    v = [1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 0.02, 6e-6, 0.0, 7e-6, 4e-6, 0.0, 1e30, 1e-6, 1e30, 0.0, 0.0]
+    n, kv, hkv = 64.0, 4096.0, 8.0
+    t = {g: launch_time(v, n, kv, 1.0, 1.0, g * hkv, hkv, 108, (2, 32, "launch")) for g in (4.0, 16.0, 24.0)}
+    assert t[4.0] == t[16.0] < t[24.0]
+    arr = launch_times(v, np.array([n] * 3), np.array([kv] * 3), np.ones(3), np.ones(3), np.array([4.0, 16.0, 24.0]) * hkv,
+                       np.full(3, hkv), 108, (2, 32, "launch"))
+    assert arr.tolist() == [t[4.0], t[16.0], t[24.0]]
