@@ -213,7 +213,9 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   203 µs at 2 to 64 keys), then with the head dim's threads per key (d = 64 steps at 16 → 32
   keys), then XQA's per-wave latency by query rows padded to 16-row MMA tiles (A100 at 8,192
   keys: g = 2 to 16 within 2 %, 24 and 32 18-22 % slower): A100 6.10 / 6.05 / 6.43 → 6.62 / 5.62 /
-  5.75 → (same) → 6.69 / 5.14 / 5.81 (mean 6.2 → 6.0 → 5.9), L40S 8.09 / 7.60 / 7.36 → 7.82 /
+  5.75 → (same) → 6.69 / 5.47 / 5.81 (mean 6.2 → 6.0 → 6.0; 5.14 on draw 1 with the tiles' cost
+  counted from the first tile, (1 + c_q·16·⌈g/16⌉), which stalls the fit on synthetic XQA rows: counted
+  past the first tile it recovers them), L40S 8.09 / 7.60 / 7.36 → 7.82 /
   7.37 / 7.14 → 7.62 / 7.04 / 7.02 → 7.50 / 7.10 / 6.90 (7.7 → 7.4 → 7.2 → 7.2), B200 4.86 → 4.86
   → 4.86 (in sample on the decode rows A100 6.1 → 5.4 → 5.4 → 5.3, L40S 7.5 → 7.5 → 7.2 → 7.0).
   Tried and dropped (in sample, decode rows): the value loop's rows in the walk too (V_LOOP_UNROLL
@@ -228,7 +230,7 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   heads: +565 µs from 8 to 16 keys for 1.07 GB more key rows issued), which a latency per 64 rows
   under one root with the memory time does not follow; single cells such as 64 units of 512 keys
   (33.5 µs, against 19.8 at 32 units and 30.5 at 128: -57 %); L40S's L2 cliff (rows of 100-200
-  MB, see above: 134 MB runs 202-362 µs by block shape). B200 (4.9) meets the bar, A100 (5.9) and
+  MB, see above: 134 MB runs 202-362 µs by block shape). B200 (4.9) meets the bar, A100 (6.0) and
   L40S (7.2) do not.
   H100 re-checked: of the 404 usable rows, the 267 over 50 µs (the least timing-noise-prone)
   still run 0.03-3.3 TB/s within one head configuration (64/64 heads: 56 rows, median 1.38 TB/s,

@@ -48,9 +48,9 @@ share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows 
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
 of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
 MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split,
-except that a wave's latency grows with XQA's query rows, its g heads padded to whole 16-row MMA
-tiles (``xqa_rows``), not with g: A100 at 8,192 keys runs g = 2 to 16 alike (4-128 units: within
-2 %) and g = 24, 32 18-22 % slower (held out A100 6.0 → 5.9, L40S 7.2 → 7.2; in sample 5.4 → 5.3,
+except that a wave's latency grows with XQA's query rows past its first 16-row MMA tile, its g heads
+padded to whole tiles (``xqa_rows``), not with g: A100 at 8,192 keys runs g = 2 to 16 alike (4-128 units: within
+2 %) and g = 24, 32 18-22 % slower (held out A100 6.0 → 6.0, L40S 7.2 → 7.2, per draw A100 6.62 / 5.62 / 5.75 → 6.69 / 5.47 / 5.81; in sample 5.4 → 5.3,
 7.2 → 7.0).
 """
 from __future__ import annotations
@@ -141,7 +141,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         split = xqa_block_count(n, units, kv, sms)
         waves = math.ceil(units * split / sms)
         flow = units * split / waves * cta
-        add, fixed = waves * unit * (1.0 + cq * (16.0 * math.ceil(g / 16.0))), 0.0
+        add, fixed = waves * unit * (1.0 + cq * (16.0 * (math.ceil(g / 16.0) - 1.0))), 0.0
     else:
         units, nb = n * h, mmha_blocks(groups)
         factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
@@ -178,5 +178,6 @@ def _key_threads(F: float, units: float, kv: float) -> float:
 
 
 def xqa_rows(g):
-    """XQA's query rows per block: its g query heads padded to whole 16-row MMA tiles (numpy or float)."""
-    return 16.0 * np.ceil(g / 16.0)
+    """XQA's query rows past a block's first 16-row MMA tile: its g query heads padded to whole tiles,
+    less the first (numpy or float; the first tile's cost is the wave latency itself)."""
+    return 16.0 * (np.ceil(g / 16.0) - 1.0)

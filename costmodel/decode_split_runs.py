@@ -94,7 +94,7 @@ def _xqa(v, nf, units, g, kv, F, B, r, sms, launch):
     split = np.maximum(np.minimum(split, math.floor(XQA_SUB_SEQ / max(nf, 1.0))), 1.0)
     waves = np.ceil(units * split / sms)
     flow = units * split / waves * cta
-    add = waves * unit * (1.0 + cq * (16.0 * math.ceil(g / 16.0) if launch else g))
+    add = waves * unit * (1.0 + cq * (16.0 * (math.ceil(g / 16.0) - 1.0) if launch else g))
     mem = _mem(B, r, beta, beta_l2, flow, None)
     if launch and hide:
         mem *= np.maximum(1.0 - hide * split / kv, 0.0)

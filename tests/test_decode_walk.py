@@ -44,7 +44,7 @@ def test_xqa_wave_latency_by_mma_tiles():
     of 4 or 16 query heads per KV head pays the same, 24 one tile more; the scalar and array
     paths agree to the bit."""
     from costmodel.decode_launch import launch_time, launch_times, xqa_rows
-    assert xqa_rows(np.array([2.0, 4.0, 16.0, 24.0, 32.0])).tolist() == [16, 16, 16, 32, 32]
+    assert xqa_rows(np.array([2.0, 4.0, 16.0, 24.0, 32.0])).tolist() == [0, 0, 0, 16, 16]
     v = [1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 0.02, 6e-6, 0.0, 7e-6, 4e-6, 0.0, 1e30, 1e-6, 1e30, 0.0, 0.0]
     n, kv, hkv = 64.0, 4096.0, 8.0
     t = {g: launch_time(v, n, kv, 1.0, 1.0, g * hkv, hkv, 108, (2, 32, "launch")) for g in (4.0, 16.0, 24.0)}
