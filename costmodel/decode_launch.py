@@ -21,14 +21,20 @@ alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6
 there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
 wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
 b = 4 gives 256 units one wave of 512-thread blocks, two per SM.
-  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·kv/(64·m)))²) + (m·c_comb + c_red)·[m > 1] + o_mha
+  t_mmha  = √((F/π_mha)² + mem² + (W·(u_mha + τ·R(L, T)/64))²) + (m·c_comb + c_red)·[m > 1] + o_mha
 c_red (``combine_fixed``, both kernels) is a split launch's reduction, paid once: in multi-block
 mode each block writes its partial max, sum and output, and the last block of a unit (an atomic
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
-u_mha is one wave's fixed latency and τ·kv/(64·m) a block's walk over its kv/m keys, τ per 64 of
-them whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
+u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
+R(L, T) the key rows its threads load, in 256-byte rows (``mmha_walk``: the loop's T/4-key iterations, each thread
+group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
+16-64 keys 64; A100, 32 heads, 8,192 units: 135, 140, 151, 194, 198, 203 µs at 2 to 64 keys). With
+kv/m in place of R (before): in sample on the decode rows A100 6.1 → 5.4 (the 64-key dip of
+small grids, -16 %, gone), held out (seeds 0-2) A100 6.2 → 6.0, L40S 7.7 → 7.4; with the head
+dim's threads per key (L40S's d = 64 rows step at 16 → 32 keys, not 8 → 16): L40S in sample 7.5 →
+7.2, held out 7.4 → 7.2. τ per 16 KB of rows (64 rows at d = 128) whatever the block's size: the larger blocks a small grid gets do not walk their keys faster.
 Priced per pass of T/16 keys (16 threads per value), 1,024-thread blocks ran slow and 256-thread ones
 fast (A100 MMHA rows at 64-512 keys: -9 to -14 % and +9 to +14 %; L40S at 512-2,047 keys: -14 %
 and +10 to +18 %); with a second latency per pass growing with T/1024 the fit sends the per-pass
@@ -41,7 +47,11 @@ key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(
 share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
 of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
-MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split.
+MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split,
+except that a wave's latency grows with XQA's query rows past its first 16-row MMA tile, its g heads
+padded to whole tiles (``xqa_rows``), not with g: A100 at 8,192 keys runs g = 2 to 16 alike (4-128 units: within
+2 %) and g = 24, 32 18-22 % slower (held out A100 6.0 → 6.0, L40S 7.2 → 7.2, per draw A100 6.62 / 5.62 / 5.75 → 6.69 / 5.47 / 5.81; in sample 5.4 → 5.3,
+7.2 → 7.0).
 """
 from __future__ import annotations
 
@@ -72,6 +82,28 @@ def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
     return threads, per_sm, split
 
 
+def mmha_walk(keys, threads, tpk=16.0):
+    """MMHA's key walk over a block's cached keys (``keys`` = kv_loop_length, the current one
+    apart), in latencies of 16 KB: the key rows its threads load (``decoderMaskedMultiheadAttentionTemplate.h``,
+    16-bit: tpk = threads_per_key = d·2/16 threads a key, 16 at d = 128, 8 at d = 64). T/tpk keys a
+    step, K_LOOP_UNROLL = 4 steps an iteration of 4·T/tpk keys, up to keys rounded up to
+    UNROLLED_K_PER_WARP = 4·32/tpk; a thread whose first key is past the end loads nothing, the
+    others load all 4 rows of each iteration they start, clamped to the last key: at d = 128, T =
+    256, 2 to 8 keys load as many rows as 8, 16 to 64 as many as 64; at d = 64 the steps come at
+    16 and 128. Numpy or float."""
+    per_warp = 128.0 / tpk
+    end = np.ceil(keys / per_warp) * per_warp
+    groups = threads / tpk
+    full = np.floor(end / (4.0 * groups))
+    return (4.0 * groups * full + 4.0 * np.minimum(end - 4.0 * groups * full, groups)) * tpk / (16.0 * MMHA_WALK_KEYS)
+
+
+def key_threads(F, units, kv):
+    """MMHA's threads per key, d·2/16 capped at 32 (a power of two), from the FLOPs 4·d·u·kv of u
+    per-head units over kv keys (numpy or float)."""
+    return np.minimum(np.exp2(np.round(np.log2(np.maximum(F / (32.0 * np.maximum(units * kv, 1.0)), 1.0)))), 32.0)
+
+
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
@@ -83,8 +115,8 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     slots = np.where(grouped, sms, sms * per_sm)
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
-    add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS)))
+    add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
+    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -109,7 +141,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         split = xqa_block_count(n, units, kv, sms)
         waves = math.ceil(units * split / sms)
         flow = units * split / waves * cta
-        add, fixed = waves * unit * (1.0 + cq * g), 0.0
+        add, fixed = waves * unit * (1.0 + cq * (16.0 * (math.ceil(g / 16.0) - 1.0))), 0.0
     else:
         units, nb = n * h, mmha_blocks(groups)
         factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
@@ -119,7 +151,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS))
+        add, fixed = 0.0, waves * (unit_mha + loop * _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv)))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
@@ -129,3 +161,23 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     c = F / (pi if grouped else pi_mha)
     comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
+
+
+def _walk(keys: float, threads: float, tpk: float) -> float:
+    """``mmha_walk`` on floats."""
+    per_warp = 128.0 / tpk
+    end = math.ceil(keys / per_warp) * per_warp
+    groups = threads / tpk
+    full = math.floor(end / (4.0 * groups))
+    return (4.0 * groups * full + 4.0 * min(end - 4.0 * groups * full, groups)) * tpk / (16.0 * MMHA_WALK_KEYS)
+
+
+def _key_threads(F: float, units: float, kv: float) -> float:
+    """``key_threads`` on floats."""
+    return min(2.0 ** round(math.log2(max(F / (32.0 * max(units * kv, 1.0)), 1.0))), 32.0)
+
+
+def xqa_rows(g):
+    """XQA's query rows past a block's first 16-row MMA tile: its g query heads padded to whole tiles,
+    less the first (numpy or float; the first tile's cost is the wave latency itself)."""
+    return 16.0 * (np.ceil(g / 16.0) - 1.0)

@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, MMHA_WALK_KEYS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
+from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
                            decode_unit_time)
-from .decode_launch import mmha_blocks, xqa_dispatched  # after decode_units, which imports it last
+from .decode_launch import key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
 
 
 class SplitDecodeRuns:
@@ -94,7 +94,7 @@ def _xqa(v, nf, units, g, kv, F, B, r, sms, launch):
     split = np.maximum(np.minimum(split, math.floor(XQA_SUB_SEQ / max(nf, 1.0))), 1.0)
     waves = np.ceil(units * split / sms)
     flow = units * split / waves * cta
-    add = waves * unit * (1.0 + cq * g)
+    add = waves * unit * (1.0 + cq * (16.0 * (math.ceil(g / 16.0) - 1.0) if launch else g))
     mem = _mem(B, r, beta, beta_l2, flow, None)
     if launch and hide:
         mem *= np.maximum(1.0 - hide * split / kv, 0.0)
@@ -114,7 +114,7 @@ def _mmha_launch(v, units, g, kv, F, B, r, sms, nb):
     split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0), np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
     waves = np.ceil(units * split / (sms * per_sm))
     flow = units * split / waves * cta * (threads / 256.0)
-    fixed = waves * (unit_mha + loop * kv / (split * MMHA_WALK_KEYS))
+    fixed = waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv)))
     mem = _mem(B, r, beta_mha, beta_l2, flow, g - 1.0)
     c = F / pi_mha
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb + comb0, 0.0) + over_mha
@@ -144,3 +144,4 @@ def _flow_hidden(v, units, g, kv, F, B, r, sms):
         mem *= np.maximum(1.0 - hide * split / kv, 0.0)
     c = F / pi
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb, 0.0) + over
+

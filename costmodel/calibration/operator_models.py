@@ -33,6 +33,7 @@ from scipy.optimize import least_squares
 from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
+from .attention_apart import apart, fit_apart
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 
@@ -253,6 +254,8 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     tile = tile or Q_TILE
     params = class_params_for(op_class, df, sms, l2, tile)
+    if op_class == "attention" and apart(df, params):     # context and generation kernels: two problems
+        return fit_apart(df, params, form, upper, sms, l2, tile)
     t = df["time_s"].to_numpy(float)
     if op_class == "attention":     # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
@@ -294,10 +297,14 @@ def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
 
 
 def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile: int = Q_TILE) -> tuple:
-    """The (g_min, g_max, split) of least loss on a sample of the rows: the (g_min, g_max) of
-    ``GROUPINGS`` under the flow split, then that grouping's split among ``SPLITS``, then where MMHA
-    runs (launch, gen) its blocks per SM among ``MMHA_OCCUPANCY`` (a fourth element where not the
-    first); and its sample fit's solution (ln(p/p0) under that split's start)."""
+    """The (g_min, g_max, split) of least loss on a sample of the rows: every (g_min, g_max, split)
+    of ``GROUPINGS``, then where MMHA runs (launch, gen) its blocks per SM among ``MMHA_OCCUPANCY``
+    (a fourth element where not the first); and its sample fit's solution (ln(p/p0) under that
+    split's start). Not the grouping under the flow split first and its split after: B200's
+    (2, 16) and (1, 16) tie under flow (sample loss 7.90 / 7.91 on one draw) while only (1, 16)
+    suits the gen split (4.1 against 10.0), so that order cost it the gen split on one draw of three
+    (held out 6.5 against 4.8 there). Kernel-separate tables come here with their decode rows alone
+    (``attention_apart``)."""
     idx = np.random.default_rng(0).permutation(len(t))[:sample]
     sub, ts = df.iloc[idx].reset_index(drop=True), t[idx]
 
@@ -308,8 +315,7 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
         r = least_squares(fn, np.zeros(len(params)), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                           ftol=1e-3, tr_solver="lsmr")
         return r.cost, groups, r.x
-    flow = min((cost(g) for g in GROUPINGS if g[2] == SPLITS[0]), key=lambda c: c[0])
-    best = min([flow] + [cost(flow[1][:2] + (s,)) for s in SPLITS[1:]], key=lambda c: c[0])
+    best = min((cost(g) for g in GROUPINGS), key=lambda c: c[0])
     if best[1][2] in ("launch", "gen"):      # MMHA's occupancy: 256-thread blocks per SM (decode_launch.mmha_launch)
         best = min([best] + [cost(best[1][:3] + (b,)) for b in MMHA_OCCUPANCY[1:]], key=lambda c: c[0])
     return best[1], best[2]

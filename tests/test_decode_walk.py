@@ -1,0 +1,54 @@
+"""MMHA's key walk (costmodel/decode_launch.py, ``mmha_walk``) against its key loop enumerated
+thread group by thread group, as decoderMaskedMultiheadAttentionTemplate.h runs it (16 threads per
+key, 16-bit, d = 128; K_LOOP_UNROLL = 4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel.decode_launch import _walk, mmha_walk
+
+
+def _loaded_rows(keys: int, threads: int) -> int:
+    groups, unroll = threads // 16, 4            # K_PER_ITER key groups of 16 threads; rows per group per iteration
+    end = -(-keys // 8) * 8                      # k_loop_end: keys rounded up to UNROLLED_K_PER_WARP = 2 · 4
+    return sum(unroll for first in range(groups) for _ in range(first, end, groups * unroll))
+
+
+@pytest.mark.parametrize("threads", [256, 512, 1024])
+def test_walk_counts_the_rows_the_key_loop_loads(threads):
+    keys = np.arange(0, 1300)
+    want = np.array([_loaded_rows(int(k), threads) for k in keys]) / 64.0
+    assert mmha_walk(keys.astype(float), float(threads)).tolist() == want.tolist()
+    assert [_walk(float(k), float(threads), 16.0) for k in keys] == want.tolist()
+
+
+def test_walk_steps_where_the_loop_does():
+    """256 threads: 2 to 8 keys load 32 rows, 9 to 64 keys 64, 65 to 72 keys 96."""
+    got = mmha_walk(np.array([2.0, 8.0, 9.0, 64.0, 65.0, 72.0, 80.0]), 256.0) * 64
+    assert got.tolist() == [32, 32, 64, 64, 96, 96, 128]
+
+
+def test_head_dim_64_steps_at_16_keys():
+    """d = 64: 8 threads per key, UNROLLED_K_PER_WARP = 16, so 9 to 16 keys cost as 2 and the step
+    comes past 16; the same bytes per iteration as d = 128 (a row is half as long)."""
+    from costmodel.decode_launch import key_threads
+    assert key_threads(4.0 * 64 * 32 * 100.0, 32.0, 100.0) == 8.0 and key_threads(4.0 * 128 * 7 * 9.0, 7.0, 9.0) == 16.0
+    got = mmha_walk(np.array([2.0, 16.0, 17.0, 128.0]), 256.0, 8.0)
+    assert got.tolist() == [0.5, 0.5, 1.0, 1.0]
+    assert mmha_walk(128.0, 256.0, 8.0) == mmha_walk(64.0, 256.0, 16.0)
+
+
+def test_xqa_wave_latency_by_mma_tiles():
+    """XQA's per-wave latency counts its query heads in 16-row MMA tiles: a grouped configuration
+    of 4 or 16 query heads per KV head pays the same, 24 one tile more; the scalar and array
+    paths agree to the bit."""
+    from costmodel.decode_launch import launch_time, launch_times, xqa_rows
+    assert xqa_rows(np.array([2.0, 4.0, 16.0, 24.0, 32.0])).tolist() == [0, 0, 0, 16, 16]
+    v = [1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 0.02, 6e-6, 0.0, 7e-6, 4e-6, 0.0, 1e30, 1e-6, 1e30, 0.0, 0.0]
+    n, kv, hkv = 64.0, 4096.0, 8.0
+    t = {g: launch_time(v, n, kv, 1.0, 1.0, g * hkv, hkv, 108, (2, 32, "launch")) for g in (4.0, 16.0, 24.0)}
+    assert t[4.0] == t[16.0] < t[24.0]
+    arr = launch_times(v, np.array([n] * 3), np.array([kv] * 3), np.ones(3), np.ones(3), np.array([4.0, 16.0, 24.0]) * hkv,
+                       np.full(3, hkv), 108, (2, 32, "launch"))
+    assert arr.tolist() == [t[4.0], t[16.0], t[24.0]]
