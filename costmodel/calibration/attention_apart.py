@@ -49,6 +49,6 @@ def fit_apart(df: pd.DataFrame, params, form: str, upper: dict, sms: int, l2: fl
     s = float(np.sqrt((fp.s ** 2 * n_p + fd.s ** 2 * n_d) / (n_p + n_d)))
     active = {p: o.active[p] for p, o in zip(params, own)}
     groups = fd.groups
-    errors = ape_stats(model_times("attention", params, values, df, sms, groups, 0, fp.q_tile), df["time_s"].to_numpy(float))
-    return ModelFit("attention", form, tuple(params), values, cov, s, active, errors, warns, 
-                    units={p: UNITS[base_name(p)] for p in params}, sms=sms, groups=groups, oneshot_tokens=0, q_tile=fp.q_tile)
+    errors = ape_stats(model_times("attention", params, values, df, sms, groups, fp.q_tile), df["time_s"].to_numpy(float))
+    return ModelFit("attention", form, tuple(params), values, cov, s, active, errors, warns,
+                    units={p: UNITS[base_name(p)] for p in params}, sms=sms, groups=groups, q_tile=fp.q_tile)
