@@ -215,7 +215,7 @@ def upper_bounds(spec) -> dict:
     if spec is None:
         return {}
     out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
-           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_decode": spec.peak_bandwidth,
+           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_prefill_kv": spec.peak_bandwidth, "beta_decode": spec.peak_bandwidth,
            "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth, "pi_decode_mha": spec.peak_flops,
            "pi_moe": spec.peak_flops, "pi_tuned_moe": spec.peak_flops, "beta_moe": spec.peak_bandwidth}
     if spec.interconnect_bandwidth:
