@@ -22,6 +22,7 @@ from bisect import bisect_left, bisect_right
 from operator import sub
 
 import numpy as np
+from simpy.events import Event
 
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
@@ -159,8 +160,14 @@ class Replica(RunPlanning):
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
-                state.release_finished()
-                yield from self._wait_for_work()
+                if state.finished:
+                    state.release_finished()
+                if self.pull is None:      # _wait_for_work, inlined
+                    idle = self.idle = Event(env)
+                    yield idle
+                    self._clock = None
+                else:
+                    yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
                 yield self.env.at(self.env.now, LATE)
@@ -180,15 +187,19 @@ class Replica(RunPlanning):
             ends = self._step_ends(plan, start)
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
-            t = float(ends[-1])
+            t = ends[-1] if type(ends) is list else float(ends[-1])
             if skipping and (not env._queue or env._queue[0][0] > t):   # _skip_to, inlined
                 env._now = t
             else:
                 yield env.at(t)
                 ends = self._running_ends   # an arrival may have cut the run (``_cut``)
             self._running_ends = None
-            self._clock = float(ends[-1])
-            self._apply(plan, start, ends)
+            self._clock = ends[-1] if type(ends) is list else float(ends[-1])
+            if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
+                    and self.iteration_log is None):
+                self._apply_lone(plan.items, start, ends)
+            else:
+                self._apply(plan, start, ends)
 
     def _wait_for_work(self):
         """Idle until a request is submitted; the clock is then the arrival's."""
