@@ -31,6 +31,7 @@ from .arrival_folds import ArrivalFolds, _step
 from .chunked import ChunkedRuns
 
 SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
+OPEN_RUN = 16    # the same toward no known stop (several replicas): no early break at a stop, so numpy pays sooner
 
 
 class RunPlanning(ChunkedRuns, ArrivalFolds):
@@ -152,7 +153,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         f = jl[ji][0]
                     seg = f - pos
                     if seg > 0:
-                        if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                        if seg <= (SHORT_RUN if arrival < math.inf else OPEN_RUN) and not arrays:   # _decode_ends' short path, inlined
                             e = listed(n, float(kv), seg, t, arrival)
                             if len(e) > 1:
                                 self._step_estimate = e[-1] - e[-2]
@@ -269,7 +270,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         after it."""
         if stop < math.inf and steps > SHORT_RUN:
             steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
-        if steps <= SHORT_RUN:
+        if steps <= (SHORT_RUN if stop < math.inf else OPEN_RUN):
             e = self.cm.decode_ends_list(n, float(kv), steps, t, stop)
             if len(e) > 1:
                 self._step_estimate = e[-1] - e[-2]
