@@ -22,6 +22,7 @@ from bisect import bisect_left, bisect_right
 from operator import sub
 
 import numpy as np
+from simpy.events import Event
 
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
@@ -159,8 +160,14 @@ class Replica(RunPlanning):
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
-                state.release_finished()
-                yield from self._wait_for_work()
+                if state.finished:
+                    state.release_finished()
+                if self.pull is None:      # _wait_for_work, inlined
+                    idle = self.idle = Event(env)
+                    yield idle
+                    self._clock = None
+                else:
+                    yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
                 yield self.env.at(self.env.now, LATE)
@@ -180,15 +187,19 @@ class Replica(RunPlanning):
             ends = self._step_ends(plan, start)
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
-            t = float(ends[-1])
+            t = ends[-1] if type(ends) is list else float(ends[-1])
             if skipping and (not env._queue or env._queue[0][0] > t):   # _skip_to, inlined
                 env._now = t
             else:
                 yield env.at(t)
                 ends = self._running_ends   # an arrival may have cut the run (``_cut``)
             self._running_ends = None
-            self._clock = float(ends[-1])
-            self._apply(plan, start, ends)
+            self._clock = ends[-1] if type(ends) is list else float(ends[-1])
+            if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
+                    and self.iteration_log is None):
+                self._apply_lone(plan.items, start, ends)
+            else:
+                self._apply(plan, start, ends)
 
     def _wait_for_work(self):
         """Idle until a request is submitted; the clock is then the arrival's."""
@@ -218,6 +229,9 @@ class Replica(RunPlanning):
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
+        if not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins \
+                and self.iteration_log is None:
+            return self._apply_lone(plan.items, start, ends)
         steps = len(ends)
         self.num_iterations += steps
         if self.iteration_log is not None:
@@ -317,6 +331,65 @@ class Replica(RunPlanning):
                 if on_finish is not None:
                     on_finish()
                 self.on_finish(req)
+
+    def _apply_lone(self, items, start: float, ends) -> None:
+        """``_apply`` for a plan of one request, no cohort, lead, leavers or joiners (the common
+        plan of a lightly loaded cluster): the same updates, the general case's setup left out."""
+        (req, n), = items
+        steps = len(ends)
+        self.num_iterations += steps
+        if type(ends) is list:
+            first, last = ends[0], ends[-1]
+        else:
+            first, last = float(ends[0]), float(ends[-1])
+        s = self.state
+        pool = s.pool
+        top = 0.0
+        if steps > 1:
+            if self._counts_runs:
+                self.policy.on_fast_forward(steps - 1)
+            if type(ends) is list:
+                inner = list(map(sub, ends[1:], ends))
+                top = max(inner)
+            else:
+                inner = ends[1:] - ends[:-1]
+                top = float(np.maximum.reduce(inner))
+            self.itl.add_many(inner)
+        if req.first_scheduled_s is None:
+            req.first_scheduled_s = start
+        req.num_computed_tokens += n
+        finished = False
+        if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
+            if req.first_token_s is None:
+                req.first_token_s = first
+                if top > req.max_itl_s:
+                    req.max_itl_s = top
+            else:
+                gap = first - req.last_token_s
+                self.itl.add(gap)
+                req.max_itl_s = max(req.max_itl_s, gap, top)
+            req.num_computed_tokens += steps - 1
+            req.num_output_tokens += steps
+            req.last_token_s = last
+            finished = req.num_output_tokens >= req.output_len
+            if steps > 1:
+                cache = pool.cache
+                held = -(-req.num_computed_tokens // pool.block_size) - (cache.shared_blocks(req) if cache else 0)
+                pool.used += held - req.num_blocks
+                req.num_blocks = held
+        assert pool.used <= pool.total
+        c = s.cohort
+        if c is not None and not c.members:
+            self._join_cohort(items, last)
+        if finished:
+            req.finish_s = last
+            s.retire(req, True)
+            if c is None or req in s.running:
+                s.running.remove(req)
+            self._outstanding -= 1
+            if self._counts_finishes:
+                self.policy.on_finish()
+            self.on_finish(req)
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list | None]:
         """The cohort through a folded run, segment by segment between the steps where members or

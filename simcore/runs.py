@@ -31,6 +31,7 @@ from .arrival_folds import ArrivalFolds, _step
 from .chunked import ChunkedRuns
 
 SHORT_RUN = 64   # runs up to this many steps are timed in plain floats (numpy's call overhead dominates)
+OPEN_RUN = 16    # the same toward no known stop (several replicas): no early break at a stop, so numpy pays sooner
 
 
 class RunPlanning(ChunkedRuns, ArrivalFolds):
@@ -48,6 +49,10 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
         self._lead, self._seqs0 = None, len(items) + nc
+        if not nc and len(items) == 1 and self.pull is None and self.fast_forward and not plan.preempted:
+            ends = self._lone_ends(items[0], start)
+            if ends is not None:
+                return ends
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
         if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
             ends = self._chunked_run(plan, start)
@@ -84,6 +89,29 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             return self._decode_ends(start, n, kv, k, stop)
         t = t1
         return [t] if t >= stop else self._decode_ends(t, n, kv + n, k - 1, stop, lead=True)
+
+    def _lone_ends(self, item, start: float):
+        """``_step_ends`` for a plan of one request and no cohort, on a replica that does not know
+        its next arrival (the common plan of a lightly loaded cluster): the same steps, its
+        general checks written out for one request. None if the request is still prefilling
+        after its first step (a chunked run: the general path)."""
+        r, q = item
+        if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
+            return None
+        k = r.output_len - r.num_output_tokens
+        s = self.state
+        if k > 1:
+            if len(s.running) == 1 and (s.cohort is None or not s.cohort.members) and self.policy.can_fast_forward(s):
+                k = self._kv_limited(((r, q),), k, 0)
+            else:
+                k = 1
+        kv = r.num_computed_tokens + q
+        if q == 1 and k > 1:
+            return self._decode_ends(start, 1, kv, k)
+        t1 = self.cm.prefill_lead_ends(0, 0, (0, q), r.num_computed_tokens, start)[0]   # as _step_ends prices it
+        if k <= 1:
+            return [t1]
+        return self._decode_ends(t1, 1, kv + 1, k - 1, math.inf, lead=True)
 
     def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list, head=None):
         """A run of at most k steps (for a sole replica, only those that start before its next
@@ -125,7 +153,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         f = jl[ji][0]
                     seg = f - pos
                     if seg > 0:
-                        if seg <= SHORT_RUN and not arrays:   # _decode_ends' short path, inlined
+                        if seg <= (SHORT_RUN if arrival < math.inf else OPEN_RUN) and not arrays:   # _decode_ends' short path, inlined
                             e = listed(n, float(kv), seg, t, arrival)
                             if len(e) > 1:
                                 self._step_estimate = e[-1] - e[-2]
@@ -242,7 +270,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         after it."""
         if stop < math.inf and steps > SHORT_RUN:
             steps = min(steps, max(2, int((stop - t) / self._step_estimate) + 2))
-        if steps <= SHORT_RUN:
+        if steps <= (SHORT_RUN if stop < math.inf else OPEN_RUN):
             e = self.cm.decode_ends_list(n, float(kv), steps, t, stop)
             if len(e) > 1:
                 self._step_estimate = e[-1] - e[-2]

@@ -223,3 +223,32 @@ def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
         engines, _, max_len = build_cluster("vllm", llama8b, h100, 1, {"max_num_batched_tokens": 2048}, 4, "least_outstanding")
         Simulation(engines, wl, router=checked, max_model_len=max_len).run()
     assert 0 in picks and max(picks) > 1
+
+
+@pytest.mark.parametrize("policy,flags", [("vllm", {}), ("vllm", {"num_gpu_blocks_override": 40}), ("sglang", {}),
+                                          ("nochunk", {})])
+def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeypatch):
+    """A lightly loaded cluster: most plans are one request on an idle replica (Replica._apply_lone,
+    RunPlanning._lone_ends), cut by arrivals or not, some a single output token or prompt token,
+    tight pools cutting runs at the blocks; fast-forward gives stepping's bits, ITL histogram too."""
+    from simcore.replica import Replica
+    taken = {"ends": 0, "apply": 0}
+    for name, key in (("_lone_ends", "ends"), ("_apply_lone", "apply")):
+        orig = getattr(Replica, name)
+
+        def counted(self, *a, _orig=orig, _key=key):
+            taken[_key] += 1
+            return _orig(self, *a)
+        monkeypatch.setattr(Replica, name, counted)
+    rng = np.random.default_rng(11)
+    n = 400
+    prompts = np.where(rng.random(n) < 0.1, 1, rng.integers(2, 900, n))
+    outputs = np.where(rng.random(n) < 0.15, 1, rng.integers(2, 400, n))
+    wl = fixed_workload(np.cumsum(rng.exponential(0.6, n)), prompts, outputs)
+    _, a = cluster_run(llama8b, h100, wl, "least_outstanding", 6, policy, flags, ff=True, check=True)
+    _, b = cluster_run(llama8b, h100, wl, "least_outstanding", 6, policy, flags, ff=False)
+    assert taken["ends"] > n // 2 and taken["apply"] > n // 2
+    for col in ("replica", "first_token_s", "finish_s", "max_itl_s"):
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
+    for key in ("median_itl_ms", "p99_itl_ms", "mean_itl_ms", "max_itl_ms", "completed"):
+        assert a.summary[key] == b.summary[key], key
