@@ -303,6 +303,8 @@ class Replica(RunPlanning):
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
             finished = sorted(finished + done, key=self._finish_key(plan, ends, P, quiet)) if finished else done
+        elif steps > 1 and len(finished) > 1 and s.hold_finished:   # held in the order they finished
+            finished.sort(key=self._finish_key(plan, ends, P, quiet))
         assert pool.used <= pool.total
         if c is not None and (plan.cohort or not c.members):   # _join_cohort
             self._join_cohort(items, last)

@@ -337,3 +337,35 @@ def test_sglang_same_step_finishers_leave_in_batch_order(variant):
                  max_total_tokens=3000, max_running_requests=3, disable_radix_cache=False, max_model_len=8192)
     res = assert_modes_agree("sglang", flags, _finishers_tie(variant))
     assert res.requests["num_cached_tokens"].iloc[19] == 64
+
+
+def _radix_releases(flags, wl, ff, monkeypatch):
+    from simcore.radix_cache import RadixCache
+    got, release = [], RadixCache.release
+
+    def logged(cache, req):
+        got.append(req.seq)
+        return release(cache, req)
+    monkeypatch.setattr(RadixCache, "release", logged)
+    run("sglang", flags, wl, ff)
+    monkeypatch.undo()
+    return got
+
+
+RELEASE_CASES = {   # (arrivals, outputs, max_running_requests); every prompt one token
+    "a decode beside the cohort": ([0] * 5 + [0.01] + [0.02] * 8, [1] * 5 + [3] + [1] * 6 + [2, 1], 2),
+    "finishes through a run": ([0, 0.01, 0.01] + [0.11] * 11, [18, 3, 2] + [1] * 11, 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RELEASE_CASES))
+def test_sglang_radix_releases_in_stepping_order(case, monkeypatch):
+    """Finished requests go into the radix tree in the order stepping puts them there (each step's in
+    batch order; the tree's LRU order follows it): a decode outside the cohort finishing beside
+    cohort members, and requests finishing at different steps of one run (Hypothesis examples)."""
+    arrivals, outputs, running = RELEASE_CASES[case]
+    wl = Workload(np.array(arrivals), [1] * len(outputs), outputs, block_hashes=[()] * len(outputs), block_tokens=32)
+    flags = dict(chunked_prefill_size=64, max_prefill_tokens=64, enable_mixed_chunk=False, page_size=1,
+                 max_total_tokens=2000, max_running_requests=running, disable_radix_cache=False, max_model_len=8192)
+    want = _radix_releases(flags, wl, False, monkeypatch)
+    assert len(want) == len(wl) and _radix_releases(flags, wl, True, monkeypatch) == want
