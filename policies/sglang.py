@@ -255,6 +255,12 @@ class SGLangScheduler(RadixDriving):
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
 
+    @property
+    def planned_extends(self) -> int:
+        """The last plan's first items that are extends (the rest decode): simcore/replica.py orders a
+        step's finishers by it, as the batch results are processed."""
+        return self._extends
+
     def can_fast_forward(self, s: SchedulerState) -> bool:
         return self.chunked_req is None and not s.waiting
 

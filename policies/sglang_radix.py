@@ -39,16 +39,20 @@ class RadixDriving:
         return self._cache is not None
 
     def _settle(self, s) -> None:
-        """The last step's results into the tree, in batch order (see the module)."""
+        """The last step's results into the tree, in batch order (see the module): its extends as
+        planned, then its finished decodes in the order they are held (by queue order, the cohort's
+        among the planned ones: simcore/replica.py)."""
         self._pool, self._decoded = s.pool, 0
         fin, last, self._last = s.finished, self._last, []
         done = {id(r) for r in fin}
         chunked = None
         for r, end in last:
+            if end is None:
+                continue
             if id(r) in done:
                 s.pool.release(r)
                 done.discard(id(r))
-            elif end is not None and r.finish_s is None:
+            elif r.finish_s is None:
                 if r is self.chunked_req:
                     chunked = (r, end)
                 else:

@@ -312,11 +312,13 @@ class Replica(RunPlanning):
             had = len(finished)
             items = items + self._admit_joins(ends, steps, inner, finished, marks)
             if had < len(finished) and not done:
-                finished.sort(key=_finish_order)
+                finished.sort(key=self._finish_key(plan, ends, P, quiet))
         if done:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
-            finished = sorted(finished + done, key=_finish_order) if finished else done
+            finished = sorted(finished + done, key=self._finish_key(plan, ends, P, quiet)) if finished else done
+        elif steps > 1 and len(finished) > 1 and s.hold_finished:   # held in the order they finished
+            finished.sort(key=self._finish_key(plan, ends, P, quiet))
         assert pool.used <= pool.total
         if c is not None and (plan.cohort or not c.members):   # _join_cohort
             self._join_cohort(items, last)
@@ -438,6 +440,12 @@ class Replica(RunPlanning):
         pool.used += used
         return done, inner_max, marks
 
+    def _finish_key(self, plan, ends, P, quiet: int):
+        """Same-step finishers leave in the step's batch order: queue order (seq), or the policy's
+        ``planned_extends`` of the plan first (SGLang)."""
+        extends = getattr(self.policy, "planned_extends", 0)
+        return _extends_first(plan, ends, P, quiet, extends) if extends else _finish_order
+
     def _join_cohort(self, items, last: float) -> None:
         """Planned requests that sampled a token at `last` and decode next join the cohort (called
         when it took part in the step, its members sampling at `last` too, or is empty)."""
@@ -475,6 +483,14 @@ def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:
 
 def _finish_order(req):
     return req.last_token_s, req.seq
+
+
+def _extends_first(plan, ends, P, quiet: int, extends: int):
+    """SGLang's batch order: a step's extends, then its decodes (ScheduleBatch.mix_with_running:
+    merge_batch puts the running batch's reqs after the prefill's), so a request that finished on its
+    extend step leaves before that step's decodes."""
+    at = {id(r): float(ends[quiet if r is P else 0]) for r, _ in plan.items[:extends]}
+    return lambda r: (r.last_token_s, at.get(id(r)) != r.last_token_s, r.seq)
 
 
 def _max(values) -> float:

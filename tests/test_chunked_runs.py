@@ -316,3 +316,56 @@ def test_runs_cut_by_routed_arrivals_match_stepping(policy, case, monkeypatch):
     res = assert_modes_agree(policy, flags, wl, replicas, router)
     assert res.summary["completed"] == len(wl)
     assert counts["cuts"] > 10 and counts["single"] > 0, counts
+
+
+def _finishers_tie(variant):
+    """Hypothesis' falsifying examples: closed loop, requests 14-16 finish in one mixed step, 14 a
+    decode riding the cohort, 15-16 on their extend; 19 later shares 14's (2, 2) prefix."""
+    prompts = [1, 1, 1, 1, 1, 640, 608, 1, 1, 163, 31, 1, 1, 1, 96, 1, 864, 1, 2047] + ([96, 597], [95, 640])[variant]
+    outputs = ([47, 48, 3, 34, 12], [33, 34, 2, 21, 12])[variant] + [1] * 9 + [2] + [1] * 6
+    hashes = [()] * 5 + [(0,) * 20, (0,) * 19, (), (), (0,) * 5, (), (), (), (), (2,) * 3, (), (0,) * 27, (), (1,) * 63]
+    hashes += [((2,) * 3, (0,) * 18), ((2,) * 2, (0,) * 20)][variant]
+    return Workload(np.zeros(21), prompts, outputs, block_hashes=hashes, block_tokens=32, closed_loop_concurrency=3)
+
+
+@pytest.mark.parametrize("variant", [0, 1])
+def test_sglang_same_step_finishers_leave_in_batch_order(variant):
+    """Finishers of one step go into the radix tree in SGLang's batch order (the step's extends, then
+    its decodes, the cohort's among them by queue order), which decides what the next eviction takes:
+    fast-forward agrees with stepping, and request 19 finds 14's prefix still cached."""
+    flags = dict(chunked_prefill_size=256, max_prefill_tokens=256, enable_mixed_chunk=True, page_size=1,
+                 max_total_tokens=3000, max_running_requests=3, disable_radix_cache=False, max_model_len=8192)
+    res = assert_modes_agree("sglang", flags, _finishers_tie(variant))
+    assert res.requests["num_cached_tokens"].iloc[19] == 64
+
+
+def _radix_releases(flags, wl, ff, monkeypatch):
+    from simcore.radix_cache import RadixCache
+    got, release = [], RadixCache.release
+
+    def logged(cache, req):
+        got.append(req.seq)
+        return release(cache, req)
+    monkeypatch.setattr(RadixCache, "release", logged)
+    run("sglang", flags, wl, ff)
+    monkeypatch.undo()
+    return got
+
+
+RELEASE_CASES = {   # (arrivals, outputs, max_running_requests); every prompt one token
+    "a decode beside the cohort": ([0] * 5 + [0.01] + [0.02] * 8, [1] * 5 + [3] + [1] * 6 + [2, 1], 2),
+    "finishes through a run": ([0, 0.01, 0.01] + [0.11] * 11, [18, 3, 2] + [1] * 11, 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RELEASE_CASES))
+def test_sglang_radix_releases_in_stepping_order(case, monkeypatch):
+    """Finished requests go into the radix tree in the order stepping puts them there (each step's in
+    batch order; the tree's LRU order follows it): a decode outside the cohort finishing beside
+    cohort members, and requests finishing at different steps of one run (Hypothesis examples)."""
+    arrivals, outputs, running = RELEASE_CASES[case]
+    wl = Workload(np.array(arrivals), [1] * len(outputs), outputs, block_hashes=[()] * len(outputs), block_tokens=32)
+    flags = dict(chunked_prefill_size=64, max_prefill_tokens=64, enable_mixed_chunk=False, page_size=1,
+                 max_total_tokens=2000, max_running_requests=running, disable_radix_cache=False, max_model_len=8192)
+    want = _radix_releases(flags, wl, False, monkeypatch)
+    assert len(want) == len(wl) and _radix_releases(flags, wl, True, monkeypatch) == want
