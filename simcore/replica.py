@@ -34,6 +34,19 @@ from .invariants import check_replica
 from .runs import RunPlanning, steps_started
 
 
+
+def _sample(req, at: float, top: float):
+    """A request's first sample of a run at ``at``, whose largest gap inside the run is ``top``:
+    its first token (None), or the gap since its last token (returned for the ITL histogram)."""
+    if req.first_token_s is None:
+        req.first_token_s = at
+        if top > req.max_itl_s:
+            req.max_itl_s = top
+        return None
+    gap = at - req.last_token_s
+    req.max_itl_s = max(req.max_itl_s, gap, top)
+    return gap
+
 class Replica(RunPlanning):
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
                  next_arrival, on_finish, fast_forward: bool = True, check: bool = False, log_iterations: bool = False):
@@ -289,14 +302,9 @@ class Replica(RunPlanning):
             elif left_at and req in left_at:
                 mine = left_at[req]
                 top = _max(inner[:mine - 1]) if mine > 1 else 0.0
-            if req.first_token_s is None:
-                req.first_token_s = at
-                if top > req.max_itl_s:
-                    req.max_itl_s = top
-            else:
-                gap = at - req.last_token_s
+            gap = _sample(req, at, top)
+            if gap is not None:
                 gaps.append(gap)
-                req.max_itl_s = max(req.max_itl_s, gap, top)
             req.num_computed_tokens += mine - 1
             req.num_output_tokens += mine
             req.last_token_s = last if s0 + mine == steps else float(ends[s0 + mine - 1])
@@ -362,14 +370,9 @@ class Replica(RunPlanning):
         req.num_computed_tokens += n
         finished = False
         if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
-            if req.first_token_s is None:
-                req.first_token_s = first
-                if top > req.max_itl_s:
-                    req.max_itl_s = top
-            else:
-                gap = first - req.last_token_s
+            gap = _sample(req, first, top)
+            if gap is not None:
                 self.itl.add(gap)
-                req.max_itl_s = max(req.max_itl_s, gap, top)
             req.num_computed_tokens += steps - 1
             req.num_output_tokens += steps
             req.last_token_s = last
