@@ -273,6 +273,12 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
               and len(v) == len(regimes[tp]) - 2 and all(isinstance(x, (int, float)) and x >= 0 for x in v))
         require(ok, f"{source}:allreduce_switches:{tp}", v, "must be a tp of allreduce_regimes -> one [a, b] pair of "
                 "bus bytes (>= 0) per pair of consecutive regimes")
+        pairs = [(float(v[i]), float(v[i + 1])) for i in range(0, len(v), 2)]
+        gaps = [p for p in pairs if p != (0.0, 0.0)]
+        ok = (all(0 < a <= b for a, b in gaps) and all(p[1] <= q[0] for p, q in zip(gaps, gaps[1:]))
+              and (len(gaps) == len(pairs) or hw.allreduce_oneshot_tokens > 0))
+        require(ok, f"{source}:allreduce_switches:{tp}", v, "each gap [a, b] must have 0 < a <= b and rise past the "
+                "one before; [0, 0] (the token switch) needs allreduce_oneshot_tokens > 0")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

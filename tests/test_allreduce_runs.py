@@ -101,6 +101,20 @@ def test_roofline_prices_switched_runs_as_the_fit():
     bad = {**hw.__dict__, "allreduce_switches": {8: [1.0, 2.0]}}
     with pytest.raises(InputError, match="allreduce_switches:8"):
         hardware_from_dict(bad, "bad")
+    good = [float(x) for x in hw.allreduce_switches[8]]
+    gap = next(i for i in range(0, len(good), 2) if good[i:i + 2] != [0.0, 0.0])
+    a, b = good[gap], good[gap + 1]
+    opened = good[:gap] + [0.0, b or 1.0] + good[gap + 2:]          # log(B / 0): NaN step times
+    flipped = good[:gap] + [b + 1.0, a] + good[gap + 2:]
+    cases = [opened, flipped]
+    if any(good[i:i + 2] == [0.0, 0.0] for i in range(0, len(good), 2)):
+        cases.append(None)                                           # a token switch with no one-shot cap
+    for v in cases:
+        bad = {**hw.__dict__, "allreduce_switches": {8: v if v is not None else good}}
+        if v is None:
+            bad["allreduce_oneshot_tokens"] = 0
+        with pytest.raises(InputError, match="allreduce_switches:8"):
+            hardware_from_dict(bad, "bad")
 
 
 def test_pcie_spec_sheet_routes_rows_to_runs(tmp_path):
