@@ -378,8 +378,7 @@ class Replica(RunPlanning):
             req.last_token_s = last
             finished = req.num_output_tokens >= req.output_len
             if steps > 1:
-                cache = pool.cache
-                held = -(-req.num_computed_tokens // pool.block_size) - (cache.shared_blocks(req) if cache else 0)
+                held = pool.blocks_held(req, req.num_computed_tokens)
                 pool.used += held - req.num_blocks
                 req.num_blocks = held
         assert pool.used <= pool.total
