@@ -6,7 +6,8 @@ the engine may run at this size, the first two (one-shot) only up to ``oneshot_t
 previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
-(``calibration/step_pricing.py``) with the array form: the same float operations."""
+(``calibration/step_pricing.py``) with the array form: the same float operations; the logits
+all-gather (NCCL, ``gather_rows``) the same way."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,3 +71,14 @@ def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone
     if oneshot_tokens and len(r) > 4:
         low = np.where(rows > oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if alone else low)
     return low
+
+
+def gather_rows(size, bytes_per_row: float, oneshot_tokens: int, switches=None):
+    """The rows an NCCL all-gather of ``size`` bus bytes is priced at by ``call_time`` (vLLM's
+    logits gather, PyNCCL: never the engine's own kernel): past the one-shot cap on a tp whose
+    lines are a minimum (its NCCL lines); on a switched tp (NCCL at every size, where the token
+    switch stands for NCCL's own switch by size) the rows of an all-reduce of the same bus bytes,
+    ``bytes_per_row`` each, so that each line prices only its own run's sizes."""
+    if switches is not None:
+        return size / bytes_per_row
+    return oneshot_tokens + 1

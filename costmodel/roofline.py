@@ -38,7 +38,8 @@ Operators (each one kernel family, summed over layers):
   logits_gather     faithful counting at tp > 1: each rank's seqs x vocab/tp logits all-gathered
                     (vLLM LogitsProcessor._gather_logits, tensor_model_parallel_all_gather; through
                     PyNCCL, CudaCommunicator.all_gather), (tp-1)/tp of the gathered bytes per link at
-                    the all-reduce's link or its NCCL regimes (not the one-shot ones)
+                    the all-reduce's link or its NCCL regimes (not the one-shot ones; on a tp with
+                    allreduce_switches, the runs of an all-reduce of the same bus bytes)
   elementwise       fitted profiles only: each layer's two RMSNorms (in and out, 2·H per row each),
                     SiLU-and-mul (dense layers: 2·ffn in, ffn out) and rotary embedding (q and k
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
@@ -72,7 +73,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .allreduce import call_time
+from .allreduce import call_time, gather_rows
 from .decode_runs import DecodeRuns
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
@@ -311,8 +312,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return 0.0
         size, r = self.gather_bytes_per_seq * seqs, self.ar_regimes
         if r:
-            first = 4 if (self.ar_oneshot_tokens and len(r) > 4) else 0
-            return min(r[i] + size / r[i + 1] for i in range(first, len(r), 2))
+            rows = gather_rows(size, self.ar_bytes_per_call_row, self.ar_oneshot_tokens, self.ar_switches)
+            return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches)
         return size / self.hw.interconnect_bandwidth + (self.tp - 1) * self.hw.interconnect_latency_s
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:

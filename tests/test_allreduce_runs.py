@@ -132,3 +132,39 @@ def test_pcie_spec_sheet_routes_rows_to_runs(tmp_path):
     assert NCCL_PCIE not in set(nv["op"])
     f = fit(df, form="physical")
     assert f.classes["allreduce"].switches
+
+
+def test_logits_gather_on_a_switched_tp_takes_the_runs_of_its_bus_bytes():
+    """Over PCIe the engine's all-reduce is NCCL at every size, its price a function of the bus
+    bytes (the token switch stands for NCCL's own switch by size): the logits all-gather (PyNCCL)
+    of B bus bytes costs what the fit prices for an all-reduce row of B bus bytes, each run only in
+    its own sizes (a minimum over the lines past the token switch would price a one-sequence
+    gather on a line fitted to messages of megabytes)."""
+    f = fit(pcie_rows(5), form="physical")
+    hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "pcie-test")
+    m = load_model("llama-3.1-8b")
+    from costmodel.calibration.step_pricing import _gather
+    for tp in (2, 8):
+        cm = CostModel(m, hw, tp, counting="faithful")
+        seqs = np.array([1, 2, 8, 64, 500, 4000])
+        for s in seqs:
+            B = (tp - 1) / tp * m.vocab * m.b * s
+            tok = B / (2 * (tp - 1) / tp * m.H * m.b)
+            probe = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=[tok], m=B * tp / (2 * (tp - 1)), workers=tp,
+                                      tp=tp, flops=0.0, bytes=B, time_s=1.0))
+            assert cm.gather_s(int(s)) == pytest.approx(f.predict(probe)[0], rel=1e-9)
+        assert list(_gather(cm, seqs)) == [cm.gather_s(int(s)) for s in seqs]
+
+
+def test_fallback_link_latency_is_the_small_messages_line():
+    """The profile's per-hop latency (the all-reduce of a tp without regimes: 2(tp-1) hops) comes
+    from the largest count's smallest-message line, so a small message costs about what the
+    table measured there; a later run's latency (messages of megabytes, where the latency is
+    whatever the line's intercept lands on) would not."""
+    df = pcie_rows(6)
+    f = fit(df, form="physical")
+    hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "pcie-test")
+    big = max(hw.allreduce_regimes)
+    assert hw.interconnect_latency_s * 2 * (big - 1) == pytest.approx(hw.allreduce_regimes[big][0], rel=1e-12)
+    small = df[(df["workers"] == big)].sort_values("m").iloc[0]
+    assert hw.interconnect_latency_s * 2 * (big - 1) == pytest.approx(small["time_s"], rel=0.1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..allreduce import call_times
+from ..allreduce import call_times, gather_rows
 from ..gemm_tiles import grid
 from ..hardware import Hardware
 from ..host import HOST_FIELDS
@@ -298,8 +298,8 @@ def _gather(cm: CostModel, seqs: np.ndarray):
     size, r = cm.gather_bytes_per_seq * seqs, cm.ar_regimes
     if not r:
         return size / cm.hw.interconnect_bandwidth + (cm.tp - 1) * cm.hw.interconnect_latency_s
-    first = 4 if (cm.ar_oneshot_tokens and len(r) > 4) else 0
-    return np.stack([r[i] + size / r[i + 1] for i in range(first, len(r), 2)]).min(0)
+    rows = gather_rows(size, cm.ar_bytes_per_call_row, cm.ar_oneshot_tokens, cm.ar_switches)
+    return call_times(r, size, np.broadcast_to(rows, np.shape(size)), cm.ar_oneshot_tokens, False, cm.ar_switches)
 
 
 def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
