@@ -134,7 +134,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
             changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])
         changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
-        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][-2] / (2 * (big - 1))
+        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][0] / (2 * (big - 1))   # small messages' line
     moe = fit.classes.get("moe")
     if moe is not None and "pi_moe" in moe.params:
         v = dict(zip(moe.params, (float(x) for x in moe.values)))
