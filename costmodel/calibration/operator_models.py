@@ -52,9 +52,6 @@ SAMPLER = ("floor", "per_seq")
 UNITS = {"l2_prefill_kv": "B", "exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
          "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s"}
 UNITS.update(DECODE_UNIT_UNITS)
-BOUND_KIND = {"pi_mixed": "flops", "pi_prefill": "flops", "pi_decode": "flops", "beta_prefill": "bandwidth", "beta_decode": "bandwidth",
-              "bandwidth_large": "interconnect", "bandwidth_small": "interconnect", "bandwidth_mid": "interconnect",
-              "bandwidth_mid2": "interconnect"}
 CUSTOM_CLASSES = ("attention", "sampler")
 ATTENTION_COLUMNS = ("flops", "bytes", "decode_flops", "decode_bytes", "seqs", "prefill_seqs", "prefill_q", "prefill_kv",
                      "heads", "kv_heads", "n", "k", "causal", "kv_alias")
