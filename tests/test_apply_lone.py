@@ -34,7 +34,11 @@ def canon(x, seen: dict):
     if isinstance(x, np.generic):
         return canon(x.item(), seen)
     if isinstance(x, np.ndarray):
-        return ("ndarray", str(x.dtype), x.shape, [canon(v, seen) for v in x.ravel().tolist()])
+        if x.dtype.hasobject:
+            return ("ndarray", str(x.dtype), x.shape, [canon(v, seen) for v in x.ravel().tolist()])
+        if x.dtype.kind in "fc":
+            x = np.where(np.isnan(x), np.nan, x)   # every NaN alike, as for a float scalar
+        return ("ndarray", str(x.dtype), x.shape, x.tobytes())
     if callable(x) and not hasattr(x, "__dict__") and not hasattr(type(x), "__slots__"):
         return ("callable", getattr(x, "__qualname__", repr(type(x))))
     if id(x) in seen:
