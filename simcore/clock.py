@@ -13,7 +13,7 @@ so insertion order alone would differ).
 """
 from __future__ import annotations
 
-from heapq import heappush
+from heapq import _siftdown, heappush
 
 import simpy
 from simpy.events import NORMAL
@@ -31,3 +31,18 @@ class ExactEnvironment(simpy.Environment):
         event._ok, event._value = True, None
         heappush(self._queue, (t, priority, next(self._eid), event))
         return event
+
+    def move_earlier(self, event: simpy.Event, t: float) -> None:
+        """Move a queued ``at`` event to t (not after its time, not before now), re-queued as a
+        new ``at(t)`` would be: the same priority, ordered after every event already queued for
+        t. The event keeps its callbacks, and no emptied event is left in the queue to pop."""
+        queue = self._queue
+        for i, entry in enumerate(queue):
+            if entry[3] is event:
+                break
+        else:
+            raise ValueError("move_earlier: the event is not queued")
+        if not self._now <= t <= entry[0]:
+            raise ValueError(f"move_earlier({t!r}) is outside [now {self._now!r}, its time {entry[0]!r}]")
+        queue[i] = (t, entry[1], next(self._eid), event)
+        _siftdown(queue, 0, i)

@@ -99,14 +99,12 @@ class Replica(RunPlanning):
         """A request routed here while a run goes: the run ends after the last step started by now
         (the arrival joins the plan made when that step ends, as stepping would have it), and the
         replica's wait moves to that step's end. What an Interrupt would do, without its event and
-        its exception; the wait for the old end stays queued with nobody on it."""
-        env, proc = self.env, self.process
+        its exception."""
+        env = self.env
         ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env._now)]
         if self._leaving:
             self._keep_leavers(len(ends))
-        proc._target.callbacks.remove(proc._resume)
-        wait = proc._target = env.at(float(ends[-1]))
-        wait.callbacks.append(proc._resume)
+        env.move_earlier(self.process._target, float(ends[-1]))
 
     @property
     def outstanding(self) -> int:

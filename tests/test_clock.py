@@ -28,3 +28,31 @@ def test_at_refuses_the_past():
     env.at(2.0).callbacks.append(lambda e: env.at(1.0))
     with pytest.raises(ValueError, match="before now"):
         env.run()
+
+
+def test_move_earlier_orders_as_a_fresh_at_and_leaves_no_event_behind():
+    """A moved wait fires at its new time after what was queued there before the move, and before
+    what is queued there after; the queue then holds one event fewer than remove-and-requeue."""
+    env, order = ExactEnvironment(), []
+    wait = env.at(5.0)
+    wait.callbacks.append(lambda e: order.append(("moved", env.now)))
+    env.at(2.0).callbacks.append(lambda e: order.append(("queued before", env.now)))
+    env.at(3.0).callbacks.append(lambda e: order.append(("other", env.now)))
+
+    def cut(_):
+        env.move_earlier(wait, 2.0)
+        env.at(2.0).callbacks.append(lambda e: order.append(("queued after", env.now)))
+    env.at(1.0).callbacks.append(cut)
+    env.run(until=1.5)
+    assert sorted(entry[0] for entry in env._queue if entry[0] >= 2.0) == [2.0, 2.0, 2.0, 3.0]
+    env.run()
+    assert order == [("queued before", 2.0), ("moved", 2.0), ("queued after", 2.0), ("other", 3.0)]
+
+
+def test_move_earlier_refuses_later_times_and_unqueued_events():
+    env = ExactEnvironment()
+    wait = env.at(5.0)
+    with pytest.raises(ValueError, match="outside"):
+        env.move_earlier(wait, 6.0)
+    with pytest.raises(ValueError, match="not queued"):
+        env.move_earlier(env.event(), 1.0)

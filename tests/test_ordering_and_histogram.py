@@ -34,6 +34,21 @@ def test_histogram_quantiles_match_numpy_within_bin_width():
     assert h.count == len(x) and h.max == x.max() and h.mean == pytest.approx(x.mean(), rel=1e-12)
 
 
+@pytest.mark.parametrize("lo, hi, per_decade", [(1e-6, 1e5, 2000), (1e-3, 10.0, 50), (2.5e-7, 3e3, 333)])
+def test_bins_are_the_log_formula_to_the_bit(lo, hi, per_decade):
+    """The table lookup against floor(log10(x / lo) * per_decade) + 1, clipped, on random values
+    over and past the range and on each bin's edge and the floats either side of it."""
+    h = LogHistogram(lo, hi, per_decade)
+    edges = lo * 10.0 ** (np.arange(h.nbins - 1) / per_decade)
+    rng = np.random.default_rng(per_decade)
+    x = np.concatenate([10 ** rng.uniform(np.log10(lo) - 2, np.log10(hi) + 2, 200_000), edges,
+                        np.nextafter(edges, 0), np.nextafter(edges, np.inf), [0.0, 5e-324, lo, hi, np.inf]])
+    with np.errstate(divide="ignore"):
+        formula = np.clip(np.floor(np.log10(x / lo) * per_decade), -1, h.nbins - 2).astype(np.int64) + 1
+    assert np.array_equal(h._index(x.copy()), formula)
+    assert list(h._index(np.array([-1.0, -np.inf, np.nan]))) == [0, 0, h.nbins - 1]
+
+
 def test_weighted_adds_count_each_sample():
     h = LogHistogram()
     h.add_many(np.array([0.01, 0.02]), weight=5)
