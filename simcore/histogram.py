@@ -31,16 +31,17 @@ def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarra
     """(bucket table, edges, shift, first bucket's key); ``edges[j]`` is bin j's lower edge
     (``edges[0]`` = -inf; ``edges[nbins]`` is NaN, above every value)."""
     j = np.arange(1, nbins, dtype=np.float64)
-    edge = lo * 10.0 ** ((j - 1) / per_decade)
     want = np.arange(1, nbins, dtype=np.int64)
-    for _ in range(64):
-        up = _formula(edge, lo, per_decade, nbins) < want
-        down = _formula(np.nextafter(edge, 0.0), lo, per_decade, nbins) >= want
-        if not (up.any() or down.any()):
-            break
-        edge = np.where(up, np.nextafter(edge, np.inf), np.where(down, np.nextafter(edge, 0.0), edge))
-    else:
-        raise RuntimeError("histogram edges did not settle")
+    guess = (lo * 10.0 ** ((j - 1) / per_decade)).view(np.int64)
+    below, above = guess - 1024, guess + 1024   # float bits: the formula is < want at below, >= want at above
+    if (_formula(below.view(np.float64), lo, per_decade, nbins) >= want).any() or \
+            (_formula(above.view(np.float64), lo, per_decade, nbins) < want).any():
+        raise RuntimeError("histogram edges are not within 1024 ulps of lo * 10**(i / per_decade)")
+    while (above - below > 1).any():
+        mid = below + (above - below) // 2
+        up = _formula(mid.view(np.float64), lo, per_decade, nbins) >= want
+        above, below = np.where(up, mid, above), np.where(up, below, mid)
+    edge = above.view(np.float64)
     edges = np.concatenate([[-np.inf], edge, [np.inf]])
     mantissa = math.ceil(-math.log2(10.0 ** (1.0 / per_decade) - 1.0)) + 1
     shift = 52 - mantissa
