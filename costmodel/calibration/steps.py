@@ -54,7 +54,7 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
-from .rows_regime import MIN_REGIME, SCREEN_BREAKS, pays, pick_break, rows_breaks, screen
+from .rows_regime import MIN_REGIME, NONE, SCREEN_BREAKS, budget_bounds, budget_grid, pays, pick_break, rows_breaks, screen
 from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 
@@ -78,8 +78,8 @@ class _Pricer:
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
 
-    def gpu(self, s_pi, s_beta, s_pa, brk, s_rows) -> np.ndarray:
-        key = (s_pi, s_beta, s_pa, brk, s_rows)
+    def gpu(self, s_pi, s_beta, s_pa, regime, s_rows) -> np.ndarray:
+        key = (s_pi, s_beta, s_pa, regime, s_rows)
         g = self.memo.get(key)
         if g is None:
             if len(self.memo) > 16:
@@ -87,13 +87,16 @@ class _Pricer:
             g = self.memo[key] = np.full(len(self.shapes.batches), np.nan)
         miss = self.used[np.isnan(g[self.used])]
         if len(miss):
-            g[miss] = batch_times(self.shapes, self.model, scaled_hardware(self.base, s_pi, s_beta, s_pa, brk, s_rows),
-                                  self.tp, miss, self.used)
+            kind, n = regime
+            hw = scaled_hardware(self.base, s_pi, s_beta, s_pa, n if kind == "break" else 0, s_rows,
+                                 budget=n if kind == "budget" else 0)
+            g[miss] = batch_times(self.shapes, self.model, hw, self.tp, miss, self.used)
         return g[self.shapes.inv]
 
-    def times(self, scales, host, overlap: bool, brk: int = 0) -> np.ndarray:
+    def times(self, scales, host, overlap: bool, regime=NONE) -> np.ndarray:
         s_pi, s_beta, s_pa, s_rows = scales
-        return with_host(self.gpu(s_pi, s_beta, s_pa, brk, s_rows if brk else 1.0), self.shapes, host, overlap)
+        regime = regime if regime[1] else NONE
+        return with_host(self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0), self.shapes, host, overlap)
 
     def part(self, idx) -> "_Pricer":
         return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
@@ -113,6 +116,7 @@ class StepFit:
     sources: tuple = field(default=())
     rows_break: int = 0          # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
     fitted_on: int = 0           # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
+    rows_budget: int = 0         # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
 
     @property
     def pi_eff(self) -> float:
@@ -127,13 +131,14 @@ class StepFit:
         b, v = self.base, self.values
         tied = v["s_pi_attn"] == v["s_pi"]
         hw = scaled_hardware(b, v["s_pi"], v["s_beta"], None if tied else v["s_pi_attn"], self.rows_break, v["s_rows"],
-                             [v[k] for k in HOST])
+                             [v[k] for k in HOST], self.rows_budget)
         return hw.replace(
             name=name or f"{b.name}-steps",
             description=f"{b.description or b.name}, step-calibrated",
             notes=f"FLOP rates, HBM rates (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}), attention's FLOP rates "
                   f"(x{v['s_pi_attn']:.4g}), "
                   + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
+                  + (f"a step's GEMM rows past {self.rows_budget} at x{v['s_rows']:.4g} π, " if self.rows_budget else "")
                   + f"and the host terms fitted "
                   f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration())
@@ -148,7 +153,8 @@ class StepFit:
         return {"parameters": {k: {"value": float(self.values[k]),
                                    "rel_sigma": float(self.rel_sigma[k]) if np.isfinite(self.rel_sigma[k]) else None}
                                for k in PARAMS},
-                "gemm_rows_break": int(self.rows_break), "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
+                "gemm_rows_break": int(self.rows_break), "gemm_rows_budget": int(self.rows_budget),
+                "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
                 "fitted_on": int(self.fitted_on or self.points),
                 "errors_percent": self.errors.to_dict("records"), "warnings": list(self.warnings),
                 "sources": list(self.sources), "fit_seconds": self.seconds,
@@ -194,12 +200,13 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         if k not in fixed:
             fixed[k] = 0.0
             warns.append(f"{k} not identified: {why}; held at 0")
-    breaks = [] if ("s_rows" in fixed or base.gemm_rows_break) else rows_breaks(steps)
+    own = "s_rows" in fixed or base.gemm_rows_break or base.gemm_rows_budget
+    regimes = [] if own else [("break", b) for b in rows_breaks(steps)] + [("budget", b) for b in budget_grid(steps)]
 
-    def solve(brk: int, start=None, idx=slice(None)):
+    def solve(regime, start=None, idx=slice(None), free_budget=None):
         pr, tt = pricer.part(idx), t[idx]
-        fx = dict(fixed) if brk else {**fixed, "s_rows": 1.0}
-        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")]
+        fx = dict(fixed) if regime[1] else {**fixed, "s_rows": 1.0}
+        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")] + (["budget"] if free_budget else [])
 
         def unpack(x):
             v = dict(fx)
@@ -207,14 +214,15 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
             if tied:
                 sc[2] = sc[0]
-            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST]
+            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST], (
+                ("budget", float(np.exp(v["budget"]))) if free_budget else regime)
 
         def resid(x):
-            scales, host = unpack(x)
-            return np.log(pr.times([float(v) for v in scales], host, overlap, brk) / tt)
+            scales, host, reg = unpack(x)
+            return np.log(pr.times([float(v) for v in scales], host, overlap, reg) / tt)
 
-        lo = [LOG_LOW if p in SCALES else 0.0 for p in free]
-        hi = [np.log(up[p]) if p in SCALES else np.inf for p in free]
+        lo = [LOG_LOW if p in SCALES else np.log(free_budget[0]) if p == "budget" else 0.0 for p in free]
+        hi = [np.log(up[p]) if p in SCALES else np.log(free_budget[1]) if p == "budget" else np.inf for p in free]
         x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
         if start is not None:   # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
@@ -222,26 +230,28 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         return res, free, hi, unpack
 
     m = len(t[idx])
-    best = solve(0, None, idx)
+    best = solve(NONE, None, idx)
     if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):   # see LOW_BETA_START
-        low = solve(0, {**_start(best), "s_beta": LOW_BETA_START}, idx)
+        low = solve(NONE, {**_start(best), "s_beta": LOW_BETA_START}, idx)
         best = low if low[0].cost < best[0].cost else best
-    if breaks and np.abs(best[0].fun).max() < MIN_REGIME / 10:
-        breaks = []
+    if regimes and np.abs(best[0].fun).max() < MIN_REGIME / 10:
+        regimes = []
         warns.append(f"no GEMM rows regime: one π fits every step within {MIN_REGIME / 10:.1%}")
-    one_b = best if idx_b == idx else solve(0, _start(best), idx_b)
-    brk, trial = pick_break(solve, breaks, one_b, len(t[idx_b]), idx_b)
-    if brk and idx_b != idx:
-        trial = solve(brk, _start(trial), idx)
-        brk = brk if pays(trial[0].cost, best[0].cost, m) else 0
-    if brk:
+    one_b = best if idx_b == idx else solve(NONE, _start(best), idx_b)
+    regime, trial = pick_break(solve, regimes, one_b, len(t[idx_b]), idx_b)
+    if regime[0] == "budget":
+        trial = _free_budget(solve, regime, trial, idx, budget_bounds(steps, regime[1]))
+        regime = trial[3](trial[0].x)[2]
+    elif regime[1] and idx_b != idx:
+        trial = solve(regime, _start(trial), idx)
+    if regime[1]:
         s_rows = trial[3](trial[0].x)[0][3]
-        brk = brk if s_rows < 1.0 - MIN_REGIME else 0
-        best = trial if brk else best
+        regime = regime if pays(trial[0].cost, best[0].cost, m) and s_rows < 1.0 - MIN_REGIME else NONE
+        best = trial if regime[1] else best
     res, free, hi, unpack = best
-    if breaks and not brk:
-        warns.append("no GEMM rows regime: no break in rows paid for its two parameters (BIC); held at one π")
-    (s_pi, s_beta, s_pa, s_rows), host = unpack(res.x)
+    if regimes and not regime[1]:
+        warns.append("no GEMM rows regime: no break or budget in rows paid for its two parameters (BIC); held at one π")
+    (s_pi, s_beta, s_pa, s_rows), host, regime = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
     values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa), "s_rows": float(s_rows),
               **{k: float(h) for k, h in zip(HOST, host)}}
@@ -256,10 +266,11 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
     rel.update({p: np.inf for p in PARAMS if p not in free})
-    pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, brk)
+    pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, regime)
+    kind, at = regime
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
-                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})), brk,
-                   m if m < n else 0)
+                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})),
+                   at if kind == "break" else 0, m if m < n else 0, at if kind == "budget" else 0)
 
 
 LOW_BETA_START = float(np.log(0.5))
@@ -293,6 +304,14 @@ def _flat_decodes(pricer: "_Pricer", scales) -> bool:
             if abs(b / a - 1.0) < 1e-9:
                 return True
     return False
+
+
+def _free_budget(solve, regime, trial, idx, bounds):
+    """The budget's solve with the budget itself free within ``bounds`` (started at the grid point
+    that won), then held at the whole row count nearest its optimum: the profile's integer field."""
+    free = solve(regime, {**_start(trial), "budget": float(np.log(regime[1]))}, idx, bounds)
+    b = int(round(free[3](free[0].x)[2][1]))
+    return solve(("budget", b), _start(free), idx)
 
 
 def _start(solution) -> dict:
