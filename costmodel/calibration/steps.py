@@ -117,6 +117,7 @@ class StepFit:
     rows_break: int = 0          # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
     fitted_on: int = 0           # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
     rows_budget: int = 0         # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
+    session_rows: dict = field(default_factory=dict)   # session -> its s_rows (fit_steps(sessions=True))
 
     @property
     def pi_eff(self) -> float:
@@ -126,9 +127,14 @@ class StepFit:
     def beta_eff(self) -> float:
         return self.values["s_beta"] * self.base.beta_eff
 
-    def hardware(self, name: str | None = None) -> Hardware:
-        """The base profile with π, β (and attention's) scaled and the host terms set."""
-        b, v = self.base, self.values
+    def hardware(self, name: str | None = None, session: str | None = None) -> Hardware:
+        """The base profile with π, β (and attention's) scaled and the host terms set; with
+        ``session``, that recording session's s_rows (``session_rows``)."""
+        b, v = self.base, dict(self.values)
+        if session is not None:
+            require(session in self.session_rows, "session", session, f"not a fitted session; fitted: "
+                    f"{', '.join(self.session_rows) or 'none (fit_steps(sessions=True))'}")
+            v["s_rows"] = self.session_rows[session]
         tied = v["s_pi_attn"] == v["s_pi"]
         hw = scaled_hardware(b, v["s_pi"], v["s_beta"], None if tied else v["s_pi_attn"], self.rows_break, v["s_rows"],
                              [v[k] for k in HOST], self.rows_budget)
@@ -156,6 +162,7 @@ class StepFit:
                 "gemm_rows_break": int(self.rows_break), "gemm_rows_budget": int(self.rows_budget),
                 "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
                 "fitted_on": int(self.fitted_on or self.points),
+                "session_rows": {k: float(v) for k, v in self.session_rows.items()},
                 "errors_percent": self.errors.to_dict("records"), "warnings": list(self.warnings),
                 "sources": list(self.sources), "fit_seconds": self.seconds,
                 "method": "scipy.optimize.least_squares on ln(t_model/t_measured), soft_l1 loss; "
@@ -174,9 +181,10 @@ def errors_by_kind(pred: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
-              fixed: dict | None = None) -> StepFit:
+              fixed: dict | None = None, sessions: bool = False) -> StepFit:
     """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
-    GEMM rows regime where one pays for itself (module docstring)."""
+    GEMM rows regime where one pays for itself (module docstring); ``sessions``: one s_rows per
+    value of the table's ``session`` column (``by_session``)."""
     t0 = time.perf_counter()
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     require(not missing, "steps:columns", missing, "not a step table (costmodel/calibration/step_timings.py)")
@@ -203,10 +211,12 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     own = "s_rows" in fixed or base.gemm_rows_break or base.gemm_rows_budget
     regimes = [] if own else [("break", b) for b in rows_breaks(steps)] + [("budget", b) for b in budget_grid(steps)]
 
-    def solve(regime, start=None, idx=slice(None), free_budget=None):
+    def solve(regime, start=None, idx=slice(None), free_budget=None, by=None):
         pr, tt = pricer.part(idx), t[idx]
         fx = dict(fixed) if regime[1] else {**fixed, "s_rows": 1.0}
         free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")] + (["budget"] if free_budget else [])
+        labels, own = by if by else (None, [])
+        free += [f"s_rows@{k}" for k in own]
 
         def unpack(x):
             v = dict(fx)
@@ -215,14 +225,22 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             if tied:
                 sc[2] = sc[0]
             return sc, [v[k] * (scale if k in free else 1.0) for k in HOST], (
-                ("budget", float(np.exp(v["budget"]))) if free_budget else regime)
+                ("budget", float(np.exp(v["budget"]))) if free_budget else regime), {k: float(np.exp(v[f"s_rows@{k}"]))
+                                                                                      for k in own}
 
         def resid(x):
-            scales, host, reg = unpack(x)
-            return np.log(pr.times([float(v) for v in scales], host, overlap, reg) / tt)
+            scales, host, reg, by_label = unpack(x)
+            scales = [float(v) for v in scales]
+            out = pr.times(scales, host, overlap, reg)
+            for k, s_k in by_label.items():
+                at = labels == k
+                out[at] = pr.times(scales[:3] + [s_k], host, overlap, reg)[at]
+            return np.log(out / tt)
 
-        lo = [LOG_LOW if p in SCALES else np.log(free_budget[0]) if p == "budget" else 0.0 for p in free]
-        hi = [np.log(up[p]) if p in SCALES else np.log(free_budget[1]) if p == "budget" else np.inf for p in free]
+        rows_scale = lambda p: p in SCALES or p.startswith("s_rows@")   # noqa: E731
+        lo = [LOG_LOW if rows_scale(p) else np.log(free_budget[0]) if p == "budget" else 0.0 for p in free]
+        hi = [np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
+              for p in free]
         x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
         if start is not None:   # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
@@ -251,8 +269,14 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     res, free, hi, unpack = best
     if regimes and not regime[1]:
         warns.append("no GEMM rows regime: no break or budget in rows paid for its two parameters (BIC); held at one π")
-    (s_pi, s_beta, s_pa, s_rows), host, regime = unpack(res.x)
+    by_session = {}
+    if sessions and regime[1]:
+        best, by_session = _by_session(solve, best, regime, steps, idx, warns)
+        res, free, hi, unpack = best
+    (s_pi, s_beta, s_pa, s_rows), host, regime, by_label = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
+    if by_session:
+        by_session = {k: by_label.get(k, float(s_rows)) for k in by_session["sessions"]}
     values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa), "s_rows": float(s_rows),
               **{k: float(h) for k, h in zip(HOST, host)}}
     for p, x, h in zip(free, res.x, hi):
@@ -268,9 +292,14 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     rel.update({p: np.inf for p in PARAMS if p not in free})
     pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, regime)
     kind, at = regime
+    if by_session:
+        lab = steps["session"].astype(str).to_numpy()
+        for k, s_k in by_session.items():
+            mine = lab == k
+            pred[mine] = pricer.times((float(s_pi), float(s_beta), float(s_pa), s_k), host, overlap, regime)[mine]
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
                    time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})),
-                   at if kind == "break" else 0, m if m < n else 0, at if kind == "budget" else 0)
+                   at if kind == "break" else 0, m if m < n else 0, at if kind == "budget" else 0, by_session)
 
 
 LOW_BETA_START = float(np.log(0.5))
@@ -306,12 +335,39 @@ def _flat_decodes(pricer: "_Pricer", scales) -> bool:
     return False
 
 
-def _free_budget(solve, regime, trial, idx, bounds):
+def _free_budget(solve, regime, trial, idx, bounds, by=None):
     """The budget's solve with the budget itself free within ``bounds`` (started at the grid point
     that won), then held at the whole row count nearest its optimum: the profile's integer field."""
-    free = solve(regime, {**_start(trial), "budget": float(np.log(regime[1]))}, idx, bounds)
+    free = solve(regime, {**_start(trial), "budget": float(np.log(regime[1]))}, idx, bounds, by)
     b = int(round(free[3](free[0].x)[2][1]))
-    return solve(("budget", b), _start(free), idx)
+    return solve(("budget", b), _start(free), idx, by=by)
+
+
+def _by_session(solve, best, regime, steps: pd.DataFrame, idx, warns: list):
+    """The fit with one s_rows per recording session (the table's ``session`` column): sessions
+    with a prefill step past the regime get their own, the one with most such steps keeps s_rows,
+    and a budget is searched again (grid, then freed) with them. Returns (solve, sessions)."""
+    require("session" in steps.columns, "sessions", list(steps.columns), "the step table has no session column")
+    sub = steps.iloc[idx] if isinstance(idx, slice) and idx != slice(None) else steps
+    lab = sub["session"].astype(str).to_numpy()
+    past = (sub["prefill_seqs"].to_numpy() > 0) & (sub["rows"].to_numpy() > regime[1])
+    counts = {k: int((past & (lab == k)).sum()) for k in sorted(set(lab))}
+    seen = [k for k, c in counts.items() if c]
+    for k in (k for k, c in counts.items() if not c):
+        warns.append(f"session {k}: no prefill step past the rows regime; its s_rows is the reference session's")
+    if len(seen) < 2:
+        warns.append("one session past the rows regime: no scale per session")
+        return best, {}
+    ref = max(seen, key=lambda k: counts[k])
+    by = (lab, [k for k in seen if k != ref])
+    start = _start(best)
+    if regime[0] == "budget":
+        trials = {b: solve(("budget", b), start, idx, by=by) for b in budget_grid(sub)}
+        b = min(trials, key=lambda k: trials[k][0].cost)
+        best = _free_budget(solve, ("budget", b), trials[b], idx, budget_bounds(sub, b), by)
+    else:
+        best = solve(regime, start, idx, by=by)
+    return best, {"reference": ref, "sessions": sorted(counts)}
 
 
 def _start(solution) -> dict:
