@@ -377,6 +377,28 @@ def test_calibrate_cli_from_steps(tmp_path, capsys):
                                   load_steps(DATA / "splitwise_rows.csv", "steps", gpu="a100-80gb"))
 
 
+SPLITWISE = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps" / "splitwise_bloom176b.csv"
+
+
+@pytest.mark.skipif(not SPLITWISE.is_file(), reason="needs the shared step data")
+def test_calibrate_from_splitwise_writes_the_rows_budget(tmp_path, capsys):
+    """`chunksim calibrate --from splitwise` on Splitwise's A100 BLOOM-176B table: the fit's rows
+    budget reaches the written profile, which prices the table as the fit reported."""
+    from experiments.cli import main
+    assert main(["calibrate", "--from", "splitwise", str(SPLITWISE), "--gpu", "a100-80gb", "--model", "bloom-176b",
+                 "--base", "a100-80gb", "--out", str(tmp_path)]) == 0
+    assert "GEMM rows past" in capsys.readouterr().out
+    hw = load_hardware(str(tmp_path / "fitted.yaml"))
+    rec = hw.calibration["step_fit"]
+    assert hw.gemm_rows_budget == rec["gemm_rows_budget"] > 0 and hw.gemm_rows_break == 0 and hw.gemm_rows_pi_scale < 1
+    steps = load_steps(SPLITWISE, "splitwise", gpu="a100-80gb")
+    pred = predict_steps(steps, load_model("bloom-176b"), hw, 8)
+    fitted = {e["kind"]: e["mape"] for e in rec["errors_percent"]}
+    for kind in ("prefill", "decode"):
+        at = (steps.kind == kind).to_numpy()
+        assert np.abs(pred[at] / steps.time_s.to_numpy()[at] - 1).mean() * 100 == pytest.approx(fitted[kind], rel=1e-6)
+
+
 def test_kernel_and_step_sources_compose(tmp_path):
     """--from vidur … --from steps …: kernels fit the base, the step fit scales it and adds host time."""
     from experiments.cli import main

@@ -41,7 +41,7 @@ def _prefill_rows(steps: pd.DataFrame) -> np.ndarray:
 
 
 def budget_grid(steps: pd.DataFrame) -> list[int]:
-    """Budgets to start from: BUDGETS_PER_OCTAVE a factor of two between the least and the
+    """Budgets to start from: BUDGETS_PER_OCTAVE per factor of two between the least and the
     second-largest distinct row count of steps with a prefill, each with a row count at or below it
     and two above (the scale beyond it is then seen by two)."""
     rows = _prefill_rows(steps)

@@ -35,10 +35,23 @@ tries a break: GEMMs of more rows than b run at s_rows·π (s_rows ≤ 1),
 
   b ∈ {2^k}: powers of two with at least two distinct prefill row counts of the fit set on each side
 
-fitting every candidate and keeping the best only if it pays for its two parameters (BIC on the
-loss) and moves π by at least MIN_REGIME (none is tried when one π already fits every step within
-MIN_REGIME/10). The result goes to the profile as gemm_rows_break /
-gemm_rows_pi_scale (costmodel/roofline.py, ``_pi_rows``), so a simulation prices the regime the fit saw.
+or a budget: a step's GEMMs run their first B rows at π and the rest at s_rows·π, B from a grid of
+BUDGETS_PER_OCTAVE per factor of two (rows_regime.py) and then freed between its neighbours (rounded to
+whole rows). The budget is the physical one: a GPU at its power limit holds its clock for a budget of
+work and then pulls it down, so each row past B costs 1/s_rows times a row within it (Splitwise's A100 rows follow
+the rows alone, not attention's b·p², and reach TDP from 1024 rows: bench_steps.py prints the
+evidence); the break is what a kernel switch at some row count would do. Every candidate is fitted
+and the best kept only if it pays for its two parameters (BIC on the loss) and moves π by at least
+MIN_REGIME (none is tried when one π already fits every step within MIN_REGIME/10). The result goes
+to the profile as gemm_rows_break or gemm_rows_budget, and gemm_rows_pi_scale
+(costmodel/roofline.py, ``_pi_rows``), so a simulation prices the regime the fit saw.
+
+Sessions (``sessions=True``): steps recorded in separate runs (the table's ``session`` column;
+Splitwise's rows with and without power logging) may throttle to different depths. One s_rows per
+session is then fitted, each from that session's steps only; a step of a session is predicted with
+``StepFit.hardware(session=...)``. The label is how a run was set up, known for every step before
+its time is seen, so using it on held-out steps of a session leaks no held-out time; it predicts no
+new session, so ``chunksim calibrate`` writes the pooled fit.
 """
 from __future__ import annotations
 
