@@ -1,7 +1,8 @@
 """Step level: fit Splitwise's BLOOM-176B tp 8 step times (../shared/data/steps) on some batch
 sizes and prompt lengths, predict the rest, print prefill and decode MAPE per GPU (the split
-HELD_PROMPTS / HELD_BATCHES, and every configuration held out in turn), what the data allow any
-model monotone in rows (steps_data_check.py), and time a fit of a 40k-step table.
+HELD_PROMPTS / HELD_BATCHES, and every configuration held out in turn), the same split with one
+throttle scale per recording session (fit_steps(sessions=True)), what the data allow any model
+monotone in rows (steps_data_check.py), and time a fit of a 40k-step table.
 Run: python benchmarks/bench_steps.py"""
 from __future__ import annotations
 

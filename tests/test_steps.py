@@ -33,7 +33,9 @@ def test_splitwise_importer():
     assert list(pre.rows) == [512, 1024] and list(pre.seqs) == [1, 2] and set(st.tp) == {8}
     assert pre.time_s.tolist() == pytest.approx([0.17410922795534134, 0.2854763069190085])
     assert list(dec.rows) == [1, 2] and dec.decode_kv.tolist() == [1 * (512 + 63 + 1), 2 * (512 + 63 + 1)]
-    assert load_steps(DATA / "splitwise_rows.csv", "steps", gpu="h100-80gb").time_s.iloc[0] == pytest.approx(0.07713962200796232)
+    assert list(st.session) == ["power"] * 4        # power logged: the recording session (fit_steps(sessions=True))
+    h100 = load_steps(DATA / "splitwise_rows.csv", "steps", gpu="h100-80gb")
+    assert h100.time_s.iloc[0] == pytest.approx(0.07713962200796232) and set(h100.session) == {"no-power"}
     with pytest.raises(InputError, match="several GPUs"):
         load_steps(DATA / "splitwise_rows.csv", "splitwise")
 
@@ -224,8 +226,8 @@ def test_no_rows_regime_without_one_in_the_data():
     times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
              for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
     fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
-    assert fit.rows_break == 0 and fit.values["s_rows"] == 1.0
-    assert fit.hardware().gemm_rows_break == 0
+    assert fit.rows_break == 0 and fit.rows_budget == 0 and fit.values["s_rows"] == 1.0
+    assert fit.hardware().gemm_rows_break == 0 and fit.hardware().gemm_rows_budget == 0
     assert any("no GEMM rows regime" in w for w in fit.warnings)
 
 
@@ -493,3 +495,5 @@ def test_fit_by_session_gives_each_session_its_own_throttle():
         assert predict_steps(steps[at], MODEL, fit.hardware(session=k), 1) == pytest.approx(times[at], rel=0.01)
     with pytest.raises(InputError, match="session"):
         fit.hardware(session="c")
+    with pytest.raises(InputError, match="session"):
+        fit_steps(steps.drop(columns="session"), MODEL, base, sessions=True)

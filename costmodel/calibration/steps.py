@@ -205,6 +205,8 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     tp = int(tp or (tps[0] if len(tps) == 1 else 0))
     require(tps == [tp], "tp", tps, f"the steps were measured at tp {tps}; fit one tensor-parallel size at a time")
     require(len(steps) >= 3, "steps", len(steps), "need at least 3 step timings")
+    require(not sessions or "session" in steps.columns, "sessions", list(steps.columns),
+            "the step table has no session column")
     shapes = step_shapes(steps)
     pricer = _Pricer(shapes, model, base, tp)
     t = steps["time_s"].to_numpy(float)
@@ -286,6 +288,8 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     if sessions and regime[1]:
         best, by_session = _by_session(solve, best, regime, steps, idx, warns)
         res, free, hi, unpack = best
+    elif sessions:
+        warns.append("no rows regime: no scale per session")
     (s_pi, s_beta, s_pa, s_rows), host, regime, by_label = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
     if by_session:
@@ -360,7 +364,6 @@ def _by_session(solve, best, regime, steps: pd.DataFrame, idx, warns: list):
     """The fit with one s_rows per recording session (the table's ``session`` column): sessions
     with a prefill step past the regime get their own, the one with most such steps keeps s_rows,
     and a budget is searched again (grid, then freed) with them. Returns (solve, sessions)."""
-    require("session" in steps.columns, "sessions", list(steps.columns), "the step table has no session column")
     sub = steps.iloc[idx] if isinstance(idx, slice) and idx != slice(None) else steps
     lab = sub["session"].astype(str).to_numpy()
     past = (sub["prefill_seqs"].to_numpy() > 0) & (sub["rows"].to_numpy() > regime[1])
