@@ -34,7 +34,8 @@ class Hardware:
     kernel_overhead_s: float = 0.0  # added to every kernel's time (calibrated forms offset/smooth)
     gemm_tile_rows: int = 1         # GEMM MMA work is padded up to a multiple of this many rows (1: none)
     gemm_rows_break: int = 0        # GEMMs of more rows than this run at gemm_rows_pi_scale·π (0: one regime)
-    gemm_rows_pi_scale: float = 1.0   # π's scale beyond gemm_rows_break (step-fitted: calibration/steps.py)
+    gemm_rows_pi_scale: float = 1.0   # π's scale beyond gemm_rows_break or gemm_rows_budget (step-fitted: calibration/steps.py)
+    gemm_rows_budget: int = 0       # a step's GEMMs run this many rows at π, the rest at gemm_rows_pi_scale·π (0: none)
     roofline_combine: str = "max"   # how a kernel's F/π and B/β combine: max, or quadrature (√(a²+b²))
     pi_attn: float | None = None    # separate attention throughput when calibrated; None = pi_eff
     beta_attn: float | None = None
@@ -203,6 +204,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
             "must be > 0 when moe_tuned_shapes is set")
     require(isinstance(hw.gemm_rows_break, int) and hw.gemm_rows_break >= 0, f"{source}:gemm_rows_break",
             hw.gemm_rows_break, "must be a non-negative integer")
+    require(isinstance(hw.gemm_rows_budget, int) and hw.gemm_rows_budget >= 0, f"{source}:gemm_rows_budget",
+            hw.gemm_rows_budget, "must be a non-negative integer")
+    require(not (hw.gemm_rows_budget and hw.gemm_rows_break), f"{source}:gemm_rows_budget", hw.gemm_rows_budget,
+            "cannot be set with gemm_rows_break (one rows regime per profile)")
     require(isinstance(hw.gemm_rows_pi_scale, (int, float)) and hw.gemm_rows_pi_scale > 0,
             f"{source}:gemm_rows_pi_scale", hw.gemm_rows_pi_scale, "must be a positive number")
     require(hw.roofline_combine in COMBINES, f"{source}:roofline_combine", hw.roofline_combine,

@@ -58,7 +58,9 @@ Each operator costs combine(F/π, B/β), at least kernel_floor_s per kernel, plu
 kernel: combine is max (the seed's roofline) or, for profiles calibrated with the "smooth" form,
 quadrature √(a²+b²); a GEMM's time pays for its rows padded up to gemm_tile_rows (its reported
 FLOPs stay the true ones), and a GEMM of more rows than gemm_rows_break (step-fitted profiles) runs
-at gemm_rows_pi_scale·π. An operator stands for several kernels (linear: QKV, O, gate/up and down, 4 per layer), so the floor scales with
+at gemm_rows_pi_scale·π; with gemm_rows_budget B instead, a step's GEMMs run their first B rows at π
+and the rest at gemm_rows_pi_scale·π (a clock held for a budget of work, then throttled:
+calibration/steps.py). An operator stands for several kernels (linear: QKV, O, gate/up and down, 4 per layer), so the floor scales with
 layers and the overhead with kernels; the combine is applied to the operator's summed F and B (the
 kernels of one operator share their F/B ratio, so the quadrature sum barely differs from per-kernel).
 With the defaults (max, floor 0, overhead 0, tile 1) this is exactly the seed's Σ max(F/π, B/β).
@@ -158,6 +160,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.floor_lin_attn, self.over_lin_attn = Ll * hw.kernel_floor_s, Ll * over
         self.tile = hw.gemm_tile_rows
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
+        self.rows_budget = hw.gemm_rows_budget
         self.tiles = None
         if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
             rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
@@ -240,13 +243,23 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
     def _pi_rows(self, pi: float, rows: int) -> float:
         """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
         (the reported FLOPs stay the true ones; the time pays for the padded rows), scaled beyond
-        the profile's gemm_rows_break."""
+        the profile's gemm_rows_break, or past its gemm_rows_budget (``budget_factor``)."""
         if self.rows_break and rows > self.rows_break:
             pi = pi * self.rows_pi_scale
+        elif self.rows_budget and rows > self.rows_budget:
+            pi = pi / self.budget_factor(rows)
         t = self.tile
         if t <= 1 or rows <= 0 or rows % t == 0:
             return pi
         return pi * rows / (-(-rows // t) * t)
+
+    def budget_factor(self, rows: int) -> float:
+        """Compute time of ``rows`` GEMM rows over their time at π: B rows at π, the rest at
+        gemm_rows_pi_scale·π (1 within the budget)."""
+        b = self.rows_budget
+        if not b or rows <= b:
+            return 1.0
+        return (b + (rows - b) / self.rows_pi_scale) / rows
 
     def weight_terms(self, s: ShapeStats):
         """(name, flops, bytes, π, β, floor, overhead) for the operators that depend only on rows and sequences."""
@@ -324,10 +337,11 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         above = bool(self.rows_break) and m > self.rows_break     # gemm_rows_break: π scaled, as in _pi_rows
         tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
-            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b)
+            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b) * self.budget_factor(m)
         t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
+        t *= self.budget_factor(rows)    # past the budget the tiles' time, compute-bound there, as π scaled
         if self.lin_rest:
-            pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff
+            pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff / self.budget_factor(rows)
             t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
         return t
 

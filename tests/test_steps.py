@@ -33,7 +33,9 @@ def test_splitwise_importer():
     assert list(pre.rows) == [512, 1024] and list(pre.seqs) == [1, 2] and set(st.tp) == {8}
     assert pre.time_s.tolist() == pytest.approx([0.17410922795534134, 0.2854763069190085])
     assert list(dec.rows) == [1, 2] and dec.decode_kv.tolist() == [1 * (512 + 63 + 1), 2 * (512 + 63 + 1)]
-    assert load_steps(DATA / "splitwise_rows.csv", "steps", gpu="h100-80gb").time_s.iloc[0] == pytest.approx(0.07713962200796232)
+    assert list(st.session) == ["power"] * 4        # power logged: the recording session (fit_steps(sessions=True))
+    h100 = load_steps(DATA / "splitwise_rows.csv", "steps", gpu="h100-80gb")
+    assert h100.time_s.iloc[0] == pytest.approx(0.07713962200796232) and set(h100.session) == {"no-power"}
     with pytest.raises(InputError, match="several GPUs"):
         load_steps(DATA / "splitwise_rows.csv", "splitwise")
 
@@ -207,7 +209,8 @@ def test_prefill_step_term_held_when_every_prefill_step_has_one_prefill():
     assert any(w.startswith("host_prefill_step_s not identified") for w in fit.warnings)
 
 
-@pytest.mark.parametrize("field,value", [("gemm_rows_break", -1), ("gemm_rows_break", 2.5),
+@pytest.mark.parametrize("field,value", [("gemm_rows_break", -1), ("gemm_rows_break", 2.5), ("gemm_rows_budget", -3),
+                                         ("gemm_rows_budget", "100\ngemm_rows_break: 50"),
                                          ("gemm_rows_pi_scale", 0.0), ("host_prefill_step_s", -1e-3)])
 def test_bad_regime_and_host_fields_name_the_field(tmp_path, field, value):
     p = tmp_path / "x.yaml"
@@ -223,8 +226,8 @@ def test_no_rows_regime_without_one_in_the_data():
     times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
              for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
     fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
-    assert fit.rows_break == 0 and fit.values["s_rows"] == 1.0
-    assert fit.hardware().gemm_rows_break == 0
+    assert fit.rows_break == 0 and fit.rows_budget == 0 and fit.values["s_rows"] == 1.0
+    assert fit.hardware().gemm_rows_break == 0 and fit.hardware().gemm_rows_budget == 0
     assert any("no GEMM rows regime" in w for w in fit.warnings)
 
 
@@ -238,13 +241,14 @@ def test_rows_regime_prices_only_gemms_above_the_break():
     assert b.step_time([4096], [0]) > a.step_time([4096], [0]) * 1.3
 
 
-@pytest.mark.parametrize("counting,brk", [("seed", 0), ("faithful", 1024)])
+@pytest.mark.parametrize("counting,brk,budget", [("seed", 0, 0), ("faithful", 1024, 0), ("faithful", 0, 1800)])
 @pytest.mark.parametrize("base_name", ["a100-sxm", "h100-sxm"])   # wave-model attention; roofline attention
-def test_step_pricing_is_the_simulators_step_time(counting, brk, base_name):
+def test_step_pricing_is_the_simulators_step_time(counting, brk, budget, base_name):
     """The fit's pricing (tile GEMMs for every distinct row count at once) equals CostModel.step_time
     batch by batch, host terms included."""
     from costmodel.calibration.step_pricing import gpu_times, price_steps, step_shapes
-    hw = load_hardware(base_name).replace(counting=counting, gemm_rows_break=brk, gemm_rows_pi_scale=0.8)
+    hw = load_hardware(base_name).replace(counting=counting, gemm_rows_break=brk, gemm_rows_budget=budget,
+                                          gemm_rows_pi_scale=0.8)
     npf, q, kvp, nd, kvd = synthetic_steps(np.random.default_rng(4), 60)
     steps = uniform_steps(npf, q, kvp, nd, kvd, np.ones(60), "x")
     gpu = gpu_times(step_shapes(steps), MODEL, hw, 1)
@@ -259,6 +263,7 @@ def test_step_pricing_is_the_simulators_step_time(counting, brk, base_name):
     ("llama-3.1-8b", 1, dict(counting="faithful", gemm_tile_rows=64, sampler_s=1e-4, sampler_seq_s=1e-6,
                              elementwise_beta=2e12, roofline_combine="max")),
     ("bloom-176b", 8, dict(gemm_tile_rows=128, gemm_rows_break=1024, gemm_rows_pi_scale=0.7)),
+    ("bloom-176b", 8, dict(gemm_tile_rows=128, gemm_rows_budget=1500, gemm_rows_pi_scale=0.6)),
     ("llama-3.1-70b", 4, dict(allreduce_oneshot_tokens=512, step_overhead_s=1e-4, counting="faithful")),
 ])
 def test_roofline_step_pricing_is_step_time_bit_for_bit(name, tp, fields):
@@ -374,6 +379,28 @@ def test_calibrate_cli_from_steps(tmp_path, capsys):
                                   load_steps(DATA / "splitwise_rows.csv", "steps", gpu="a100-80gb"))
 
 
+SPLITWISE = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps" / "splitwise_bloom176b.csv"
+
+
+@pytest.mark.skipif(not SPLITWISE.is_file(), reason="needs the shared step data")
+def test_calibrate_from_splitwise_writes_the_rows_budget(tmp_path, capsys):
+    """`chunksim calibrate --from splitwise` on Splitwise's A100 BLOOM-176B table: the fit's rows
+    budget reaches the written profile, which prices the table as the fit reported."""
+    from experiments.cli import main
+    assert main(["calibrate", "--from", "splitwise", str(SPLITWISE), "--gpu", "a100-80gb", "--model", "bloom-176b",
+                 "--base", "a100-80gb", "--out", str(tmp_path)]) == 0
+    assert "GEMM rows past" in capsys.readouterr().out
+    hw = load_hardware(str(tmp_path / "fitted.yaml"))
+    rec = hw.calibration["step_fit"]
+    assert hw.gemm_rows_budget == rec["gemm_rows_budget"] > 0 and hw.gemm_rows_break == 0 and hw.gemm_rows_pi_scale < 1
+    steps = load_steps(SPLITWISE, "splitwise", gpu="a100-80gb")
+    pred = predict_steps(steps, load_model("bloom-176b"), hw, 8)
+    fitted = {e["kind"]: e["mape"] for e in rec["errors_percent"]}
+    for kind in ("prefill", "decode"):
+        at = (steps.kind == kind).to_numpy()
+        assert np.abs(pred[at] / steps.time_s.to_numpy()[at] - 1).mean() * 100 == pytest.approx(fitted[kind], rel=1e-6)
+
+
 def test_kernel_and_step_sources_compose(tmp_path):
     """--from vidur … --from steps …: kernels fit the base, the step fit scales it and adds host time."""
     from experiments.cli import main
@@ -406,3 +433,67 @@ def test_prefill_physical_terms_stay_monotone_in_rows(base):
     att = [cm.breakdown(cm.shape(np.full(b, 512), np.zeros(b, dtype=int))).op("attention_prefill").time_s / b
            for b in (4, 8, 16, 32, 64)]
     assert max(att) / min(att) - 1 < 0.02
+
+
+@pytest.mark.parametrize("budget,s_rows,base_name", [(3000, 0.6, "h100"), (1300, 0.75, "a100-80gb"), (2500, 0.7, "a100-sxm")])
+def test_fit_recovers_a_gemm_rows_budget_and_host_terms(budget, s_rows, base_name):
+    """Timings priced by a profile whose steps run their first `budget` GEMM rows at π and the rest
+    at s_rows·π (a budget off the fit's starting grid): the fit finds the budget (to 2 %), its scale
+    and the host terms, and the profile it writes prices the steps back."""
+    base = load_hardware(base_name)
+    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
+                 host_prefill_step_s=3e-3)
+    hw = truth_profile(base, 0.9, 0.8, gemm_rows_budget=budget, gemm_rows_pi_scale=s_rows,
+                       **{k: v for k, v in truth.items() if k.startswith("host")})
+    cm = CostModel(MODEL, hw)
+    npf, q, kvp, nd, kvd = (grid_steps if hw.gemm_form == "tiles" else synthetic_steps)(np.random.default_rng(11))
+    times = priced(cm, npf, q, kvp, nd, kvd)
+    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    assert fit.rows_break == 0 and fit.rows_budget == pytest.approx(budget, rel=0.02)
+    for k, v in {**truth, "s_rows": s_rows}.items():
+        assert fit.values[k] == pytest.approx(v, rel=0.02), k
+    out = fit.hardware()
+    assert (out.gemm_rows_budget, out.gemm_rows_pi_scale) == (fit.rows_budget, pytest.approx(s_rows, rel=0.02))
+    assert predict_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "x"), MODEL, out, 1) == pytest.approx(
+        np.array(times), rel=0.01)
+
+
+def test_rows_budget_prices_only_the_rows_past_it():
+    """Past the budget B a step's GEMMs cost B rows at π plus the rest at s·π: the increment per
+    row beyond B is 1/s of the one below, and a step within the budget is priced as without one."""
+    base = load_hardware("h100")
+    cm0, cm = CostModel(MODEL, base), CostModel(MODEL, base.replace(gemm_rows_budget=2000, gemm_rows_pi_scale=0.5))
+    assert cm.step_time([2000], [0]) == cm0.step_time([2000], [0])
+    gemm = lambda c, r: next(c._op_time(*t[1:]) for t in c._weight_terms(r, 1) if t[0] == "linear")   # noqa: E731
+    assert gemm(cm, 6000) - gemm(cm, 2000) == pytest.approx(2 * (gemm(cm0, 6000) - gemm(cm0, 2000)), rel=1e-9)
+    tiles = load_hardware("a100-sxm")
+    a, b = CostModel(MODEL, tiles), CostModel(MODEL, tiles.replace(gemm_rows_budget=1024, gemm_rows_pi_scale=0.5))
+    assert b._tiled_time("linear", 4096, 1) == pytest.approx(a._tiled_time("linear", 4096, 1) * (1024 + 2 * 3072) / 4096,
+                                                             rel=1e-3)
+
+
+def test_fit_by_session_gives_each_session_its_own_throttle():
+    """Two recording sessions whose steps past the budget run at different scales: with sessions the
+    fit recovers both (and the budget); the profile of each prices that session's steps back."""
+    base = load_hardware("h100")
+    rng = np.random.default_rng(21)
+    npf, q, kvp, nd, kvd = synthetic_steps(rng)
+    lab = np.where(rng.random(len(q)) < 0.5, "a", "b")
+    host = dict(host_step_s=1e-3, host_prefill_step_s=2e-3)
+    truth = {"a": 0.6, "b": 0.8}
+    times = np.empty(len(q))
+    for k, s in truth.items():
+        cm = CostModel(MODEL, base.replace(gemm_rows_budget=2500, gemm_rows_pi_scale=s, **host))
+        at = lab == k
+        times[at] = priced(cm, npf[at], q[at], kvp[at], nd[at], kvd[at])
+    steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic").assign(session=lab)
+    fit = fit_steps(steps, MODEL, base, sessions=True)
+    assert fit.rows_budget == pytest.approx(2500, rel=0.02)
+    assert fit.session_rows == {k: pytest.approx(v, rel=0.02) for k, v in truth.items()}
+    for k in truth:
+        at = lab == k
+        assert predict_steps(steps[at], MODEL, fit.hardware(session=k), 1) == pytest.approx(times[at], rel=0.01)
+    with pytest.raises(InputError, match="session"):
+        fit.hardware(session="c")
+    with pytest.raises(InputError, match="session"):
+        fit_steps(steps.drop(columns="session"), MODEL, base, sessions=True)

@@ -10,7 +10,8 @@ The step fit's scales act on the base profile's fields:
   s_π,attn   attention's FLOP rates when untied (pi_attn, or pi_eff where the base has none)
   s_β        every HBM rate: beta_eff, beta_attn, attn_prefill_beta (and its K/V part), attn_decode_beta_mha,
              elementwise_beta (the L2 and per-thread-block rates of the tile and unit models stay)
-  s_rows     gemm_rows_pi_scale for GEMMs of more rows than gemm_rows_break
+  s_rows     gemm_rows_pi_scale for GEMMs of more rows than gemm_rows_break, or for a step's rows
+             past gemm_rows_budget
 
 and the host terms are the profile's (costmodel/host.py).
 """
@@ -35,9 +36,10 @@ NO_HOST = dict.fromkeys(HOST_FIELDS, 0.0)
 
 
 def scaled_hardware(base: Hardware, s_pi: float, s_beta: float, s_pi_attn: float | None = None, rows_break: int = 0,
-                    s_rows: float = 1.0, host=None) -> Hardware:
+                    s_rows: float = 1.0, host=None, budget: int = 0) -> Hardware:
     """The base profile with the step fit's constants applied (module docstring); attention's π
-    follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros)."""
+    follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros); a rows
+    regime is a break (``rows_break``) or a budget (``budget``), not both."""
     tied = s_pi_attn is None
     s_pa = s_pi if tied else s_pi_attn
     ch = {"pi_eff": base.pi_eff * s_pi,
@@ -46,6 +48,8 @@ def scaled_hardware(base: Hardware, s_pi: float, s_beta: float, s_pi_attn: float
     ch.update({f: getattr(base, f) * s_beta for f in BETA if getattr(base, f)})
     if rows_break:
         ch.update(gemm_rows_break=int(rows_break), gemm_rows_pi_scale=float(s_rows))
+    elif budget:
+        ch.update(gemm_rows_budget=budget, gemm_rows_pi_scale=float(s_rows))   # a float while a fit frees it
     ch.update(dict(zip(HOST_FIELDS, (float(h) for h in host))) if host is not None else NO_HOST)
     return base.replace(**ch)
 
@@ -275,10 +279,21 @@ def _looked_up(keys: np.ndarray, times: np.ndarray, x: np.ndarray) -> np.ndarray
 def _pi_rows(cm: CostModel, pi: float, rows: np.ndarray) -> np.ndarray:
     """``CostModel._pi_rows`` elementwise."""
     p = np.where(rows > cm.rows_break, pi * cm.rows_pi_scale, pi) if cm.rows_break else np.full(len(rows), pi)
+    if cm.rows_budget:
+        p = np.where(rows > cm.rows_budget, pi / _budget_factor(cm, rows), p)
     t = cm.tile
     if t <= 1:
         return p
     return np.where((rows <= 0) | (rows % t == 0), p, p * rows / (-(-rows // t) * t))
+
+
+def _budget_factor(cm: CostModel, rows: np.ndarray) -> np.ndarray:
+    """``CostModel.budget_factor`` elementwise (the same float operations)."""
+    b = cm.rows_budget
+    if not b:
+        return np.ones(len(rows))
+    r = np.maximum(rows, 1).astype(float)
+    return np.where(rows > b, (b + (r - b) / cm.rows_pi_scale) / r, 1.0)
 
 
 def _allreduce(cm: CostModel, rows: np.ndarray):
@@ -343,9 +358,10 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         if cm.rows_break and (x > cm.rows_break).any():
             above = cm.tiles_above.on_grid(gr).reshape(len(x), width) * f
             t = np.where((x > cm.rows_break)[:, None], above, t)
-        t = (t * weights).sum(1) if weights is not None else t[:, 0]
+        t = ((t * weights).sum(1) if weights is not None else t[:, 0]) * _budget_factor(cm, x)
         if name == "linear" and cm.lin_rest:
             pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
+            pi = pi / _budget_factor(cm, x) if cm.rows_budget else pi
             t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
         return x, t
 
@@ -360,14 +376,14 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         except KeyError:
             return CostModel._tiled_time(cm, name, r, s)
 
-    if (cm.rows_break, cm.rows_pi_scale == 1.0) not in checked:
+    if (cm.rows_break, cm.rows_budget, cm.rows_pi_scale == 1.0) not in checked:
         for r in {int(rows[0]), int(rows[len(rows) // 2]), int(rows[-1])}:
             s = int(heads[0]) if not seed else r
             for name in ("linear", "lm_head"):
                 ref = CostModel._tiled_time(cm, name, r, s)
                 if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
                     return
-        checked.add((cm.rows_break, cm.rows_pi_scale == 1.0))
+        checked.add((cm.rows_break, cm.rows_budget, cm.rows_pi_scale == 1.0))
     cm._tiled_time = fast
     cm.step_fit_tables = tables        # the same times by row count, for ``_fixed_times``
 

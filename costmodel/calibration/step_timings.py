@@ -24,6 +24,10 @@ Formats (``load_steps(path, fmt)``):
              pass) and its mean decode iteration. Decode iteration j = 1 .. token_size − 1 of a
              sequence has prompt_size + j − 1 tokens cached; decode time is linear in kv, so the
              mean iteration is priced at the mean kv, prompt_size + (token_size − 2)/2 (rounded).
+             Where the file has power columns, each step also gets a ``session``: "power" where
+             the row's peak_power or average_power was recorded (> 0), else "no-power" (the
+             measurements came from recording runs with and without power logging:
+             fit_steps(sessions=True)).
   vllm-log   the lines vLLM prints with ``--enable-logging-iteration-details``
              (vllm/v1/metrics/loggers.py, ``LoggingStatLogger._log_iteration_details``):
              ``Iteration(N): C context requests, c context tokens, G generation requests,
@@ -201,7 +205,12 @@ def read_splitwise(path, gpu: str | None = None, skipped: dict | None = None, ra
     pre = uniform_steps(b, p, zero, zero, zero, tpre * MS, src, int(tp[0]) if len(tp) else 1, step=2 * raw.index)
     dec = uniform_steps(zero, zero, zero, b, p + np.maximum(n - 2, 0) // 2, tdec * MS, src,
                         int(tp[0]) if len(tp) else 1, step=2 * raw.index + 1)
-    return pd.concat([pre, dec], ignore_index=True)[list(STEP_COLUMNS)]
+    out = pd.concat([pre, dec], ignore_index=True)[list(STEP_COLUMNS)]
+    power = [c for c in ("peak_power", "average_power") if c in raw.columns]
+    if power:
+        logged = (raw[power].apply(pd.to_numeric, errors="coerce").fillna(0.0) > 0).any(axis=1).to_numpy()
+        out["session"] = np.tile(np.where(logged, "power", "no-power"), 2)
+    return out
 
 
 def _iteration_error(path: Path, lineno: int, line: str) -> InputError:

@@ -35,10 +35,23 @@ tries a break: GEMMs of more rows than b run at s_rows·π (s_rows ≤ 1),
 
   b ∈ {2^k}: powers of two with at least two distinct prefill row counts of the fit set on each side
 
-fitting every candidate and keeping the best only if it pays for its two parameters (BIC on the
-loss) and moves π by at least MIN_REGIME (none is tried when one π already fits every step within
-MIN_REGIME/10). The result goes to the profile as gemm_rows_break /
-gemm_rows_pi_scale (costmodel/roofline.py, ``_pi_rows``), so a simulation prices the regime the fit saw.
+or a budget: a step's GEMMs run their first B rows at π and the rest at s_rows·π, B from a grid of
+BUDGETS_PER_OCTAVE per factor of two (rows_regime.py) and then freed between its neighbours (rounded to
+whole rows). The budget is the physical one: a GPU at its power limit holds its clock for a budget of
+work and then pulls it down, so each row past B costs 1/s_rows times a row within it (Splitwise's A100 rows follow
+the rows alone, not attention's b·p², and reach TDP from 1024 rows: bench_steps.py prints the
+evidence); the break is what a kernel switch at some row count would do. Every candidate is fitted
+and the best kept only if it pays for its two parameters (BIC on the loss) and moves π by at least
+MIN_REGIME (none is tried when one π already fits every step within MIN_REGIME/10). The result goes
+to the profile as gemm_rows_break or gemm_rows_budget, and gemm_rows_pi_scale
+(costmodel/roofline.py, ``_pi_rows``), so a simulation prices the regime the fit saw.
+
+Sessions (``sessions=True``): steps recorded in separate runs (the table's ``session`` column;
+Splitwise's rows with and without power logging) may throttle to different depths. One s_rows per
+session is then fitted, each from that session's steps only; a step of a session is predicted with
+``StepFit.hardware(session=...)``. The label is how a run was set up, known for every step before
+its time is seen, so using it on held-out steps of a session leaks no held-out time; it predicts no
+new session, so ``chunksim calibrate`` writes the pooled fit.
 """
 from __future__ import annotations
 
@@ -54,7 +67,7 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
-from .rows_regime import MIN_REGIME, SCREEN_BREAKS, pays, pick_break, rows_breaks, screen
+from .rows_regime import MIN_REGIME, NONE, SCREEN_BREAKS, budget_bounds, budget_grid, pays, pick_break, rows_breaks, screen
 from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 
@@ -78,8 +91,8 @@ class _Pricer:
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
 
-    def gpu(self, s_pi, s_beta, s_pa, brk, s_rows) -> np.ndarray:
-        key = (s_pi, s_beta, s_pa, brk, s_rows)
+    def gpu(self, s_pi, s_beta, s_pa, regime, s_rows) -> np.ndarray:
+        key = (s_pi, s_beta, s_pa, regime, s_rows)
         g = self.memo.get(key)
         if g is None:
             if len(self.memo) > 16:
@@ -87,13 +100,16 @@ class _Pricer:
             g = self.memo[key] = np.full(len(self.shapes.batches), np.nan)
         miss = self.used[np.isnan(g[self.used])]
         if len(miss):
-            g[miss] = batch_times(self.shapes, self.model, scaled_hardware(self.base, s_pi, s_beta, s_pa, brk, s_rows),
-                                  self.tp, miss, self.used)
+            kind, n = regime
+            hw = scaled_hardware(self.base, s_pi, s_beta, s_pa, n if kind == "break" else 0, s_rows,
+                                 budget=n if kind == "budget" else 0)
+            g[miss] = batch_times(self.shapes, self.model, hw, self.tp, miss, self.used)
         return g[self.shapes.inv]
 
-    def times(self, scales, host, overlap: bool, brk: int = 0) -> np.ndarray:
+    def times(self, scales, host, overlap: bool, regime=NONE) -> np.ndarray:
         s_pi, s_beta, s_pa, s_rows = scales
-        return with_host(self.gpu(s_pi, s_beta, s_pa, brk, s_rows if brk else 1.0), self.shapes, host, overlap)
+        regime = regime if regime[1] else NONE
+        return with_host(self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0), self.shapes, host, overlap)
 
     def part(self, idx) -> "_Pricer":
         return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
@@ -113,6 +129,8 @@ class StepFit:
     sources: tuple = field(default=())
     rows_break: int = 0          # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
     fitted_on: int = 0           # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
+    rows_budget: int = 0         # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
+    session_rows: dict = field(default_factory=dict)   # session -> its s_rows (fit_steps(sessions=True))
 
     @property
     def pi_eff(self) -> float:
@@ -122,18 +140,24 @@ class StepFit:
     def beta_eff(self) -> float:
         return self.values["s_beta"] * self.base.beta_eff
 
-    def hardware(self, name: str | None = None) -> Hardware:
-        """The base profile with π, β (and attention's) scaled and the host terms set."""
-        b, v = self.base, self.values
+    def hardware(self, name: str | None = None, session: str | None = None) -> Hardware:
+        """The base profile with π, β (and attention's) scaled and the host terms set; with
+        ``session``, that recording session's s_rows (``session_rows``)."""
+        b, v = self.base, dict(self.values)
+        if session is not None:
+            require(session in self.session_rows, "session", session, f"not a fitted session; fitted: "
+                    f"{', '.join(self.session_rows) or 'none (fit_steps(sessions=True))'}")
+            v["s_rows"] = self.session_rows[session]
         tied = v["s_pi_attn"] == v["s_pi"]
         hw = scaled_hardware(b, v["s_pi"], v["s_beta"], None if tied else v["s_pi_attn"], self.rows_break, v["s_rows"],
-                             [v[k] for k in HOST])
+                             [v[k] for k in HOST], self.rows_budget)
         return hw.replace(
             name=name or f"{b.name}-steps",
             description=f"{b.description or b.name}, step-calibrated",
             notes=f"FLOP rates, HBM rates (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}), attention's FLOP rates "
                   f"(x{v['s_pi_attn']:.4g}), "
                   + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
+                  + (f"a step's GEMM rows past {self.rows_budget} at x{v['s_rows']:.4g} π, " if self.rows_budget else "")
                   + f"and the host terms fitted "
                   f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration())
@@ -148,8 +172,10 @@ class StepFit:
         return {"parameters": {k: {"value": float(self.values[k]),
                                    "rel_sigma": float(self.rel_sigma[k]) if np.isfinite(self.rel_sigma[k]) else None}
                                for k in PARAMS},
-                "gemm_rows_break": int(self.rows_break), "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
+                "gemm_rows_break": int(self.rows_break), "gemm_rows_budget": int(self.rows_budget),
+                "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
                 "fitted_on": int(self.fitted_on or self.points),
+                "session_rows": {k: float(v) for k, v in self.session_rows.items()},
                 "errors_percent": self.errors.to_dict("records"), "warnings": list(self.warnings),
                 "sources": list(self.sources), "fit_seconds": self.seconds,
                 "method": "scipy.optimize.least_squares on ln(t_model/t_measured), soft_l1 loss; "
@@ -168,9 +194,10 @@ def errors_by_kind(pred: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
-              fixed: dict | None = None) -> StepFit:
+              fixed: dict | None = None, sessions: bool = False) -> StepFit:
     """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
-    GEMM rows regime where one pays for itself (module docstring)."""
+    GEMM rows regime where one pays for itself (module docstring); ``sessions``: one s_rows per
+    value of the table's ``session`` column (``by_session``)."""
     t0 = time.perf_counter()
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     require(not missing, "steps:columns", missing, "not a step table (costmodel/calibration/step_timings.py)")
@@ -178,6 +205,8 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     tp = int(tp or (tps[0] if len(tps) == 1 else 0))
     require(tps == [tp], "tp", tps, f"the steps were measured at tp {tps}; fit one tensor-parallel size at a time")
     require(len(steps) >= 3, "steps", len(steps), "need at least 3 step timings")
+    require(not sessions or "session" in steps.columns, "sessions", list(steps.columns),
+            "the step table has no session column")
     shapes = step_shapes(steps)
     pricer = _Pricer(shapes, model, base, tp)
     t = steps["time_s"].to_numpy(float)
@@ -194,12 +223,15 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         if k not in fixed:
             fixed[k] = 0.0
             warns.append(f"{k} not identified: {why}; held at 0")
-    breaks = [] if ("s_rows" in fixed or base.gemm_rows_break) else rows_breaks(steps)
+    own = "s_rows" in fixed or base.gemm_rows_break or base.gemm_rows_budget
+    regimes = [] if own else [("break", b) for b in rows_breaks(steps)] + [("budget", b) for b in budget_grid(steps)]
 
-    def solve(brk: int, start=None, idx=slice(None)):
+    def solve(regime, start=None, idx=slice(None), free_budget=None, by=None):
         pr, tt = pricer.part(idx), t[idx]
-        fx = dict(fixed) if brk else {**fixed, "s_rows": 1.0}
-        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")]
+        fx = dict(fixed) if regime[1] else {**fixed, "s_rows": 1.0}
+        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")] + (["budget"] if free_budget else [])
+        labels, own = by if by else (None, [])
+        free += [f"s_rows@{k}" for k in own]
 
         def unpack(x):
             v = dict(fx)
@@ -207,14 +239,23 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
             if tied:
                 sc[2] = sc[0]
-            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST]
+            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST], (
+                ("budget", float(np.exp(v["budget"]))) if free_budget else regime), {k: float(np.exp(v[f"s_rows@{k}"]))
+                                                                                      for k in own}
 
         def resid(x):
-            scales, host = unpack(x)
-            return np.log(pr.times([float(v) for v in scales], host, overlap, brk) / tt)
+            scales, host, reg, by_label = unpack(x)
+            scales = [float(v) for v in scales]
+            out = pr.times(scales, host, overlap, reg)
+            for k, s_k in by_label.items():
+                at = labels == k
+                out[at] = pr.times(scales[:3] + [s_k], host, overlap, reg)[at]
+            return np.log(out / tt)
 
-        lo = [LOG_LOW if p in SCALES else 0.0 for p in free]
-        hi = [np.log(up[p]) if p in SCALES else np.inf for p in free]
+        rows_scale = lambda p: p in SCALES or p.startswith("s_rows@")   # noqa: E731
+        lo = [LOG_LOW if rows_scale(p) else np.log(free_budget[0]) if p == "budget" else 0.0 for p in free]
+        hi = [np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
+              for p in free]
         x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
         if start is not None:   # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
@@ -222,27 +263,37 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         return res, free, hi, unpack
 
     m = len(t[idx])
-    best = solve(0, None, idx)
+    best = solve(NONE, None, idx)
     if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):   # see LOW_BETA_START
-        low = solve(0, {**_start(best), "s_beta": LOW_BETA_START}, idx)
+        low = solve(NONE, {**_start(best), "s_beta": LOW_BETA_START}, idx)
         best = low if low[0].cost < best[0].cost else best
-    if breaks and np.abs(best[0].fun).max() < MIN_REGIME / 10:
-        breaks = []
+    if regimes and np.abs(best[0].fun).max() < MIN_REGIME / 10:
+        regimes = []
         warns.append(f"no GEMM rows regime: one π fits every step within {MIN_REGIME / 10:.1%}")
-    one_b = best if idx_b == idx else solve(0, _start(best), idx_b)
-    brk, trial = pick_break(solve, breaks, one_b, len(t[idx_b]), idx_b)
-    if brk and idx_b != idx:
-        trial = solve(brk, _start(trial), idx)
-        brk = brk if pays(trial[0].cost, best[0].cost, m) else 0
-    if brk:
+    one_b = best if idx_b == idx else solve(NONE, _start(best), idx_b)
+    regime, trial = pick_break(solve, regimes, one_b, len(t[idx_b]), idx_b)
+    if regime[0] == "budget":
+        trial = _free_budget(solve, regime, trial, idx, budget_bounds(steps, regime[1]))
+        regime = trial[3](trial[0].x)[2]
+    elif regime[1] and idx_b != idx:
+        trial = solve(regime, _start(trial), idx)
+    if regime[1]:
         s_rows = trial[3](trial[0].x)[0][3]
-        brk = brk if s_rows < 1.0 - MIN_REGIME else 0
-        best = trial if brk else best
+        regime = regime if pays(trial[0].cost, best[0].cost, m) and s_rows < 1.0 - MIN_REGIME else NONE
+        best = trial if regime[1] else best
     res, free, hi, unpack = best
-    if breaks and not brk:
-        warns.append("no GEMM rows regime: no break in rows paid for its two parameters (BIC); held at one π")
-    (s_pi, s_beta, s_pa, s_rows), host = unpack(res.x)
+    if regimes and not regime[1]:
+        warns.append("no GEMM rows regime: no break or budget in rows paid for its two parameters (BIC); held at one π")
+    by_session = {}
+    if sessions and regime[1]:
+        best, by_session = _by_session(solve, best, regime, steps, idx, warns)
+        res, free, hi, unpack = best
+    elif sessions:
+        warns.append("no rows regime: no scale per session")
+    (s_pi, s_beta, s_pa, s_rows), host, regime, by_label = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
+    if by_session:
+        by_session = {k: by_label.get(k, float(s_rows)) for k in by_session["sessions"]}
     values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa), "s_rows": float(s_rows),
               **{k: float(h) for k, h in zip(HOST, host)}}
     for p, x, h in zip(free, res.x, hi):
@@ -256,10 +307,16 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
     rel.update({p: np.inf for p in PARAMS if p not in free})
-    pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, brk)
+    pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, regime)
+    kind, at = regime
+    if by_session:
+        lab = steps["session"].astype(str).to_numpy()
+        for k, s_k in by_session.items():
+            mine = lab == k
+            pred[mine] = pricer.times((float(s_pi), float(s_beta), float(s_pa), s_k), host, overlap, regime)[mine]
     return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
-                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})), brk,
-                   m if m < n else 0)
+                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})),
+                   at if kind == "break" else 0, m if m < n else 0, at if kind == "budget" else 0, by_session)
 
 
 LOW_BETA_START = float(np.log(0.5))
@@ -293,6 +350,40 @@ def _flat_decodes(pricer: "_Pricer", scales) -> bool:
             if abs(b / a - 1.0) < 1e-9:
                 return True
     return False
+
+
+def _free_budget(solve, regime, trial, idx, bounds, by=None):
+    """The budget's solve with the budget itself free within ``bounds`` (started at the grid point
+    that won), then held at the whole row count nearest its optimum: the profile's integer field."""
+    free = solve(regime, {**_start(trial), "budget": float(np.log(regime[1]))}, idx, bounds, by)
+    b = int(round(free[3](free[0].x)[2][1]))
+    return solve(("budget", b), _start(free), idx, by=by)
+
+
+def _by_session(solve, best, regime, steps: pd.DataFrame, idx, warns: list):
+    """The fit with one s_rows per recording session (the table's ``session`` column): sessions
+    with a prefill step past the regime get their own, the one with most such steps keeps s_rows,
+    and a budget is searched again (grid, then freed) with them. Returns (solve, sessions)."""
+    sub = steps.iloc[idx] if isinstance(idx, slice) and idx != slice(None) else steps
+    lab = sub["session"].astype(str).to_numpy()
+    past = (sub["prefill_seqs"].to_numpy() > 0) & (sub["rows"].to_numpy() > regime[1])
+    counts = {k: int((past & (lab == k)).sum()) for k in sorted(set(lab))}
+    seen = [k for k, c in counts.items() if c]
+    for k in (k for k, c in counts.items() if not c):
+        warns.append(f"session {k}: no prefill step past the rows regime; its s_rows is the reference session's")
+    if len(seen) < 2:
+        warns.append("one session past the rows regime: no scale per session")
+        return best, {}
+    ref = max(seen, key=lambda k: counts[k])
+    by = (lab, [k for k in seen if k != ref])
+    start = _start(best)
+    if regime[0] == "budget":
+        trials = {b: solve(("budget", b), start, idx, by=by) for b in budget_grid(sub)}
+        b = min(trials, key=lambda k: trials[k][0].cost)
+        best = _free_budget(solve, ("budget", b), trials[b], idx, budget_bounds(sub, b), by)
+    else:
+        best = solve(regime, start, idx, by=by)
+    return best, {"reference": ref, "sessions": sorted(counts)}
 
 
 def _start(solution) -> dict:

@@ -136,7 +136,8 @@ def _calibrate_steps(args, kernel_sources, step_sources) -> dict:
     report["files"], report["kernel_fit"] = {}, kernel_report
     report["fitted"] = {"pi_eff": hw.pi_eff, "beta_eff": hw.beta_eff, "host_step_s": hw.host_step_s,
                         "host_per_seq_s": hw.host_per_seq_s, "host_per_prefill_seq_s": hw.host_per_prefill_seq_s,
-                        "host_prefill_step_s": hw.host_prefill_step_s, "gemm_rows_break": hw.gemm_rows_break, "gemm_rows_pi_scale": hw.gemm_rows_pi_scale}
+                        "host_prefill_step_s": hw.host_prefill_step_s, "gemm_rows_break": hw.gemm_rows_break,
+                        "gemm_rows_budget": hw.gemm_rows_budget, "gemm_rows_pi_scale": hw.gemm_rows_pi_scale}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -192,7 +193,9 @@ def _print_steps(report: dict, args) -> int:
           f"{f['host_step_s'] * 1e3:.4g} ms/step + {f['host_per_seq_s'] * 1e6:.4g} µs/sequence + "
           f"{f['host_per_prefill_seq_s'] * 1e6:.4g} µs/prefill sequence + "
           f"{f['host_prefill_step_s'] * 1e3:.4g} ms/prefill step"
-          + (f"; GEMMs above {f['gemm_rows_break']} rows at x{f['gemm_rows_pi_scale']:.3g} π" if f["gemm_rows_break"] else ""))
+          + (f"; GEMMs above {f['gemm_rows_break']} rows at x{f['gemm_rows_pi_scale']:.3g} π" if f["gemm_rows_break"] else "")
+          + (f"; a step's GEMM rows past {f['gemm_rows_budget']} at x{f['gemm_rows_pi_scale']:.3g} π" if f["gemm_rows_budget"]
+             else ""))
     _print_errors(report, "steps")
     return _print_warnings_and_files(report)
 
