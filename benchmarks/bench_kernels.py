@@ -48,8 +48,43 @@ from the measured shapes at the same m, no model): H100 12.5 (7.9 inside the hul
 B200 5.1, L40S 7.7. The model beats it on every GPU, so it shows no cell to be data-limited; it
 says that the measured neighbours alone do not carry a shape's time better than the model does.
 
+Then the unsplit kernel's wide branch (``gemm_serial.py``: n ≥ N and m ≤ M_w on the same line,
+searched on the training rows after the narrow region, kept where it removes 1 % more of their
+summed |log error|, and the four folds decide as before): at m = 2-16 the L40S runs the unsplit
+kernel at n ≥ 1,536 for every k until the weights' bytes take longer (m = 8: n = 1,536, k = 6,144
+in 24.0 µs; n = 2,048, k = 4,096 in 16.4 µs; both on the 2.2 µs + 4 ns·k line), where the tile
+model priced the split kernel at L2 speed, 15-50 % fast; every draw picks N = 1,536, M_w = 16:
+L40S 6.09 → 5.97 (per draw 5.91/5.52/6.49; median 3.5, p90 13.5); A100, B200 and H100 find no
+branch (unchanged). Tried and dropped then (held out, seeds 0-2): the branch also bounded by
+k ≤ r·n (r = 1.5-6; L40S 5.93 with the next either way); the weights' own L2 capacity at m = 1 (the
+GEMV kernel: fitted 15.5 MB in every draw against 19.2 at m ≥ 2; measured m = 1 rows stream
+1.5 TB/s up to 14 MB of weights and 0.75 from 16 MB, m = 2-32 rows up to ~21 MB): L40S 5.97 →
+5.93, H100 7.21 → 7.22, A100, B200 unchanged (not worth a profile field); the field's weights
+times exp(-(Δρ/h)²/2) in the two shapes' L2-resident share ρ of the weights (so as not to average
+across the cliff): 5.93 → 5.87 at h = 0.3 (chosen on the held-out draws); the model blended with the
+neighbour floor in log time: L40S 6.09 → 6.00 at weight 0.2, H100 7.24 at 0.1; CUTLASS sm90 tile
+shapes (64×256, 256×64, 128×96, 96×128, 64×192, 192×64) added to the tiles: H100 7.21 → 7.03,
+L40S 5.99, A100 4.10 → 4.17, B200 4.05 (one tile set per GPU would need the inner split's choice
+and a profile field: not done). What L40S keeps is thin: by m, 10.8 % at m = 1 (9 % of the error), 6-7.5 %
+at m = 2-128, 4.2-5.7 % from 160 up; by n, 9-10 % at n = 32, 256 and 768, 3.6-6.6 % elsewhere; the
+held-out shapes' own offset per m octave, known exactly, would leave 1.8 (H100 5.3): within one
+shape the residual is smooth in m, but it differs from shape to shape.
+
 Why GEMM stays above 5 % on H100 and L40S: what is left is each shape's own kernel choice, not a
 trend in the shape.
+- Where H100's held-out error lies: over every shape (the largest share, 8,192 × 3,072, 8 %) and
+  every m octave (5.7-8.3 %). Each held-out shape's own offset, known exactly, would leave 6.8;
+  its offset per m octave 5.3; a running median over 9 neighbouring m 2.1: the error is in bands
+  of 8-30 rows of m, the kernel cuBLAS picks by m, and the bands follow n. With each shape's trend
+  in log m removed (a cubic), the residuals of two shapes of the same n correlate 0.49 over m
+  (whatever their k: at n = 4,096 the band edges m = 128, 192, 256, 384, 512, 576, 640, 768, 1,024
+  are shared by all eight k), 0.10 within 0.3 octave of n, ~0 beyond (0.11 at the same k). Within a
+  band the choice still switches with k (n = 8,192, m = 136-192: +25-38 % for k ≤ 4,096, -9 % from
+  6,144), so even the k-weighted mean of the same-n training shapes predicts a held-out shape of a
+  measured n no better than the field (seeds 0-2: 8.1/6.3/7.4 against 8.0/6.2/8.2), and a shape
+  of an n the table lacks (38-50 % of held-out rows) has nothing to take its bands from. The field
+  in octaves instead of grid steps (H100's 23 n and 22 k values are irregularly spaced): at best
+  7.08 (h_n = 0.05, h_k = 1 octave) against 7.21; not shipped.
 - Residual tables: on the tile model's log residuals, a table of medians by (m, n) plus one by
   (m, k) from the training shapes (what wave quantisation over the output grid and split-K over k
   would leave) predicts the held-out shapes worse than the smooth correction: A100 7.1, B200 7.2,

@@ -95,7 +95,7 @@ class Hardware:
     gemm_field: list = field(default_factory=list)   # ... its ln residual per shape and grid m (NaN: unmeasured)
     gemm_field_h: list = field(default_factory=list)   # ... its kernel widths along n and k (grid steps)
     gemm_field_shrink: float = 0.0  # ... and its shrinkage
-    gemm_serial: list = field(default_factory=list)   # tiles: the unsplit kernel's [t0, tau, S, K, M] (costmodel/gemm_serial.py)
+    gemm_serial: list = field(default_factory=list)   # tiles: the unsplit kernel's [t0, tau, S, K, M(, N, M_w)] (costmodel/gemm_serial.py)
     elementwise_beta: float = 0.0   # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0   # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0          # GPU sampling after the LM head: fixed per pass

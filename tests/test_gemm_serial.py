@@ -60,6 +60,19 @@ def test_fit_recovers_a_known_region(seed, t0, tau, s_exp, k_max, m_max):
     assert g.serial[0] == pytest.approx(t0, rel=0.02) and g.serial[1] == pytest.approx(tau, rel=0.02)
 
 
+def test_fit_recovers_a_wide_branch_beside_the_narrow_region():
+    """Wide outputs the library runs unsplit at every k (the L40S at n >= 1,536): the wide branch
+    is found with the narrow region and priced on the same line."""
+    df = table(4, 6000)
+    truth = (2.2e-6, 4.0e-9, 2.0 ** 20, 8192.0, 16.0, 2048.0, 32.0)
+    t = apply(GemmTiles(**TRUE, sms=142).times(df.m, df.n, df.k), df.m, df.n, df.k, truth)
+    g = fit(rows_of(df, t), form="physical", spec=L40S).classes["gemm"]
+    mnk = [df[c].to_numpy(float) for c in "mnk"]
+    assert len(g.serial) == 7, g.serial
+    np.testing.assert_array_equal(region(*mnk, g.serial), region(*mnk, truth))
+    assert g.serial[0] == pytest.approx(2.2e-6, rel=0.02) and g.serial[1] == pytest.approx(4.0e-9, rel=0.02)
+
+
 def test_held_out_shapes_inside_the_region_are_priced_by_it():
     df = table(2)
     truth = (2.2e-6, 4.0e-9, 2.0 ** 20, 8192.0, 16.0)

@@ -50,6 +50,8 @@ FIELD_SHRINK = (0.5, 0.75, 1.0)   # ... and its shrinkage
 SERIAL = True      # look for the unsplit kernel's region (costmodel/gemm_serial.py)
 SERIAL_NK = tuple(np.arange(16.0, 22.01, 0.5))   # log2 n·k bounds of the region tried
 SERIAL_M = (2, 4, 8, 16, 32, 64, 128)            # row bounds tried
+SERIAL_WIDE = True  # also look for the wide outputs' unsplit branch (n >= N, m <= M_w)
+SERIAL_N = (512, 768, 1024, 1536, 2048, 3072, 4096)   # its least n tried
 SERIAL_OVER = 1.1  # rows this much slower than the tile model set the unsplit kernel's line
 SERIAL_GAIN = 0.01  # the least share of the held-out shapes' summed |log error| a region must remove
 SERIAL_FOLDS = 4
@@ -201,11 +203,25 @@ def _line(k: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     return float(t0), float(tau)
 
 
+def _region_gain(r, m, k, t, b, err0, over):
+    """(t0, tau, gain) of the unsplit kernel's line on the rows ``r``: least squares on the rows
+    where it is the slower kernel, gain the summed |log error| it removes (None: no line)."""
+    if r.sum() < 8:
+        return None
+    slow = r & over                # where the unsplit kernel is the slower, and so its time
+    t0, tau = _line(k[slow], t[slow]) if slow.sum() >= 2 else _line(k[r], t[r])
+    if t0 <= 0 or tau <= 0:
+        return None
+    return t0, tau, float((err0[r] - np.abs(np.log(np.maximum(b[r], t0 + tau * k[r]) / t[r]))).sum())
+
+
 def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
-    """The region [t0, tau, S, K, M] (``costmodel/gemm_serial.py``) that most lowers the summed |log
-    error| of the tile model's times ``b`` on these rows, and what it removes (t0 and tau by least
-    squares in relative error on the region's rows where it is the slower kernel)."""
-    near = (m >= 2) & (m <= max(SERIAL_M)) & (n * k < 2.0 ** max(SERIAL_NK))
+    """The region [t0, tau, S, K, M] or [t0, tau, S, K, M, N, M_w] (``costmodel/gemm_serial.py``)
+    that most lowers the summed |log error| of the tile model's times ``b`` on these rows, and what
+    it removes (t0 and tau by least squares in relative error on the region's rows where it is the
+    slower kernel): the narrow region first, then the wide branch added to it (or alone) where it
+    removes SERIAL_GAIN more of the rows' summed |log error|."""
+    near = (m >= 2) & (m <= max(SERIAL_M))
     m, n, k, t, b = m[near], n[near], k[near], t[near], b[near]
     err0 = np.abs(np.log(b / t))
     over = t > SERIAL_OVER * b
@@ -214,16 +230,18 @@ def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
         for m_max in SERIAL_M:
             inner = (m <= m_max) & (n * k < 2.0 ** s_exp)
             for k_max in np.unique(k[inner]):
-                r = inner & (k <= k_max)
-                if r.sum() < 8:
-                    continue
-                slow = r & over                # where the unsplit kernel is the slower, and so its time
-                t0, tau = _line(k[slow], t[slow]) if slow.sum() >= 2 else _line(k[r], t[r])
-                if t0 <= 0 or tau <= 0:
-                    continue
-                gain = float((err0[r] - np.abs(np.log(np.maximum(b[r], t0 + tau * k[r]) / t[r]))).sum())
-                if gain > best_gain:
-                    best, best_gain = (float(t0), float(tau), float(2.0 ** s_exp), float(k_max), float(m_max)), gain
+                g = _region_gain(inner & (k <= k_max), m, k, t, b, err0, over)
+                if g is not None and g[2] > best_gain:
+                    best, best_gain = (float(g[0]), float(g[1]), float(2.0 ** s_exp), float(k_max), float(m_max)), g[2]
+    if not SERIAL_WIDE:
+        return best, best_gain
+    narrow = gemm_serial.region(m, n, k, best) if best else np.zeros(len(m), bool)
+    s_k_m, need = best[2:5] if best else (1.0, 1.0, 2.0), best_gain + SERIAL_GAIN * float(err0.sum())
+    for n_min in SERIAL_N:
+        for m_max in SERIAL_M:
+            g = _region_gain(narrow | ((m <= m_max) & (n >= n_min)), m, k, t, b, err0, over)
+            if g is not None and g[2] > max(need, best_gain):
+                best, best_gain = (float(g[0]), float(g[1]), *map(float, s_k_m), float(n_min), float(m_max)), g[2]
     return best, best_gain
 
 
