@@ -5,6 +5,8 @@ the engine may run at this size, the first two (one-shot) only up to ``oneshot_t
 ``calibration/allreduce_runs.py``) takes its lines as runs instead: each line from where the
 previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
+A tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
+kernel's grid capped at the SM count: ``calibration/allreduce_model.py``, ``wave_rows``).
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
 (``calibration/step_pricing.py``) with the array form: the same float operations; the logits
 all-gather (NCCL, ``gather_rows``) the same way."""
@@ -52,21 +54,26 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
     return out
 
 
-def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None) -> float:
+def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None, wave: float = 0.0,
+              sms: int = 0) -> float:
     """Seconds of one call of ``size`` bytes carrying ``rows`` tokens."""
     if switches is not None:
         return float(switched_times(r, switches, np.array([float(size)]), np.array([rows]), oneshot_tokens)[0])
     capped = bool(oneshot_tokens) and len(r) > 4
     first = 4 if (capped and rows > oneshot_tokens) else 0
     last = 4 if (capped and rows <= oneshot_tokens and alone) else len(r)
-    return min(r[i] + size / r[i + 1] for i in range(first, last, 2))
+    extra = wave if (capped and sms > 0 and sms < rows <= oneshot_tokens) else 0.0
+    return min(r[i] + size / r[i + 1] + (extra if i < 4 else 0.0) for i in range(first, last, 2))
 
 
-def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None) -> np.ndarray:
+def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None,
+               wave: float = 0.0, sms: int = 0) -> np.ndarray:
     """``call_time`` elementwise."""
     if switches is not None:
         return switched_times(r, switches, np.asarray(size, float), np.asarray(rows), oneshot_tokens)
     cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
+    if wave and sms > 0 and oneshot_tokens and len(r) > 4:
+        cands[:2] += np.where((rows > sms) & (rows <= oneshot_tokens), wave, 0.0)
     low = cands.min(0)
     if oneshot_tokens and len(r) > 4:
         low = np.where(rows > oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if alone else low)
