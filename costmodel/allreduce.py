@@ -5,7 +5,8 @@ the engine may run at this size, the first two (one-shot) only up to ``oneshot_t
 ``calibration/allreduce_runs.py``) takes its lines as runs instead: each line from where the
 previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
-A tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
+A tp in ``allreduce_oneshot_max`` takes the larger of its two one-shot lines (a latency floor, then
+a rate: ``allreduce_model.HINGE``), not the smaller. A tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
 kernel's grid capped at the SM count: ``calibration/allreduce_model.py``, ``wave_rows``).
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
 (``calibration/step_pricing.py``) with the array form: the same float operations; the logits
@@ -55,7 +56,7 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
 
 
 def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None, wave: float = 0.0,
-              sms: int = 0) -> float:
+              sms: int = 0, hinge: bool = False) -> float:
     """Seconds of one call of ``size`` bytes carrying ``rows`` tokens."""
     if switches is not None:
         return float(switched_times(r, switches, np.array([float(size)]), np.array([rows]), oneshot_tokens)[0])
@@ -63,17 +64,22 @@ def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switc
     first = 4 if (capped and rows > oneshot_tokens) else 0
     last = 4 if (capped and rows <= oneshot_tokens and alone) else len(r)
     extra = wave if (capped and sms > 0 and sms < rows <= oneshot_tokens) else 0.0
-    return min(r[i] + size / r[i + 1] + (extra if i < 4 else 0.0) for i in range(first, last, 2))
+    t = [r[i] + size / r[i + 1] + (extra if i < 4 else 0.0) for i in range(first, last, 2)]
+    if capped and hinge and first == 0:
+        t[:2] = [max(t[0], t[1])]
+    return min(t)
 
 
 def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None,
-               wave: float = 0.0, sms: int = 0) -> np.ndarray:
+               wave: float = 0.0, sms: int = 0, hinge: bool = False) -> np.ndarray:
     """``call_time`` elementwise."""
     if switches is not None:
         return switched_times(r, switches, np.asarray(size, float), np.asarray(rows), oneshot_tokens)
     cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
     if wave and sms > 0 and oneshot_tokens and len(r) > 4:
         cands[:2] += np.where((rows > sms) & (rows <= oneshot_tokens), wave, 0.0)
+    if hinge and oneshot_tokens and len(r) > 4:
+        cands[:2] = np.maximum(cands[0], cands[1])
     low = cands.min(0)
     if oneshot_tokens and len(r) > 4:
         low = np.where(rows > oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if alone else low)

@@ -196,6 +196,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_oneshot_alone = tp in (hw.allreduce_oneshot_alone or [])
         self.ar_switches = (hw.allreduce_switches or {}).get(tp)
         self.ar_wave, self.ar_sms = float((hw.allreduce_wave_s or {}).get(tp, 0.0)), hw.sms
+        self.ar_hinge = tp in (hw.allreduce_oneshot_max or [])
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -305,7 +306,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if self.ar_regimes:
             return self.ar_calls * call_time(self.ar_regimes, self.ar_bytes_per_call_row * rows, rows,
                                              self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches,
-                                             self.ar_wave, self.ar_sms)
+                                             self.ar_wave, self.ar_sms, self.ar_hinge)
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:

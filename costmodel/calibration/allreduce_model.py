@@ -61,26 +61,34 @@ CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, a
 ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
 NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
 WAVE = "latency_wave"         # a count's extra one-shot time past the SM count (``wave_rows``)
+HINGE = ("latency_floor", "bandwidth_floor")   # a count's first one-shot line where the two combine as a maximum
 
 
 def units_of(p: str) -> str:
     return "s" if base_name(p).startswith("latency") else "B/s"
 
 
-def allreduce_params(df: pd.DataFrame, runs: dict | None = None, waves=()) -> tuple[str, ...]:
+def allreduce_params(df: pd.DataFrame, runs: dict | None = None, waves=(), hinges=()) -> tuple[str, ...]:
     """Per GPU count, ALLREDUCE_REGIME's four lines, and a fifth where the count has NCCL reference
     rows: NCCL's lines then span its whole range (8 GPUs: 256 to 512M elements), where each of its
     protocols (LL, LL128, Simple) is the fastest somewhere; a switched count (``runs``: NCCL over
     PCIe, ``allreduce_runs``) one line per run, ``latency_run<i>``, ``bandwidth_run<i>``; a count in
-    ``waves`` (it has ``wave_rows``) then its WAVE parameter, last."""
+    ``waves`` (it has ``wave_rows``) then its WAVE parameter, last; a count in ``hinges`` names its
+    first line HINGE (``hinged``)."""
     ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
     w = df["workers"].to_numpy(float)
     runs = runs or {}
     return tuple(f"{p}@{int(n)}" for n in sorted(np.unique(w))
                  for p in ([f"{q}_run{i}" for i in range(len(runs[int(n)][0])) for q in ("latency", "bandwidth")]
                            if int(n) in runs else
-                           list(ALLREDUCE_REGIME if (ref & (w == n)).any() else ALLREDUCE_REGIME[:R - 2])
+                           (list(HINGE) if int(n) in hinges else list(ALLREDUCE_REGIME[:CAPPED_LINES]))
+                           + list(ALLREDUCE_REGIME[CAPPED_LINES:] if (ref & (w == n)).any() else ALLREDUCE_REGIME[CAPPED_LINES:R - 2])
                            + ([WAVE] if int(n) in waves else [])))
+
+
+def hinged(params, sl: slice) -> bool:
+    """Whether a count's one-shot lines combine as their maximum (HINGE), not their minimum."""
+    return base_name(params[sl.start]) == HINGE[0]
 
 
 def wave_rows(df: pd.DataFrame, cap_tokens: int, sms: int) -> np.ndarray:
@@ -149,12 +157,15 @@ def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
 
 
 def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray, alone: bool = False,
-                 wave=0.0) -> np.ndarray:
+                 wave=0.0, hinge: bool = False) -> np.ndarray:
     """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok;
-    ``alone``: there, those lines only); ``wave`` (per row) added to the first CAPPED_LINES."""
+    ``alone``: there, those lines only); ``wave`` (per row) added to the first CAPPED_LINES;
+    ``hinge``: those taken as their maximum."""
     t = lat[None, :] + B[:, None] / bw[None, :]
     if len(lat) > CAPPED_LINES:
         t[:, :CAPPED_LINES] += np.asarray(wave, float).reshape(-1, 1) if np.ndim(wave) else wave
+        if hinge:
+            t[:, :CAPPED_LINES] = t[:, :CAPPED_LINES].max(axis=1, keepdims=True)
         t[:, :CAPPED_LINES] = np.where(capped_ok[:, None], t[:, :CAPPED_LINES], np.inf)
         if alone:
             t[:, CAPPED_LINES:] = np.where(capped_ok[:, None], np.inf, t[:, CAPPED_LINES:])
@@ -185,7 +196,8 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
             out[sel] = switched_times(v[sl], switches[n], B[sel], tok, cap_tokens)
         else:
             lines, wave = line_values(params, v, sl)
-            out[sel] = regime_times(lines[::2], lines[1::2], B[sel], ok[sel], oneshot_alone(params, sl), wave * waved[sel])
+            out[sel] = regime_times(lines[::2], lines[1::2], B[sel], ok[sel], oneshot_alone(params, sl), wave * waved[sel],
+                                    hinged(params, sl))
     return out
 
 
@@ -203,7 +215,7 @@ def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) ->
     ok = oneshot_allowed(df, cap_tokens)
     out = []
     for n, sl in count_slices(params):
-        if not oneshot_alone(params, sl):
+        if not oneshot_alone(params, sl) or hinged(params, sl):
             continue
         sel = w == n
         lines = line_values(params, values, sl)[0]
@@ -261,7 +273,12 @@ def _start(params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0, sms: in
         small = (ok & ~waved)[sel] if cap_tokens else B[sel] <= np.median(B[sel])
         wave = base_name(params[sl.stop - 1]) == WAVE
         for part, k in ((small, CAPPED_LINES), (~small & ~waved[sel], (sl.stop - sl.start - wave) // 2 - CAPPED_LINES)):
-            for lat, bw in _lines(B[sel][part], t[sel][part], k):
+            lines = _lines(B[sel][part], t[sel][part], k)
+            if k == CAPPED_LINES and hinged(params, sl) and part.sum() >= 4:
+                Bs, ts = B[sel][part], t[sel][part]
+                low = Bs <= np.median(Bs)
+                lines = [(float(np.median(ts[low])), 1e3 * float(Bs.max() / ts.min())), _lines(Bs[~low], ts[~low], 1)[0]]
+            for lat, bw in lines:
                 out += [lat, bw]
         if wave:
             out.append(0.5 * float(np.median(t[sel][waved[sel]])))
@@ -290,7 +307,21 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> All
     runs = switched_runs(df, cap_tok)
     switches = {n: gaps for n, (_, gaps) in runs.items()} or None
     waves = {int(n) for n in np.unique(df["workers"].to_numpy(float)[wave_rows(df, cap_tok, sms)])} - set(runs)
-    params = allreduce_params(df, runs, waves)
+    counts = {int(n) for n in np.unique(df["workers"].to_numpy(float))} - set(runs)
+    fits = [_fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, h))
+            for h in ((), counts if cap_tok else ())]
+    best = fits[0]
+    if len(fits) > 1:
+        ape = [np.abs(f.predict(df) / t - 1) for f in fits]
+        w, own = df["workers"].to_numpy(float), oneshot_allowed(df, cap_tok) | (df["op"].to_numpy(str) != NCCL_REFERENCE)
+        pick = {n for n in counts if ape[1][(w == n) & own].mean() < ape[0][(w == n) & own].mean()}
+        best = fits[0] if not pick else _fit_form(df, form, upper, sms, cap_tok, runs, switches,
+                                                  allreduce_params(df, runs, waves, pick))
+    return best
+
+
+def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, runs: dict, switches, params) -> AllreduceFit:
+    t = df["time_s"].to_numpy(float)
     p0 = np.concatenate([np.array([x for line in runs[n][0] for x in line]) if n in runs else
                          _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok, sms)
                          for n, sl in count_slices(params)])

@@ -20,7 +20,7 @@ from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
-from .allreduce_model import count_slices, line_values, oneshot_alone
+from .allreduce_model import count_slices, hinged, line_values, oneshot_alone
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -132,6 +132,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["allreduce_wave_s"] = {n: wave for n, (_, wave) in split.items() if wave > 0}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
         changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
+        changes["allreduce_oneshot_max"] = [n for n, sl in count_slices(ar.params) if hinged(ar.params, sl)]
         if getattr(ar, "switches", None):
             changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])

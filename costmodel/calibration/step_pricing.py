@@ -288,7 +288,8 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
     if not cm.ar_regimes:
         return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
     return cm.ar_calls * call_times(cm.ar_regimes, cm.ar_bytes_per_call_row * rows, rows, cm.ar_oneshot_tokens,
-                                    cm.ar_oneshot_alone, cm.ar_switches, cm.ar_wave, cm.ar_sms)
+                                    cm.ar_oneshot_alone, cm.ar_switches, cm.ar_wave, cm.ar_sms,
+                                    cm.ar_hinge)
 
 
 def _gather(cm: CostModel, seqs: np.ndarray):
