@@ -197,6 +197,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_switches = (hw.allreduce_switches or {}).get(tp)
         self.ar_wave, self.ar_sms = float((hw.allreduce_wave_s or {}).get(tp, 0.0)), hw.sms
         self.ar_hinge = tp in (hw.allreduce_oneshot_max or [])
+        self.ar_soft = tp in (hw.allreduce_soft or [])
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -306,7 +307,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if self.ar_regimes:
             return self.ar_calls * call_time(self.ar_regimes, self.ar_bytes_per_call_row * rows, rows,
                                              self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches,
-                                             self.ar_wave, self.ar_sms, self.ar_hinge)
+                                             self.ar_wave, self.ar_sms, self.ar_hinge, self.ar_soft)
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:
@@ -316,7 +317,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         size, r = self.gather_bytes_per_seq * seqs, self.ar_regimes
         if r:
             rows = gather_rows(size, self.ar_bytes_per_call_row, self.ar_oneshot_tokens, self.ar_switches)
-            return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches)
+            return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches, soft=self.ar_soft)
         return size / self.hw.interconnect_bandwidth + (self.tp - 1) * self.hw.interconnect_latency_s
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:

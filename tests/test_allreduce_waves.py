@@ -137,10 +137,13 @@ H100 = A100.parent / "h100_sxm"
 
 
 @pytest.mark.skipif(not H100.is_dir(), reason="AIConfigurator tables ../shared/data/kernels absent")
-def test_h100_8_gpus_one_shot_floor_holds_out_better():
-    """H100, 8 GPUs: the one-shot sizes sit at a noisy 3.4-5.3 µs floor up to 32K elements, then
-    rise at a rate (8.2 µs at 64K, 31.2 at 512K); taken as a floor then a rate the held-out sizes
-    of the three draws miss by less than 9.5 % (10.3 % as a minimum of two lines)."""
+def test_h100_8_gpus_held_out_sizes_within_8_percent():
+    """H100, 8 GPUs (issue 14's bar: 8 %): the one-shot sizes sit at a noisy 3.4-5.3 µs floor up to
+    32K elements, then rise at a rate (8.2 µs at 64K, 31.2 at 512K), and NCCL's curve turns
+    gradually from 1M to 32M elements. The held-out sizes of the three draws: MAPE 10.3 % with
+    the one-shot lines' minimum and NCCL's hard minimum, 8.2 % with the floor then a rate, under
+    8 % with NCCL's soft minimum too; the draw of seed 0 holds out 8M elements (125.2 µs), which
+    the hard minimum priced where two lines cross (138.8 µs)."""
     df = read_aiconfigurator(H100, classes=["allreduce"])[0]
     hw = load_hardware("h100").replace(sms=132)
     ape = []
@@ -148,5 +151,20 @@ def test_h100_8_gpus_one_shot_floor_holds_out_better():
         train, held = split_by_shape(df, 0.25, seed)
         f = fit(train, form="physical", spec=hw)
         h = held[(held["workers"] == 8) & (held["op"] != NCCL_REFERENCE)]
-        ape += list(100 * np.abs(f.predict(h) / h["time_s"].to_numpy() - 1))
-    assert np.mean(ape) < 9.5
+        e = 100 * np.abs(f.predict(h) / h["time_s"].to_numpy() - 1)
+        ape += list(e)
+        if seed == 0:
+            assert e[h["m"].to_numpy() == 2 * 8388608.0] == pytest.approx(0.0, abs=4.0)
+    assert np.mean(ape) < 8.0
+
+
+def test_soft_minimum_of_lines():
+    """Two lines that cross: 2^(-1/p) of their time there; far from a crossing the smaller line;
+    lines at infinity (not allowed) count for nothing, and all of them give infinity."""
+    from costmodel.allreduce import SOFT_P, soft_min
+    assert soft_min(np.array([10.0, 10.0])) == pytest.approx(10.0 * 2 ** (-1 / SOFT_P))
+    assert soft_min(np.array([10.0, 100.0])) == pytest.approx(10.0, rel=1e-7)
+    assert soft_min(np.array([[10.0, np.inf], [np.inf, np.inf]]), axis=1).tolist() == [10.0, np.inf]
+    hw = load_hardware("h100")
+    with pytest.raises(InputError, match="allreduce_soft"):
+        hardware_from_dict({**hw.__dict__, "allreduce_soft": [1]}, "bad")

@@ -50,7 +50,7 @@ from scipy.optimize import least_squares
 
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
-from ..allreduce import switched_times
+from ..allreduce import soft_min, switched_times
 from .allreduce_runs import NCCL_PCIE, latency_bound, side_runs
 from .operator_models import _Residuals, base_name
 
@@ -157,10 +157,10 @@ def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
 
 
 def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray, alone: bool = False,
-                 wave=0.0, hinge: bool = False) -> np.ndarray:
+                 wave=0.0, hinge: bool = False, soft: bool = False) -> np.ndarray:
     """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok;
     ``alone``: there, those lines only); ``wave`` (per row) added to the first CAPPED_LINES;
-    ``hinge``: those taken as their maximum."""
+    ``hinge``: those taken as their maximum; ``soft``: the later lines' soft minimum (``soft_min``)."""
     t = lat[None, :] + B[:, None] / bw[None, :]
     if len(lat) > CAPPED_LINES:
         t[:, :CAPPED_LINES] += np.asarray(wave, float).reshape(-1, 1) if np.ndim(wave) else wave
@@ -169,6 +169,8 @@ def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.n
         t[:, :CAPPED_LINES] = np.where(capped_ok[:, None], t[:, :CAPPED_LINES], np.inf)
         if alone:
             t[:, CAPPED_LINES:] = np.where(capped_ok[:, None], np.inf, t[:, CAPPED_LINES:])
+        if soft:
+            return np.minimum(t[:, :CAPPED_LINES].min(axis=1), soft_min(t[:, CAPPED_LINES:], axis=1))
     return t.min(axis=1)
 
 
@@ -181,7 +183,7 @@ def oneshot_alone(params, sl: slice) -> bool:
 
 
 def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0, switches: dict | None = None,
-                    sms: int = 0) -> np.ndarray:
+                    sms: int = 0, soft=()) -> np.ndarray:
     """Per row, its count's price: the minimum of its allowed lines (its WAVE time added to the
     one-shot lines on ``wave_rows``), or for a count in ``switches`` (n -> gaps) its runs
     (``costmodel/allreduce.py``, ``switched_times``)."""
@@ -197,7 +199,7 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
         else:
             lines, wave = line_values(params, v, sl)
             out[sel] = regime_times(lines[::2], lines[1::2], B[sel], ok[sel], oneshot_alone(params, sl), wave * waved[sel],
-                                    hinged(params, sl))
+                                    hinged(params, sl), n in soft)
     return out
 
 
@@ -293,9 +295,10 @@ class AllreduceFit(ClassFit):
     oneshot_tokens: int = 0     # the one-shot lines' token cap (0: none)
     switches: dict = None       # switched counts: n -> their runs' gaps (``switched_runs``)
     sms: int = 0                # the GPU's SM count (``wave_rows``; 0: none)
+    soft: tuple = ()            # counts whose NCCL lines combine as their soft minimum (``_soft_counts``)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
-        return allreduce_times(self.values, df, self.params, self.oneshot_tokens, self.switches, self.sms)
+        return allreduce_times(self.values, df, self.params, self.oneshot_tokens, self.switches, self.sms, self.soft)
 
 
 def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> AllreduceFit:
@@ -308,7 +311,8 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> All
     switches = {n: gaps for n, (_, gaps) in runs.items()} or None
     waves = {int(n) for n in np.unique(df["workers"].to_numpy(float)[wave_rows(df, cap_tok, sms)])} - set(runs)
     counts = {int(n) for n in np.unique(df["workers"].to_numpy(float))} - set(runs)
-    fits = [_fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, h))
+    soft = tuple(sorted(counts))
+    fits = [_fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, h), soft)
             for h in ((), counts if cap_tok else ())]
     best = fits[0]
     if len(fits) > 1:
@@ -316,11 +320,12 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> All
         w, own = df["workers"].to_numpy(float), oneshot_allowed(df, cap_tok) | (df["op"].to_numpy(str) != NCCL_REFERENCE)
         pick = {n for n in counts if ape[1][(w == n) & own].mean() < ape[0][(w == n) & own].mean()}
         best = fits[0] if not pick else _fit_form(df, form, upper, sms, cap_tok, runs, switches,
-                                                  allreduce_params(df, runs, waves, pick))
+                                                  allreduce_params(df, runs, waves, pick), soft)
     return best
 
 
-def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, runs: dict, switches, params) -> AllreduceFit:
+def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, runs: dict, switches, params,
+              soft=()) -> AllreduceFit:
     t = df["time_s"].to_numpy(float)
     p0 = np.concatenate([np.array([x for line in runs[n][0] for x in line]) if n in runs else
                          _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok, sms)
@@ -333,7 +338,7 @@ def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, 
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     x0 = np.zeros(len(params))
-    times = lambda x, d: allreduce_times(p0 * np.exp(x), d, params, cap_tok, switches, sms)  # noqa: E731
+    times = lambda x, d: allreduce_times(p0 * np.exp(x), d, params, cap_tok, switches, sms, soft)  # noqa: E731
     fn = _Residuals(times, df, t, params, "allreduce", lo, hi)
     res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
                         x_scale=1.0)
@@ -351,10 +356,11 @@ def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, 
         values = p0 * np.exp(res.x)
     units = {p: units_of(p) for p in params}
     active, cov, s2, warns = identify("allreduce", params, values,
-                                      lambda v: allreduce_times(v, df, params, cap_tok, switches, sms), res, len(t), cap, units)
-    errors = ape_stats(allreduce_times(values, df, params, cap_tok, switches, sms), t)
+                                      lambda v: allreduce_times(v, df, params, cap_tok, switches, sms, soft), res, len(t), cap,
+                                      units)
+    errors = ape_stats(allreduce_times(values, df, params, cap_tok, switches, sms, soft), t)
     return AllreduceFit("allreduce", form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns),
-                        units=units, oneshot_tokens=cap_tok, switches=switches, sms=sms)
+                        units=units, oneshot_tokens=cap_tok, switches=switches, sms=sms, soft=tuple(soft))
 
 
 def _bus_factor(p: str) -> float:

@@ -133,6 +133,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
         changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
         changes["allreduce_oneshot_max"] = [n for n, sl in count_slices(ar.params) if hinged(ar.params, sl)]
+        changes["allreduce_soft"] = [int(n) for n in getattr(ar, "soft", ())]
         if getattr(ar, "switches", None):
             changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])
