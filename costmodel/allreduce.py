@@ -6,8 +6,9 @@ the engine may run at this size, the first two (one-shot) only up to ``oneshot_t
 previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
 A tp in ``allreduce_soft`` takes the lines after the first two (NCCL's, and two-shot's on 2 GPUs)
-as their soft minimum (``soft_min``). A tp in ``allreduce_oneshot_max`` takes the larger of its two one-shot lines (a latency floor, then
-a rate: ``allreduce_model.HINGE``), not the smaller. A tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
+as their soft minimum (``soft_min``). A tp in ``allreduce_oneshot_max`` takes the larger of its
+two one-shot lines (a latency floor, then a rate: ``allreduce_model.HINGE``), not the smaller. A
+tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
 kernel's grid capped at the SM count: ``calibration/allreduce_model.py``, ``wave_rows``).
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
 (``calibration/step_pricing.py``) with the array form: the same float operations; the logits

@@ -36,7 +36,8 @@ Operators (each one kernel family, summed over layers):
                     (and, for the tps in allreduce_oneshot_alone, those two alone there; the tps in
                     allreduce_oneshot_max take those two's maximum, those in allreduce_soft the later
                     lines' soft minimum, allreduce_wave_s adds to the two past sms tokens:
-                    ``costmodel/allreduce.py``); faithful counting adds the vocab-parallel embedding's (vLLM VocabParallelEmbedding.forward)
+                    ``costmodel/allreduce.py``); faithful counting adds the vocab-parallel
+                    embedding's (vLLM VocabParallelEmbedding.forward)
   logits_gather     faithful counting at tp > 1: each rank's seqs x vocab/tp logits all-gathered
                     (vLLM LogitsProcessor._gather_logits, tensor_model_parallel_all_gather; through
                     PyNCCL, CudaCommunicator.all_gather), (tp-1)/tp of the gathered bytes per link at
