@@ -330,7 +330,9 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   / 8.7 (3.3 / 3.2 / 6.0 → 3.1 / 3.1 / 6.5); L40S unchanged (its counts are runs). Tried and
   dropped: NCCL's side as a + b·√B + c·B (in sample 5-7 % at 4 and 8 GPUs, worse than the lines);
   log-log interpolation of the NCCL sizes (H100 @8 8.4, B200 @8 10.6); the soft minimum chosen
-  per count by four folds of the training sizes (noisy choices: H100 @8 7.5, B200 @8 8.7).
+  per count by four folds of the training sizes (noisy choices: H100 @8 7.5, B200 @8 8.7); the
+  one-shot floor and rate as a soft maximum, p = 8 (H100 @8 7.7, each size 9.3; B200 @8 8.3, 6.5;
+  its fit converges in about a fifth of the hard maximum's evaluations).
   What B200 @8 keeps: NCCL's 2M elements (55.4 µs between 33.7 and 73.5, held out 12-16 %), 128
   and 512 elements (12-15 %: 5.2 and 6.6 µs about a 5.8 µs floor), 1M (11 %).
 - H100 all-reduce, 8 GPUs: small messages scatter ±20 % out of order (256 B 5.1 µs, 512 B 3.4 µs,

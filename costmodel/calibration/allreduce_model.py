@@ -330,8 +330,8 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> All
         ape = [np.abs(f.predict(df) / t - 1) for f in fits]
         w, own = df["workers"].to_numpy(float), oneshot_allowed(df, cap_tok) | (df["op"].to_numpy(str) != NCCL_REFERENCE)
         pick = {n for n in counts if ape[1][(w == n) & own].mean() < ape[0][(w == n) & own].mean()}
-        best = fits[0] if not pick else _fit_form(df, form, upper, sms, cap_tok, runs, switches,
-                                                  allreduce_params(df, runs, waves, pick), soft)
+        best = fits[0] if not pick else fits[1] if pick == counts else _fit_form(
+            df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, pick), soft)
     return best
 
 
