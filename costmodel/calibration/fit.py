@@ -333,7 +333,7 @@ def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
             fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)
         elif cls == "allreduce" and form == "physical":
             from .allreduce_model import fit_allreduce
-            fits[cls] = fit_allreduce(sub.reset_index(drop=True), form, cap)
+            fits[cls] = fit_allreduce(sub.reset_index(drop=True), form, cap, getattr(spec, "sms", 0) or 0)
         elif cls in CUSTOM_CLASSES:
             fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
                                         getattr(spec, "l2_bytes", 0.0) or 0.0, getattr(spec, "attn_q_tile", 0) or 0)

@@ -20,7 +20,7 @@ from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
-from .allreduce_model import count_slices, oneshot_alone
+from .allreduce_model import count_slices, hinged, line_values, oneshot_alone
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -127,9 +127,13 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
         changes["gemm_serial"] = [float(v) for v in getattr(g, "serial", ())]
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
-        changes["allreduce_regimes"] = {n: [float(v) for v in ar.values[sl]] for n, sl in count_slices(ar.params)}
+        split = {n: line_values(ar.params, ar.values, sl) for n, sl in count_slices(ar.params)}
+        changes["allreduce_regimes"] = {n: [float(v) for v in lines] for n, (lines, _) in split.items()}
+        changes["allreduce_wave_s"] = {n: wave for n, (_, wave) in split.items() if wave > 0}
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
         changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
+        changes["allreduce_oneshot_max"] = [n for n, sl in count_slices(ar.params) if hinged(ar.params, sl)]
+        changes["allreduce_soft"] = [int(n) for n in getattr(ar, "soft", ())]
         if getattr(ar, "switches", None):
             changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
         big = max(changes["allreduce_regimes"])

@@ -303,7 +303,8 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
     if not cm.ar_regimes:
         return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
     return cm.ar_calls * call_times(cm.ar_regimes, cm.ar_bytes_per_call_row * rows, rows, cm.ar_oneshot_tokens,
-                                    cm.ar_oneshot_alone, cm.ar_switches)
+                                    cm.ar_oneshot_alone, cm.ar_switches, cm.ar_wave, cm.ar_sms,
+                                    cm.ar_hinge, cm.ar_soft)
 
 
 def _gather(cm: CostModel, seqs: np.ndarray):
@@ -314,7 +315,8 @@ def _gather(cm: CostModel, seqs: np.ndarray):
     if not r:
         return size / cm.hw.interconnect_bandwidth + (cm.tp - 1) * cm.hw.interconnect_latency_s
     rows = gather_rows(size, cm.ar_bytes_per_call_row, cm.ar_oneshot_tokens, cm.ar_switches)
-    return call_times(r, size, np.broadcast_to(rows, np.shape(size)), cm.ar_oneshot_tokens, False, cm.ar_switches)
+    return call_times(r, size, np.broadcast_to(rows, np.shape(size)), cm.ar_oneshot_tokens, False, cm.ar_switches,
+                      soft=cm.ar_soft)
 
 
 def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
