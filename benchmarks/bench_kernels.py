@@ -376,7 +376,7 @@ from fit_profiles import DATA, GPUS, base_of, load  # noqa: E402
 from costmodel import load_hardware  # noqa: E402
 from costmodel.errors import InputError  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
-from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
+from costmodel.calibration.holdout import error_table, group_of, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
 from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
 
@@ -397,6 +397,7 @@ def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None 
         if only:
             train, held = (x[x["op_class"] == only].reset_index(drop=True) for x in (train, held))
         f = fit(train, form="physical", spec=spec)
+        held = held[group_of(held).isin(set(group_of(train))).to_numpy()]   # a kernel the fit saw no row of: not held out
         out.append(error_table(f, held).assign(seed=seed))
         if only == "attention":
             out.append(error_table(f, train).assign(seed=seed, group=lambda e: e["group"] + " (fit)"))
