@@ -12,7 +12,11 @@ from costmodel.decode_launch import _walk, mmha_walk
 def _loaded_rows(keys: int, threads: int) -> int:
     groups, unroll = threads // 16, 4            # K_PER_ITER key groups of 16 threads; rows per group per iteration
     end = -(-keys // 8) * 8                      # k_loop_end: keys rounded up to UNROLLED_K_PER_WARP = 2 · 4
-    return sum(unroll for first in range(groups) for _ in range(first, end, groups * unroll))
+    rows = 0
+    for start in range(0, end, groups * unroll):
+        left = end - start                       # an iteration within one warp's span: its keys' own rows
+        rows += left if left <= 8 else sum(unroll for first in range(groups) if first < left)
+    return rows
 
 
 @pytest.mark.parametrize("threads", [256, 512, 1024])
@@ -24,18 +28,19 @@ def test_walk_counts_the_rows_the_key_loop_loads(threads):
 
 
 def test_walk_steps_where_the_loop_does():
-    """256 threads: 2 to 8 keys load 32 rows, 9 to 64 keys 64, 65 to 72 keys 96."""
+    """256 threads: 2 to 8 keys cost their 8 rows, 9 to 64 keys 64, 65 to 72 keys 72, 73 to 80 128."""
     got = mmha_walk(np.array([2.0, 8.0, 9.0, 64.0, 65.0, 72.0, 80.0]), 256.0) * 64
-    assert got.tolist() == [32, 32, 64, 64, 96, 96, 128]
+    assert got.tolist() == [8, 8, 64, 64, 72, 72, 128]
 
 
 def test_head_dim_64_steps_at_16_keys():
-    """d = 64: 8 threads per key, UNROLLED_K_PER_WARP = 16, so 9 to 16 keys cost as 2 and the step
-    comes past 16; the same bytes per iteration as d = 128 (a row is half as long)."""
+    """d = 64: 8 threads per key, UNROLLED_K_PER_WARP = 16, so 9 to 16 keys cost as 2 (one warp's
+    span: 16 half-length rows) and the step comes past 16; the same bytes per iteration as d = 128
+    (a row is half as long)."""
     from costmodel.decode_launch import key_threads
     assert key_threads(4.0 * 64 * 32 * 100.0, 32.0, 100.0) == 8.0 and key_threads(4.0 * 128 * 7 * 9.0, 7.0, 9.0) == 16.0
     got = mmha_walk(np.array([2.0, 16.0, 17.0, 128.0]), 256.0, 8.0)
-    assert got.tolist() == [0.5, 0.5, 1.0, 1.0]
+    assert got.tolist() == [0.125, 0.125, 1.0, 1.0]
     assert mmha_walk(128.0, 256.0, 8.0) == mmha_walk(64.0, 256.0, 16.0)
 
 
