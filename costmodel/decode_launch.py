@@ -46,7 +46,14 @@ K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the 
 key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·P):
 share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
-of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
+of one read. The key bytes' resident share is that of a looping stream under a replacement policy
+that keeps what fits: r = min(1, (C/B)⁶), whole up to the capacity (the unit model's 1/(1 + (B/C)⁶)
+halves it there). L40S rows whose keys fill its 96 MiB L2 exactly (48 heads, 8 sequences × 1,023
+keys: 101 MB, 52 µs; 2,047 keys: 490 µs) ran at L2 speed while priced 44 % slow in log (held-out
+rows at B/C in (0.98, 1.02]: 83 % MAPE, a tenth of its error). Held out (seeds 0-2) L40S 7.46 /
+6.98 / 6.90 → 6.64 / 6.73 / 6.50, A100 5.25 / 5.31 / 5.65 → 5.33 / 5.30 / 5.71, B200 4.9 → 4.8;
+the same form for the value pass's share (``l2_pass``) gave L40S 6.47 but A100 6.2, not kept.
+Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
 MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split,
 except that a wave's latency grows with XQA's query rows past its first 16-row MMA tile, its g heads
 padded to whole tiles (``xqa_rows``), not with g: A100 at 8,192 keys runs g = 2 to 16 alike (4-128 units: within
@@ -127,8 +134,8 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
     fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))))
-    x = (B / l2) ** 2
-    r = 1.0 / (1.0 + x * x * x)
+    x = np.maximum(B / l2, 1.0) ** 2
+    r = 1.0 / (x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     blocks = np.maximum(units * split, 1.0)
@@ -162,8 +169,8 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
         add, fixed = 0.0, waves * (unit_mha + loop * _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv)))
-    x = (B / l2) ** 2
-    r = 1.0 / (1.0 + x * x * x)
+    x = max(B / l2, 1.0) ** 2
+    r = 1.0 / (x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if grouped:

@@ -36,9 +36,13 @@ class SplitDecodeRuns:
         F = (self.attn_coef * x) / La
         B = (self.kv_coef * x) / La
         l2 = v[4]
-        y = np.array([(b / l2) ** 2 for b in B.tolist()])
-        r = 1.0 / (1.0 + y * y * y)
         grouped = g0 <= g <= g1
+        if split == "launch" or (split == "gen" and not grouped):     # ``launch_time``'s residency
+            y = np.array([max(b / l2, 1.0) ** 2 for b in B.tolist()])
+            r = 1.0 / (y * y * y)
+        else:
+            y = np.array([(b / l2) ** 2 for b in B.tolist()])
+            r = 1.0 / (1.0 + y * y * y)
         if split == "gen":
             att = _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms) if grouped else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
         elif split == "xqa":
