@@ -288,6 +288,26 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   subset measures one kernel; not shipped. With the kernels fitted apart and the full structure
   search its held-out generation figure moves 78.6 → 81.0 (median 66.6 → 71.9) and its context one
   8.8 → 8.9, the only context figure that moves.
+- H100 generation, found (session 12): the SGLang file is in the collector's case order
+  (``collect_normal_attn.py``, get_generation_attention_test_cases, reproduced case for case) for
+  its first 149 rows only: 64/64 heads, 1-256 sequences, 75 float16 rows, monotone in keys, 0.01-3.0
+  TB/s, none at the 3 µs floor. From there the cases of every configuration come interleaved, as
+  from several workers at once, and 81 % of the float16 rows sit at the 3 µs floor, 38 % beat the
+  HBM bandwidth, 686 of 4,548 steps to more keys run over 20 % faster: the 404 rows the old
+  filters kept were of that part. Only the first 149 rows are read now
+  (``importers/aiconfigurator.lone_worker_rows``), so H100 generation has one head configuration
+  and no held-out-by-configuration figure (a draw that holds it out leaves the fit no decode row;
+  such a group is not reported). Each batch size of the 64/64 rows held out in turn: MAPE 5.4 /
+  median 3.1 / p90 12.6 (128 and 256 sequences, extrapolated, 10-11 %); in sample 4.7. H100 context
+  6.0 → 6.1 only because the draws changed (the decode configurations left the key pool).
+  Then MMHA's key walk (an iteration of at most one warp's unrolled keys costs those keys' rows:
+  ``decode_launch.mmha_walk``) and the key bytes' resident share min(1, (C/B)⁶) under the launch
+  split (``decode_launch``), held out (seeds 0-2) generation: A100 6.0/3.9/13.2 → 5.4/3.7/12.1,
+  L40S 7.2/4.8/13.6 → 6.6/4.7/13.3, B200 4.9/3.5/10.9 → 4.8/3.4/10.8; context unchanged (A100
+  2.6, L40S 4.7, B200 4.7). What A100 keeps: MHA rows at many units (≥ 8,192) priced -16 % at
+  15-31 keys and +8 to +16 % at 127-255 (a walk linear in rows after the first iteration is too
+  steep: later iterations cost less than the first), and units of 1.5·2^k (12, 48, 96 heads)
+  +22 to +38 % at 127-255 keys where powers of two are at +3 to +16 %.
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs
