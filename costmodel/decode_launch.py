@@ -27,6 +27,12 @@ mode each block writes its partial max, sum and output, and the last block of a 
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
+At many waves the walk is bound by the rate the L2 serves the rows every block issues (clamped
+loads included), not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_L2)
+(A100 MMHA, 32 heads, 8,192 units: 137, 198, 265 µs at R = 8, 64, 128 rows, +1.07 µs per row, 134
+MB of rows per 68 µs, ~2 TB/s, against τ ~0.9 µs per wave of 64 rows at small grids). Held out
+(seeds 0-2) A100 5.4/3.7/12.1 → 5.3/3.7/11.1, L40S 6.6/4.7/13.3 → 6.5/4.6/13.1, B200 4.8 → 4.7
+(at the HBM rate β_mha instead: A100 5.6).
 u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
 R(L, T) the key rows its threads load, in 256-byte rows (``mmha_walk``: the loop's T/4-key iterations, each thread
 group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
@@ -67,6 +73,9 @@ import math
 import numpy as np
 
 from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_WALK_KEYS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
+
+
+WALK_BYTES = 16.0 * 16.0 * MMHA_WALK_KEYS   # bytes of one walk unit: 64 key rows of 16 threads × 16 B
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -133,7 +142,9 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))))
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
+    issued = units * split * walk * WALK_BYTES / beta_l2
+    fixed = np.where(grouped, 0.0, waves * unit_mha + np.maximum(waves * loop * walk, issued))
     x = np.maximum(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
@@ -168,7 +179,9 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv)))
+        walk = _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv))
+        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2
+        add, fixed = 0.0, waves * unit_mha + (lat if lat >= issued else issued)
     x = max(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
