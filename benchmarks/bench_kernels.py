@@ -301,13 +301,14 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   median 3.1 / p90 12.6 (128 and 256 sequences, extrapolated, 10-11 %); in sample 4.7. H100 context
   6.0 → 6.1 only because the draws changed (the decode configurations left the key pool).
   Then MMHA's key walk (an iteration of at most one warp's unrolled keys costs those keys' rows:
-  ``decode_launch.mmha_walk``) and the key bytes' resident share min(1, (C/B)⁶) under the launch
-  split (``decode_launch``), held out (seeds 0-2) generation: A100 6.0/3.9/13.2 → 5.4/3.7/12.1,
-  L40S 7.2/4.8/13.6 → 6.6/4.7/13.3, B200 4.9/3.5/10.9 → 4.8/3.4/10.8; context unchanged (A100
-  2.6, L40S 4.7, B200 4.7). What A100 keeps: MHA rows at many units (≥ 8,192) priced -16 % at
-  15-31 keys and +8 to +16 % at 127-255 (a walk linear in rows after the first iteration is too
-  steep: later iterations cost less than the first), and units of 1.5·2^k (12, 48, 96 heads)
-  +22 to +38 % at 127-255 keys where powers of two are at +3 to +16 %.
+  ``decode_launch.mmha_walk``), the key bytes' resident share min(1, (C/B)⁶) under the launch
+  split, and the walk at many waves bound by the L2 serving every block's rows (``decode_launch``),
+  held out (seeds 0-2) generation: A100 6.0/3.9/13.2 → 5.4/3.7/12.1 → 5.4 → 5.3/3.7/11.1, L40S
+  7.2/4.8/13.6 → 7.1 → 6.6/4.7/13.3 → 6.5/4.6/13.1, B200 4.9/3.5/10.9 → 4.9 → 4.8 → 4.7/3.3/10.6;
+  context unchanged (A100 2.6, L40S 4.7, B200 4.7). What A100 kept before the last step: MHA rows
+  at many units (≥ 8,192) priced -16 % at 15-31 keys and +8 to +16 % at 127-255, and units of
+  1.5·2^k (12, 48, 96 heads) +22 to +38 % at 127-255 keys where powers of two are at +3 to +16 %.
+  L40S's largest remaining error is its MHA configurations (12, 40, 48 heads: 9-14 %).
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs
