@@ -57,3 +57,36 @@ def test_xqa_wave_latency_by_mma_tiles():
     arr = launch_times(v, np.array([n] * 3), np.array([kv] * 3), np.ones(3), np.ones(3), np.array([4.0, 16.0, 24.0]) * hkv,
                        np.full(3, hkv), 108, (2, 32, "launch"))
     assert arr.tolist() == [t[4.0], t[16.0], t[24.0]]
+
+
+def _v(**kw):
+    names = ("pi", "beta", "beta_mha", "beta_l2", "l2", "cta", "cq", "unit", "over", "unit_mha", "over_mha", "comb",
+             "pi_mha", "loop", "l2p", "hide", "comb0")
+    base = dict(pi=1e30, beta=1e12, beta_mha=1e12, beta_l2=1e13, l2=1e8, cta=1e30, cq=0.0, unit=0.0, over=0.0,
+                unit_mha=0.0, over_mha=0.0, comb=0.0, pi_mha=1e30, loop=0.0, l2p=1e8, hide=0.0, comb0=0.0)
+    base.update(kw)
+    return [base[k] for k in names]
+
+
+def test_keys_that_fit_the_l2_are_read_from_it_whole():
+    """A looping stream no larger than the L2 stays resident (the L40S's 96 MiB of keys ran at L2
+    speed); beyond it the resident share falls as (C/B)^6. One MMHA sequence per head, one wave."""
+    from costmodel.decode_launch import launch_time
+    v = _v()
+    at = launch_time(v, 1.0, 4096.0, 1.0, 1e8, 8.0, 8.0, 108, (2, 32, "launch"))
+    assert at == pytest.approx(1e8 / 1e13, rel=1e-3)
+    twice = launch_time(v, 1.0, 4096.0, 1.0, 2e8, 8.0, 8.0, 108, (2, 32, "launch"))
+    r = 1.0 / 64.0
+    assert twice == pytest.approx(2e8 * (1.0 - r) / 1e12 + 2e8 * r / 1e13, rel=1e-3)
+
+
+def test_walk_of_many_blocks_is_bound_by_the_l2_serving_their_rows():
+    """At many waves the walk's time is the rows all blocks issue over the L2's rate: halving the
+    rate doubles it, while one block's latency per 64 rows (loop) is far smaller."""
+    from costmodel.decode_launch import launch_time, launch_times
+    t = [launch_time(_v(beta_l2=b, loop=1e-9), 256.0, 64.0, 1.0, 1.0, 32.0, 32.0, 108, (2, 32, "launch"))
+         for b in (1e12, 2e12)]
+    assert t[0] == pytest.approx(2.0 * t[1]) and t[1] > 1e-6
+    arr = launch_times(_v(beta_l2=1e12, loop=1e-9), np.array([256.0]), np.array([64.0]), np.ones(1), np.ones(1),
+                       np.array([32.0]), np.array([32.0]), 108, (2, 32, "launch"))
+    assert arr.tolist() == [t[0]]
