@@ -27,6 +27,12 @@ mode each block writes its partial max, sum and output, and the last block of a 
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
+At many waves the walk is bound by the rate the L2 serves the rows every block issues (clamped
+loads included), not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_L2)
+(A100 MMHA, 32 heads, 8,192 units: 137, 198, 265 µs at R = 8, 64, 128 rows, +1.07 µs per row, 134
+MB of rows per 68 µs, ~2 TB/s, against τ ~0.9 µs per wave of 64 rows at small grids). Held out
+(seeds 0-2) A100 5.4/3.7/12.1 → 5.3/3.7/11.1, L40S 6.6/4.7/13.3 → 6.5/4.6/13.1, B200 4.8 → 4.7
+(at the HBM rate β_mha instead: A100 5.6).
 u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
 R(L, T) the key rows its threads load, in 256-byte rows (``mmha_walk``: the loop's T/4-key iterations, each thread
 group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
@@ -46,7 +52,14 @@ K-only tables (``importers/aiconfigurator.k_only``, rows with kv_alias = 1) the 
 key lines again, from the L2 while the resident blocks' key spans fit, W_r = B/(u·m)·min(u·m, SMs·P):
 share r_w = 1/(1 + (W_r/C_p)⁶) at β_L2, the rest from HBM. On A100 MMHA rows over a few hundred
 keys run faster than their key bytes at the HBM rate allows twice, and at long keys at half the rate
-of one read. Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
+of one read. The key bytes' resident share is that of a looping stream under a replacement policy
+that keeps what fits: r = min(1, (C/B)⁶), whole up to the capacity (the unit model's 1/(1 + (B/C)⁶)
+halves it there). L40S rows whose keys fill its 96 MiB L2 exactly (48 heads, 8 sequences × 1,023
+keys: 101 MB, 52 µs; 2,047 keys: 490 µs) ran at L2 speed while priced 44 % slow in log (held-out
+rows at B/C in (0.98, 1.02]: 83 % MAPE, a tenth of its error). Held out (seeds 0-2) L40S 7.46 /
+6.98 / 6.90 → 6.64 / 6.73 / 6.50, A100 5.25 / 5.31 / 5.65 → 5.33 / 5.30 / 5.71, B200 4.9 → 4.8;
+the same form for the value pass's share (``l2_pass``) gave L40S 6.47 but A100 6.2, not kept.
+Serving reads distinct K and V (B counts both; alias = 0): no second pass. π_mha is
 MMHA's own rate (CUDA cores, not XQA's tensor cores). Grouped rows are priced as in the "xqa" split,
 except that a wave's latency grows with XQA's query rows past its first 16-row MMA tile, its g heads
 padded to whole tiles (``xqa_rows``), not with g: A100 at 8,192 keys runs g = 2 to 16 alike (4-128 units: within
@@ -60,6 +73,9 @@ import math
 import numpy as np
 
 from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_WALK_KEYS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
+
+
+WALK_BYTES = 16.0 * 16.0 * MMHA_WALK_KEYS   # bytes of one walk unit: 64 key rows of 16 threads × 16 B
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -88,14 +104,24 @@ def mmha_walk(keys, threads, tpk=16.0):
     16-bit: tpk = threads_per_key = d·2/16 threads a key, 16 at d = 128, 8 at d = 64). T/tpk keys a
     step, K_LOOP_UNROLL = 4 steps an iteration of 4·T/tpk keys, up to keys rounded up to
     UNROLLED_K_PER_WARP = 4·32/tpk; a thread whose first key is past the end loads nothing, the
-    others load all 4 rows of each iteration they start, clamped to the last key: at d = 128, T =
-    256, 2 to 8 keys load as many rows as 8, 16 to 64 as many as 64; at d = 64 the steps come at
-    16 and 128. Numpy or float."""
+    others load all 4 rows of each iteration they start, clamped to the last key
+    (valid_time_now = min(..., kv_token_idx_bound)); an iteration with no more keys left than one
+    warp's unrolled span (UNROLLED_K_PER_WARP) costs those keys' rows alone, its clamped loads
+    falling on lines already in flight: at d = 128, T = 256, 2 to 8 keys cost 8 rows, 9 to 64 keys
+    64; at d = 64 the steps come at 16 and 128. Chosen on the fits: A100 MMHA rows of 8,192
+    units (32 heads, 256 sequences) take 135-151 µs at 1-7 keys, 194-203 at 15-63 and 265 at 127,
+    a step from 7 to 15 keys as large as from 63 to 127, which 32 rows at 8 keys (half of 64)
+    priced +5 to +13 % at 1-7 keys and -11 to -20 % at 15-31; in sample on the decode rows A100
+    5.31 → 5.16, L40S 6.98 → 6.90, held out (seeds 0-2) A100 6.69 / 5.47 / 5.81 → 5.25 / 5.31 /
+    5.65, L40S 7.50 / 7.10 / 6.90 → 7.46 / 6.98 / 6.90. Why the clamped loads past one warp's
+    span cost as distinct rows is not established. Numpy or float."""
     per_warp = 128.0 / tpk
     end = np.ceil(keys / per_warp) * per_warp
     groups = threads / tpk
     full = np.floor(end / (4.0 * groups))
-    return (4.0 * groups * full + 4.0 * np.minimum(end - 4.0 * groups * full, groups)) * tpk / (16.0 * MMHA_WALK_KEYS)
+    part = end - 4.0 * groups * full
+    part = np.where(part <= per_warp, part, 4.0 * np.minimum(part, groups))
+    return (4.0 * groups * full + part) * tpk / (16.0 * MMHA_WALK_KEYS)
 
 
 def key_threads(F, units, kv):
@@ -116,9 +142,11 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
-    fixed = np.where(grouped, 0.0, waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))))
-    x = (B / l2) ** 2
-    r = 1.0 / (1.0 + x * x * x)
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
+    issued = units * split * walk * WALK_BYTES / beta_l2
+    fixed = np.where(grouped, 0.0, waves * unit_mha + np.maximum(waves * loop * walk, issued))
+    x = np.maximum(B / l2, 1.0) ** 2
+    r = 1.0 / (x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     blocks = np.maximum(units * split, 1.0)
@@ -151,9 +179,11 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
                     max(math.ceil(kv / (threads / 2.0)), 1.0))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        add, fixed = 0.0, waves * (unit_mha + loop * _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv)))
-    x = (B / l2) ** 2
-    r = 1.0 / (1.0 + x * x * x)
+        walk = _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv))
+        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2
+        add, fixed = 0.0, waves * unit_mha + (lat if lat >= issued else issued)
+    x = max(B / l2, 1.0) ** 2
+    r = 1.0 / (x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if grouped:
@@ -169,7 +199,9 @@ def _walk(keys: float, threads: float, tpk: float) -> float:
     end = math.ceil(keys / per_warp) * per_warp
     groups = threads / tpk
     full = math.floor(end / (4.0 * groups))
-    return (4.0 * groups * full + 4.0 * min(end - 4.0 * groups * full, groups)) * tpk / (16.0 * MMHA_WALK_KEYS)
+    part = end - 4.0 * groups * full
+    part = part if part <= per_warp else 4.0 * min(part, groups)
+    return (4.0 * groups * full + part) * tpk / (16.0 * MMHA_WALK_KEYS)
 
 
 def _key_threads(F: float, units: float, kv: float) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
                            decode_unit_time)
-from .decode_launch import key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
+from .decode_launch import WALK_BYTES, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
 
 
 class SplitDecodeRuns:
@@ -36,9 +36,13 @@ class SplitDecodeRuns:
         F = (self.attn_coef * x) / La
         B = (self.kv_coef * x) / La
         l2 = v[4]
-        y = np.array([(b / l2) ** 2 for b in B.tolist()])
-        r = 1.0 / (1.0 + y * y * y)
         grouped = g0 <= g <= g1
+        if split == "launch" or (split == "gen" and not grouped):     # ``launch_time``'s residency
+            y = np.array([max(b / l2, 1.0) ** 2 for b in B.tolist()])
+            r = 1.0 / (y * y * y)
+        else:
+            y = np.array([(b / l2) ** 2 for b in B.tolist()])
+            r = 1.0 / (1.0 + y * y * y)
         if split == "gen":
             att = _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms) if grouped else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
         elif split == "xqa":
@@ -114,7 +118,8 @@ def _mmha_launch(v, units, g, kv, F, B, r, sms, nb):
     split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0), np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
     waves = np.ceil(units * split / (sms * per_sm))
     flow = units * split / waves * cta * (threads / 256.0)
-    fixed = waves * (unit_mha + loop * mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv)))
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
+    fixed = waves * unit_mha + np.maximum(waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2)
     mem = _mem(B, r, beta_mha, beta_l2, flow, g - 1.0)
     c = F / pi_mha
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb + comb0, 0.0) + over_mha
