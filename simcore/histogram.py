@@ -43,7 +43,7 @@ def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarra
         above, below = np.where(up, mid, above), np.where(up, below, mid)
     edge = above.view(np.float64)
     edges = np.concatenate([[-np.inf], edge, [np.inf]])
-    mantissa = math.ceil(-math.log2(10.0 ** (1.0 / per_decade) - 1.0)) + 1
+    mantissa = max(math.ceil(-math.log2(10.0 ** (1.0 / per_decade) - 1.0)) + 1, 0)   # a bucket at most a binade
     shift = 52 - mantissa
     first = int(np.array(lo / 4).view(np.int64)) >> shift
     last = int(np.array(float(edge[-1]) * 4).view(np.int64)) >> shift

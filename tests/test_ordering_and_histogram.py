@@ -81,3 +81,14 @@ def test_request_frame_is_in_rid_order_whatever_the_list_order(llama8b, h100):
         tpot = ((r.finish_s - r.arrival_s) - ttft) / (r.output_len - 1) if r.output_len > 1 and r.finish_s else np.nan
         assert row.tpot_s == tpot or (np.isnan(tpot) and np.isnan(row.tpot_s))
     assert len(requests_frame([])) == 0
+
+
+@pytest.mark.parametrize("lo, hi", [(1e-6, 1e5), (3e-4, 7e2)])
+def test_bins_at_one_per_decade_are_the_log_formula(lo, hi):
+    """At one bin a decade (a bin wider than a factor of 8) the float-bit table's buckets must still
+    hold at most one edge each: the lookup agrees with the log formula on values across the range."""
+    h = LogHistogram(lo, hi, 1)
+    x = 10 ** np.random.default_rng(1).uniform(np.log10(lo) - 2, np.log10(hi) + 2, 100_000)
+    with np.errstate(divide="ignore"):
+        formula = np.clip(np.floor(np.log10(x / lo)), -1, h.nbins - 2).astype(np.int64) + 1
+    assert np.array_equal(h._index(x.copy()), formula)
