@@ -13,7 +13,7 @@ so insertion order alone would differ).
 """
 from __future__ import annotations
 
-from heapq import _siftdown, heappush
+from heapq import _siftdown, _siftup, heappush
 
 import simpy
 from simpy.events import NORMAL
@@ -45,4 +45,7 @@ class ExactEnvironment(simpy.Environment):
         if not self._now <= t <= entry[0]:
             raise ValueError(f"move_earlier({t!r}) is outside [now {self._now!r}, its time {entry[0]!r}]")
         queue[i] = (t, entry[1], next(self._eid), event)
-        _siftdown(queue, 0, i)
+        if t < entry[0]:
+            _siftdown(queue, 0, i)
+        else:   # its own time, a later sequence number: the key grew
+            _siftup(queue, i)

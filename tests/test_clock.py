@@ -56,3 +56,19 @@ def test_move_earlier_refuses_later_times_and_unqueued_events():
         env.move_earlier(wait, 6.0)
     with pytest.raises(ValueError, match="not queued"):
         env.move_earlier(env.event(), 1.0)
+
+
+def test_move_earlier_to_its_own_time_orders_as_a_fresh_at():
+    """Moving a wait to the time it already has (allowed: not after its time) re-queues it after
+    the events queued for that time since, as a fresh at() would; the heap stays a heap."""
+    from heapq import heappop
+    env, order = ExactEnvironment(), []
+    wait = env.at(5.0)
+    wait.callbacks.append(lambda e: order.append("moved"))
+    for i in range(6):
+        env.at(5.0).callbacks.append(lambda e, i=i: order.append(i))
+    env.move_earlier(wait, 5.0)
+    q = list(env._queue)
+    assert [heappop(q)[2] for _ in range(len(q))] == sorted(entry[2] for entry in env._queue)
+    env.run()
+    assert order == [0, 1, 2, 3, 4, 5, "moved"]
