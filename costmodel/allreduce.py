@@ -98,7 +98,9 @@ def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone
         cands[:2] += np.where((rows > sms) & (rows <= oneshot_tokens), wave, 0.0)
     if hinge and oneshot_tokens and len(r) > 4:
         cands[:2] = np.maximum(cands[0], cands[1])
-    rest = soft_min(cands[2:]) if soft and len(r) > 4 else cands[2:].min(0)
+    if len(r) <= 4:     # one or two lines: no later ones
+        return cands.min(0)
+    rest = soft_min(cands[2:]) if soft else cands[2:].min(0)
     low = np.minimum(cands[:2].min(0), rest)
     if oneshot_tokens and len(r) > 4:
         low = np.where(rows > oneshot_tokens, rest, cands[:2].min(0) if alone else low)

@@ -168,3 +168,19 @@ def test_soft_minimum_of_lines():
     hw = load_hardware("h100")
     with pytest.raises(InputError, match="allreduce_soft"):
         hardware_from_dict({**hw.__dict__, "allreduce_soft": [1]}, "bad")
+
+
+@pytest.mark.parametrize("lines", [1, 2])
+@pytest.mark.parametrize("oneshot_tokens", [0, 128])
+def test_array_pricing_of_one_or_two_lines_is_the_scalar_one(lines, oneshot_tokens):
+    """A tp with one or two all-reduce lines (a valid profile: one pair per regime) is priced by
+    the step fit's array form as by ``call_time``, whatever the new flags say."""
+    from costmodel.allreduce import call_time, call_times
+    r = [8e-6, 2e11, 2e-5, 4e11][: 2 * lines]
+    rows = np.array([1, 64, 120, 200, 4096])
+    size = rows * 16384.0
+    for soft in (False, True):
+        vec = call_times(r, size, rows, oneshot_tokens, False, None, 1e-5, 108, True, soft)
+        ref = [call_time(r, float(s), int(n), oneshot_tokens, False, None, 1e-5, 108, True, soft) for s, n in zip(size, rows)]
+        assert vec.tolist() == ref
+
