@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -292,9 +293,9 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         require(ok, f"{source}:allreduce_switches:{tp}", v, "each gap [a, b] must have 0 < a <= b and rise past the "
                 "one before; [0, 0] (the token switch) needs allreduce_oneshot_tokens > 0")
     waves = hw.allreduce_wave_s or {}
-    require(isinstance(waves, dict) and all(isinstance(tp, int) and tp in regimes and isinstance(v, (int, float)) and v >= 0
-                                            for tp, v in waves.items()) and (not waves or hw.sms > 0),
-            f"{source}:allreduce_wave_s", waves, "must map tps of allreduce_regimes to seconds (>= 0), and needs sms")
+    require(isinstance(waves, dict) and all(isinstance(tp, int) and tp in regimes and isinstance(v, (int, float)) and not isinstance(v, bool)
+                                            and 0 <= v < math.inf for tp, v in waves.items()) and (not waves or hw.sms > 0),
+            f"{source}:allreduce_wave_s", waves, "must map tps of allreduce_regimes to finite seconds (>= 0), and needs sms")
     require(hw.counting in ("seed", "faithful"), f"{source}:counting", hw.counting, "must be 'seed' or 'faithful'")
     return hw
 

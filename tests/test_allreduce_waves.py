@@ -184,3 +184,9 @@ def test_array_pricing_of_one_or_two_lines_is_the_scalar_one(lines, oneshot_toke
         ref = [call_time(r, float(s), int(n), oneshot_tokens, False, None, 1e-5, 108, True, soft) for s, n in zip(size, rows)]
         assert vec.tolist() == ref
 
+
+@pytest.mark.parametrize("wave", [True, float("inf")])
+def test_wave_time_must_be_a_finite_number(wave):
+    hw = load_hardware("a100-sxm")
+    with pytest.raises(InputError, match="allreduce_wave_s"):
+        hardware_from_dict({**hw.__dict__, "allreduce_wave_s": {8: wave}}, "bad")
