@@ -5,12 +5,13 @@ quantile is within 0.12 % of the exact sample quantile. Count, sum and max are k
 
 BINNING without a logarithm per value. A value's bin is defined by the formula
 ``floor(log10(x / lo) * per_decade) + 1`` (clipped to the bins), but a log per value was most of
-a day's binning. ``_Bins`` finds once, for each bin, its lower edge: the smallest float the
+a day's binning. ``_bins`` finds once, for each bin, its lower edge: the smallest float the
 formula puts in it. A value's float bits, cut to a few mantissa bits, then index a table of the
 bin each such bucket starts in; a bucket is narrower than a bin, so one comparison with the next
 edge finishes the job. This is the formula wherever the formula is monotone in x (numpy's log10
 is, to the last bit, on the values tested); zero, negatives and values below ``lo`` land in the
-first bin, NaN and values at or past ``hi`` in the last.
+first bin, values at or past ``hi`` in the last, and NaN by its sign bit: ``np.nan`` in the last,
+the NaN that arithmetic gives (0/0, inf - inf: the sign set on x86) in the first.
 """
 from __future__ import annotations
 
