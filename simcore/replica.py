@@ -440,7 +440,7 @@ class Replica(RunPlanning):
                     if r.cohort_tick >= 0:
                         group.append(r)
                     else:   # req leaves here: its samples are those of steps [0, f)
-                        riders, mine, top_mine = 0, f, inner_max if f > 1 else 0.0
+                        riders, mine, top_mine = 0, f, inner_max
                     i += 1
                 done += c.advance(f - s0, top, float(ends[f - 1]), group)
                 s0 = f

@@ -159,14 +159,12 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             leaving.append((f, r))
             x -= tokens + f
             n2, g = n2 - 1, fm
-        f2 = (g if g < k else k) if n2 else f   # the run's last step
-        if f2 < k:   # the other leaves before the run's end, which it then is
-            if fm == f2:
-                member = heappop(c.finish)[2]
-            else:
-                member = r
-            leaving.append((f2, member))
-        if k <= OPEN_RUN + 1:
+        f2 = f
+        if n2:
+            f2 = g if g < k else k   # the run's last step
+            if f2 < k:   # the other leaves before the run's end, which it then is
+                leaving.append((f2, heappop(c.finish)[2] if fm == f2 else r))
+        if f2 <= OPEN_RUN + 1:
             listed = cm.decode_ends_list
             e = [t1] + listed(2, float(kv), f - 1, t1)
             return e + listed(1, float(x), f2 - f, e[-1]) if f2 > f else e
