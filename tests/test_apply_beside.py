@@ -42,8 +42,8 @@ class BesideChecker:
     """Wraps _beside_ends and _apply_beside: each call is also made by the general path on a copy."""
 
     def __init__(self, monkeypatch, slack: int = 0):
-        self.two_left = 0
-        self.priced = self.applied = self.folded = self.plain = self.arrays = self.cut = self.member_first = 0
+        self.priced = self.applied = self.folded = self.plain = self.two_left = self.member_first = self.arrays = 0
+        self.cut = 0
         priced_steps = {}   # replica → steps its last beside run was priced with
         beside, apply = RunPlanning._beside_ends, Replica._apply_beside
 
