@@ -27,6 +27,7 @@ from simpy.events import Event
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
+from .applies import FastApplies, _sample
 from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
@@ -34,20 +35,7 @@ from .invariants import check_replica
 from .runs import RunPlanning, steps_started
 
 
-
-def _sample(req, at: float, top: float):
-    """A request's first sample of a run at ``at``, whose largest gap inside the run is ``top``:
-    its first token (None), or the gap since its last token (returned for the ITL histogram)."""
-    if req.first_token_s is None:
-        req.first_token_s = at
-        if top > req.max_itl_s:
-            req.max_itl_s = top
-        return None
-    gap = at - req.last_token_s
-    req.max_itl_s = max(req.max_itl_s, gap, top)
-    return gap
-
-class Replica(RunPlanning):
+class Replica(RunPlanning, FastApplies):
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
                  next_arrival, on_finish, fast_forward: bool = True, check: bool = False, log_iterations: bool = False):
         self.env, self.index, self.policy, self.state = env, index, policy, state
@@ -209,6 +197,8 @@ class Replica(RunPlanning):
             if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
                     and self.iteration_log is None):
                 self._apply_lone(plan.items, start, ends)
+            elif plan.cohort == 1 and len(plan.items) == 1 and self._lead is None and not self._joins and self.iteration_log is None:
+                self._apply_beside(plan, start, ends)
             else:
                 self._apply(plan, start, ends)
 
@@ -339,59 +329,6 @@ class Replica(RunPlanning):
                 if on_finish is not None:
                     on_finish()
                 self.on_finish(req)
-
-    def _apply_lone(self, items, start: float, ends) -> None:
-        """``_apply`` for a plan of one request, no cohort, lead, leavers or joiners (the common
-        plan of a lightly loaded cluster): the same updates, the general case's setup left out."""
-        (req, n), = items
-        steps = len(ends)
-        self.num_iterations += steps
-        if type(ends) is list:
-            first, last = ends[0], ends[-1]
-        else:
-            first, last = float(ends[0]), float(ends[-1])
-        s = self.state
-        pool = s.pool
-        top = 0.0
-        if steps > 1:
-            if self._counts_runs:
-                self.policy.on_fast_forward(steps - 1)
-            if type(ends) is list:
-                inner = list(map(sub, ends[1:], ends))
-                top = max(inner)
-            else:
-                inner = ends[1:] - ends[:-1]
-                top = float(np.maximum.reduce(inner))
-            self.itl.add_many(inner)
-        if req.first_scheduled_s is None:
-            req.first_scheduled_s = start
-        req.num_computed_tokens += n
-        finished = False
-        if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
-            gap = _sample(req, first, top)
-            if gap is not None:
-                self.itl.add(gap)
-            req.num_computed_tokens += steps - 1
-            req.num_output_tokens += steps
-            req.last_token_s = last
-            finished = req.num_output_tokens >= req.output_len
-            if steps > 1:
-                held = pool.blocks_held(req, req.num_computed_tokens)
-                pool.used += held - req.num_blocks
-                req.num_blocks = held
-        assert pool.used <= pool.total
-        c = s.cohort
-        if c is not None and not c.members:
-            self._join_cohort(items, last)
-        if finished:
-            req.finish_s = last
-            s.retire(req, True)
-            if c is None or req in s.running:
-                s.running.remove(req)
-            self._outstanding -= 1
-            if self._counts_finishes:
-                self.policy.on_finish()
-            self.on_finish(req)
 
     def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list | None]:
         """The cohort through a folded run, segment by segment between the steps where members or

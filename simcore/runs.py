@@ -53,6 +53,11 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             ends = self._lone_ends(items[0], start)
             if ends is not None:
                 return ends
+        if (nc == 1 and len(items) == 1 and self.pull is None and self.fold and self.fast_forward and not plan.preempted
+                and not self.state.waiting):
+            ends = self._beside_ends(items[0], start)
+            if ends is not None:
+                return ends
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
         if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
             ends = self._chunked_run(plan, start)
@@ -112,6 +117,62 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         if k <= 1:
             return [t1]
         return self._decode_ends(t1, 1, kv + 1, k - 1, math.inf, lead=True)
+
+    def _beside_ends(self, item, start: float):
+        """``_step_ends`` for a prompt's last chunk beside a cohort of one, nobody waiting, folding
+        allowed, on a replica that does not know its next arrival (a busy cluster's common plan):
+        the same steps and leavers as the general path's folded run, which here has at most two
+        leavers and so two decode segments after the chunk's step. Their durations go into one
+        array and one cumulative sum (the same additions in the same order as the general path's
+        sum per segment, each segment's first addition starting from the last end); runs of at
+        most OPEN_RUN decode steps in plain floats. (``_step_estimate`` is read only toward a
+        known stop, so it is left alone.) None where the request is not a prompt catching up."""
+        r, q = item
+        tokens = r.prompt_len + r.num_output_tokens
+        if r.num_computed_tokens + q != tokens or q == 1:
+            return None
+        s, cm = self.state, self.cm
+        c = s.cohort
+        mine = r.output_len - r.num_output_tokens   # the step it leaves after
+        k = c.last_finish - c.tick                  # c.steps_to_empty()
+        if mine > k:
+            k = mine
+        if k > 1:
+            k = (self._kv_limited((item,), k, 1) if len(s.running) == 1 and len(c.members) == 1
+                 and self.policy.can_fast_forward(s) else 1)
+        t1 = cm.prefill_lead_ends(1, c.kv, (0, q), r.num_computed_tokens, start)[0]
+        if k <= 1:
+            return [t1]
+        kv = c.kv + tokens + 3   # Σ(kv + 1) of both in step 1
+        fm = c.finish[0][0] - c.tick   # the step the member leaves after
+        f = fm if fm < mine else mine
+        if f >= k:
+            return self._decode_ends(t1, 2, kv, k - 1, math.inf, lead=True)
+        leaving, x = self._leaving, kv + 2 * (f - 1)   # x: Σ(kv + 1) in step f, before the leavers leave
+        n2 = 2
+        if fm == f:
+            member = heappop(c.finish)[2]
+            leaving.append((f, member))
+            x -= member.num_computed_tokens + c.tick - member.cohort_tick + f + 1
+            n2, g = 1, mine
+        if mine == f:
+            leaving.append((f, r))
+            x -= tokens + f
+            n2, g = n2 - 1, fm
+        f2 = f
+        if n2:
+            f2 = g if g < k else k   # the run's last step
+            if f2 < k:   # the other leaves before the run's end, which it then is
+                leaving.append((f2, heappop(c.finish)[2] if fm == f2 else r))
+        if f2 <= OPEN_RUN + 1:
+            listed = cm.decode_ends_list
+            e = [t1] + listed(2, float(kv), f - 1, t1)
+            return e + listed(1, float(x), f2 - f, e[-1]) if f2 > f else e
+        d = cm.decode_run(2, float(kv - 2), f)   # its first duration replaced by t1: the sum starts there
+        d[0] = t1
+        if f2 > f:
+            d = np.concatenate((d, cm.decode_run(1, float(x), f2 - f)))
+        return np.add.accumulate(d, out=d)
 
     def _folded_run(self, start: float, lead: list, n: int, kv: int, k: int, riders: list, head=None):
         """A run of at most k steps (for a sole replica, only those that start before its next
