@@ -13,6 +13,12 @@ callback at every `--reading-every` simulated hours; its own CPU and wall time a
 day's, and with several replicas no replica looks at the event queue those callbacks sit in, so
 the results are the same bits) and after it. The day is scaled by the median of them all, and
 the figure is printed with the range the lowest and highest readings would give.
+
+IN A FRESH PROCESS TOO. The issue's reference is what `benchmarks/machine.py` reads on the machine,
+a process of its own. Read inside this one, beside a day's million requests and their results,
+the same loop runs slower (session 11: 0.14 s before the day, 0.15-0.24 s during and after it),
+so each reading is also taken by a fresh interpreter on the same pinned core (this process
+waiting), and the day is printed scaled by the median of those as well, beside the in-process one.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ import argparse
 import gc
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -51,10 +59,12 @@ class Readings:
 
     def __init__(self):
         self.taken: list[tuple[str, float]] = []
+        self.fresh: list[tuple[str, float]] = []
         self.spent_cpu = self.spent_wall = 0.0
 
     def take(self, where: str) -> None:
         self.taken.append((where, reference_s(3, time.process_time)))
+        self.fresh.append((where, fresh_reading()))
 
     def take_during(self, _event=None) -> None:
         """From inside a run, whose cyclic collector is paused: the objects alive now are frozen
@@ -70,8 +80,16 @@ class Readings:
         self.spent_cpu += time.process_time() - c0
         self.spent_wall += time.perf_counter() - w0
 
-    def values(self, where: str | None = None) -> list[float]:
-        return [r for w, r in self.taken if where is None or w == where]
+    def values(self, where: str | None = None, fresh: bool = False) -> list[float]:
+        return [r for w, r in (self.fresh if fresh else self.taken) if where is None or w == where]
+
+
+def fresh_reading() -> float:
+    """The CPU reference (best of 3) read by a new interpreter, which inherits this process's core."""
+    code = "import time; from machine import reference_s; print(reference_s(3, time.process_time))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent,
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout)
 
 
 def simulate(wl, replicas: int, ff: bool, readings: Readings | None = None, every_h: float = 0.0):
@@ -137,6 +155,13 @@ def main() -> None:
           f"reference {ref:.3f} s CPU (median of {len(refs)} readings, range {lo:.3f}-{hi:.3f}, spread {(hi - lo) / ref:.0%}); "
           f"at reference {AT_REFERENCE} s: {cpu * AT_REFERENCE / ref:.1f} s "
           f"(by the highest and lowest reading: {cpu * AT_REFERENCE / hi:.1f}-{cpu * AT_REFERENCE / lo:.1f} s)")
+    fresh = readings.values(fresh=True)
+    fref, flo, fhi = statistics.median(fresh), min(fresh), max(fresh)
+    parts = "; ".join(f"{w} " + ", ".join(f"{r:.3f}" for r in readings.values(w, fresh=True))
+                      for w in ("before", "during", "between", "after") if readings.values(w, fresh=True))
+    print(f"the same readings by a fresh process (benchmarks/machine.py's own reading): {parts}")
+    print(f"at reference {AT_REFERENCE} s by the fresh-process median {fref:.3f} s: {cpu * AT_REFERENCE / fref:.1f} s "
+          f"(by the highest and lowest: {cpu * AT_REFERENCE / fhi:.1f}-{cpu * AT_REFERENCE / flo:.1f} s)")
     if args.sample <= 0:
         return
     sample, _ = day(args.sample, seed=1)
