@@ -48,8 +48,8 @@ def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarra
         inside = (B > a[g]) & (B < b[g])
         gi, ti = g[inside], t[inside]
         w = np.log(B[inside] / a[gi]) / np.log(b[gi] / a[gi])
-        lo, hi = ti[np.arange(len(gi)), gi], ti[np.arange(len(gi)), gi + 1]
-        out[inside] = np.where(crossing(lat, bw, a, b)[gi], np.minimum(lo, hi), np.exp((1.0 - w) * np.log(lo) + w * np.log(hi)))
+        t0, t1 = ti[np.arange(len(gi)), gi], ti[np.arange(len(gi)), gi + 1]
+        out[inside] = np.where(crossing(lat, bw, a, b)[gi], np.minimum(t0, t1), np.exp((1.0 - w) * np.log(t0) + w * np.log(t1)))
     return out
 
 
