@@ -3,7 +3,8 @@ bandwidth per line, flattened), as ``calibration/allreduce_model.py`` fits them:
 the engine may run at this size, the first two (one-shot) only up to ``oneshot_tokens`` rows
 (and alone there where ``alone``). A tp with ``allreduce_switches`` (NCCL over PCIe:
 ``calibration/allreduce_runs.py``) takes its lines as runs instead: each line from where the
-previous run's sizes end, blended across the gap between them (``run_times``), a (0, 0) gap
+previous run's sizes end, blended across the gap between them, or their minimum where the two
+cross inside it (``run_times``), a (0, 0) gap
 marking the token switch (lines before it up to ``oneshot_tokens`` rows, those after it beyond).
 A tp in ``allreduce_soft`` takes the lines after the first two (NCCL's, and two-shot's on 2 GPUs)
 as their soft minimum (``soft_min``). A tp in ``allreduce_oneshot_max`` takes the larger of its
@@ -34,7 +35,10 @@ def soft_min(t: np.ndarray, axis: int = 0) -> np.ndarray:
 def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarray:
     """Lines in size order, ``gaps`` = [a_1, b_1, a_2, b_2, ...] (bus bytes: the last size of run i
     and the first of run i + 1): line i + 1 from b_i on; between a_i and b_i the time blends from
-    line i to line i + 1, linearly in log B and log time."""
+    line i to line i + 1, linearly in log B and log time, except where the two cross inside the gap
+    (``crossing``): there their minimum, the switch at the crossing that NCCL's tuner makes where
+    its model of the protocols holds, and the one that keeps each run's line the faster at its
+    own end. Elsewhere the switch lies wherever the tuner's own model puts it, unknown here."""
     t = lat[None, :] + B[:, None] / bw[None, :]
     a, b = np.asarray(gaps[0::2], float), np.asarray(gaps[1::2], float)
     past = (B[:, None] >= b[None, :]).sum(axis=1)
@@ -44,8 +48,17 @@ def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarra
         inside = (B > a[g]) & (B < b[g])
         gi, ti = g[inside], t[inside]
         w = np.log(B[inside] / a[gi]) / np.log(b[gi] / a[gi])
-        out[inside] = np.exp((1.0 - w) * np.log(ti[np.arange(len(gi)), gi]) + w * np.log(ti[np.arange(len(gi)), gi + 1]))
+        t0, t1 = ti[np.arange(len(gi)), gi], ti[np.arange(len(gi)), gi + 1]
+        out[inside] = np.where(crossing(lat, bw, a, b)[gi], np.minimum(t0, t1), np.exp((1.0 - w) * np.log(t0) + w * np.log(t1)))
     return out
+
+
+def crossing(lat: np.ndarray, bw: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per gap, whether line i + 1 is the slower at a and line i the slower at b: they cross inside
+    the gap, so their minimum keeps each run's own line at its end."""
+    i = np.arange(len(a))
+    t = lambda B, j: lat[j] + B / bw[j]  # noqa: E731
+    return (t(a, i) <= t(a, i + 1)) & (t(b, i) >= t(b, i + 1))
 
 
 def _sides(r, sw):

@@ -81,6 +81,38 @@ def test_blend_across_a_switch_is_geometric():
     assert t[3] == pytest.approx(line(0, 0.5 * a)) and t[4] == pytest.approx(line(1, 2 * b))
 
 
+def test_lines_crossing_inside_a_gap_switch_at_their_crossing():
+    """Where the next run's line is the slower at the gap's start and the faster at its end, the
+    two cross inside the gap: the price there is their minimum (NCCL's tuner switching where the
+    protocols cross), not the blend, which would price the faster line's sizes above it."""
+    lat, bw = np.array([2e-5, 9e-5]), np.array([1e9, 2e9])
+    a, b = 5e4, 5e5
+    cross = (lat[1] - lat[0]) / (1 / bw[0] - 1 / bw[1])
+    B = np.array([a, 0.6 * cross, 1.5 * cross, b])
+    t = run_times(lat, bw, [a, b], B)
+    line = lambda i, x: lat[i] + x / bw[i]  # noqa: E731
+    assert a < cross < b
+    assert t[0] == pytest.approx(line(0, a)) and t[3] == pytest.approx(line(1, b))
+    assert t[1] == pytest.approx(line(0, B[1]), rel=1e-12) and t[2] == pytest.approx(line(1, B[2]), rel=1e-12)
+
+
+def test_held_out_sizes_where_two_runs_cross_come_back_within_noise():
+    """NCCL over PCIe switching from LL to Simple where their lines cross (8 GPUs: 40K elements):
+    with 32K and 64K elements held out, the gap between the runs spans the crossing and both
+    sizes come back within noise (the blend across the gap missed 64K by 7 %)."""
+    n, e = 8, ELEMS[ELEMS <= 2 ** 19]
+    B = 2 * (n - 1) / n * 2 * e
+    truth = np.minimum(2e-5 + B / 1e9, 9e-5 + B / 2e9)
+    held = np.isin(e, [2 ** 15, 2 ** 16])
+    rng = np.random.default_rng(7)
+    t = truth * np.exp(0.003 * rng.standard_normal(len(e)))
+    df = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=np.maximum(1, np.floor(e / 4096)), m=2 * e, workers=n,
+                           tp=n, flops=0.0, bytes=B, time_s=t))
+    f = fit(df[~held].reset_index(drop=True), form="physical")
+    assert f.classes["allreduce"].switches
+    assert f.predict(df[held]) == pytest.approx(truth[held], rel=0.02)
+
+
 def test_roofline_prices_switched_runs_as_the_fit():
     f = fit(pcie_rows(4), form="physical")
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "pcie-test")

@@ -10,7 +10,8 @@ concave curve follows. So each side of the engine's token switch (``ONESHOT_MAX_
 both of the L40S's tables jump 3.5x / 3.0x from 512K to 1M elements) is cut into runs of message
 sizes, each priced by its own line ℓ + B/bw (B the bus bytes, 2(n-1)/n · size). Where a switch
 falls between two measured sizes is not known, so between the last size of one run and the first
-of the next the time blends from one line to the other, linearly in log size and log time.
+of the next the time blends from one line to the other, linearly in log size and log time (where
+the two lines cross inside that gap, their minimum: ``costmodel/allreduce.py``, ``crossing``).
 
 The runs are the sizes' cut (each run at least two sizes) whose lines, fitted in relative error
 in closed form, fit best; their number (1 to MAX_RUNS per side) the one that best predicts each
