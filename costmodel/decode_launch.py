@@ -88,13 +88,14 @@ def mmha_blocks(groups) -> float:
     return float(groups[3]) if len(groups) > 3 else MMHA_BLOCKS_SM
 
 
-def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
+def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM, tpv=16.0):
     """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy),
-    with ``blocks`` 256-thread blocks per SM."""
+    with ``blocks`` 256-thread blocks per SM and tpv threads per value (16 at d = 128, 8 at d = 64)."""
     factor = np.minimum(np.ceil(sms * blocks / np.maximum(units, 1.0)), blocks)
     threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
     per_sm = np.floor(MMHA_THREAD_BLOCK * blocks / threads)
-    split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
+    cap = np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpv * 8.0)), 1.0), np.ceil(sms / np.maximum(units, 1.0)))
+    split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, cap)
     return threads, per_sm, split
 
 
@@ -132,18 +133,19 @@ def key_threads(F, units, kv):
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
-    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups))
+    tpk = key_threads(F, n * h, kv)
+    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups), tpk)
     split = np.where(grouped, xqa_blocks(n, units, kv, sms), msplit)
     slots = np.where(grouped, sms, sms * per_sm)
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
-    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
-    issued = units * split * walk * WALK_BYTES / beta_l2
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, tpk)
+    issued = units * split * walk * WALK_BYTES / issue_rate(v)
     fixed = np.where(grouped, 0.0, waves * unit_mha + np.maximum(waves * loop * walk, issued))
     x = np.maximum(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
@@ -161,7 +163,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
@@ -175,12 +177,13 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
         threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
         per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
+        tpk = _key_threads(F, units, kv)
         split = min(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
-                    max(math.ceil(kv / (threads / 2.0)), 1.0))
+                    min(max(math.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        walk = _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv))
-        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2
+        walk = _walk(max(kv - 1.0, 0.0) / split, threads, tpk)
+        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / issue_rate(v)
         add, fixed = 0.0, waves * unit_mha + (lat if lat >= issued else issued)
     x = max(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
@@ -191,6 +194,12 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     c = F / (pi if grouped else pi_mha)
     comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
+
+
+def issue_rate(v) -> float:
+    """The rate the SMs' loads serve the key rows MMHA's blocks issue (``beta_issue``; the L2's
+    rate, beta_l2_decode, for profiles fitted before it)."""
+    return v[17] if len(v) > 17 and v[17] else v[3]
 
 
 def _walk(keys: float, threads: float, tpk: float) -> float:

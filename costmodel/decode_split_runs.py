@@ -20,7 +20,7 @@ import numpy as np
 
 from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
                            decode_unit_time)
-from .decode_launch import WALK_BYTES, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
+from .decode_launch import WALK_BYTES, issue_rate, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
 
 
 class SplitDecodeRuns:
@@ -115,11 +115,13 @@ def _mmha_launch(v, units, g, kv, F, B, r, sms, nb):
     factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
     threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
     per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
-    split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0), np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
+    tpk = key_threads(F, units, kv)
+    split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
+                       np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
     waves = np.ceil(units * split / (sms * per_sm))
     flow = units * split / waves * cta * (threads / 256.0)
-    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
-    fixed = waves * unit_mha + np.maximum(waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2)
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, tpk)
+    fixed = waves * unit_mha + np.maximum(waves * loop * walk, units * split * walk * WALK_BYTES / issue_rate(v))
     mem = _mem(B, r, beta_mha, beta_l2, flow, g - 1.0)
     c = F / pi_mha
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb + comb0, 0.0) + over_mha

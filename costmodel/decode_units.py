@@ -68,16 +68,17 @@ MMHA_OCCUPANCY = (4, 3)      # the blocks per SM the fit tries (groups' fourth e
 MMHA_WALK_KEYS = 64.0        # MMHA's key walk: one latency (loop_mha) per 64 of a block's keys, whatever its size
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
-          "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed")
+          "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed", "beta_issue")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
           "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
           "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "loop_mha": "attn_decode_loop_mha_s",
-          "l2_pass": "attn_decode_l2_pass_bytes", "hidden_keys": "attn_decode_hidden_keys", "combine_fixed": "attn_decode_combine_fixed_s"}
+          "l2_pass": "attn_decode_l2_pass_bytes", "hidden_keys": "attn_decode_hidden_keys", "combine_fixed": "attn_decode_combine_fixed_s",
+          "beta_issue": "attn_decode_issue_beta"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B", "hidden_keys": "1", "combine_fixed": "s"}
+         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B", "hidden_keys": "1", "combine_fixed": "s", "beta_issue": "B/s"}
 
 
 def xqa_blocks(n, units, kv, sms):
