@@ -14,9 +14,20 @@ MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and mul
 u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
 register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger
 blocks, factor = min(⌈b·SMs/u⌉, b): T = 256·factor rounded down to 256, 512 or 1024 threads,
-P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, ⌈kv/(T/2)⌉) blocks
-(T/2 keys per KV loop: ⌈T/16 threads per value⌉·8, 16-bit, d = 128), run in W = ⌈u·m/(SMs·P)⌉
-waves. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
+P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, min(⌈(kv + 1)/L⌉,
+⌈SMs/u⌉)) blocks, run in W = ⌈u·m/(SMs·P)⌉ waves. L = ⌈T/t_v⌉·8 keys per KV loop, t_v = d·2/16
+threads per value (16-bit: 16 at d = 128, 8 at d = 64), over tlength + 1 keys; ⌈SMs/u⌉ is the
+split buffers' size, getMaxNumSeqLenTile's one 1,024-thread block per SM (AttentionOp, "we only
+want one wave of blocks"), which multi_block_grid_setup clamps the balanced split to. On A100
+(MHA, d = 128) 192 units run 31-127 keys in 14.1-14.4 µs, as 96 units do in one wave, not as 128
+units in two (21.7-26.2 µs): ⌈216/192⌉ = 2 blocks per unit would be two waves; 64 units take 14.8
+µs at 255 keys and 33.5 at 511 (⌈513/512⌉ = 2 blocks: 128 in two waves), 48 units 20.3 and 35.9 at
+511 and 1,023 (2, then 3 blocks: 96 in one wave, 144 in two), 32 units 21.8 and 39.2 at 1,023 and
+2,047 (3, then 4); on L40S every MHA configuration of few units steps up at 511 keys at d = 128
+(8.5 → 11.7 µs: the split launch's reduction) and at 1,023 at d = 64 (8.4 → 11.6: L = 1,024).
+Held out (seeds 0-2, the grouping fixed at the shipped one's, beside beta_issue below): A100
+5.08 → 4.96, L40S 6.50 → 6.29 (the one-wave cap alone 6.45; tlength + 1 without the head dim's
+loop 6.56), B200 4.74 → 4.70. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
 alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6.2 → 5.0; b = 2: 5.9):
 there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
 wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
@@ -27,12 +38,17 @@ mode each block writes its partial max, sum and output, and the last block of a 
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
-At many waves the walk is bound by the rate the L2 serves the rows every block issues (clamped
-loads included), not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_L2)
+At many waves the walk is bound by the rate the rows every block issues (clamped loads included)
+are served, not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_iss)
 (A100 MMHA, 32 heads, 8,192 units: 137, 198, 265 µs at R = 8, 64, 128 rows, +1.07 µs per row, 134
 MB of rows per 68 µs, ~2 TB/s, against τ ~0.9 µs per wave of 64 rows at small grids). Held out
 (seeds 0-2) A100 5.4/3.7/12.1 → 5.3/3.7/11.1, L40S 6.6/4.7/13.3 → 6.5/4.6/13.1, B200 4.8 → 4.7
-(at the HBM rate β_mha instead: A100 5.6).
+(at the HBM rate β_mha instead: A100 5.6). β_iss (``beta_issue``) is that rate, fitted apart
+from the L2-resident KV's β_L2: A100, 8,192 units, 7 → 15 keys (64 more rows a block) +43 µs and
+63 → 127 +63 µs, 134 MB of rows each, 2-3 TB/s, where the shared β_L2 fitted 4.6 TB/s and
+priced 15-31 keys 10-13 % fast (held out, grouping fixed: A100 5.31 → 5.08, L40S 6.52 → 6.50,
+B200 4.74 → 4.74). Fitted on every decode row: A100 β_iss 3.3 TB/s, and β_L2 then leaves its
+range (463 TB/s: the resident bytes' time is the issue term's), L40S 8.4 and 23 TB/s.
 u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
 R(L, T) the key rows its threads load, in 256-byte rows (``mmha_walk``: the loop's T/4-key iterations, each thread
 group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
