@@ -170,7 +170,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     blocks = np.maximum(units * split, 1.0)
     w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
     rw = 1.0 / (1.0 + w * w * w)
-    mem = mem * np.where(grouped, np.maximum(1.0 - hide * split / kv, 0.0), 1.0)   # each XQA block's first keys: under its latency
+    mem = mem * np.where(grouped, np.maximum(1.0 - hide * (16.0 / tpk) * split / kv, 0.0), 1.0)   # each XQA block's first bytes: under its latency
     mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
     c = F / np.where(grouped, pi, pi_mha)
     comb = np.where(split > 1.0, split * comb + comb0, 0.0)
@@ -206,7 +206,7 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if grouped:
-        mem *= max(1.0 - hide * split / kv, 0.0)
+        mem *= max(1.0 - hide * (16.0 / _key_threads(F, n * h, kv)) * split / kv, 0.0)
     c = F / (pi if grouped else pi_mha)
     comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)

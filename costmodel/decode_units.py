@@ -132,7 +132,7 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     if hidden:
-        mem = mem * np.where(grouped, np.maximum(1.0 - v[15] * split / kv_mean, 0.0), 1.0)
+        mem = mem * np.where(grouped, np.maximum(1.0 - v[15] * (16.0 / key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0), 1.0)
     c = F / pi
     comb = np.where(split > 1.0, split * comb, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
@@ -172,10 +172,10 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if hidden and grouped:
-        mem *= max(1.0 - v[15] * split / kv_mean, 0.0)
+        mem *= max(1.0 - v[15] * (16.0 / _key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0)
     c = F / pi
     comb = split * comb if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
 
 
-from .decode_launch import launch_time, launch_times  # noqa: E402  (it uses xqa_blocks and the constants above)
+from .decode_launch import _key_threads, key_threads, launch_time, launch_times  # noqa: E402  (it uses xqa_blocks and the constants above)

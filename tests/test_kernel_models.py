@@ -552,3 +552,18 @@ def test_mmha_issued_rows_at_their_own_rate():
                                        (2, 32, "launch"), 1.0))
     assert price(0.0) == price(DEC_TRUE["beta_l2_decode"])
     assert price(1e12) > price(2e12) > price(4e12)
+
+
+@pytest.mark.parametrize("d", [64.0, 128.0, 256.0])
+def test_xqa_hidden_keys_are_bytes_in_flight(d):
+    """A grouped block's loads under its wave's latency are bytes in flight, not keys: at head dim d
+    it hides K_h·128/d keys (L40S, the one table with two head dims: XQA at many units over 127-511
+    keys priced 10-30 % slow at d = 64 and d = 128 within a few %, with one K_h in keys)."""
+    n, h, hkv, kv, hide = 64.0, 32.0, 4.0, 4096.0, 100.0
+    v0 = {**DEC_TRUE, "pi_decode": 1e30, "unit": 1e-30, "overhead_decode": 0.0, "combine": 0.0, "combine_fixed": 0.0,
+          "unit_q": 0.0, "cta_decode": 1e30, "l2_decode": 1.0}
+    F, B = 4.0 * h * d * kv * n, 2.0 * 2 * d * hkv * kv * n
+    price = lambda k: float(decode_unit_times([{**v0, "hidden_keys": k}[p] for p in DEC], n, kv, F, B, h, hkv, 108,  # noqa: E731
+                                              (2, 32, "launch")))
+    m = float(xqa_blocks(n, n * hkv, kv, 108))
+    assert price(hide) / price(0.0) == pytest.approx(1.0 - hide * (128.0 / d) * m / kv, rel=1e-9)
