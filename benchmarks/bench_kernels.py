@@ -350,7 +350,10 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   and ≤ ⌈(tlength + 1)/L⌉ with L = ⌈T/threads per value⌉·8 keys (1,024 at d = 64 on a 1,024-thread
   block, not 512), and the rows its blocks issue served at a rate of their own (``beta_issue``,
   ``decode_launch``): A100 5.3/3.7/11.1 → 5.0/3.6/10.7, L40S 6.5/4.6/13.1 → 6.3/4.5/13.1, B200
-  4.7/3.3/10.6 → 4.7/3.3/10.5 (context unchanged: H100 6.1, A100 2.6, B200 4.7, L40S 4.7). The
+  4.7/3.3/10.6 → 4.7/3.3/10.5 (context unchanged: H100 6.1, A100 2.6, B200 4.7, L40S 4.7); then a
+  grouped block's hidden keys as bytes in flight (K_h·128/d keys at head dim d: XQA at many units
+  over 127-511 keys had been priced 10-30 % slow at d = 64, within a few % at d = 128): L40S →
+  6.0/4.3/12.0 (A100, B200: d = 128 alone, unchanged). The
   A100 "1.5·2^k units" cells were the cap: 192 units (12 heads × 16, 48 × 4, 96 × 2) got two
   512-thread blocks each, two waves, where the engine runs one (14.1-14.4 µs at 31-127 keys, as
   96 units); the 64-96-unit cells 42 % fast at 511 keys were tlength + 1 (two blocks a unit, 128
@@ -369,15 +372,19 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   6.20, B200 4.70: chosen on nothing but these held-out draws, not kept), Q and O bytes in XQA's
   L2 working set (L40S 6.29, 6.28 with MMHA's too) or as a per-wave latency share when they
   overflow it (6.31-6.40).
+  Found after these figures (scratch runs, the grouping fixed): the hidden keys in bytes, looked
+  for because of the held-out residuals by head dim (L40S 6.29 → 6.03 then, 6.0 in this report).
   What is left. A100 (5.0): MHA at many units still -10 % at 7-31 keys and +8 to +18 % at 127-255
   (the walk's issue and the key bytes' DRAM time are the same loads, under one root with the
   waves' latency), 512 units at 16,383 keys -32 % (each block's 6 B a key of logits in shared
   memory, 98 KB, leaves one block per SM of the register-limited four: not modelled, it needs
-  each GPU's shared memory per SM). L40S (6.3): 74 % of its error in grouped rows; XQA at d = 64
-  priced 10-30 % slow and at d = 128 5-30 % fast at many units (16,384 units of 16 query heads,
-  d = 128, 1 key: 672 µs against 375 at 4 heads, where Q and O outgrow the L2), one latency per
-  wave for both head dims; rows just past the L2 (x in (1.25, 1.5]: -7 %) and MHA rows at it
-  ((0.98, 1.02]: +19 %, the value pass's share).
+  each GPU's shared memory per SM). L40S (6.0): 71 % of its error in grouped rows (XQA 48 %, at
+  5.9 % for either head dim); XQA at d = 128 priced 15-33 % fast at 8,192-16,384 units over 1-63
+  keys (16,384 units of 16 query heads, 1 key: 672 µs against 375 at 4 heads, where Q and O
+  outgrow the L2: neither a residency of Q/O bytes nor a wave latency share for them helped),
+  XQA at d = 64 ~10 % slow past the L2 at 8k-64k keys (its bytes stream faster than d = 128's);
+  rows just past the L2 (x in (1.25, 1.5]: -7 %) and MHA rows at it ((0.98, 1.02]: +19 %, the
+  value pass's share).
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

@@ -6,10 +6,13 @@ GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` Decoder
 kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
 query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split, except
 that each block's first K_h keys (``hidden_keys``) load under its wave's latency: the grouped memory
-time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
+time is scaled by max(0, 1 - K_h·(128/d)·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
 136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
 each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
-~95 keys, L40S ~37).
+~95 keys, L40S ~37). K_h counts keys of d = 128: the loads a block has in flight under its latency
+are bytes, so at head dim d it hides K_h·128/d keys (L40S, d = 64 and 128: XQA at many units over
+127-511 keys was priced 10-30 % slow at d = 64 and within a few % at d = 128 with one K_h in keys;
+held out, grouping fixed, L40S 6.29 → 6.03; A100 and B200 have d = 128 alone).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
 u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
 register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger

@@ -29,7 +29,7 @@ and the flow are found is the ``split`` the fit picks among ``SPLITS``:
         ``decode_launch.py``, which prices it.
   gen   Blackwell (SM100): the grouped rows (g_min ≤ g ≤ g_max) run trtllm-gen's generation kernels,
         priced as flow with each block's first K_h keys (``hidden_keys``) under its fixed latency, the
-        memory time scaled by max(0, 1 - K_h·m/kv) (B200, 32 query / 4 KV heads, 1,024 sequences:
+        memory time scaled by max(0, 1 - K_h·(128/d)·m/kv) (B200, 32 query / 4 KV heads, 1,024 sequences:
         64.9-66.9 µs from 2 to 256 keys; fitted K_h ~140); the rest fall back to MMHA, priced as in launch (``xqaDispatcher.cpp``,
         XqaDispatcher::shouldUse under mUseTllmGen: "Fallback to MMHA as num_q_heads per kv_head > 16
         is not supported by TRTLLM-GEN kernels"). B200, 32 query heads on one KV head, one sequence of

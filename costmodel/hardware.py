@@ -71,7 +71,7 @@ class Hardware:
     attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
     attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over a block's keys, per 64 of them (decode_launch)
     attn_decode_l2_pass_bytes: float = 0.0   # ... MMHA's value pass re-reads K-only tables' key lines from the L2 below this
-    attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides
+    attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides (at d = 128; 128/d times that at d)
     attn_decode_combine_fixed_s: float = 0.0   # ... a split launch's fixed cost of its reduction (once, beside the per-block part)
     attn_decode_issue_beta: float = 0.0   # ... the rate MMHA's issued key rows are served at (0: attn_decode_l2_beta)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
