@@ -378,7 +378,10 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   (the walk's issue and the key bytes' DRAM time are the same loads, under one root with the
   waves' latency), 512 units at 16,383 keys -32 % (each block's 6 B a key of logits in shared
   memory, 98 KB, leaves one block per SM of the register-limited four: not modelled, it needs
-  each GPU's shared memory per SM). L40S (6.0): 71 % of its error in grouped rows (XQA 48 %, at
+  each GPU's shared memory per SM; tried in a scratch run, blocks per SM also bound by
+  ⌊S_SM/(24·⌈(kv/m + 1)/4⌉ + 1 KB)⌋ with S_SM = 164 KB (A100), 100 KB (L40S): held out, grouping
+  fixed, A100 4.96 → 4.91, L40S 6.03 → 5.89; it needs a spec field carried through the fit to the
+  pricing, not done). L40S (6.0): 71 % of its error in grouped rows (XQA 48 %, at
   5.9 % for either head dim); XQA at d = 128 priced 15-33 % fast at 8,192-16,384 units over 1-63
   keys (16,384 units of 16 query heads, 1 key: 672 µs against 375 at 4 heads, where Q and O
   outgrow the L2: neither a residency of Q/O bytes nor a wave latency share for them helped),
