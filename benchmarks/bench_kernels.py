@@ -344,6 +344,50 @@ What the data themselves limit (figures from the tables in ../shared/data/kernel
   at many units (≥ 8,192) priced -16 % at 15-31 keys and +8 to +16 % at 127-255, and units of
   1.5·2^k (12, 48, 96 heads) +22 to +38 % at 127-255 keys where powers of two are at +3 to +16 %.
   L40S's largest remaining error is its MHA configurations (12, 40, 48 heads: 9-14 %).
+  Then (issue 14, second round; held out generation, seeds 0-2): MMHA's split as TensorRT-LLM
+  bounds it, m ≤ ⌈SMs/units⌉ (AttentionOp::getMaxNumSeqLenTile sizes the split buffers for one
+  1,024-thread block per SM, and multi_block_grid_setup clamps the balanced ⌈SMs·P/units⌉ to it)
+  and ≤ ⌈(tlength + 1)/L⌉ with L = ⌈T/threads per value⌉·8 keys (1,024 at d = 64 on a 1,024-thread
+  block, not 512), and the rows its blocks issue served at a rate of their own (``beta_issue``,
+  ``decode_launch``): A100 5.3/3.7/11.1 → 5.0/3.6/10.7, L40S 6.5/4.6/13.1 → 6.3/4.5/13.1, B200
+  4.7/3.3/10.6 → 4.7/3.3/10.5 (context unchanged: H100 6.1, A100 2.6, B200 4.7, L40S 4.7); then a
+  grouped block's hidden keys as bytes in flight (K_h·128/d keys at head dim d: XQA at many units
+  over 127-511 keys had been priced 10-30 % slow at d = 64, within a few % at d = 128): L40S →
+  6.0/4.3/12.0 (A100, B200: d = 128 alone, unchanged). The
+  A100 "1.5·2^k units" cells were the cap: 192 units (12 heads × 16, 48 × 4, 96 × 2) got two
+  512-thread blocks each, two waves, where the engine runs one (14.1-14.4 µs at 31-127 keys, as
+  96 units); the 64-96-unit cells 42 % fast at 511 keys were tlength + 1 (two blocks a unit, 128
+  of 1,024 threads on 108 SMs: two waves, 33.5 µs against 14.8 at 255 keys). tlength + 1 alone,
+  with L = T/2 at every head dim, cost L40S 0.1 (its d = 64 rows step at 1,023 keys, not 511).
+  How chosen: the cap and the loop are the engine's code (read in TensorRT-LLM's
+  decoderMaskedMultiheadAttentionLaunch.h / attentionOp.cpp), looked for because of the held-out
+  residual table by units and keys; the issue rate from the A100 table's own rows (8,192 units,
+  7 → 15 and 63 → 127 keys) priced on the shipped profile. Fitted on every decode row, β_iss is 3.3
+  TB/s on A100 and β_L2 then leaves its range (463 TB/s: the resident bytes' time is the issue
+  term's), L40S 8.4 / 23 TB/s. Tried and dropped (held out, the grouping fixed at the shipped
+  one's, A100 / L40S from 4.96 / 6.29): MMHA's root as a power mean (p = 3: A100 5.25, p = 4:
+  5.36, before β_iss), the waves' fixed latency added outside the root (A100 5.57 at p = 2, 5.53
+  at p = 4), a cost per block beside the wave latency (tail waves: 5.00 / 6.29), MMHA at 5 or 6
+  blocks per SM (never picked), the key bytes' residency (C/B)^10 in place of ^6 (A100 4.96, L40S
+  6.20, B200 4.70: chosen on nothing but these held-out draws, not kept), Q and O bytes in XQA's
+  L2 working set (L40S 6.29, 6.28 with MMHA's too) or as a per-wave latency share when they
+  overflow it (6.31-6.40).
+  Found after these figures (scratch runs, the grouping fixed): the hidden keys in bytes, looked
+  for because of the held-out residuals by head dim (L40S 6.29 → 6.03 then, 6.0 in this report).
+  What is left. A100 (5.0): MHA at many units still -10 % at 7-31 keys and +8 to +18 % at 127-255
+  (the walk's issue and the key bytes' DRAM time are the same loads, under one root with the
+  waves' latency), 512 units at 16,383 keys -32 % (each block's 6 B a key of logits in shared
+  memory, 98 KB, leaves one block per SM of the register-limited four: not modelled, it needs
+  each GPU's shared memory per SM; tried in a scratch run, blocks per SM also bound by
+  ⌊S_SM/(24·⌈(kv/m + 1)/4⌉ + 1 KB)⌋ with S_SM = 164 KB (A100), 100 KB (L40S): held out, grouping
+  fixed, A100 4.96 → 4.91, L40S 6.03 → 5.89; it needs a spec field carried through the fit to the
+  pricing, not done). L40S (6.0): 71 % of its error in grouped rows (XQA 48 %, at
+  5.9 % for either head dim); XQA at d = 128 priced 15-33 % fast at 8,192-16,384 units over 1-63
+  keys (16,384 units of 16 query heads, 1 key: 672 µs against 375 at 4 heads, where Q and O
+  outgrow the L2: neither a residency of Q/O bytes nor a wave latency share for them helped),
+  XQA at d = 64 ~10 % slow past the L2 at 8k-64k keys (its bytes stream faster than d = 128's);
+  rows just past the L2 (x in (1.25, 1.5]: -7 %) and MHA rows at it ((0.98, 1.02]: +19 %, the
+  value pass's share).
 - Rows more than 25 % slower than a problem at least as large in every dimension, which no model
   monotone in the work can fit: GEMM H100 322 of 13,572, A100 312 of 9,202, L40S 463 of 8,721, B200
   213 of 9,240; generation A100 186 of 5,025, L40S 273 of 10,042, B200 17 of 4,623. The L40S GEMMs

@@ -6,17 +6,31 @@ GPU, n·h_kv·max(1, ⌊kv/128⌋)·4 ≥ SMs (``decoderXQAImplJIT.cpp`` Decoder
 kEnableMinBlockFactor = 4); otherwise, and for every other g, MMHA runs one unit per (sequence,
 query head). XQA's blocks are ``xqa_blocks`` in waves of one per SM, as in the "xqa" split, except
 that each block's first K_h keys (``hidden_keys``) load under its wave's latency: the grouped memory
-time is scaled by max(0, 1 - K_h·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
+time is scaled by max(0, 1 - K_h·(128/d)·m/kv). On A100 (32 query / 4 KV heads, 512 sequences: 131.8,
 136.0, 142.3, 180.2, 242.5 µs at 2, 64, 128, 256, 512 keys) the first ~128 keys cost ~10 µs and
 each later 256 ~60 µs, the HBM rate; the flat part is the waves' latency alone (fitted K_h: A100
-~95 keys, L40S ~37).
+~95 keys, L40S ~37). K_h counts keys of d = 128: the loads a block has in flight under its latency
+are bytes, so at head dim d it hides K_h·128/d keys (L40S, d = 64 and 128: XQA at many units over
+127-511 keys was priced 10-30 % slow at d = 64 and within a few % at d = 128 with one K_h in keys;
+held out, grouping fixed, L40S 6.29 → 6.03; A100 and B200 have d = 128 alone).
 MMHA (``decoderMaskedMultiheadAttentionLaunch.h``, mmha_launch_kernel_ex and multi_block_grid_setup):
 u = n·h units; with b blocks of 256 threads per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
 register-limited; its note: 32 warps per SM, b = 4), a grid short of b·SMs blocks gets larger
 blocks, factor = min(⌈b·SMs/u⌉, b): T = 256·factor rounded down to 256, 512 or 1024 threads,
-P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, ⌈kv/(T/2)⌉) blocks
-(T/2 keys per KV loop: ⌈T/16 threads per value⌉·8, 16-bit, d = 128), run in W = ⌈u·m/(SMs·P)⌉
-waves. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
+P = ⌊256·b/T⌋ of them per SM; each unit splits into m = clip(⌈SMs·P/u⌉, 1, min(⌈(kv + 1)/L⌉,
+⌈SMs/u⌉)) blocks, run in W = ⌈u·m/(SMs·P)⌉ waves. L = ⌈T/t_v⌉·8 keys per KV loop, t_v = d·2/16
+threads per value (16-bit: 16 at d = 128, 8 at d = 64), over tlength + 1 keys; ⌈SMs/u⌉ is the
+split buffers' size, getMaxNumSeqLenTile's one 1,024-thread block per SM (AttentionOp, "we only
+want one wave of blocks"), which multi_block_grid_setup clamps the balanced split to. On A100
+(MHA, d = 128) 192 units run 31-127 keys in 14.1-14.4 µs, as 96 units do in one wave, not as 128
+units in two (21.7-26.2 µs): ⌈216/192⌉ = 2 blocks per unit would be two waves; 64 units take 14.8
+µs at 255 keys and 33.5 at 511 (⌈513/512⌉ = 2 blocks: 128 in two waves), 48 units 20.3 and 35.9 at
+511 and 1,023 (2, then 3 blocks: 96 in one wave, 144 in two), 32 units 21.8 and 39.2 at 1,023 and
+2,047 (3, then 4); on L40S every MHA configuration of few units steps up at 511 keys at d = 128
+(8.5 → 11.7 µs: the split launch's reduction) and at 1,023 at d = 64 (8.4 → 11.6: L = 1,024).
+Held out (seeds 0-2, the grouping fixed at the shipped one's, beside beta_issue below): A100
+5.08 → 4.96, L40S 6.50 → 6.29 (the one-wave cap alone 6.45; tlength + 1 without the head dim's
+loop 6.56), B200 4.74 → 4.70. b is the fit's (``MMHA_OCCUPANCY``): A100 and L40S follow b = 4 (in sample on the decode rows
 alone, b = 3: A100 6.9 → 7.4, L40S 8.4 → 9.7), B200's MMHA fallback b = 3 (6.2 → 5.0; b = 2: 5.9):
 there 32 query heads on one KV head take 8.8 µs at 2 keys over 128 units (512-thread blocks, one
 wave), 14.7 over 256 (two waves) and over 512 (256-thread blocks, three per SM: two waves), where
@@ -27,12 +41,17 @@ mode each block writes its partial max, sum and output, and the last block of a 
 counter, mmha's block_counter / XQA's semaphores) reloads them and merges, a dependent chain after
 the key walk that no other block overlaps (fitted c_red ~1.7 µs on A100, ~1.2 µs on L40S, against
 ~0.4 and ~0.1 µs per block for c_comb).
-At many waves the walk is bound by the rate the L2 serves the rows every block issues (clamped
-loads included), not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_L2)
+At many waves the walk is bound by the rate the rows every block issues (clamped loads included)
+are served, not by one block's latency: W·τ·R/64 becomes max(W·τ·R/64, u·m·R·256 B/β_iss)
 (A100 MMHA, 32 heads, 8,192 units: 137, 198, 265 µs at R = 8, 64, 128 rows, +1.07 µs per row, 134
 MB of rows per 68 µs, ~2 TB/s, against τ ~0.9 µs per wave of 64 rows at small grids). Held out
 (seeds 0-2) A100 5.4/3.7/12.1 → 5.3/3.7/11.1, L40S 6.6/4.7/13.3 → 6.5/4.6/13.1, B200 4.8 → 4.7
-(at the HBM rate β_mha instead: A100 5.6).
+(at the HBM rate β_mha instead: A100 5.6). β_iss (``beta_issue``) is that rate, fitted apart
+from the L2-resident KV's β_L2: A100, 8,192 units, 7 → 15 keys (64 more rows a block) +43 µs and
+63 → 127 +63 µs, 134 MB of rows each, 2-3 TB/s, where the shared β_L2 fitted 4.6 TB/s and
+priced 15-31 keys 10-13 % fast (held out, grouping fixed: A100 5.31 → 5.08, L40S 6.52 → 6.50,
+B200 4.74 → 4.74). Fitted on every decode row: A100 β_iss 3.3 TB/s, and β_L2 then leaves its
+range (463 TB/s: the resident bytes' time is the issue term's), L40S 8.4 and 23 TB/s.
 u_mha is one wave's fixed latency and τ·R/64 a block's walk over its L = (kv - 1)/m cached keys:
 R(L, T) the key rows its threads load, in 256-byte rows (``mmha_walk``: the loop's T/4-key iterations, each thread
 group of 16 loading 4 rows of every iteration it starts, so 2-8 keys load 32 rows at T = 256 and
@@ -88,13 +107,14 @@ def mmha_blocks(groups) -> float:
     return float(groups[3]) if len(groups) > 3 else MMHA_BLOCKS_SM
 
 
-def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM):
+def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM, tpv=16.0):
     """MMHA's (threads per block, blocks per SM, blocks per unit) for u units over kv keys (numpy),
-    with ``blocks`` 256-thread blocks per SM."""
+    with ``blocks`` 256-thread blocks per SM and tpv threads per value (16 at d = 128, 8 at d = 64)."""
     factor = np.minimum(np.ceil(sms * blocks / np.maximum(units, 1.0)), blocks)
     threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
     per_sm = np.floor(MMHA_THREAD_BLOCK * blocks / threads)
-    split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
+    cap = np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpv * 8.0)), 1.0), np.ceil(sms / np.maximum(units, 1.0)))
+    split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, cap)
     return threads, per_sm, split
 
 
@@ -132,18 +152,19 @@ def key_threads(F, units, kv):
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
-    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups))
+    tpk = key_threads(F, n * h, kv)
+    threads, per_sm, msplit = mmha_launch(units, kv, sms, mmha_blocks(groups), tpk)
     split = np.where(grouped, xqa_blocks(n, units, kv, sms), msplit)
     slots = np.where(grouped, sms, sms * per_sm)
     waves = np.ceil(units * split / slots)
     flow = units * split / waves * cta * np.where(grouped, 1.0, threads / 256.0)
     add = np.where(grouped, waves * unit * (1.0 + cq * xqa_rows(g)), 0.0)
-    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
-    issued = units * split * walk * WALK_BYTES / beta_l2
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, tpk)
+    issued = units * split * walk * WALK_BYTES / issue_rate(v)
     fixed = np.where(grouped, 0.0, waves * unit_mha + np.maximum(waves * loop * walk, issued))
     x = np.maximum(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
@@ -152,7 +173,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     blocks = np.maximum(units * split, 1.0)
     w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
     rw = 1.0 / (1.0 + w * w * w)
-    mem = mem * np.where(grouped, np.maximum(1.0 - hide * split / kv, 0.0), 1.0)   # each XQA block's first keys: under its latency
+    mem = mem * np.where(grouped, np.maximum(1.0 - hide * (16.0 / tpk) * split / kv, 0.0), 1.0)   # each XQA block's first bytes: under its latency
     mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
     c = F / np.where(grouped, pi, pi_mha)
     comb = np.where(split > 1.0, split * comb + comb0, 0.0)
@@ -161,7 +182,7 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
     g = h / h_kv
     grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
     if grouped:
@@ -175,22 +196,29 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
         threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
         per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
+        tpk = _key_threads(F, units, kv)
         split = min(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
-                    max(math.ceil(kv / (threads / 2.0)), 1.0))
+                    min(max(math.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
-        walk = _walk(max(kv - 1.0, 0.0) / split, threads, _key_threads(F, units, kv))
-        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2
+        walk = _walk(max(kv - 1.0, 0.0) / split, threads, tpk)
+        lat, issued = waves * loop * walk, units * split * walk * WALK_BYTES / issue_rate(v)
         add, fixed = 0.0, waves * unit_mha + (lat if lat >= issued else issued)
     x = max(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if grouped:
-        mem *= max(1.0 - hide * split / kv, 0.0)
+        mem *= max(1.0 - hide * (16.0 / _key_threads(F, n * h, kv)) * split / kv, 0.0)
     c = F / (pi if grouped else pi_mha)
     comb = split * comb + comb0 if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
+
+
+def issue_rate(v) -> float:
+    """The rate the SMs' loads serve the key rows MMHA's blocks issue (``beta_issue``; the L2's
+    rate, beta_l2_decode, for profiles fitted before it)."""
+    return v[17] if len(v) > 17 and v[17] else v[3]
 
 
 def _walk(keys: float, threads: float, tpk: float) -> float:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
                            decode_unit_time)
-from .decode_launch import WALK_BYTES, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
+from .decode_launch import WALK_BYTES, issue_rate, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
 
 
 class SplitDecodeRuns:
@@ -44,19 +44,19 @@ class SplitDecodeRuns:
             y = np.array([(b / l2) ** 2 for b in B.tolist()])
             r = 1.0 / (1.0 + y * y * y)
         if split == "gen":
-            att = _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms) if grouped else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
+            att = _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms, nf * h) if grouped else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
         elif split == "xqa":
-            att = _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, False) if grouped else _mmha_xqa(v, nf * h, g, kv, F, B, r, sms)
+            att = _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, False, nf * h) if grouped else _mmha_xqa(v, nf * h, g, kv, F, B, r, sms)
         else:
             xqa = xqa_dispatched(nf, h_kv, kv, sms) if grouped else np.zeros(len(x), dtype=bool)
             nx = int(np.count_nonzero(xqa))
             if nx == len(x):
-                att = _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, True)
+                att = _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, True, nf * h)
             elif not nx:
                 att = _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
             else:
                 att = np.empty(len(x))
-                att[xqa] = _xqa(v, nf, nf * h_kv, g, kv[xqa], F[xqa], B[xqa], r[xqa], sms, True)
+                att[xqa] = _xqa(v, nf, nf * h_kv, g, kv[xqa], F[xqa], B[xqa], r[xqa], sms, True, nf * h)
                 rest = ~xqa
                 att[rest] = _mmha_launch(v, nf * h, g, kv[rest], F[rest], B[rest], r[rest], sms, mmha_blocks(groups))
         att *= La
@@ -86,7 +86,7 @@ def _mem(B, r, beta_k, beta_l2, flow, reread):
     return B * (1.0 - r) / np.minimum(beta_k, flow) + resident / np.minimum(beta_l2, flow)
 
 
-def _xqa(v, nf, units, g, kv, F, B, r, sms, launch):
+def _xqa(v, nf, units, g, kv, F, B, r, sms, launch, nh):
     """XQA passes: ``xqa_block_count`` and the grouped branch of ``decode_unit_time`` ("xqa") or of
     ``launch_time`` (``launch``: each block's hidden keys and the reduction's fixed cost), elementwise."""
     pi, beta, beta_l2, cta, cq, unit, over, comb, hide, comb0 = (v[0], v[1], v[3], v[5], v[6], v[7], v[8], v[11],
@@ -101,7 +101,7 @@ def _xqa(v, nf, units, g, kv, F, B, r, sms, launch):
     add = waves * unit * (1.0 + cq * (16.0 * (math.ceil(g / 16.0) - 1.0) if launch else g))
     mem = _mem(B, r, beta, beta_l2, flow, None)
     if launch and hide:
-        mem *= np.maximum(1.0 - hide * split / kv, 0.0)
+        mem *= np.maximum(1.0 - hide * (16.0 / key_threads(F, nh, kv)) * split / kv, 0.0)
     c = F / pi
     many = split * comb + comb0 if launch else split * comb
     return np.sqrt(c * c + mem * mem) + add + np.where(split > 1.0, many, 0.0) + over
@@ -115,11 +115,13 @@ def _mmha_launch(v, units, g, kv, F, B, r, sms, nb):
     factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
     threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
     per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
-    split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0), np.maximum(np.ceil(kv / (threads / 2.0)), 1.0))
+    tpk = key_threads(F, units, kv)
+    split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
+                       np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
     waves = np.ceil(units * split / (sms * per_sm))
     flow = units * split / waves * cta * (threads / 256.0)
-    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, key_threads(F, units, kv))
-    fixed = waves * unit_mha + np.maximum(waves * loop * walk, units * split * walk * WALK_BYTES / beta_l2)
+    walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, tpk)
+    fixed = waves * unit_mha + np.maximum(waves * loop * walk, units * split * walk * WALK_BYTES / issue_rate(v))
     mem = _mem(B, r, beta_mha, beta_l2, flow, g - 1.0)
     c = F / pi_mha
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb + comb0, 0.0) + over_mha
@@ -137,7 +139,7 @@ def _mmha_xqa(v, units, g, kv, F, B, r, sms):
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb, 0.0) + over_mha
 
 
-def _flow_hidden(v, units, g, kv, F, B, r, sms):
+def _flow_hidden(v, units, g, kv, F, B, r, sms, nh):
     """Grouped passes under the gen split (trtllm-gen): the flow branch of ``decode_unit_time`` with
     each block's hidden keys, elementwise."""
     pi, beta, beta_l2, cta, cq, unit, over, comb, hide = v[0], v[1], v[3], v[5], v[6], v[7], v[8], v[11], v[15]
@@ -146,7 +148,7 @@ def _flow_hidden(v, units, g, kv, F, B, r, sms):
     fixed = units * unit * (1.0 + cq * g)
     mem = _mem(B, r, beta, beta_l2, flow, None)
     if hide:
-        mem *= np.maximum(1.0 - hide * split / kv, 0.0)
+        mem *= np.maximum(1.0 - hide * (16.0 / key_threads(F, nh, kv)) * split / kv, 0.0)
     c = F / pi
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb, 0.0) + over
 

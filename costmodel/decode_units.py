@@ -29,7 +29,7 @@ and the flow are found is the ``split`` the fit picks among ``SPLITS``:
         ``decode_launch.py``, which prices it.
   gen   Blackwell (SM100): the grouped rows (g_min ≤ g ≤ g_max) run trtllm-gen's generation kernels,
         priced as flow with each block's first K_h keys (``hidden_keys``) under its fixed latency, the
-        memory time scaled by max(0, 1 - K_h·m/kv) (B200, 32 query / 4 KV heads, 1,024 sequences:
+        memory time scaled by max(0, 1 - K_h·(128/d)·m/kv) (B200, 32 query / 4 KV heads, 1,024 sequences:
         64.9-66.9 µs from 2 to 256 keys; fitted K_h ~140); the rest fall back to MMHA, priced as in launch (``xqaDispatcher.cpp``,
         XqaDispatcher::shouldUse under mUseTllmGen: "Fallback to MMHA as num_q_heads per kv_head > 16
         is not supported by TRTLLM-GEN kernels"). B200, 32 query heads on one KV head, one sequence of
@@ -68,16 +68,17 @@ MMHA_OCCUPANCY = (4, 3)      # the blocks per SM the fit tries (groups' fourth e
 MMHA_WALK_KEYS = 64.0        # MMHA's key walk: one latency (loop_mha) per 64 of a block's keys, whatever its size
 PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
           "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
-          "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed")
+          "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed", "beta_issue")
 FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
           "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
           "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
           "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
           "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "loop_mha": "attn_decode_loop_mha_s",
-          "l2_pass": "attn_decode_l2_pass_bytes", "hidden_keys": "attn_decode_hidden_keys", "combine_fixed": "attn_decode_combine_fixed_s"}
+          "l2_pass": "attn_decode_l2_pass_bytes", "hidden_keys": "attn_decode_hidden_keys", "combine_fixed": "attn_decode_combine_fixed_s",
+          "beta_issue": "attn_decode_issue_beta"}
 UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
          "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B", "hidden_keys": "1", "combine_fixed": "s"}
+         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B", "hidden_keys": "1", "combine_fixed": "s", "beta_issue": "B/s"}
 
 
 def xqa_blocks(n, units, kv, sms):
@@ -131,7 +132,7 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     reread = np.where(grouped, 0.0, B * (g - 1.0))
     mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
     if hidden:
-        mem = mem * np.where(grouped, np.maximum(1.0 - v[15] * split / kv_mean, 0.0), 1.0)
+        mem = mem * np.where(grouped, np.maximum(1.0 - v[15] * (16.0 / key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0), 1.0)
     c = F / pi
     comb = np.where(split > 1.0, split * comb, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
@@ -171,10 +172,10 @@ def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, 
     reread = 0.0 if grouped else B * (g - 1.0)
     mem = B * (1.0 - r) / min(beta if grouped else beta_mha, flow) + (B * r + reread) / min(beta_l2, flow)
     if hidden and grouped:
-        mem *= max(1.0 - v[15] * split / kv_mean, 0.0)
+        mem *= max(1.0 - v[15] * (16.0 / _key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0)
     c = F / pi
     comb = split * comb if split > 1.0 else 0.0
     return math.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + (over if grouped else over_mha)
 
 
-from .decode_launch import launch_time, launch_times  # noqa: E402  (it uses xqa_blocks and the constants above)
+from .decode_launch import _key_threads, key_threads, launch_time, launch_times  # noqa: E402  (it uses xqa_blocks and the constants above)

@@ -49,7 +49,8 @@ class FittedAttention:
                            hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
                            hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s,
                            hw.attn_decode_combine_s, hw.attn_decode_pi_mha, hw.attn_decode_loop_mha_s,
-                           hw.attn_decode_l2_pass_bytes, hw.attn_decode_hidden_keys, hw.attn_decode_combine_fixed_s)
+                           hw.attn_decode_l2_pass_bytes, hw.attn_decode_hidden_keys, hw.attn_decode_combine_fixed_s,
+                           hw.attn_decode_issue_beta)
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
             self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split,
                                 hw.attn_decode_mmha_blocks)

@@ -72,8 +72,9 @@ class Hardware:
     attn_decode_pi_mha: float = 0.0        # ... "launch" and "gen" splits (costmodel/decode_launch.py): MMHA's FLOP/s
     attn_decode_loop_mha_s: float = 0.0     # ... MMHA's walk over a block's keys, per 64 of them (decode_launch)
     attn_decode_l2_pass_bytes: float = 0.0   # ... MMHA's value pass re-reads K-only tables' key lines from the L2 below this
-    attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides
+    attn_decode_hidden_keys: float = 0.0   # ... keys of each grouped block (XQA, trtllm-gen) whose loads its fixed latency hides (at d = 128; 128/d times that at d)
     attn_decode_combine_fixed_s: float = 0.0   # ... a split launch's fixed cost of its reduction (once, beside the per-block part)
+    attn_decode_issue_beta: float = 0.0   # ... the rate MMHA's issued key rows are served at (0: attn_decode_l2_beta)
     attn_mixed_pi: float = 0.0      # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0   # varlen: cost per decode sequence beside a prefill chunk, per layer
     attn_wave_s: float = 0.0        # prefill wave model: one query tile's time per cached key (0: off; needs sms)
@@ -186,7 +187,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                 "attn_decode_unit_mha_s", "attn_decode_overhead_mha_s", "attn_decode_beta_mha", "attn_decode_l2_beta",
                 "attn_decode_l2_bytes", "attn_decode_cta_beta", "attn_decode_combine_s", "attn_prefill_l2_beta",
                 "attn_decode_pi_mha", "attn_decode_loop_mha_s", "attn_decode_l2_pass_bytes", "attn_decode_hidden_keys",
-                "attn_decode_combine_fixed_s",
+                "attn_decode_combine_fixed_s", "attn_decode_issue_beta",
                 "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta", "attn_tail_key_s", "attn_softmax_rate",
                 "attn_prefill_kv_l2_bytes",
                 "attn_prefill_row_s", "sampler_seq_s", "moe_pi", "moe_beta", "moe_floor_s", "moe_pad_rows", "moe_tile_depth", "moe_tuned_pi"):

@@ -2,7 +2,7 @@
 priced as arrays and as hoisted loops, against ``time`` on each pass's shape: every duration and
 every end time the same bits, over profiles, models, tp, batch sizes, KV lengths across the
 XQA/MMHA dispatch boundary, group ranges, MMHA's blocks per SM, hidden keys, the split launch's
-reduction and host terms."""
+reduction, MMHA's issue rate and host terms."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -27,10 +27,11 @@ def _hardware(profile: str):
     return load_hardware(profile)
 
 
-def _model(profile, split, groups, blocks, hidden, comb0, host, overlap, model, tp, l2=None) -> CostModel:
+def _model(profile, split, groups, blocks, hidden, comb0, host, overlap, model, tp, l2=None, issue=0.0) -> CostModel:
     hw = _hardware(profile)
     fields = dict(attn_decode_split=split, attn_decode_group_min=groups[0], attn_decode_group_max=groups[1],
-                  attn_decode_mmha_blocks=blocks, attn_decode_hidden_keys=hidden, attn_decode_combine_fixed_s=comb0)
+                  attn_decode_mmha_blocks=blocks, attn_decode_hidden_keys=hidden, attn_decode_combine_fixed_s=comb0,
+                  attn_decode_issue_beta=issue)
     if not hw.attn_decode_pi_mha:   # b200's shipped (flow) fit has no MMHA terms: give its fallback some
         fields.update(attn_decode_pi_mha=hw.attn_decode_pi / 3, attn_decode_loop_mha_s=6e-7)
     if host:
@@ -53,10 +54,10 @@ def _stepped(cm: CostModel, n: int, kv0: int, steps: int) -> list[float]:
        host=st.booleans(), overlap=st.booleans(), model=st.sampled_from(MODELS),
        n=st.one_of(st.integers(1, 8), st.integers(9, 300), st.sampled_from([512, 1024, 3000, 7000])),
        mean_kv=st.one_of(st.integers(0, 700), st.integers(700, 40000)), steps=st.integers(1, 150),
-       t0=st.floats(0.0, 1e5))
+       t0=st.floats(0.0, 1e5), issue=st.one_of(st.just(0.0), st.floats(3e11, 2e13)))
 def test_split_decode_runs_equal_stepping_bit_for_bit(profile, split, groups, blocks, hidden, comb0, host, overlap,
-                                                     model, n, mean_kv, steps, t0):
-    cm = _model(profile, split, groups, blocks, hidden, comb0, host, overlap, *model)
+                                                     model, n, mean_kv, steps, t0, issue):
+    cm = _model(profile, split, groups, blocks, hidden, comb0, host, overlap, *model, issue=issue)
     kv0 = n * (mean_kv + 1)
     step = _stepped(cm, n, kv0, steps)
     assert cm.decode_run(n, float(kv0), steps).tolist() == step

@@ -127,7 +127,7 @@ def test_roofline_prices_weight_gemms_with_the_tile_model():
 DEC_TRUE = dict(pi_decode=40e12, beta_decode=1.5e12, beta_decode_mha=0.9e12, beta_l2_decode=4e12, l2_decode=30e6,
                 cta_decode=10e9, unit_q=0.02, unit=5e-8, overhead_decode=1.1e-5, unit_mha=1.7e-8,
                 overhead_decode_mha=1.0e-5, combine=2e-7, pi_decode_mha=20e12, loop_mha=7e-7, l2_pass=8e6,
-                hidden_keys=64.0, combine_fixed=1.5e-6)
+                hidden_keys=64.0, combine_fixed=1.5e-6, beta_issue=2.5e12)
 
 
 def decode_table(v) -> pd.DataFrame:
@@ -240,7 +240,7 @@ def test_xqa_blocks_first_keys_hide_under_the_wave_latency():
     assert price(v, 150.0) - alone == pytest.approx((price(none, 150.0) - alone) * (1 - 96 / 150), rel=1e-9)
 
 
-@pytest.mark.parametrize("units,kv,split", [(32, 4096, 4), (64, 4096, 2), (64, 512, 1), (500, 4096, 1)])
+@pytest.mark.parametrize("units,kv,split", [(32, 4096, 4), (64, 4096, 2), (64, 511, 1), (500, 4096, 1)])
 def test_split_launch_pays_its_reduction_once(units, kv, split):
     """Launch split: an MMHA launch whose units split into m > 1 blocks (mmha_launch) pays the fixed
     cost of its reduction once, beside m times the per-block combine; an unsplit one pays neither."""
@@ -262,13 +262,26 @@ def test_xqa_runs_only_when_its_blocks_fill_the_gpu(n, hkv, kv, sms, want):
 
 
 @pytest.mark.parametrize("units,kv,want", [
-    (64, 512, (1024, 1, 1)),    # factor min(⌈432/64⌉, 4) = 4: 1024 threads, 512 keys per loop
+    (64, 511, (1024, 1, 1)),    # factor min(⌈432/64⌉, 4) = 4: 1024 threads, 512 keys per loop: 511 + 1 fit one
+    (64, 512, (1024, 1, 2)),    # ... 512 + 1 do not (tlength + 1 keys)
     (64, 4096, (1024, 1, 2)),   # ⌈108/64⌉ = 2 blocks per unit
-    (200, 4096, (512, 2, 2)),   # factor 3 → 512 threads, 2 per SM: ⌈216/200⌉
+    (200, 4096, (512, 2, 1)),   # factor 3 → 512 threads, 2 per SM: ⌈216/200⌉ = 2, but at most ⌈108/200⌉ = 1
     (200, 200, (512, 2, 1)),    # 200 keys fit one 256-key loop
     (500, 4096, (256, 4, 1))])  # ≥ 4·SMs blocks: 256 threads, no split
 def test_mmha_launch_follows_tensorrt_llm_launcher(units, kv, want):
     assert tuple(float(x) for x in mmha_launch(float(units), float(kv), 108)) == want
+
+
+def test_mmha_split_is_capped_at_one_wave_of_big_blocks():
+    """TensorRT-LLM sizes MMHA's split buffers for one 1,024-thread block per SM
+    (AttentionOp::getMaxNumSeqLenTile: ⌈SMs/units⌉) and multi_block_grid_setup clamps the balanced
+    split ⌈SMs·P/units⌉ to it, so 512-thread grids (P = 2) of SMs to 2·SMs units run unsplit (A100,
+    192 units at 31-127 keys: 14.1-14.4 µs, as 96 units in one wave, not 128 in two: 21.7-26.2);
+    and its loop covers ⌈T/threads per value⌉·8 keys, 1,024 at d = 64 (8 threads a value)."""
+    assert [float(mmha_launch(u, 4096.0, 108)[2]) for u in (150.0, 192.0, 215.0)] == [1.0, 1.0, 1.0]
+    assert float(mmha_launch(100.0, 4096.0, 108)[2]) == 2.0
+    assert float(mmha_launch(64.0, 1000.0, 108, 4, 8.0)[2]) == 1.0
+    assert float(mmha_launch(64.0, 1000.0, 108, 4, 16.0)[2]) == 2.0
 
 
 def test_mmha_launch_follows_the_blocks_per_sm():
@@ -526,3 +539,31 @@ def test_attention_jacobian_is_scipys_finite_difference(groups):
     want = approx_derivative(res, x, method="2-point", bounds=(lo, hi))
     assert np.array_equal(got, want)
     assert all(got[:, params.index(p)].any() for p in ("pi_prefill", "tail_key", "beta_decode", "overhead_decode_mha"))
+
+
+def test_mmha_issued_rows_at_their_own_rate():
+    """At many waves MMHA's walk is bound by the rate its issued key rows are served (beta_issue),
+    not the L2-resident KV's rate: halving it slows 8,192 units over 15 keys, and 0 falls back to
+    beta_l2_decode (profiles fitted before it)."""
+    def price(issue):
+        v = [{**DEC_TRUE, "unit_mha": 7e-6, "beta_issue": issue}[p] for p in DEC]
+        kv, units = 16.0, 8192.0
+        return float(decode_unit_times(v, units, kv, 4.0 * 128 * kv * units, 2.0 * 128 * kv * units, 1.0, 1.0, 108,
+                                       (2, 32, "launch"), 1.0))
+    assert price(0.0) == price(DEC_TRUE["beta_l2_decode"])
+    assert price(1e12) > price(2e12) > price(4e12)
+
+
+@pytest.mark.parametrize("d", [64.0, 128.0, 256.0])
+def test_xqa_hidden_keys_are_bytes_in_flight(d):
+    """A grouped block's loads under its wave's latency are bytes in flight, not keys: at head dim d
+    it hides K_h·128/d keys (L40S, the one table with two head dims: XQA at many units over 127-511
+    keys priced 10-30 % slow at d = 64 and d = 128 within a few %, with one K_h in keys)."""
+    n, h, hkv, kv, hide = 64.0, 32.0, 4.0, 4096.0, 100.0
+    v0 = {**DEC_TRUE, "pi_decode": 1e30, "unit": 1e-30, "overhead_decode": 0.0, "combine": 0.0, "combine_fixed": 0.0,
+          "unit_q": 0.0, "cta_decode": 1e30, "l2_decode": 1.0}
+    F, B = 4.0 * h * d * kv * n, 2.0 * 2 * d * hkv * kv * n
+    price = lambda k: float(decode_unit_times([{**v0, "hidden_keys": k}[p] for p in DEC], n, kv, F, B, h, hkv, 108,  # noqa: E731
+                                              (2, 32, "launch")))
+    m = float(xqa_blocks(n, n * hkv, kv, 108))
+    assert price(hide) / price(0.0) == pytest.approx(1.0 - hide * (128.0 / d) * m / kv, rel=1e-9)

@@ -183,7 +183,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
             pass
         elif "unit" in params:
             out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7,
-                    env(fd) * 0.5, 5e-7, 1e7, 64.0, 1e-6]
+                    env(fd) * 0.5, 5e-7, 1e7, 64.0, 1e-6, env(bd) * 2]
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []

@@ -113,7 +113,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
             changes["attn_decode_mmha_blocks"] = int(groups[3]) if len(groups) > 3 else 4
             if changes["attn_decode_split"] not in ("launch", "gen"):     # MMHA's launch terms (decode_launch.py)
                 changes.update(attn_decode_pi_mha=0.0, attn_decode_loop_mha_s=0.0, attn_decode_l2_pass_bytes=0.0,
-                               attn_decode_hidden_keys=0.0, attn_decode_combine_fixed_s=0.0)
+                               attn_decode_hidden_keys=0.0, attn_decode_combine_fixed_s=0.0, attn_decode_issue_beta=0.0)
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
