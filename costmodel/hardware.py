@@ -173,8 +173,8 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for f in dataclasses.fields(Hardware):   # a scalar field given as a string, a list or null: named, not a TypeError later
         if isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
             v = getattr(hw, f.name)
-            require(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v, f"{source}:{f.name}", v,
-                    "must be a number")
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f"{source}:{f.name}", v,
+                    "must be a finite number")
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")

@@ -18,7 +18,7 @@ def profile():
     return yaml.safe_load((HARDWARE_DIR / "a100-sxm.yaml").read_text())
 
 
-@pytest.mark.parametrize("bad", ["x", None, [1.0], True, float("nan")])
+@pytest.mark.parametrize("bad", ["x", None, [1.0], True, float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("field", SCALARS[::3] + ["attn_decode_hidden_keys", "attn_prefill_dram_exposed", "gemm_field_shrink"])
 def test_a_wrongly_typed_scalar_is_named(profile, field, bad):
     d = copy.deepcopy(profile)
@@ -34,6 +34,20 @@ def test_a_malformed_residual_field_is_named(profile, field, bad):
     d[field] = bad
     with pytest.raises(InputError, match="gemm_field"):
         hardware_from_dict(d, "p")
+
+
+def test_no_scalar_field_takes_an_infinity(profile):
+    """Every numeric scalar of a profile is finite: an infinite time, rate or size is named, not priced."""
+    loaded = []
+    for field in SCALARS:
+        d = copy.deepcopy(profile)
+        d[field] = float("inf")
+        try:
+            hardware_from_dict(d, "p")
+            loaded.append(field)
+        except InputError as e:
+            assert field in str(e)
+    assert not loaded
 
 
 def test_the_shipped_profile_itself_loads(profile):
