@@ -4,12 +4,15 @@ general ``Replica._apply``'s updates in the same order, its setup for every othe
 left out (tests/test_apply_lone.py and tests/test_apply_beside.py compare them with it)."""
 from __future__ import annotations
 
-import math
 from operator import sub
 
 import numpy as np
 
 from policies.base import Plan
+
+
+def _max(values) -> float:
+    return max(values) if type(values) is list else float(np.maximum.reduce(values))
 
 
 def _sample(req, at: float, top: float):
@@ -84,8 +87,8 @@ class FastApplies:
     def _apply_beside(self, plan: Plan, start: float, ends) -> None:
         """``_apply`` for a plan of one request beside a cohort of one member, no lead or joiners
         (a busy cluster's common plan, ``RunPlanning._beside_ends``): the same updates in the same
-        order, the general case's setup left out and ``_advance_folded`` written out for a batch
-        of two, whose leavers (at most the member and the request) end its segments."""
+        order, the general case's setup left out; leavers (at most the member and the request)
+        go through the general ``_advance_folded``."""
         (req, n), = plan.items
         steps = len(ends)
         self.num_iterations += steps
@@ -101,37 +104,14 @@ class FastApplies:
             inner = list(map(sub, ends[1:], ends)) if listed else ends[1:] - ends[:-1]
         gap = first - c.last_end
         itl.add(gap, 1)
-        leaving = self._leaving
-        if leaving:
-            self._leaving = []
-            done, s0, i, nl, used, riders, members = [], 0, 0, len(leaving), 0, 1, c.members
-            while s0 < steps:
-                f = leaving[i][0] if i < nl else steps
-                top = gap if s0 == 0 else -math.inf
-                if f > 1:
-                    seg = inner[s0 - 1 if s0 else 0: f - 1]
-                    if len(seg):
-                        itl.add_many(seg, len(members) + riders)
-                        m = max(seg) if listed else float(np.maximum.reduce(seg))
-                        if m > inner_max:
-                            inner_max = m
-                        if m > top:
-                            top = m
-                used += c.new_blocks(c.tick + 1, f - 1) if s0 == 0 else c.new_blocks(c.tick, f - s0)
-                group = []
-                while i < nl and leaving[i][0] == f:
-                    r = leaving[i][1]
-                    if r.cohort_tick >= 0:
-                        group.append(r)
-                    else:   # req leaves here: its samples are those of steps [0, f)
-                        riders, mine, top_mine = 0, f, inner_max
-                    i += 1
-                done += c.advance(f - s0, top, float(ends[f - 1]), group)
-                s0 = f
-            pool.used += used
+        if self._leaving:
+            mine = next((f for f, r in self._leaving if r is req), steps)   # req leaves after step mine
+            if mine < steps:
+                top_mine = _max(inner[:mine - 1]) if mine > 1 else 0.0
+            done, inner_max, _ = self._advance_folded(steps, gap, inner, ends, 1)
         else:
             if inner is not None:
-                inner_max = max(inner) if listed else float(np.maximum.reduce(inner))
+                inner_max = _max(inner)
                 itl.add_many(inner, 2)
             pool.used += c.new_blocks(c.tick + 1, steps - 1)
             done = c.advance(steps, gap if gap > inner_max else inner_max, last)

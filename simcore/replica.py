@@ -27,7 +27,7 @@ from simpy.events import Event
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
-from .applies import FastApplies, _sample
+from .applies import FastApplies, _max, _sample
 from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
@@ -430,5 +430,3 @@ def _extends_first(plan, ends, P, quiet: int, extends: int):
     return lambda r: (r.last_token_s, at.get(id(r)) != r.last_token_s, r.seq)
 
 
-def _max(values) -> float:
-    return max(values) if type(values) is list else float(np.maximum.reduce(values))
