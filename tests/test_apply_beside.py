@@ -20,7 +20,7 @@ from policies.base import Plan
 from simcore.replica import Replica
 from simcore.runs import RunPlanning
 from simcore.simulation import Simulation
-from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, picture
+from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finishes_of, picture
 
 
 def _twin(replica):
@@ -70,20 +70,12 @@ class BesideChecker:
 
         def checked_apply(replica, plan, start, ends):
             twin, memo = _twin(replica)
-            theirs, mine, on_finish = [], [], replica.on_finish
+            theirs = []
             twin.on_finish = theirs.append
             twin_plan = Plan([(memo[id(r)], n) for r, n in plan.items])
             twin_plan.cohort = plan.cohort
             Replica._apply(twin, twin_plan, start, copy.copy(ends))
-
-            def finished(r):
-                mine.append(r)
-                on_finish(r)
-            replica.on_finish = finished
-            try:
-                apply(replica, plan, start, ends)
-            finally:
-                replica.on_finish = on_finish
+            mine = finishes_of(replica, apply, plan, start, ends)
             assert picture(replica, mine) == picture(twin, theirs), (plan.items, len(ends))
             assert canon(replica._leaving, {}) == canon(twin._leaving, {})
             self.applied += 1

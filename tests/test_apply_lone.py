@@ -63,6 +63,21 @@ def picture(replica, finished: list):
                   replica._clock, finished), {})
 
 
+def finishes_of(replica, apply, *args) -> list:
+    """The requests ``apply(replica, *args)`` finishes, in on_finish order (which still runs)."""
+    mine, on_finish = [], replica.on_finish
+
+    def finished(r):
+        mine.append(r)
+        on_finish(r)
+    replica.on_finish = finished
+    try:
+        apply(replica, *args)
+    finally:
+        replica.on_finish = on_finish
+    return mine
+
+
 class LoneChecker:
     """Wraps Replica._apply_lone: each call is also applied by the general path to a copy first."""
 
@@ -81,16 +96,7 @@ class LoneChecker:
             (req, n), = items
             Replica._apply(twin, Plan([(memo[id(req)], n)]), start, copy.copy(ends))
             twin.iteration_log = None
-            mine, on_finish = [], replica.on_finish
-
-            def finished(r):
-                mine.append(r)
-                on_finish(r)
-            replica.on_finish = finished
-            try:
-                lone(replica, items, start, ends)
-            finally:
-                replica.on_finish = on_finish
+            mine = finishes_of(replica, lone, items, start, ends)
             assert picture(replica, mine) == picture(twin, theirs), (req, n, len(ends))
             self.calls += 1
             self.finishes += len(mine)
