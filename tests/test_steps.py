@@ -168,23 +168,28 @@ def test_fit_recovers_known_constants(truth, base_name):
     assert predict_steps(steps, MODEL, fit.hardware(), 1) == pytest.approx(np.array(times), rel=0.01)
 
 
+REGIME_TRUTH = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
+                    host_prefill_step_s=3e-3)
+
+
+def regime_steps(base, **regime):
+    """Steps priced by `base` scaled by REGIME_TRUTH, its host terms and a GEMM rows regime: (steps, times)."""
+    hw = truth_profile(base, 0.9, 0.8, **regime, **{k: v for k, v in REGIME_TRUTH.items() if k.startswith("host")})
+    cm = CostModel(MODEL, hw)
+    npf, q, kvp, nd, kvd = (grid_steps if hw.gemm_form == "tiles" else synthetic_steps)(np.random.default_rng(11))
+    times = priced(cm, npf, q, kvp, nd, kvd)
+    return uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), times
+
+
 @pytest.mark.parametrize("brk,s_rows,base_name", [(2048, 0.75, "h100"), (512, 0.6, "a100-80gb"), (1024, 0.7, "a100-sxm")])
 def test_fit_recovers_a_gemm_rows_regime_and_host_terms(brk, s_rows, base_name):
     """Timings priced by a profile whose GEMMs above `brk` rows run slower: the fit finds that break,
     its scale and the host terms (within 2 %), and the profile it writes prices the steps back."""
     base = load_hardware(base_name)
-    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
-                 host_prefill_step_s=3e-3)
-    hw = truth_profile(base, 0.9, 0.8, gemm_rows_break=brk, gemm_rows_pi_scale=s_rows,
-                       **{k: v for k, v in truth.items() if k.startswith("host")})
-    cm = CostModel(MODEL, hw)
-    npf, q, kvp, nd, kvd = (grid_steps if hw.gemm_form == "tiles" else synthetic_steps)(np.random.default_rng(11))
-    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [int(k)] * int(p) + [int(v)] * int(d))
-             for p, a, k, d, v in zip(npf, q, kvp, nd, kvd)]
-    steps = uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic")
+    steps, times = regime_steps(base, gemm_rows_break=brk, gemm_rows_pi_scale=s_rows)
     fit = fit_steps(steps, MODEL, base)
     assert fit.rows_break == brk
-    for k, v in {**truth, "s_rows": s_rows}.items():
+    for k, v in {**REGIME_TRUTH, "s_rows": s_rows}.items():
         assert fit.values[k] == pytest.approx(v, rel=0.02), k
     out = fit.hardware()
     assert (out.gemm_rows_break, out.gemm_rows_pi_scale) == (brk, pytest.approx(s_rows, rel=0.02))
@@ -441,21 +446,14 @@ def test_fit_recovers_a_gemm_rows_budget_and_host_terms(budget, s_rows, base_nam
     at s_rows·π (a budget off the fit's starting grid): the fit finds the budget (to 2 %), its scale
     and the host terms, and the profile it writes prices the steps back."""
     base = load_hardware(base_name)
-    truth = dict(s_pi=0.9, s_beta=0.8, host_step_s=1.5e-3, host_per_seq_s=20e-6, host_per_prefill_seq_s=0.4e-3,
-                 host_prefill_step_s=3e-3)
-    hw = truth_profile(base, 0.9, 0.8, gemm_rows_budget=budget, gemm_rows_pi_scale=s_rows,
-                       **{k: v for k, v in truth.items() if k.startswith("host")})
-    cm = CostModel(MODEL, hw)
-    npf, q, kvp, nd, kvd = (grid_steps if hw.gemm_form == "tiles" else synthetic_steps)(np.random.default_rng(11))
-    times = priced(cm, npf, q, kvp, nd, kvd)
-    fit = fit_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "synthetic"), MODEL, base)
+    steps, times = regime_steps(base, gemm_rows_budget=budget, gemm_rows_pi_scale=s_rows)
+    fit = fit_steps(steps, MODEL, base)
     assert fit.rows_break == 0 and fit.rows_budget == pytest.approx(budget, rel=0.02)
-    for k, v in {**truth, "s_rows": s_rows}.items():
+    for k, v in {**REGIME_TRUTH, "s_rows": s_rows}.items():
         assert fit.values[k] == pytest.approx(v, rel=0.02), k
     out = fit.hardware()
     assert (out.gemm_rows_budget, out.gemm_rows_pi_scale) == (fit.rows_budget, pytest.approx(s_rows, rel=0.02))
-    assert predict_steps(uniform_steps(npf, q, kvp, nd, kvd, times, "x"), MODEL, out, 1) == pytest.approx(
-        np.array(times), rel=0.01)
+    assert predict_steps(steps, MODEL, out, 1) == pytest.approx(np.array(times), rel=0.01)
 
 
 def test_rows_budget_prices_only_the_rows_past_it():
