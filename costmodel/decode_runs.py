@@ -80,6 +80,18 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             x += nf
         return out
 
+    def prefill_step_end(self, m: int, decode_kv0: int, q: int, kv: int, t: float) -> float:
+        """``prefill_lead_ends(m, decode_kv0, (0, q), kv, t)[0]``: one step's end, its length
+        memoized by shape (a length does not depend on when the step starts, and t + length is
+        the addition the run makes: the same bits)."""
+        key = (m, decode_kv0, q, kv)
+        length = self._step_lengths.get(key)
+        if length is None:
+            if len(self._step_lengths) >= 1 << 17:
+                self._step_lengths.clear()
+            length = self._step_lengths[key] = self.prefill_lead_ends(m, decode_kv0, (0, q), kv, 0.0)[0]
+        return t + length
+
     def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
                           sealed: int = 0, leaves=(), head=()) -> list[float]:
         """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes

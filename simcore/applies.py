@@ -72,7 +72,7 @@ class FastApplies:
                 req.num_blocks = held
         assert pool.used <= pool.total
         c = s.cohort
-        if c is not None and not c.members:
+        if not finished and c is not None and not c.members:   # (a finished request joins nothing)
             self._join_cohort(items, last)
         if finished:
             req.finish_s = last

@@ -20,6 +20,8 @@ from functools import lru_cache
 
 import numpy as np
 
+BLOCK = 16384   # values indexed at a time: their temporaries stay in the cache (twice as fast as 65,536 at once)
+
 
 def _formula(x: np.ndarray, lo: float, per_decade: int, nbins: int) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -29,8 +31,9 @@ def _formula(x: np.ndarray, lo: float, per_decade: int, nbins: int) -> np.ndarra
 
 @lru_cache(maxsize=8)
 def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(bucket table, edges, shift, first bucket's key); ``edges[j]`` is bin j's lower edge
-    (``edges[0]`` = -inf; ``edges[nbins]`` is NaN, above every value)."""
+    """(bucket table, next edges, shift, first bucket's key); ``next edges[j]`` is bin j + 1's
+    lower edge (``next edges[nbins - 1]`` is NaN, above every value). Bins are int32: half the
+    bytes through the cache of an int64 index."""
     j = np.arange(1, nbins, dtype=np.float64)
     want = np.arange(1, nbins, dtype=np.int64)
     guess = (lo * 10.0 ** ((j - 1) / per_decade)).view(np.int64)
@@ -51,7 +54,7 @@ def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarra
     starts = (np.arange(first, last + 1, dtype=np.int64) << shift).view(np.float64)
     table = (np.searchsorted(edges, starts, side="right") - 1).astype(np.int64)
     edges[-1] = np.nan   # +inf stays in the last bin: nothing compares >= NaN
-    return table, edges, shift, first
+    return table.astype(np.int32), edges[1:].copy(), shift, first
 
 
 class LogHistogram:
@@ -70,11 +73,11 @@ class LogHistogram:
 
     def _index(self, x: np.ndarray) -> np.ndarray:
         """Bin of each value (see BINNING)."""
-        table, edges, shift, first = _bins(self.lo, self.per_decade, self.nbins)
+        table, above, shift, first = _bins(self.lo, self.per_decade, self.nbins)
         k = x.view(np.int64) >> shift
         k -= first
         i = table.take(k, mode="clip")
-        i += x >= edges.take(i + 1)
+        i += x >= above.take(i)
         return i
 
     def add(self, value: float, weight: int = 1) -> None:
@@ -138,14 +141,19 @@ class LogHistogram:
         The weighted total is numpy's own sum, not a BLAS dot: OpenBLAS threads a long dot, which
         spins a second core and makes the last bits depend on the thread count."""
         self._max = max(self._max, float(v.max()))
+        counts, index = self._counts, self._index
         if w is None:
             self._count += len(v)
             self._total += float(v.sum())
-            self._counts += np.bincount(self._index(v), minlength=self.nbins)
         else:
             self._count += int(w.sum())
             self._total += float(np.multiply(v, w).sum())
-            self._counts += np.bincount(self._index(v), weights=w, minlength=self.nbins).astype(np.int64)
+        for s in range(0, len(v), BLOCK):
+            i = index(v[s:s + BLOCK])
+            low = int(i.min())   # the bins a block spans are few: count only from the lowest
+            i -= low
+            c = np.bincount(i) if w is None else np.bincount(i, weights=w[s:s + BLOCK]).astype(np.int64)
+            counts[low:low + len(c)] += c
 
     @property
     def counts(self) -> np.ndarray:

@@ -77,7 +77,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         if k <= 1 or not decodes:                   # the first step priced on its own: it ends at t1
             if len(items) == 1:   # fast-forward prices it as a lead step of one chunk (its pared loop; the same bits)
                 (r, q), = items
-                t1 = (cm.prefill_lead_ends(nc, cohort_kv - nc, (0, q), r.num_computed_tokens, start)[0] if self.fast_forward
+                t1 = (cm.prefill_step_end(nc, cohort_kv - nc, q, r.num_computed_tokens, start) if self.fast_forward
                       else start + cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv))
             else:
                 t1 = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
@@ -113,7 +113,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         kv = r.num_computed_tokens + q
         if q == 1 and k > 1:
             return self._decode_ends(start, 1, kv, k)
-        t1 = self.cm.prefill_lead_ends(0, 0, (0, q), r.num_computed_tokens, start)[0]   # as _step_ends prices it
+        t1 = self.cm.prefill_step_end(0, 0, q, r.num_computed_tokens, start)   # as _step_ends prices it
         if k <= 1:
             return [t1]
         return self._decode_ends(t1, 1, kv + 1, k - 1, math.inf, lead=True)
@@ -140,7 +140,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         if k > 1:
             k = (self._kv_limited((item,), k, 1) if len(s.running) == 1 and len(c.members) == 1
                  and self.policy.can_fast_forward(s) else 1)
-        t1 = cm.prefill_lead_ends(1, c.kv, (0, q), r.num_computed_tokens, start)[0]
+        t1 = cm.prefill_step_end(1, c.kv, q, r.num_computed_tokens, start)
         if k <= 1:
             return [t1]
         kv = c.kv + tokens + 3   # Σ(kv + 1) of both in step 1
