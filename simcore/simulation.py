@@ -10,6 +10,7 @@ import math
 from heapq import heappush
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from costmodel.errors import require
@@ -235,11 +236,19 @@ class Simulation:
             self.arrive_until(self.env.now if until is not None else math.inf)
         for r in self.replicas:
             r.state.dissolve_cohort()
-        if until is None:
-            for r in self.requests:
-                if r.finish_s is None and r.rejected is None:
-                    r.rejected = "never admitted: the engine could not fit it before the run ended"
-        df = requests_frame(self.requests)
+        requests, wl = self.requests, self.workload
+        n = len(requests)
+        known = {"rid": np.arange(n), "prompt_len": wl.prompt_len[:n], "output_len": wl.output_len[:n]}   # as arrived
+        if not self.concurrency:
+            known["arrival_s"] = wl.arrival_s[:n]   # open loop: stamped with its send time
+        df = requests_frame(requests, known)
+        if until is None:   # rows in list order: rid i is requests[i]
+            missing = (df.finish_s.isna() & df.rejected.isna()).to_numpy()
+            if missing.any():
+                why = "never admitted: the engine could not fit it before the run ended"
+                for i in np.flatnonzero(missing).tolist():
+                    requests[i].rejected = why
+                df.loc[missing, "rejected"] = why
         iters = sum(r.num_iterations for r in self.replicas)
         log = [row for r in self.replicas for row in (r.iteration_log or [])] or None
         itl = LogHistogram()

@@ -92,3 +92,29 @@ def test_bins_at_one_per_decade_are_the_log_formula(lo, hi):
     with np.errstate(divide="ignore"):
         formula = np.clip(np.floor(np.log10(x / lo)), -1, h.nbins - 2).astype(np.int64) + 1
     assert np.array_equal(h._index(x.copy()), formula)
+
+
+@pytest.mark.parametrize("replicas,closed,until", [(1, False, None), (3, False, None), (3, False, 4.0), (2, True, None)])
+def test_a_runs_frame_is_every_request_object_read(llama8b, h100, replicas, closed, until):
+    """Simulation builds its frame from the inputs it holds (rid, lengths, open loop's send times)
+    and reads `rejected` only where a request did not finish: the same frame as reading every
+    field of every request object (here, in the test), rejections, a stop and closed loop too."""
+    import pandas as pd
+
+    from experiments.engines import build_cluster
+    from simcore.metrics import COLUMNS
+    from workloads.workload import Workload
+    rng = np.random.default_rng(replicas + 7 * closed)
+    n = 240
+    prompts, outputs = rng.integers(50, 3000, n), rng.integers(1, 200, n)
+    prompts[::29] = 9000   # over max_model_len
+    wl = Workload(np.cumsum(rng.exponential(0.03, n)), prompts, outputs, closed_loop_concurrency=6 if closed else None)
+    engines, route, max_len = build_cluster("vllm", llama8b, h100, 1, {"max_model_len": 8192}, replicas, "least_outstanding")
+    sim = Simulation(engines, wl, router=route if replicas > 1 else None, max_model_len=max_len)
+    df = sim.run(until=until).requests
+    reqs = sorted(sim.requests, key=lambda r: r.rid)
+    want = pd.DataFrame({name: np.array([getattr(r, name) for r in reqs], dtype=float if dtype is np.float64 else dtype)
+                         for name, dtype in COLUMNS.items()})
+    assert df.rejected.notna().sum() >= len(df) // 30
+    assert (df.finish_s.notna().sum() + df.rejected.notna().sum() == len(df)) == (until is None)
+    pd.testing.assert_frame_equal(df[list(COLUMNS)], want, check_exact=True)
