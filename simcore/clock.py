@@ -32,6 +32,14 @@ class ExactEnvironment(simpy.Environment):
         heappush(self._queue, (t, priority, next(self._eid), event))
         return event
 
+    def queue_at(self, event: simpy.Event, t: float) -> None:
+        """Queue a pending event to fire with ``now == t`` (``at(t)`` for an event already made,
+        its callbacks kept)."""
+        if t < self._now:
+            raise ValueError(f"queue_at({t!r}) is before now ({self._now!r})")
+        event._ok, event._value = True, None
+        heappush(self._queue, (t, NORMAL, next(self._eid), event))
+
     def move_earlier(self, event: simpy.Event, t: float) -> None:
         """Move a queued ``at`` event to t (not after its time, not before now), re-queued as a
         new ``at(t)`` would be: the same priority, ordered after every event already queued for

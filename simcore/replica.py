@@ -10,6 +10,14 @@ pulls every request stamped up to the plan's start, and when idle it sleeps unti
 FAST-FORWARD. Most plans start a run of k steps in one event, exact to the bit against stepping:
 how long a run is and when its steps end is simcore/runs.py.
 
+DEFERRED FINISH. In front of several replicas (open loop, a router blind to KV, the run not
+stopped at a time), a lone request's run to its finish, with nothing waiting, needs no event at
+its end: the replica waits for its next request instead, and the router counts the request out
+from its last step's end (``_done_at``). The run is applied when that request arrives, at the
+run's end if it arrives before it (the wait is queued there, and cut as any run is), else then
+(the plan starting at the arrival, as an idle replica's would); what is left at the end of the
+run is applied by Simulation. Nothing reads the replica in between, so this is the same bits.
+
 DECODE COHORT. Under a policy with ``lazy_decodes`` (all three), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
 that change) rather than O(batch). `--no-fast-forward` keeps every request explicit, one event
@@ -52,6 +60,7 @@ class Replica(RunPlanning, FastApplies):
         self._leave_times = None   # their last steps' end times, once read (``outstanding``)
         self._joins: list = []     # arrivals folded into the running run (simcore/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
+        self._done_at = math.inf    # a deferred run's end (see DEFERRED FINISH), its request counted out from then
         self.inbox: list = []
         self.idle = None
         self.wakes = None   # where submit leaves a triggered idle event for the caller to process, if not None
@@ -75,7 +84,13 @@ class Replica(RunPlanning, FastApplies):
         if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
-            if self.wakes is None:
+            if self.env._now < self._done_at < math.inf:   # a deferred run still going: wake at its end, or where it is cut
+                self.env.queue_at(self.idle, self._done_at)
+                self._done_at = math.inf   # counted until then, as a run's request is
+                ends = self._running_ends
+                if len(ends) > 1 and ends[-2] >= self.env._now:
+                    self._cut()
+            elif self.wakes is None:
                 self.idle.succeed()
             else:   # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
                 self.idle._ok, self.idle._value = True, None
@@ -102,7 +117,7 @@ class Replica(RunPlanning, FastApplies):
         queue either way)."""
         if self.pull is not None:
             self.pull(self.env._now)
-        n = self._outstanding
+        n = self._outstanding - (self._done_at <= self.env._now)
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
             if times is None:
@@ -187,6 +202,12 @@ class Replica(RunPlanning, FastApplies):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
+            if self.wakes is not None and self._defers(plan, ends):
+                self._done_at = t
+                idle = self.idle = Event(env)
+                yield idle
+                self.apply_deferred()
+                continue
             if skipping and (not env._queue or env._queue[0][0] > t):   # _skip_to, inlined
                 env._now = t
             else:
@@ -201,6 +222,24 @@ class Replica(RunPlanning, FastApplies):
                 self._apply_beside(plan, start, ends)
             else:
                 self._apply(plan, start, ends)
+
+    def _defers(self, plan: Plan, ends) -> bool:
+        """Whether this run's end needs no event (DEFERRED FINISH): a lone request, caught up in
+        its first step, finishing in the run's last, nothing waiting, folding allowed (the
+        conditions of ``_apply_lone`` too)."""
+        if plan.cohort or len(plan.items) != 1 or not self.fold or self.state.waiting:
+            return False
+        (r, q), = plan.items
+        return (r.num_computed_tokens + q == r.prompt_len + r.num_output_tokens and len(ends) == r.output_len - r.num_output_tokens
+                and self._lead is None and not self._leaving and not self._joins and self.iteration_log is None)
+
+    def apply_deferred(self) -> None:
+        """Apply the deferred run (to where it was cut, if it was); the next plan starts at its end
+        if that is now, else now (an arrival after it)."""
+        ends, self._running_ends, self._done_at = self._running_ends, None, math.inf
+        last = ends[-1] if type(ends) is list else float(ends[-1])
+        self._clock = last if self.env._now <= last else None
+        self._apply_lone(self._running_plan.items, self._running_start, ends)
 
     def _wait_for_work(self):
         """Idle until a request is submitted; the clock is then the arrival's."""

@@ -32,9 +32,9 @@ def least_outstanding(req, replicas) -> int:
     """The first replica with the fewest outstanding (``Replica.outstanding``, the property read
     only where a folded run has leavers): the first with none ends the search, as nobody has
     fewer (most replicas of a lightly loaded cluster are idle)."""
-    best, pick = 1 << 62, 0
+    best, pick, now = 1 << 62, 0, replicas[0].env._now
     for i, r in enumerate(replicas):
-        n = r.outstanding if r._leaving else r._outstanding
+        n = r.outstanding if r._leaving else r._outstanding - (r._done_at <= now)   # a deferred run's request out from its end
         if n < best:
             if not n:
                 return i

@@ -72,3 +72,18 @@ def test_move_earlier_to_its_own_time_orders_as_a_fresh_at():
     assert [heappop(q)[2] for _ in range(len(q))] == sorted(entry[2] for entry in env._queue)
     env.run()
     assert order == [0, 1, 2, 3, 4, 5, "moved"]
+
+
+def test_queue_at_fires_a_made_event_exactly_then_in_turn():
+    """A pending event queued for t fires with now == t exactly (a time no delay from now
+    reaches), after what was queued for t before it, keeping its callbacks; never in the past."""
+    env, order = ExactEnvironment(), []
+    t = 0.1 + 0.2
+    wait = env.event()
+    wait.callbacks.append(lambda e: order.append(("queued", env.now)))
+    env.at(t).callbacks.append(lambda e: order.append(("before", env.now)))
+    env.at(0.05).callbacks.append(lambda e: env.queue_at(wait, t))
+    env.run()
+    assert order == [("before", t), ("queued", t)] and wait.triggered
+    with pytest.raises(ValueError, match="before now"):
+        env.queue_at(env.event(), 0.0)

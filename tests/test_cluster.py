@@ -252,3 +252,30 @@ def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeyp
         assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float), equal_nan=True), col
     for key in ("median_itl_ms", "p99_itl_ms", "mean_itl_ms", "max_itl_ms", "completed"):
         assert a.summary[key] == b.summary[key], key
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
+def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, monkeypatch):
+    """A lone run to its finish takes no event at its end (Replica: DEFERRED FINISH): applied when
+    the next request comes, at the run's end when it comes during the run (cut or not) or at the
+    arrival after it, the rest by the results. Same bits as stepping, every kind met here."""
+    from simcore.replica import Replica
+    seen = {"during": 0, "after": 0}
+    apply = Replica.apply_deferred
+
+    def counted(self):
+        end = self._running_ends[-1]
+        seen["during" if self.env._now <= end else "after"] += 1
+        apply(self)
+    monkeypatch.setattr(Replica, "apply_deferred", counted)
+    rng = np.random.default_rng(11)
+    n = 300
+    wl = fixed_workload(np.cumsum(rng.exponential(0.35, n)), rng.integers(20, 2500, n), rng.integers(1, 250, n))
+    _, a = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=True, check=True)
+    _, b = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=False)
+    assert seen["during"] > 10 and seen["after"] > 10
+    for col in ("replica", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s"):
+        assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float)), col
+    for ra, rb in zip(a.replicas, b.replicas):
+        assert np.array_equal(ra.itl.counts, rb.itl.counts) and ra.itl.max == rb.itl.max
+    assert a.summary["num_iterations"] == b.summary["num_iterations"]
