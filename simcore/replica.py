@@ -11,12 +11,14 @@ FAST-FORWARD. Most plans start a run of k steps in one event, exact to the bit a
 how long a run is and when its steps end is simcore/runs.py.
 
 DEFERRED FINISH. In front of several replicas (open loop, a router blind to KV, the run not
-stopped at a time), a lone request's run to its finish, with nothing waiting, needs no event at
-its end: the replica waits for its next request instead, and the router counts the request out
-from its last step's end (``_done_at``). The run is applied when that request arrives, at the
-run's end if it arrives before it (the wait is queued there, and cut as any run is), else then
-(the plan starting at the arrival, as an idle replica's would); what is left at the end of the
-run is applied by Simulation. Nothing reads the replica in between, so this is the same bits.
+stopped at a time), a run that ends with all of its requests finished, nothing waiting (a lone
+request's, or a prompt's beside a cohort of one folded to empty), needs no event at its end:
+the replica waits for its next request instead (``_deferred_end``), and the router counts the
+requests out from their last steps' ends (those leaving at its end by ``_done_at``, the others
+as a folded run's leavers). The run is applied when that request arrives, at the run's end if it arrives
+before it (the wait is queued there, and cut as any run is), else then (the plan starting at the
+arrival, as an idle replica's would); what is left at the end of the run is applied by
+Simulation. Nothing reads the replica in between, so this is the same bits.
 
 DECODE COHORT. Under a policy with ``lazy_decodes`` (all three), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
@@ -60,7 +62,8 @@ class Replica(RunPlanning, FastApplies):
         self._leave_times = None   # their last steps' end times, once read (``outstanding``)
         self._joins: list = []     # arrivals folded into the running run (simcore/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
-        self._done_at = math.inf    # a deferred run's end (see DEFERRED FINISH), its request counted out from then
+        self._deferred_end = math.inf   # a deferred run's end (see DEFERRED FINISH)
+        self._done_at, self._done_n = math.inf, 0   # the same: _done_n requests, finishing in its last step, out from then
         self.inbox: list = []
         self.idle = None
         self.wakes = None   # where submit leaves a triggered idle event for the caller to process, if not None
@@ -84,9 +87,9 @@ class Replica(RunPlanning, FastApplies):
         if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
-            if self.env._now < self._done_at < math.inf:   # a deferred run still going: wake at its end, or where it is cut
-                self.env.queue_at(self.idle, self._done_at)
-                self._done_at = math.inf   # counted until then, as a run's request is
+            if self.env._now < self._deferred_end < math.inf:   # a deferred run still going: wake at its end, or where it is cut
+                self.env.queue_at(self.idle, self._deferred_end)
+                self._deferred_end = self._done_at = math.inf   # counted until then, as a run's requests are
                 ends = self._running_ends
                 if len(ends) > 1 and ends[-2] >= self.env._now:
                     self._cut()
@@ -117,7 +120,9 @@ class Replica(RunPlanning, FastApplies):
         queue either way)."""
         if self.pull is not None:
             self.pull(self.env._now)
-        n = self._outstanding - (self._done_at <= self.env._now)
+        n = self._outstanding
+        if self._done_at <= self.env._now:
+            n -= self._done_n
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
             if times is None:
@@ -203,7 +208,8 @@ class Replica(RunPlanning, FastApplies):
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
             if self.wakes is not None and self._defers(plan, ends):
-                self._done_at = t
+                self._deferred_end = self._done_at = t
+                self._done_n = 1 + plan.cohort - len(self._leaving)
                 idle = self.idle = Event(env)
                 yield idle
                 self.apply_deferred()
@@ -224,22 +230,37 @@ class Replica(RunPlanning, FastApplies):
                 self._apply(plan, start, ends)
 
     def _defers(self, plan: Plan, ends) -> bool:
-        """Whether this run's end needs no event (DEFERRED FINISH): a lone request, caught up in
-        its first step, finishing in the run's last, nothing waiting, folding allowed (the
-        conditions of ``_apply_lone`` too)."""
-        if plan.cohort or len(plan.items) != 1 or not self.fold or self.state.waiting:
+        """Whether this run's end needs no event (DEFERRED FINISH), nothing waiting, folding
+        allowed: a lone request, caught up in its first step, finishing in the run's last (the
+        conditions of ``_apply_lone`` too); or a request beside a cohort of one, both leaving by
+        the run's last step (``_apply_beside``'s)."""
+        if len(plan.items) != 1 or not self.fold or self.state.waiting or self._lead is not None or self._joins \
+                or self.iteration_log is not None or not self.fast_forward:   # stepping: the reference, one event a step
             return False
         (r, q), = plan.items
-        return (r.num_computed_tokens + q == r.prompt_len + r.num_output_tokens and len(ends) == r.output_len - r.num_output_tokens
-                and self._lead is None and not self._leaving and not self._joins and self.iteration_log is None)
+        s = self.state
+        if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens or len(s.running) != 1 or plan.cohort != s.num_in_cohort:
+            return False   # somebody sits the run out (SGLang's prefill alone): still there at its end
+        if plan.cohort:   # the member by the cohort's last finish (an upper bound), r by its own
+            c = s.cohort
+            return plan.cohort == 1 and r.output_len - r.num_output_tokens <= len(ends) and c.last_finish - c.tick <= len(ends)
+        return len(ends) == r.output_len - r.num_output_tokens and not self._leaving
 
     def apply_deferred(self) -> None:
         """Apply the deferred run (to where it was cut, if it was); the next plan starts at its end
-        if that is now, else now (an arrival after it)."""
-        ends, self._running_ends, self._done_at = self._running_ends, None, math.inf
+        if that is now, else now (an arrival after it). Where nothing arrived before its end, the
+        replica was idle from then, and so held no finished request (``run``'s idle branch)."""
+        idle_after = self._deferred_end < math.inf   # else an arrival queued the wait at the end
+        ends, self._running_ends, self._deferred_end, self._done_at = self._running_ends, None, math.inf, math.inf
         last = ends[-1] if type(ends) is list else float(ends[-1])
         self._clock = last if self.env._now <= last else None
-        self._apply_lone(self._running_plan.items, self._running_start, ends)
+        plan = self._running_plan
+        if plan.cohort:
+            self._apply_beside(plan, self._running_start, ends)
+        else:
+            self._apply_lone(plan.items, self._running_start, ends)
+        if idle_after and self.state.finished:
+            self.state.release_finished()
 
     def _wait_for_work(self):
         """Idle until a request is submitted; the clock is then the arrival's."""

@@ -34,7 +34,7 @@ def least_outstanding(req, replicas) -> int:
     fewer (most replicas of a lightly loaded cluster are idle)."""
     best, pick, now = 1 << 62, 0, replicas[0].env._now
     for i, r in enumerate(replicas):
-        n = r.outstanding if r._leaving else r._outstanding - (r._done_at <= now)   # a deferred run's request out from its end
+        n = r.outstanding if r._leaving else r._outstanding if r._done_at > now else r._outstanding - r._done_n   # a deferred run's
         if n < best:
             if not n:
                 return i

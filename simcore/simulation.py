@@ -235,7 +235,7 @@ class Simulation:
         if self.replicas[0].pull is not None:
             self.arrive_until(self.env.now if until is not None else math.inf)
         for r in self.replicas:
-            if r._done_at < math.inf:   # a deferred run nobody arrived after (Replica: DEFERRED FINISH)
+            if r._deferred_end < math.inf:   # a deferred run nobody arrived after (Replica: DEFERRED FINISH)
                 r.apply_deferred()
             r.state.dissolve_cohort()
         requests, wl = self.requests, self.workload

@@ -254,28 +254,43 @@ def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeyp
         assert a.summary[key] == b.summary[key], key
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
-def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, monkeypatch):
-    """A lone run to its finish takes no event at its end (Replica: DEFERRED FINISH): applied when
-    the next request comes, at the run's end when it comes during the run (cut or not) or at the
-    arrival after it, the rest by the results. Same bits as stepping, every kind met here."""
+@pytest.mark.parametrize("policy,outputs", [("vllm", 250), ("sglang", 250), ("nochunk", 250), ("vllm", 8), ("sglang", 8)])
+def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, monkeypatch):
+    """A run that ends with all its requests finished (lone, or a prompt beside a cohort of one)
+    takes no event at its end (Replica: DEFERRED FINISH): applied when the next request comes, at
+    the run's end when it comes during the run (cut or not) or at the arrival after it, the rest
+    by the results. Same bits as stepping, every kind met here."""
     from simcore.replica import Replica
-    seen = {"during": 0, "after": 0}
+    seen = {"during": 0, "after": 0, "beside": 0}
     apply = Replica.apply_deferred
 
     def counted(self):
         end = self._running_ends[-1]
         seen["during" if self.env._now <= end else "after"] += 1
+        seen["beside"] += self._running_plan.cohort
         apply(self)
     monkeypatch.setattr(Replica, "apply_deferred", counted)
     rng = np.random.default_rng(11)
     n = 300
-    wl = fixed_workload(np.cumsum(rng.exponential(0.35, n)), rng.integers(20, 2500, n), rng.integers(1, 250, n))
+    wl = fixed_workload(np.cumsum(rng.exponential(0.35 if outputs > 50 else 0.03, n)), rng.integers(20, 2500, n),
+                        rng.integers(1, outputs, n))   # short outputs: a member and a prompt often finish in one step
     _, a = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=True, check=True)
     _, b = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=False)
-    assert seen["during"] > 10 and seen["after"] > 10
+    assert seen["during"] > 10 and seen["after"] > 10 and seen["beside"] > 10
     for col in ("replica", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s"):
         assert np.array_equal(a.requests[col].to_numpy(float), b.requests[col].to_numpy(float)), col
     for ra, rb in zip(a.replicas, b.replicas):
         assert np.array_equal(ra.itl.counts, rb.itl.counts) and ra.itl.max == rb.itl.max
     assert a.summary["num_iterations"] == b.summary["num_iterations"]
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_a_deferred_finish_leaves_the_replica_idle_as_stepping_does(llama8b, h100, async_scheduling):
+    """A replica idle after a deferred run holds no finished request when the next ones come
+    (async scheduling holds one only into the schedule right after its finish): two requests
+    arriving together at an idle replica with max_num_seqs 2 are both admitted, as stepping has it."""
+    wl = fixed_workload(np.array([0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0]), np.full(8, 40), np.array([3, 1, 2, 1, 4, 1, 1, 2]))
+    flags = {"max_num_seqs": 2, "async_scheduling": async_scheduling}
+    runs = [cluster_run(llama8b, h100, wl, "round_robin", 2, "vllm", flags, ff=ff)[1].requests for ff in (True, False)]
+    assert np.array_equal(runs[0].first_scheduled_s, runs[1].first_scheduled_s)
+    assert (runs[1].first_scheduled_s.to_numpy() == wl.arrival_s).all()
