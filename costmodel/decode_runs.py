@@ -260,6 +260,32 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             d = table[lo:hi:n] + self._fixed_part(n, n)
         return self._with_host_array(d, n) if self.has_host else d
 
+    def decode_run_ends(self, n: int, decode_kv0: float, steps: int, t: float, lead: bool = False) -> np.ndarray:
+        """End times of the ``decode_run(n, decode_kv0, steps)`` passes from t: their cumulative
+        sum after t, or with `lead` with t in place of the first duration (t itself first). For a
+        tabulated model and n ≤ 2 the durations are read from a table with the fixed part already
+        added (the same addition, made once per entry) and copied once."""
+        lo = int(decode_kv0)
+        hi = lo + n * steps
+        table = self._decode_by_n.get(n)
+        if table is None or len(table) < hi:
+            table = self._decode_table_of(n, hi)
+        d = self.decode_run(n, decode_kv0, steps) if table is None else table[lo:hi:n].copy()
+        if lead:
+            d[0] = t
+        else:
+            d[0] += t
+        return np.add.accumulate(d, out=d)
+
+    def _decode_table_of(self, n: int, hi: int):
+        """``_decode_attention`` plus the fixed part of n sequences, for a plain tabulated model (no
+        units, fitted attention or host terms), n ≤ 2 and Σ(kv + 1) below 2^20; else None."""
+        if n > 2 or hi > 1 << 20 or self.unit_runs or self.units or self.attn_fitted or self.has_host:
+            return None
+        base = self._decode_attention if len(self._decode_attention) >= hi else self._grow_decode_attention(hi)
+        table = self._decode_by_n[n] = base + self._fixed_part(n, n)
+        return table
+
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
         """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""
         size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)

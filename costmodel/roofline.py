@@ -190,6 +190,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self._lead_fixed: dict = {}   # _fixed_time by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
         self._step_lengths: dict = {}   # one lead step's length by shape (DecodeRuns.prefill_step_end)
         self._decode_attention = np.empty(0)
+        self._decode_by_n: dict = {}   # n -> _decode_attention + the fixed part of n (DecodeRuns.decode_run_ends)
         self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
                                  or bool(hw.sampler_seq_s))
         ring = 2 * (tp - 1) / tp

@@ -337,12 +337,9 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                 self._step_estimate = e[-1] - e[-2]
             return [t] + e if lead else e
         if lead:   # one more duration in front, replaced by t: the cumulative sum then starts at t
-            d = self.cm.decode_run(n, float(kv - n), steps + 1)
-            d[0] = t
+            e = self.cm.decode_run_ends(n, float(kv - n), steps + 1, t, lead=True)
         else:
-            d = self.cm.decode_run(n, float(kv), steps)
-            d[0] += t
-        e = np.add.accumulate(d)   # cumsum, without its wrapper
+            e = self.cm.decode_run_ends(n, float(kv), steps, t)
         if stop == math.inf:
             return e
         self._step_estimate = float(e[-1] - e[-2])

@@ -179,6 +179,20 @@ def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
         assert np.array_equal(cm.decode_run(n, float(kv0), steps), np.array(step))
         ends = [sum(step[:j + 1], 5.0) for j in range(steps)]   # stepping's clock, one addition per step
         assert cm.decode_ends_list(n, float(kv0), steps, 5.0) == ends
+        assert cm.decode_run_ends(n, float(kv0), steps, 5.0).tolist() == ends
+        lead = [sum(step[1:j + 1], 5.0) for j in range(steps)]   # t in place of the first duration
+        assert cm.decode_run_ends(n, float(kv0), steps, 5.0, lead=True).tolist() == lead
+
+
+@pytest.mark.parametrize("hw", ["h100", "a100-sxm", "l40s", "b200"])
+def test_decode_run_ends_from_its_tables_are_stepping_bits(hw):
+    """decode_run_ends reads n ≤ 2 from a table with the fixed part added (built again when the
+    base table grows); either way its ends are stepping's clock, for fitted profiles too."""
+    from costmodel import load_hardware
+    cm = CostModel(load_model("llama-3.1-8b"), load_hardware(hw))
+    for n, kv0, steps in [(1, 10, 50), (2, 2 * 3000, 40), (1, 9000, 300), (2, 2 * 70000, 20), (3, 999, 10), (1, 5, 3)]:
+        step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
+        assert cm.decode_run_ends(n, float(kv0), steps, 0.25).tolist() == [sum(step[:j + 1], 0.25) for j in range(steps)], (n, kv0)
 
 
 @pytest.mark.parametrize("name", ["a100-sxm", "b200", "l40s"])
