@@ -12,13 +12,14 @@ how long a run is and when its steps end is simcore/runs.py.
 
 DEFERRED FINISH. In front of several replicas (open loop, a router blind to KV, the run not
 stopped at a time), a run that ends with all of its requests finished, nothing waiting (a lone
-request's, or a prompt's beside a cohort of one folded to empty), needs no event at its end:
-the replica waits for its next request instead (``_deferred_end``), and the router counts the
-requests out from their last steps' ends (those leaving at its end by ``_done_at``, the others
-as a folded run's leavers). The run is applied when that request arrives, at the run's end if it arrives
-before it (the wait is queued there, and cut as any run is), else then (the plan starting at the
-arrival, as an idle replica's would); what is left at the end of the run is applied by
-Simulation. Nothing reads the replica in between, so this is the same bits.
+request's, a folded run's to an empty cohort, ...: ``RunPlanning._ends_all``),
+needs no event at its end: the replica waits for its next request instead (``_deferred_end``),
+and the router counts the requests out from their last steps' ends (those leaving at its end by
+``_done_at``, the others as a folded run's leavers). The run is applied when that request
+arrives, at the run's end if it arrives before it (the wait is queued there, and cut as any run
+is), else then (the plan starting at the arrival, as an idle replica's would); what is left at
+the end of the run is applied by Simulation. Nothing reads the replica in between, so this is
+the same bits. Stepping keeps its event per step: it is the reference.
 
 DECODE COHORT. Under a policy with ``lazy_decodes`` (all three), plain decodes leave the running
 queue for a DecodeCohort that advances them as a group, so a step's Python work is O(requests
@@ -207,9 +208,9 @@ class Replica(RunPlanning, FastApplies):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
-            if self.wakes is not None and self._defers(plan, ends):
+            if self._ends_all and self.wakes is not None and self.fold and not state.waiting and self.iteration_log is None:
                 self._deferred_end = self._done_at = t
-                self._done_n = 1 + plan.cohort - len(self._leaving)
+                self._done_n = len(plan.items) + plan.cohort - len(self._leaving)   # the rest are leavers
                 idle = self.idle = Event(env)
                 yield idle
                 self.apply_deferred()
@@ -221,44 +222,29 @@ class Replica(RunPlanning, FastApplies):
                 ends = self._running_ends   # an arrival may have cut the run (``_cut``)
             self._running_ends = None
             self._clock = ends[-1] if type(ends) is list else float(ends[-1])
-            if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
-                    and self.iteration_log is None):
-                self._apply_lone(plan.items, start, ends)
-            elif plan.cohort == 1 and len(plan.items) == 1 and self._lead is None and not self._joins and self.iteration_log is None:
-                self._apply_beside(plan, start, ends)
-            else:
-                self._apply(plan, start, ends)
+            self._apply_run(plan, start, ends)
 
-    def _defers(self, plan: Plan, ends) -> bool:
-        """Whether this run's end needs no event (DEFERRED FINISH), nothing waiting, folding
-        allowed: a lone request, caught up in its first step, finishing in the run's last (the
-        conditions of ``_apply_lone`` too); or a request beside a cohort of one, both leaving by
-        the run's last step (``_apply_beside``'s)."""
-        if len(plan.items) != 1 or not self.fold or self.state.waiting or self._lead is not None or self._joins \
-                or self.iteration_log is not None or not self.fast_forward:   # stepping: the reference, one event a step
-            return False
-        (r, q), = plan.items
-        s = self.state
-        if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens or len(s.running) != 1 or plan.cohort != s.num_in_cohort:
-            return False   # somebody sits the run out (SGLang's prefill alone): still there at its end
-        if plan.cohort:   # the member by the cohort's last finish (an upper bound), r by its own
-            c = s.cohort
-            return plan.cohort == 1 and r.output_len - r.num_output_tokens <= len(ends) and c.last_finish - c.tick <= len(ends)
-        return len(ends) == r.output_len - r.num_output_tokens and not self._leaving
+    def _apply_run(self, plan: Plan, start: float, ends) -> None:
+        """Apply a run by the commonest plans' fast paths (simcore/applies.py) or the general one."""
+        if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
+                and self.iteration_log is None):
+            self._apply_lone(plan.items, start, ends)
+        elif plan.cohort == 1 and len(plan.items) == 1 and self._lead is None and not self._joins and self.iteration_log is None:
+            self._apply_beside(plan, start, ends)
+        else:
+            self._apply(plan, start, ends)
 
     def apply_deferred(self) -> None:
         """Apply the deferred run (to where it was cut, if it was); the next plan starts at its end
         if that is now, else now (an arrival after it). Where nothing arrived before its end, the
         replica was idle from then, and so held no finished request (``run``'s idle branch)."""
         idle_after = self._deferred_end < math.inf   # else an arrival queued the wait at the end
-        ends, self._running_ends, self._deferred_end, self._done_at = self._running_ends, None, math.inf, math.inf
+        ends, plan = self._running_ends, self._running_plan
+        self._running_ends = None
+        self._deferred_end = self._done_at = math.inf
         last = ends[-1] if type(ends) is list else float(ends[-1])
         self._clock = last if self.env._now <= last else None
-        plan = self._running_plan
-        if plan.cohort:
-            self._apply_beside(plan, self._running_start, ends)
-        else:
-            self._apply_lone(plan.items, self._running_start, ends)
+        self._apply_run(plan, self._running_start, ends)
         if idle_after and self.state.finished:
             self.state.release_finished()
 

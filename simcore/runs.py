@@ -37,6 +37,7 @@ OPEN_RUN = 16    # the same toward no known stop (several replicas): no early br
 class RunPlanning(ChunkedRuns, ArrivalFolds):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
     _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
+    _ends_all = False  # the last plan's run ends with all of its requests finished (Replica: DEFERRED FINISH)
 
     def _run_free(self) -> int:
         """Free KV blocks a run may use: the pool's, less the policy's headroom (asked only where the
@@ -48,7 +49,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
-        self._lead, self._seqs0 = None, len(items) + nc
+        self._lead, self._seqs0, self._ends_all = None, len(items) + nc, False
         if not nc and len(items) == 1 and self.pull is None and self.fast_forward and not plan.preempted:
             ends = self._lone_ends(items[0], start)
             if ends is not None:
@@ -63,16 +64,18 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             ends = self._chunked_run(plan, start)
             if ends is not None:
                 return ends
-        first_finish, fold = k, False
+        first_finish, fold, full = k, False, longest   # full: the step the last of them leaves after
         if nc and k:
             fold = self.fold and not self.state.waiting
             k = max(c.steps_to_empty(), longest) if fold else min(k, c.steps_to_finish())
+            full = k if fold else -1
         stop = self.next_arrival() if self.pull is not None else math.inf
         if k > SHORT_RUN and stop < math.inf:   # only steps that start before the arrival run (a shorter run is as exact)
             k = min(k, SHORT_RUN + 2 * int((stop - start) / self._step_estimate))
+        everyone = len(items) == len(self.state.running) and nc == self.state.num_in_cohort
         if k > 1:
-            everyone = len(items) == len(self.state.running) and nc == self.state.num_in_cohort
             k = self._kv_limited(items, k, nc) if everyone and self.policy.can_fast_forward(self.state) else 1
+        self._ends_all = first_finish > 0 and everyone and k == full and self.pull is None   # all of them finish in the run
         cohort_kv = c.kv + nc if nc else 0          # Σ(kv + 1) of the cohort in the first step
         if k <= 1 or not decodes:                   # the first step priced on its own: it ends at t1
             if len(items) == 1:   # fast-forward prices it as a lead step of one chunk (its pared loop; the same bits)
@@ -103,13 +106,12 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         r, q = item
         if r.num_computed_tokens + q != r.prompt_len + r.num_output_tokens:
             return None
-        k = r.output_len - r.num_output_tokens
+        left = k = r.output_len - r.num_output_tokens
         s = self.state
+        alone = len(s.running) == 1 and (s.cohort is None or not s.cohort.members)
         if k > 1:
-            if len(s.running) == 1 and (s.cohort is None or not s.cohort.members) and self.policy.can_fast_forward(s):
-                k = self._kv_limited(((r, q),), k, 0)
-            else:
-                k = 1
+            k = self._kv_limited(((r, q),), k, 0) if alone and self.policy.can_fast_forward(s) else 1
+        self._ends_all = alone and k == left and not self._leaving   # the run ends with its finish, nobody else running
         kv = r.num_computed_tokens + q
         if q == 1 and k > 1:
             return self._decode_ends(start, 1, kv, k)
@@ -137,9 +139,10 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         k = c.last_finish - c.tick                  # c.steps_to_empty()
         if mine > k:
             k = mine
+        full, alone = k, len(s.running) == 1 and len(c.members) == 1
         if k > 1:
-            k = (self._kv_limited((item,), k, 1) if len(s.running) == 1 and len(c.members) == 1
-                 and self.policy.can_fast_forward(s) else 1)
+            k = self._kv_limited((item,), k, 1) if alone and self.policy.can_fast_forward(s) else 1
+        self._ends_all = alone and k == full   # both leave by the run's end (it ends at the last leaver)
         t1 = cm.prefill_step_end(1, c.kv, q, r.num_computed_tokens, start)
         if k <= 1:
             return [t1]

@@ -254,12 +254,15 @@ def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeyp
         assert a.summary[key] == b.summary[key], key
 
 
-@pytest.mark.parametrize("policy,outputs", [("vllm", 250), ("sglang", 250), ("nochunk", 250), ("vllm", 8), ("sglang", 8)])
+@pytest.mark.parametrize("policy,outputs", [("vllm", 250), ("sglang", 250), ("nochunk", 250), ("vllm", 8), ("sglang", 8),
+                                            ("sglang", 0), ("vllm", 0)])
 def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, monkeypatch):
-    """A run that ends with all its requests finished (lone, or a prompt beside a cohort of one)
-    takes no event at its end (Replica: DEFERRED FINISH): applied when the next request comes, at
-    the run's end when it comes during the run (cut or not) or at the arrival after it, the rest
-    by the results. Same bits as stepping, every kind met here."""
+    """A run that ends with all its requests finished (lone, beside a cohort folded to empty, a
+    batch finishing together) takes no event at its end (Replica: DEFERRED FINISH): applied when
+    the next request comes, at the run's end when it comes during the run (cut or not) or at the
+    arrival after it, the rest by the results. Same bits as stepping, every kind met here.
+    outputs 0: bursts of one-token requests among long decodes (SGLang's prefill batches run while
+    the decodes sit out: not deferred, they are still there at its end)."""
     from simcore.replica import Replica
     seen = {"during": 0, "after": 0, "beside": 0}
     apply = Replica.apply_deferred
@@ -272,8 +275,12 @@ def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, mon
     monkeypatch.setattr(Replica, "apply_deferred", counted)
     rng = np.random.default_rng(11)
     n = 300
-    wl = fixed_workload(np.cumsum(rng.exponential(0.35 if outputs > 50 else 0.03, n)), rng.integers(20, 2500, n),
-                        rng.integers(1, outputs, n))   # short outputs: a member and a prompt often finish in one step
+    if outputs:   # short outputs: a member and a prompt often finish in one step
+        wl = fixed_workload(np.cumsum(rng.exponential(0.35 if outputs > 50 else 0.03, n)), rng.integers(20, 2500, n),
+                            rng.integers(1, outputs, n))
+    else:
+        arrivals = np.repeat(np.cumsum(rng.exponential(0.4, n // 6)), 6)
+        wl = fixed_workload(arrivals, rng.integers(20, 600, n), np.where(np.arange(n) % 6 == 0, 120, 1))
     _, a = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=True, check=True)
     _, b = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, ff=False)
     assert seen["during"] > 10 and seen["after"] > 10 and seen["beside"] > 10
