@@ -81,10 +81,13 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         return out
 
     def prefill_step_end(self, m: int, decode_kv0: int, q: int, kv: int, t: float) -> float:
-        """``prefill_lead_ends(m, decode_kv0, (0, q), kv, t)[0]``: one step's end, its length
-        memoized by shape (a length does not depend on when the step starts, and t + length is
-        the addition the run makes: the same bits)."""
-        key = (m, decode_kv0, q, kv)
+        """``prefill_lead_ends(m, decode_kv0, (0, q), kv, t)[0]``: one step's end, the length of a
+        prefill alone memoized by shape (a length does not depend on when the step starts, and
+        t + length is the addition the run makes: the same bits). Beside decodes the shape
+        includes their Σ(kv + 1), which seldom repeats: computed."""
+        if m:
+            return self.prefill_lead_ends(m, decode_kv0, (0, q), kv, t)[0]
+        key = (q, kv)
         length = self._step_lengths.get(key)
         if length is None:
             if len(self._step_lengths) >= 1 << 17:
