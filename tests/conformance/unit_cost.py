@@ -39,3 +39,17 @@ class UnitCost:
             t += 1.0
             out.append(t)
         return out
+
+    def prefill_step_end(self, m, decode_kv0, q, kv, t) -> float:
+        """One step's end, as CostModel.prefill_step_end."""
+        return t + 1.0
+
+    def decode_run_ends(self, n, decode_kv0, steps, t, lead=False) -> np.ndarray:
+        """End times of `steps` unit passes from t, or with `lead` t itself first, as
+        CostModel.decode_run_ends."""
+        d = np.ones(steps)
+        if lead:
+            d[0] = t
+        else:
+            d[0] += t
+        return np.add.accumulate(d, out=d)
