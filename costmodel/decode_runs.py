@@ -104,7 +104,10 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         order, a decode not in steps f, f + 1, … whose Σ(kv + 1) at step j is base + j. With
         `stop`, step j > sealed is taken only if it starts before stop. `head`: (q, kv) of the
         sequences among the m that take q > 1 tokens in step 1 (a prompt's last chunk), decodes
-        from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such."""
+        from step 2 on with Σ(kv + 1) counted in decode_kv0 + m·j as such. With m == 0,
+        decode_kv0 is not read (as step_time reads no decode Σ without decodes)."""
+        if not m:
+            decode_kv0 = 0
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
         try:

@@ -279,12 +279,13 @@ def test_logits_gather_takes_the_nccl_regimes_not_the_one_shot(llama8b, h100):
 
 @pytest.mark.parametrize("hw", ["h100", "a100-sxm", "l40s"])
 def test_a_prefill_steps_end_is_stepping_clock_memoized_or_not(hw):
-    """prefill_step_end memoizes a prefill alone by shape and computes one beside decodes; at any
+    """prefill_step_end memoizes a prefill alone by shape and computes one beside decodes (or with
+    a decode Σ(kv + 1) given, which a prefill alone never has); at any
     start, again and again, it is the start plus stepping's step_time (one addition)."""
     from costmodel import load_hardware
     cm = CostModel(load_model("llama-3.1-8b"), load_hardware(hw))
     rng = np.random.default_rng(3)
     for _ in range(300):
         m, q, kv = int(rng.choice([0, 0, 1, 5])), int(rng.integers(2, 3000)), int(rng.choice([0, 0, 512, 4000]))
-        d0, t = m * int(rng.integers(100, 5000)), float(rng.uniform(0, 1e4))
-        assert cm.prefill_step_end(m, d0, q, kv, t) == t + cm.step_time((q,), (kv,), m, d0 + m), (m, q, kv)
+        d0, t = int(rng.choice([m, 1])) * int(rng.integers(100, 5000)), float(rng.uniform(0, 1e4))
+        assert cm.prefill_step_end(m, d0, q, kv, t) == t + cm.step_time((q,), (kv,), m, d0 + m), (m, d0, q, kv)
