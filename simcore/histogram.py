@@ -11,7 +11,9 @@ bin each such bucket starts in; a bucket is narrower than a bin, so one comparis
 edge finishes the job. This is the formula wherever the formula is monotone in x (numpy's log10
 is, to the last bit, on the values tested); zero, negatives and values below ``lo`` land in the
 first bin, values at or past ``hi`` in the last, and NaN by its sign bit: ``np.nan`` in the last,
-the NaN that arithmetic gives (0/0, inf - inf: the sign set on x86) in the first.
+the NaN that arithmetic gives (0/0, inf - inf: the sign set on x86) in the first. Counting
+raises NaNValue for a NaN: a latency that is not a number is a bug upstream (a cost model's
+constant, a step time), never a value to bin.
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from functools import lru_cache
 import numpy as np
 
 BLOCK = 16384   # values indexed at a time: their temporaries stay in the cache (twice as fast as 65,536 at once)
+
+
+class NaNValue(ValueError):
+    """A NaN added to a histogram (found when values are binned: adding is buffered)."""
 
 
 def _formula(x: np.ndarray, lo: float, per_decade: int, nbins: int) -> np.ndarray:
@@ -140,7 +146,11 @@ class LogHistogram:
 
         The weighted total is numpy's own sum, not a BLAS dot: OpenBLAS threads a long dot, which
         spins a second core and makes the last bits depend on the thread count."""
-        self._max = max(self._max, float(v.max()))
+        top = float(v.max())   # NaN if any value is
+        if top != top:
+            raise NaNValue(f"latency histogram: {int(np.isnan(v).sum())} of {len(v)} values are NaN "
+                           "(a step time or gap that is not a number: check the cost model's constants)")
+        self._max = max(self._max, top)
         counts, index = self._counts, self._index
         if w is None:
             self._count += len(v)

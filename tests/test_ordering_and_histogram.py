@@ -49,6 +49,24 @@ def test_bins_are_the_log_formula_to_the_bit(lo, hi, per_decade):
     assert list(h._index(np.array([-1.0, -np.inf, np.nan]))) == [0, 0, h.nbins - 1]
 
 
+@pytest.mark.parametrize("how", ["add", "add weighted", "list", "array", "array weighted", "per-value weights"])
+def test_a_nan_latency_is_an_error_not_a_bin(how):
+    """A NaN among many values (one add's, or in a bulk add, with or without weights) is reported
+    when the histogram is read, however it was added; numbers alone read as before."""
+    from simcore.histogram import NaNValue
+    h = LogHistogram()
+    h.add_many(np.linspace(0.001, 0.1, 1000))
+    assert h.count == 1000
+    bad = np.array([0.01, np.nan, 0.02])
+    {"add": lambda: h.add(float("nan")), "add weighted": lambda: h.add(float("nan"), 3),
+     "list": lambda: h.add_many(bad.tolist()), "array": lambda: h.add_many(bad),
+     "array weighted": lambda: h.add_many(bad, weight=4),
+     "per-value weights": lambda: h.add_weighted(bad, np.array([1, 2, 3]))}[how]()
+    with pytest.raises(NaNValue, match="NaN"):
+        h.count
+    assert issubclass(NaNValue, ValueError)
+
+
 def test_weighted_adds_count_each_sample():
     h = LogHistogram()
     h.add_many(np.array([0.01, 0.02]), weight=5)
