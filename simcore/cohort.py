@@ -180,6 +180,7 @@ class DecodeCohort:
         self.members.clear()
         self._top = 0
         self.finish.clear()
+        self.last_finish = self.tick   # no members: no steps to empty (the bound would stay at theirs)
         self._due = [0] * (2 * self.bs)
         self.kv = 0
         self.left = 0

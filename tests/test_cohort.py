@@ -121,6 +121,27 @@ def test_new_blocks_counts_boundary_crossings(joins, bs, start, steps):
     assert c.new_blocks(c.tick, steps) == brute
 
 
+@given(outs=st.lists(st.integers(1, 300), min_size=1, max_size=8), ran=st.integers(0, 50),
+       stepped=st.integers(0, 20), back=st.integers(1, 8))
+def test_steps_to_empty_after_a_dissolve_is_the_rejoined_members(outs, ran, stepped, back):
+    """steps_to_empty bounds the members' remaining steps; after a dissolve (members stepped
+    explicitly, then some rejoin) it is the largest remaining among those back, not the
+    dissolved members' old finish."""
+    c = DecodeCohort(16)
+    members = [Request(i, 0.0, 10, 10 + o + ran + stepped, num_computed_tokens=10, num_output_tokens=1, seq=i)
+               for i, o in enumerate(outs)]
+    for r in members:
+        c.join(r)
+    c.advance(ran, 0.01, 1.0)
+    c.dissolve(lambda r: 0)
+    assert c.steps_to_empty() == 0
+    for r in members[:back]:
+        r.num_computed_tokens += stepped
+        r.num_output_tokens += stepped
+        c.join(r)
+    assert c.steps_to_empty() == max(r.output_len - r.num_output_tokens for r in members[:back])
+
+
 def test_outstanding_mid_run_matches_stepping():
     """Folded runs apply finishes at their end; `outstanding` must still read as stepping has it."""
     rng = np.random.default_rng(4)
