@@ -426,3 +426,38 @@ def test_tile_sums_agree_between_the_loop_and_numpy():
     hot = [(a, b) for a, b in zip(q, kv) if a > 1]
     assert loop.prefill_tiles == sum(-(-a // 64) for a, _ in hot) and loop.prefill_kv_max == max(b for _, b in hot)
     assert loop.prefill_q_max == max(a for a, _ in hot) and loop._plus_decodes(5, 500, 1.0).prefill_q_max == loop.prefill_q_max
+
+
+# --- attention timings of one kind only ---
+
+@pytest.mark.parametrize("missing", ["decode", "prefill"])
+@pytest.mark.parametrize("base_name", ["a100-80gb", "a100-sxm"])
+def test_attention_timings_of_one_kind_price_the_other_as_the_base(aic, tmp_path, missing, base_name):
+    """A table of prefill chunks alone (or decodes alone) gives a profile that loads and prices the
+    missing kind as its base does: a fitted base's kernels to the bit, a roofline base's rates
+    (between max and √2·max of F/π_attn and B/β_attn, the fitted form's quadrature); the fitted kind
+    is the fit's; the calibration's warnings say which."""
+    df, _ = aic
+    att = df[df.op_class == "attention"]
+    keep = att[(att.prefill_seqs > 0) if missing == "decode" else (att.prefill_seqs == 0)]
+    base = load_hardware(base_name)
+    f = fit(keep, form="physical", spec=base)
+    hw = profile_from_fit(f, base, "fixture", "one-kind")
+    path = tmp_path / "fitted.yaml"
+    path.write_text(hw.to_yaml())
+    back = load_hardware(str(path))
+    assert any(f"no {missing} timings" in w for w in back.calibration["warnings"])
+    m = load_model("llama-3.1-8b")
+    shape = {"decode": ([1] * 16, [3000 + 97 * i for i in range(16)]), "prefill": ([1500], [2500])}[missing]
+    op = f"attention_{missing}"
+    mine = CostModel(m, back).breakdown(CostModel(m, back).shape(*shape)).op(op)
+    theirs = CostModel(m, base).breakdown(CostModel(m, base).shape(*shape)).op(op)
+    if base.attn_form != "roofline":
+        assert mine.time_s == theirs.time_s
+    else:
+        low = max(mine.flops / base.pi_attention, mine.bytes / base.beta_attention)
+        assert low * (1 - 1e-9) <= mine.time_s <= math.sqrt(2) * low * (1 + 1e-9)
+    other = "prefill" if missing == "decode" else "decode"
+    field, param = ("attn_prefill_beta", "beta_prefill") if missing == "decode" else ("beta_attn", "beta_decode")
+    assert getattr(back, field) == pytest.approx(f.value(f"attention.{param}"))
+    assert not any(f"no {other} timings" in w for w in back.calibration["warnings"])

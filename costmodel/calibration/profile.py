@@ -60,7 +60,7 @@ def form_fields(form: str) -> dict:
     return {"gemm_tile_rows": 1, "roofline_combine": "max"}
 
 
-def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
+def calibration_dict(fit: Fit, source: str, errors=None, warnings=()) -> dict:
     """Plain YAML-safe record of the fit: parameters with 1σ, errors per class, warnings."""
     names, blocks = [], []
     params = {}
@@ -92,7 +92,7 @@ def calibration_dict(fit: Fit, source: str, errors=None) -> dict:
             "parameters": params, "errors_percent": err,
             "residual_scale_log": {c.op_class: c.s for c in fit.classes.values()},
             "log_covariance": {"names": names, "matrix": cov.tolist()},
-            "warnings": fit.warnings, "fit_seconds": fit.seconds}
+            "warnings": fit.warnings + list(warnings), "fit_seconds": fit.seconds}
 
 
 def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = None) -> Hardware:
@@ -101,6 +101,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     fields = hw_fields(form)
     changes = {fld: fit.value(p) for p, fld in fields.items()
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
+    warnings = []
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
         changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
@@ -114,6 +115,8 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
             if changes["attn_decode_split"] not in ("launch", "gen"):     # MMHA's launch terms (decode_launch.py)
                 changes.update(attn_decode_pi_mha=0.0, attn_decode_loop_mha_s=0.0, attn_decode_l2_pass_bytes=0.0,
                                attn_decode_hidden_keys=0.0, attn_decode_combine_fixed_s=0.0, attn_decode_issue_beta=0.0)
+        kept, warnings = one_sided_attention(fit.classes["attention"], base)
+        changes.update(kept)
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
@@ -151,7 +154,40 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
                         description=f"{base.description or base.name}, calibrated from {source}",
                         notes=f"{', '.join(sorted(changes))} fitted by chunksim calibrate (form "
                               f"{next(iter(fit.classes.values())).form}); the other fields are {base.name}'s.",
-                        calibration=calibration_dict(fit, source))
+                        calibration=calibration_dict(fit, source, warnings=warnings))
+
+
+PREFILL_SIDE = ("pi_attn", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_wave_s", "attn_wave_form", "attn_q_tile",
+                "attn_prefill_l2_beta", "attn_prefill_l2_bytes", "attn_prefill_kv_beta", "attn_prefill_kv_l2_beta",
+                "attn_prefill_kv_l2_bytes", "attn_tail_key_s", "attn_softmax_rate", "attn_prefill_dram_exposed",
+                "attn_prefill_row_s")
+DECODE_SIDE = tuple(DECODE_FIELDS.values()) + ("attn_decode_seq_s", "attn_decode_group_min", "attn_decode_group_max",
+                                               "attn_decode_split", "attn_decode_mmha_blocks")
+
+
+def one_sided_attention(att, base: Hardware) -> tuple[dict, list[str]]:
+    """Fields for the kind of attention a fit had no timings of, and a warning for each kind.
+
+    Timings of prefill chunks alone, or of decodes alone, still switch the profile to the fitted
+    attention form, which prices both kinds; the other kind's fields would be the base's roofline
+    zeros (a profile that does not load) or, for a decode-only table, prefill parameters no point
+    constrains. That kind keeps the base's fields: a fitted base's kernels, or a roofline base's
+    attention rates (π_attn, β_attn, no fixed terms)."""
+    changes, warnings = {}, []
+    fitted_base = base.attn_form != "roofline"
+    how = (f"kept from {base.name}'s fitted attention" if fitted_base else
+           f"priced at {base.name}'s attention rates (π {base.pi_attention:.4g} FLOP/s, β {base.beta_attention:.4g} B/s)")
+    if "pi_decode" not in att.params:
+        changes.update({f: getattr(base, f) for f in DECODE_SIDE})
+        if not fitted_base:
+            changes.update(attn_decode_pi=base.pi_attention, beta_attn=base.beta_attention)
+        warnings.append(f"attention: no decode timings (one query row per sequence); decode attention is {how}")
+    if not any(att.active.get(p, 0) for p in ("pi_prefill", "beta_prefill")):
+        changes.update({f: getattr(base, f) for f in PREFILL_SIDE})
+        if not fitted_base:
+            changes.update(pi_attn=base.pi_attention, attn_prefill_beta=base.beta_attention)
+        warnings.append(f"attention: no prefill timings constrain the prefill kernel; prefill attention is {how}")
+    return changes, warnings
 
 
 def cpu_base() -> Hardware:

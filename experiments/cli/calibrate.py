@@ -107,7 +107,7 @@ def calibrate(args) -> dict:
               "parameters": result.table().to_dict("records"),
               "errors_fit": error_table(result, train).to_dict("records"),
               "errors_held_out": error_table(result, held).to_dict("records") if held is not None else [],
-              "skipped": args.notes, "warnings": result.warnings, "base": {"name": base.name, "pi_eff": base.pi_eff, "beta_eff": base.beta_eff},
+              "skipped": args.notes, "warnings": hw.calibration["warnings"], "base": {"name": base.name, "pi_eff": base.pi_eff, "beta_eff": base.beta_eff},
               "files": {}}
     if args.out:
         out = Path(args.out)
