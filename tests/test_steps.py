@@ -495,3 +495,21 @@ def test_fit_by_session_gives_each_session_its_own_throttle():
         fit.hardware(session="c")
     with pytest.raises(InputError, match="session"):
         fit_steps(steps.drop(columns="session"), MODEL, base, sessions=True)
+
+
+@pytest.mark.parametrize("keep", ["both", "prefill", "decode"])
+def test_a_step_table_of_one_kind_says_which_kind_is_extrapolated(keep):
+    """Steps of one kind only fit, and the warnings name the kind the profile extrapolates to."""
+    base = load_hardware("h100")
+    cm = CostModel(MODEL, base.replace(host_step_s=1e-3, host_per_seq_s=20e-6))
+    rng = np.random.default_rng(4)
+    n = 120
+    npf = {"both": (rng.random(n) < 0.5).astype(int), "prefill": np.ones(n, int), "decode": np.zeros(n, int)}[keep]
+    q, nd, kvd = rng.integers(64, 3000, n), rng.integers(1, 100, n), rng.integers(100, 4000, n)
+    nd[npf > 0] = 0 if keep == "prefill" else nd[npf > 0]
+    times = [cm.step_time([int(a)] * int(p) + [1] * int(d), [0] * int(p) + [int(v)] * int(d))
+             for p, a, d, v in zip(npf, q, nd, kvd)]
+    fit = fit_steps(uniform_steps(npf, q, np.zeros(n, int), nd, kvd, times, "synthetic"), MODEL, base)
+    no_decode = any(w.startswith("no decode-only steps") for w in fit.warnings)
+    no_prefill = any(w.startswith("no step with a prefill") for w in fit.warnings)
+    assert (no_decode, no_prefill) == {"both": (False, False), "prefill": (True, False), "decode": (False, True)}[keep]

@@ -193,6 +193,19 @@ def errors_by_kind(pred: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
                          for k, idx in steps.groupby("kind").indices.items()])
 
 
+def missing_kinds(kinds: pd.Series) -> list[str]:
+    """Warnings for a step table without decode-only steps, or without steps that prefill: the
+    other kind's steps are then priced by scales and host terms only these steps fixed."""
+    have = set(kinds)
+    out = []
+    if "decode" not in have:
+        out.append("no decode-only steps: decode steps are extrapolated from prefill steps (their fixed host "
+                   "time per step is taken for a decode step's; add decode steps to fit it)")
+    if not have & {"prefill", "mixed"}:
+        out.append("no step with a prefill: prefill steps are extrapolated from decode steps")
+    return out
+
+
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
               fixed: dict | None = None, sessions: bool = False) -> StepFit:
     """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
@@ -219,6 +232,7 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     if tied:
         warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
     up = dict(zip(SCALES, scale_bounds(base, tied) + (1.0,)))
+    warns += missing_kinds(steps["kind"])
     for k, why in _unseen_host_terms(shapes.host_cols):
         if k not in fixed:
             fixed[k] = 0.0
