@@ -64,6 +64,8 @@ class ArrivalFolds:
         ji, the joiner's leave step or None, its chunks not taken)."""
         s, inbox = self.state, self.inbox
         c, waiting = s.cohort, s.waiting
+        if not waiting and not inbox:   # the arrival that cut a joiner's prompt short was rejected
+            return None
         req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
         if req.num_computed_tokens or req.num_output_tokens:
             return None

@@ -264,3 +264,18 @@ def test_whole_prompts_in_one_step_fold_beside_the_next(case, monkeypatch):
     assert got["head"] - got["back"] >= 5, got
     if "seats" in case or "pool" in case:   # the next cannot always fold: the head goes back to the queue
         assert got["back"] > 0, got
+
+
+@pytest.mark.parametrize("async_", [False, True])
+def test_a_rejected_arrival_that_cut_a_joiners_prompt_ends_the_fold(async_):
+    """A prompt folded into a run is cut short by the next arrival (its last chunk waits to go
+    beside that arrival's first), and that arrival is rejected (longer than the pool): the run ends
+    there, as stepping has it, rather than folding an arrival that is not queued."""
+    wl = Workload(np.array([0.0] * 22 + [0.125, 0.25, 0.5]), np.array([1] * 22 + [636, 1152, 488]),
+                  np.array([1, 1, 1, 3, 1, 1, 1, 17, 1, 1, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 6, 1, 1, 1]),
+                  block_hashes=None, block_tokens=32, closed_loop_concurrency=None)
+    flags = dict(max_num_batched_tokens=32, max_num_seqs=2, num_gpu_blocks_override=37, block_size=32,
+                 max_model_len=8192, enable_prefix_caching=False, async_scheduling=async_,
+                 scheduler_reserve_full_isl=False, enable_chunked_prefill=True)
+    res = assert_modes_agree("vllm", flags, wl, until=None)
+    assert res.summary["completed"] == len(wl) - 1    # the 1,152-token prompt does not fit 36 blocks of 32
