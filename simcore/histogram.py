@@ -126,20 +126,22 @@ class LogHistogram:
             self._flush()
 
     def _flush(self) -> None:
-        """Bin the buffered values: weight-1 values without weights (the cheaper bincount)."""
-        if self._unit_values or self._unit_chunks:
-            self._bin(np.concatenate([np.asarray(self._unit_values, dtype=np.float64)] + self._unit_chunks, dtype=np.float64))
-        if self._values or self._chunks or self._weighted:
-            chunks, weighted = self._chunks, self._weighted
-            v = np.concatenate([np.asarray(self._values, dtype=np.float64)] + [c for c, _ in chunks] + [c for c, _ in weighted],
-                               dtype=np.float64)
-            w = np.concatenate([np.asarray(self._weights, dtype=np.float64),
-                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])]
-                               + [w for _, w in weighted], dtype=np.float64)
-            self._bin(v, w)
+        """Bin the buffered values: weight-1 values without weights (the cheaper bincount). The
+        buffers are emptied first, so values are counted once even if binning raises (NaNValue)."""
+        units, unit_chunks, values, weights = self._unit_values, self._unit_chunks, self._values, self._weights
+        chunks, weighted = self._chunks, self._weighted
         self._unit_values, self._unit_chunks, self._values, self._weights, self._chunks = [], [], [], [], []
         self._weighted = []
         self._pending = 0
+        if units or unit_chunks:
+            self._bin(np.concatenate([np.asarray(units, dtype=np.float64)] + unit_chunks, dtype=np.float64))
+        if values or chunks or weighted:
+            v = np.concatenate([np.asarray(values, dtype=np.float64)] + [c for c, _ in chunks] + [c for c, _ in weighted],
+                               dtype=np.float64)
+            w = np.concatenate([np.asarray(weights, dtype=np.float64),
+                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])]
+                               + [w for _, w in weighted], dtype=np.float64)
+            self._bin(v, w)
 
     def _bin(self, v: np.ndarray, w: np.ndarray | None = None) -> None:
         """Count values v (a fresh array, overwritten), each with weight w (None: 1).

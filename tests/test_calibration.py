@@ -239,6 +239,18 @@ def test_cli_writes_profile_plot_and_interval(tmp_path, capsys):
     assert "interval" in capsys.readouterr().out
 
 
+def test_cli_json_report_of_a_kernel_fit(tmp_path, capsys):
+    """`calibrate --json` prints the report as JSON: the same points, parameters and warnings the
+    report.json of --out holds."""
+    import json
+    args = ["calibrate", "--from", "vidur", str(DATA / "h100_llama-2-7b_mlp.csv"), "--json"]
+    assert main(args + ["--out", str(tmp_path / "cal")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads((tmp_path / "cal" / "report.json").read_text())
+    assert printed["points"] == written["points"] > 0
+    assert printed["parameters"] == written["parameters"] and printed["warnings"] == written["warnings"]
+
+
 def test_fit_runs_on_one_blas_thread_and_restores_the_count(monkeypatch):
     """Inside a fit every BLAS this process loaded runs one thread; afterwards each has its own
     count back."""

@@ -430,13 +430,18 @@ def test_tile_sums_agree_between_the_loop_and_numpy():
 
 # --- attention timings of one kind only ---
 
+SIDE_FIELDS = {"decode": ("attn_decode_pi", "beta_attn", "attn_decode_seq_s", "attn_decode_overhead_s", "attn_decode_unit_s"),
+               "prefill": ("pi_attn", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_wave_s")}
+
+
 @pytest.mark.parametrize("missing", ["decode", "prefill"])
 @pytest.mark.parametrize("base_name", ["a100-80gb", "a100-sxm"])
 def test_attention_timings_of_one_kind_price_the_other_as_the_base(aic, tmp_path, missing, base_name):
     """A table of prefill chunks alone (or decodes alone) gives a profile that loads and prices the
-    missing kind as its base does: a fitted base's kernels to the bit, a roofline base's rates
-    (between max and √2·max of F/π_attn and B/β_attn, the fitted form's quadrature); the fitted kind
-    is the fit's; the calibration's warnings say which."""
+    missing kind as its base does: a fitted base's kernels to the bit; a roofline base's rates in
+    the fitted form (decodes √((F/π_attn)² + (B/β_attn)²), a prefill F/π_attn + B/β_attn), at a
+    compute-bound and a memory-bound shape; the fitted kind is the fit's; the warnings say which
+    kind; draws from the fit's covariance leave the missing kind's fields alone."""
     df, _ = aic
     att = df[df.op_class == "attention"]
     keep = att[(att.prefill_seqs > 0) if missing == "decode" else (att.prefill_seqs == 0)]
@@ -448,16 +453,37 @@ def test_attention_timings_of_one_kind_price_the_other_as_the_base(aic, tmp_path
     back = load_hardware(str(path))
     assert any(f"no {missing} timings" in w for w in back.calibration["warnings"])
     m = load_model("llama-3.1-8b")
-    shape = {"decode": ([1] * 16, [3000 + 97 * i for i in range(16)]), "prefill": ([1500], [2500])}[missing]
+    shapes = {"decode": [([1] * 16, [3000 + 97 * i for i in range(16)]), ([1] * 2, [40, 90])],
+              "prefill": [([1500], [2500]), ([16], [32000])]}[missing]
     op = f"attention_{missing}"
-    mine = CostModel(m, back).breakdown(CostModel(m, back).shape(*shape)).op(op)
-    theirs = CostModel(m, base).breakdown(CostModel(m, base).shape(*shape)).op(op)
-    if base.attn_form != "roofline":
-        assert mine.time_s == theirs.time_s
-    else:
-        low = max(mine.flops / base.pi_attention, mine.bytes / base.beta_attention)
-        assert low * (1 - 1e-9) <= mine.time_s <= math.sqrt(2) * low * (1 + 1e-9)
+    for shape in shapes:
+        mine = CostModel(m, back).breakdown(CostModel(m, back).shape(*shape)).op(op)
+        if base.attn_form != "roofline":
+            assert mine.time_s == CostModel(m, base).breakdown(CostModel(m, base).shape(*shape)).op(op).time_s, shape
+        else:
+            a, b = mine.flops / base.pi_attention, mine.bytes / base.beta_attention
+            assert mine.time_s == pytest.approx(math.hypot(a, b) if missing == "decode" else a + b, rel=1e-9), shape
     other = "prefill" if missing == "decode" else "decode"
     field, param = ("attn_prefill_beta", "beta_prefill") if missing == "decode" else ("beta_attn", "beta_decode")
     assert getattr(back, field) == pytest.approx(f.value(f"attention.{param}"))
     assert not any(f"no {other} timings" in w for w in back.calibration["warnings"])
+    from costmodel.calibration.predict import sample_hardware
+    for draw in sample_hardware(back, 5, np.random.default_rng(0)):
+        assert [getattr(draw, x) for x in SIDE_FIELDS[missing]] == [getattr(back, x) for x in SIDE_FIELDS[missing]]
+    assert any(getattr(draw, field) != getattr(back, field) for draw in sample_hardware(back, 5, np.random.default_rng(1)))
+
+
+def test_varlen_table_without_a_batch_of_decodes_alone_prices_decodes_as_the_base(lss):
+    """LLMServingSim's attention table without its decode-only rows (prefills and mixed batches
+    left): the decode kernel's parameters fit no point, so decodes alone are priced at the base's
+    rates and the fit's mixed pricing stays."""
+    df, _ = lss
+    att = df[df.op_class == "attention"].reset_index(drop=True)
+    base = load_hardware("rtx4090")
+    f = fit(att[att.flops > att.decode_flops].reset_index(drop=True), form="physical", spec=base)
+    hw = profile_from_fit(f, base, "fixture", "no-decodes-alone")
+    assert hw.attn_form == "varlen" and hw.attn_mixed_pi == pytest.approx(f.value("attention.pi_mixed"))
+    assert any("no decode timings" in w for w in hw.calibration["warnings"])
+    m = load_model("llama-3.1-8b")
+    dec = CostModel(m, hw).breakdown(CostModel(m, hw).shape([1] * 16, [3000] * 16)).op("attention_decode")
+    assert dec.time_s == pytest.approx(math.hypot(dec.flops / base.pi_attention, dec.bytes / base.beta_attention), rel=1e-9)

@@ -65,6 +65,9 @@ def test_a_nan_latency_is_an_error_not_a_bin(how):
     with pytest.raises(NaNValue, match="NaN"):
         h.count
     assert issubclass(NaNValue, ValueError)
+    h.add_many(np.array([0.5, 0.25]))
+    assert h.count == 1002   # after the error: the batch with the NaN dropped, the rest counted once
+    assert h.count == h.counts.sum()
 
 
 def test_weighted_adds_count_each_sample():

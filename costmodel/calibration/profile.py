@@ -60,18 +60,26 @@ def form_fields(form: str) -> dict:
     return {"gemm_tile_rows": 1, "roofline_combine": "max"}
 
 
-def calibration_dict(fit: Fit, source: str, errors=None, warnings=()) -> dict:
-    """Plain YAML-safe record of the fit: parameters with 1σ, errors per class, warnings."""
+def calibration_dict(fit: Fit, source: str, errors=None, warnings=(), unused=()) -> dict:
+    """Plain YAML-safe record of the fit: parameters with 1σ, errors per class, warnings.
+    `unused`: parameters the profile does not take (their kind priced as the base prices it),
+    recorded but left out of the covariance, so that draws (``predict.sample_hardware``) leave
+    those fields alone."""
     names, blocks = [], []
     params = {}
     for c in fit.classes.values():
+        take = []
         for j, p in enumerate(c.params):
             name = f"{c.op_class}.{p}"
-            names.append(name)
             rs = float(c.rel_sigma[j])
             params[name] = {"value": float(c.values[j]), "sigma": float(c.values[j] * rs) if np.isfinite(rs) else None,
                             "rel_sigma": rs if np.isfinite(rs) else None, "active_points": c.active[p]}
-        blocks.append(c.log_cov)
+            if name in unused:
+                params[name]["unused"] = True
+            else:
+                names.append(name)
+                take.append(j)
+        blocks.append(c.log_cov[np.ix_(take, take)])
     cov = np.zeros((len(names), len(names)))
     i = 0
     for b in blocks:
@@ -101,7 +109,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     fields = hw_fields(form)
     changes = {fld: fit.value(p) for p, fld in fields.items()
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
-    warnings = []
+    warnings, unused, kept = [], (), {}
     if "attention" in fit.classes:
         changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
         changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
@@ -115,7 +123,7 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
             if changes["attn_decode_split"] not in ("launch", "gen"):     # MMHA's launch terms (decode_launch.py)
                 changes.update(attn_decode_pi_mha=0.0, attn_decode_loop_mha_s=0.0, attn_decode_l2_pass_bytes=0.0,
                                attn_decode_hidden_keys=0.0, attn_decode_combine_fixed_s=0.0, attn_decode_issue_beta=0.0)
-        kept, warnings = one_sided_attention(fit.classes["attention"], base)
+        kept, warnings, unused = one_sided_attention(fit.classes["attention"], base, fields)
         changes.update(kept)
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
@@ -152,9 +160,9 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes
     return base.replace(name=name or f"{base.name}-calibrated", counting="faithful", **changes, **form_fields(form),
                         description=f"{base.description or base.name}, calibrated from {source}",
-                        notes=f"{', '.join(sorted(changes))} fitted by chunksim calibrate (form "
+                        notes=f"{', '.join(sorted(set(changes) - set(kept)))} fitted by chunksim calibrate (form "
                               f"{next(iter(fit.classes.values())).form}); the other fields are {base.name}'s.",
-                        calibration=calibration_dict(fit, source, warnings=warnings))
+                        calibration=calibration_dict(fit, source, warnings=warnings, unused=unused))
 
 
 PREFILL_SIDE = ("pi_attn", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_wave_s", "attn_wave_form", "attn_q_tile",
@@ -165,29 +173,37 @@ DECODE_SIDE = tuple(DECODE_FIELDS.values()) + ("attn_decode_seq_s", "attn_decode
                                                "attn_decode_split", "attn_decode_mmha_blocks")
 
 
-def one_sided_attention(att, base: Hardware) -> tuple[dict, list[str]]:
-    """Fields for the kind of attention a fit had no timings of, and a warning for each kind.
+def one_sided_attention(att, base: Hardware, fields: dict) -> tuple[dict, list[str], tuple[str, ...]]:
+    """Fields for a kind of attention the fit had no timings of, a warning for each such kind,
+    and the fit's parameters of that kind (which the profile then does not use).
 
-    Timings of prefill chunks alone, or of decodes alone, still switch the profile to the fitted
-    attention form, which prices both kinds; the other kind's fields would be the base's roofline
-    zeros (a profile that does not load) or, for a decode-only table, prefill parameters no point
-    constrains. That kind keeps the base's fields: a fitted base's kernels, or a roofline base's
-    attention rates (π_attn, β_attn, no fixed terms)."""
-    changes, warnings = {}, []
+    A kind is missing when none of its parameters fits a point (``active``): a table of prefill
+    chunks alone, of decodes alone, or (varlen) of prefills and mixed batches without a batch of
+    decodes alone. Such a fit still switches the profile to the fitted attention form, which
+    prices every kind; the missing kind's fields would be the base's roofline zeros (a profile
+    that does not load) or values no point constrains. That kind keeps the base's fields: a
+    fitted base's kernels (and a varlen base's pricing of decodes beside a chunk, where the fit
+    has none), or a roofline base's attention rates (π_attn, β_attn, no fixed terms)."""
+    changes, warnings, unused = {}, [], []
     fitted_base = base.attn_form != "roofline"
     how = (f"kept from {base.name}'s fitted attention" if fitted_base else
            f"priced at {base.name}'s attention rates (π {base.pi_attention:.4g} FLOP/s, β {base.beta_attention:.4g} B/s)")
-    if "pi_decode" not in att.params:
-        changes.update({f: getattr(base, f) for f in DECODE_SIDE})
+    for kind, side, rates, what in (
+            ("decode", DECODE_SIDE, dict(attn_decode_pi=base.pi_attention, beta_attn=base.beta_attention),
+             "no decode timings (a batch of one query row per sequence)"),
+            ("prefill", PREFILL_SIDE, dict(pi_attn=base.pi_attention, attn_prefill_beta=base.beta_attention),
+             "no prefill timings")):
+        mine = [p for p in att.params if fields.get(f"attention.{p}") in side]
+        if any(att.active.get(p, 0) for p in mine):
+            continue
+        changes.update({f: getattr(base, f) for f in side})
         if not fitted_base:
-            changes.update(attn_decode_pi=base.pi_attention, beta_attn=base.beta_attention)
-        warnings.append(f"attention: no decode timings (one query row per sequence); decode attention is {how}")
-    if not any(att.active.get(p, 0) for p in ("pi_prefill", "beta_prefill")):
-        changes.update({f: getattr(base, f) for f in PREFILL_SIDE})
-        if not fitted_base:
-            changes.update(pi_attn=base.pi_attention, attn_prefill_beta=base.beta_attention)
-        warnings.append(f"attention: no prefill timings constrain the prefill kernel; prefill attention is {how}")
-    return changes, warnings
+            changes.update(rates)
+        unused += [f"attention.{p}" for p in mine]
+        warnings.append(f"attention: {what}; {kind} attention is {how}")
+    if warnings and base.attn_form == "varlen" and "pi_mixed" not in att.params:
+        changes.update(attn_form="varlen", attn_mixed_pi=base.attn_mixed_pi, attn_mixed_seq_s=base.attn_mixed_seq_s)
+    return changes, warnings, tuple(unused)
 
 
 def cpu_base() -> Hardware:

@@ -157,6 +157,7 @@ def run(args) -> int:
     report = calibrate(args)
     if "fitted" in report:
         return _print_steps(report, args)
+    report.pop("_hardware", None)
     if args.json:
         print(json.dumps(report, indent=2, default=float))
         return 0
