@@ -198,6 +198,7 @@ class PolicyHooks:
     """What a policy that keeps no state across fast-forwarded steps or finishes inherits."""
 
     cohort_max_outputs_left = 1 << 62   # a decode joins the cohort only with at most this many outputs left
+    kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
 
     def on_fast_forward(self, steps: int) -> None:
         pass

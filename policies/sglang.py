@@ -104,6 +104,7 @@ def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) 
 class SGLangScheduler(RadixDriving):
     lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
     cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
+    kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (can_fast_forward)
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -262,7 +263,11 @@ class SGLangScheduler(RadixDriving):
         return self._extends
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
-        return self.chunked_req is None and not s.waiting
+        """Not with a chunked request or a queue; nor, when a router reads the KV usage mid-run, a
+        plan with extends under the radix cache: their checkpoint after the first step frees what
+        the tree already held (``checkpoint``), which ``Replica.kv_usage`` cannot show inside a run."""
+        return self.chunked_req is None and not s.waiting and not (self.kv_observed and self._cache is not None
+                                                                   and self._extends)
 
     def on_fast_forward(self, steps: int) -> None:
         """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,

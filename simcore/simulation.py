@@ -65,6 +65,8 @@ class Simulation:
         for r in self.replicas:
             r.settle = bool(self.concurrency)
             r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
+            if getattr(router, "reads_kv_usage", False) and len(self.replicas) > 1:
+                r.policy.kv_observed = True
         if self.concurrency:
             self.env.process(self.arrivals())
         elif len(self.replicas) == 1:

@@ -369,3 +369,17 @@ def test_sglang_radix_releases_in_stepping_order(case, monkeypatch):
                  max_total_tokens=2000, max_running_requests=running, disable_radix_cache=False, max_model_len=8192)
     want = _radix_releases(flags, wl, False, monkeypatch)
     assert len(want) == len(wl) and _radix_releases(flags, wl, True, monkeypatch) == want
+
+
+@pytest.mark.parametrize("page,chunk", [(1, 64), (1, 256), (16, 64)])
+def test_sglang_checkpoint_inside_a_run_is_seen_by_a_kv_router(page, chunk):
+    """A prompt whose prefix the radix tree already holds completes in a run's first step; its
+    checkpoint at the next schedule frees its copy. A router that reads KV usage mid-run (least_kv)
+    then routes as it would beside stepping: such a plan is not fast-forwarded past its first step."""
+    hashes = [(), (), (0, 0), (), (), (0,), (), (), (0,)] + [()] * 7
+    wl = Workload(np.array([0.0] * 3 + [0.25] * 6 + [0.265625] * 7), np.array([1, 1, 64, 1, 1, 32, 1, 1, 32] + [1] * 7),
+                  np.array([1, 1, 1, 1, 1, 1, 2, 2, 2] + [1] * 7), block_hashes=hashes, block_tokens=32,
+                  closed_loop_concurrency=None)
+    flags = dict(chunked_prefill_size=chunk, max_prefill_tokens=chunk, enable_mixed_chunk=False, page_size=page,
+                 max_total_tokens=3000, max_running_requests=3, disable_radix_cache=False, max_model_len=8192)
+    assert_modes_agree("sglang", flags, wl, 2, "least_kv")
