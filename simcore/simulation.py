@@ -62,10 +62,11 @@ class Simulation:
         self._hashes, self._n = hashes, len(workload)
         eos = getattr(workload, "ignore_eos", None)
         self._ignore_eos = None if eos is None else eos.tolist()
+        reads_kv = getattr(router, "reads_kv_usage", False)
         for r in self.replicas:
             r.settle = bool(self.concurrency)
-            r.fold = not self.concurrency and not getattr(router, "reads_kv_usage", False)
-            if getattr(router, "reads_kv_usage", False) and len(self.replicas) > 1:
+            r.fold = not self.concurrency and not reads_kv
+            if reads_kv and len(self.replicas) > 1:
                 r.policy.kv_observed = True
         if self.concurrency:
             self.env.process(self.arrivals())
