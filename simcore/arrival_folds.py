@@ -42,8 +42,7 @@ class ArrivalFolds:
         """Whether another event (a stop, a process reading the replica) is due by t: an arrival
         is folded only at a step that starts before anyone could look (pulled requests then have
         arrived, as stepping has them, whenever they are looked at)."""
-        queue = self.env._queue
-        return bool(queue) and queue[0][0] <= t
+        return self.env.due_by(t)
 
     def _finished_joiners(self, ends, now: float) -> int:
         """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""

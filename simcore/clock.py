@@ -10,6 +10,9 @@ ARRIVALS. Arrival events (and a replica's wait for them) run at priority LATE, a
 that ends at the same instant: a router then sees each replica as of its steps ended by t, in
 both modes (stepping queues a step's end when the step starts, fast-forward when the run starts,
 so insertion order alone would differ).
+
+This is the one module that touches SimPy's internals (``_now``, ``_queue``, ``_eid``, an event's
+``_ok`` / ``_value``, a process's ``_target``); everything else goes through the methods below.
 """
 from __future__ import annotations
 
@@ -57,3 +60,32 @@ class ExactEnvironment(simpy.Environment):
             _siftdown(queue, 0, i)
         else:   # its own time, a later sequence number: the key grew
             _siftup(queue, i)
+
+    def due_by(self, t: float) -> bool:
+        """Whether an event is queued at or before t (someone could look at the replica by t)."""
+        queue = self._queue
+        return bool(queue) and queue[0][0] <= t
+
+    def skip_to(self, t: float) -> bool:
+        """Move the clock to t without an event when nothing is queued by t (nobody could look in
+        between, so this is what an event at t would have done); False, and no move, otherwise."""
+        queue = self._queue
+        if queue and queue[0][0] <= t:
+            return False
+        self._now = t
+        return True
+
+    def requeue(self, event: simpy.Event, t: float, priority: int = NORMAL) -> None:
+        """Queue an event whose callbacks already ran to fire again at t, as a new ``at(t)`` would
+        be queued (the next sequence number), with the callbacks it has now."""
+        heappush(self._queue, (t, priority, next(self._eid), event))
+
+    @staticmethod
+    def trigger_unscheduled(event: simpy.Event) -> None:
+        """Mark a pending event as succeeded without queueing it: the caller runs its callbacks
+        itself at the instant SimPy would have popped it."""
+        event._ok, event._value = True, None
+
+    def move_wait_earlier(self, process, t: float) -> None:
+        """``move_earlier`` for the ``at`` event a process is waiting on."""
+        self.move_earlier(process._target, t)

@@ -44,18 +44,20 @@ from .cohort import DecodeCohort
 from .histogram import LogHistogram
 from .invariants import check_replica
 from .runs import RunPlanning, steps_started
+from .switches import FastForward
 
 
 class Replica(RunPlanning, FastApplies):
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
-                 next_arrival, on_finish, fast_forward: bool = True, check: bool = False, log_iterations: bool = False):
+                 next_arrival, on_finish, switches: FastForward = FastForward(), check: bool = False,
+                 log_iterations: bool = False):
         self.env, self.index, self.policy, self.state = env, index, policy, state
         self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))   # host/GPU overlap: costmodel/host.py
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
         self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/chunked.py)
-        self.fast_forward, self.checking = fast_forward, check
+        self.fast_forward, self.switches, self.checking = True, switches, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
@@ -77,7 +79,7 @@ class Replica(RunPlanning, FastApplies):
         self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
         self.rejects = getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason   # beyond the pool's size
         self._headroom = getattr(type(policy), "run_headroom", None) is not PolicyHooks.run_headroom   # else none
-        if fast_forward and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
+        if switches.cohort and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
 
@@ -88,18 +90,18 @@ class Replica(RunPlanning, FastApplies):
         if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
-            if self.env._now < self._deferred_end < math.inf:   # a deferred run still going: wake at its end, or where it is cut
+            if self.env.now < self._deferred_end < math.inf:   # a deferred run still going: wake at its end, or where it is cut
                 self.env.queue_at(self.idle, self._deferred_end)
                 self._deferred_end = self._done_at = math.inf   # counted until then, as a run's requests are
                 ends = self._running_ends
-                if len(ends) > 1 and ends[-2] >= self.env._now:
+                if len(ends) > 1 and ends[-2] >= self.env.now:
                     self._cut()
             elif self.wakes is None:
                 self.idle.succeed()
             else:   # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
-                self.idle._ok, self.idle._value = True, None
+                self.env.trigger_unscheduled(self.idle)
                 self.wakes.append(self.idle)
-        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env._now:
+        elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
             self._cut()
 
     def _cut(self) -> None:
@@ -108,10 +110,10 @@ class Replica(RunPlanning, FastApplies):
         replica's wait moves to that step's end. What an Interrupt would do, without its event and
         its exception."""
         env = self.env
-        ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env._now)]
+        ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env.now)]
         if self._leaving:
             self._keep_leavers(len(ends))
-        env.move_earlier(self.process._target, float(ends[-1]))
+        env.move_wait_earlier(self.process, float(ends[-1]))
 
     @property
     def outstanding(self) -> int:
@@ -120,18 +122,18 @@ class Replica(RunPlanning, FastApplies):
         the arrivals stamped by now, which it would otherwise take only at its next plan (the same
         queue either way)."""
         if self.pull is not None:
-            self.pull(self.env._now)
+            self.pull(self.env.now)
         n = self._outstanding
-        if self._done_at <= self.env._now:
+        if self._done_at <= self.env.now:
             n -= self._done_n
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
             if times is None:
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
-            n -= bisect_right(times, self.env._now)
+            n -= bisect_right(times, self.env.now)
         if self._joins and self._running_ends is not None:
-            n -= self._finished_joiners(self._running_ends, self.env._now)
+            n -= self._finished_joiners(self._running_ends, self.env.now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -149,6 +151,16 @@ class Replica(RunPlanning, FastApplies):
             self.inbox[:0] = back
         if j:
             self._apply(self._running_plan, self._running_start, ends[:j])
+
+    def finish_run(self, until: float | None) -> None:
+        """The run is over (stopped at `until`, or every event done): apply what stepping would
+        have applied by then (``stop_at``, a deferred run nobody arrived after: DEFERRED FINISH),
+        and put every cohort member back in the running queue."""
+        if until is not None:
+            self.stop_at(until)
+        if self._deferred_end < math.inf:
+            self.apply_deferred()
+        self.state.dissolve_cohort()
 
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use now, as stepping would show it: a fast-forward holds the first
@@ -173,10 +185,10 @@ class Replica(RunPlanning, FastApplies):
         state = self.state
         env = self.env
         skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
-        self._folds_arrivals = (skipping and self.fold and self.iteration_log is None and self.state.cohort is not None
+        self._folds_arrivals = (skipping and self.fold and self.switches.arrival_folds and self.iteration_log is None and self.state.cohort is not None
                                 and getattr(type(self.policy), "arrival_chunks", PolicyHooks.arrival_chunks) is not PolicyHooks.arrival_chunks)
         while True:
-            now = env._now if self._clock is None else self._clock
+            now = env.now if self._clock is None else self._clock
             if self.pull is not None:
                 self.pull(now)
             if not self._outstanding:      # nothing in the inbox, waiting or running
@@ -208,16 +220,15 @@ class Replica(RunPlanning, FastApplies):
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
-            if self._ends_all and self.wakes is not None and self.fold and not state.waiting and self.iteration_log is None:
+            if (self._ends_all and self.wakes is not None and self.fold and not state.waiting and self.iteration_log is None
+                    and self.switches.deferred_finish):
                 self._deferred_end = self._done_at = t
                 self._done_n = len(plan.items) + plan.cohort - len(self._leaving)   # the rest are leavers
                 idle = self.idle = Event(env)
                 yield idle
                 self.apply_deferred()
                 continue
-            if skipping and (not env._queue or env._queue[0][0] > t):   # _skip_to, inlined
-                env._now = t
-            else:
+            if not (skipping and env.skip_to(t)):
                 yield env.at(t)
                 ends = self._running_ends   # an arrival may have cut the run (``_cut``)
             self._running_ends = None
@@ -243,7 +254,7 @@ class Replica(RunPlanning, FastApplies):
         self._running_ends = None
         self._deferred_end = self._done_at = math.inf
         last = ends[-1] if type(ends) is list else float(ends[-1])
-        self._clock = last if self.env._now <= last else None
+        self._clock = last if self.env.now <= last else None
         self._apply_run(plan, self._running_start, ends)
         if idle_after and self.state.finished:
             self.state.release_finished()
@@ -265,14 +276,8 @@ class Replica(RunPlanning, FastApplies):
     def _skip_to(self, t: float) -> bool:
         """A sole replica in open loop, fast-forwarding, moves the clock to t itself, without an
         event, when nothing else is due by t (no other process, no stop): nobody could have looked
-        in between, so this is what the event would have done (the same ``now``, exactly).
-        Stepping keeps its event per step: it is the reference (and benchmarks/machine.py's)."""
-        env = self.env
-        queue = env._queue
-        if queue and queue[0][0] <= t:
-            return False
-        env._now = t
-        return True
+        in between, so this is what the event would have done (the same ``now``, exactly)."""
+        return self.env.skip_to(t)
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""

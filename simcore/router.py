@@ -29,12 +29,12 @@ class RoundRobin:
 
 
 def least_outstanding(req, replicas) -> int:
-    """The first replica with the fewest outstanding (``Replica.outstanding``, the property read
-    only where a folded run has leavers): the first with none ends the search, as nobody has
-    fewer (most replicas of a lightly loaded cluster are idle)."""
-    best, pick, now = 1 << 62, 0, replicas[0].env._now
+    """The first replica with the fewest outstanding (``outstanding``: requests routed there and
+    not finished by now): the first with none ends the search, as nobody has fewer (most replicas
+    of a lightly loaded cluster are idle)."""
+    best, pick = 1 << 62, 0
     for i, r in enumerate(replicas):
-        n = r.outstanding if r._leaving else r._outstanding if r._done_at > now else r._outstanding - r._done_n   # a deferred run's
+        n = r.outstanding
         if n < best:
             if not n:
                 return i

@@ -60,7 +60,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
             if ends is not None:
                 return ends
         k, longest, decodes = self._run_length(items) if self.fast_forward and not plan.preempted else (0, 0, False)
-        if not k and self.fast_forward and not plan.preempted and self.iteration_log is None:
+        if not k and self.switches.chunked_runs and not plan.preempted and self.iteration_log is None:
             ends = self._chunked_run(plan, start)
             if ends is not None:
                 return ends
@@ -235,8 +235,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
                         n, kv, i, ji = self._drain(pos, n, kv, riders, i, jl, ji)
                 if not self._folds_arrivals or pos >= k or n <= 0 or t < arrival:
                     break
-                queue = self.env._queue
-                if queue and queue[0][0] <= t:   # self._seen_by(t)
+                if self.env.due_by(t):   # self._seen_by(t)
                     break
                 self.pull(t)
                 if not self.inbox and not s.waiting:   # it was rejected: the run goes on to the next

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import math
-from heapq import heappush
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,8 +20,11 @@ from .clock import LATE, ExactEnvironment
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
+from .admission import reject_reason
 from .replica import Replica
 from .request import Request
+from .stepping import SteppingReplica, arrivals
+from .switches import FastForward, switches
 
 
 @dataclass
@@ -34,9 +36,10 @@ class Result:
 
 
 class Simulation:
-    def __init__(self, engines, workload, *, fast_forward: bool = True, check: bool = False,
+    def __init__(self, engines, workload, *, fast_forward: bool | FastForward = True, check: bool = False,
                  max_model_len: int = 0, record_iterations: bool = False, router=None):
-        """engines: list of (policy, BlockPool, CostModel), one per replica."""
+        """engines: list of (policy, BlockPool, CostModel), one per replica. fast_forward: True (every
+        fast path), False (the reference loop, simcore/stepping.py), or a FastForward of switches."""
         require(len(engines) > 0, "replicas", len(engines), "must be at least 1")
         self.env = ExactEnvironment()
         self.workload, self.max_model_len, self.router = workload, max_model_len, router
@@ -56,8 +59,14 @@ class Simulation:
                 require(tokens % pool.block_size == 0, "workload:block_tokens", tokens,
                         f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching")
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
+        ff = switches(fast_forward)
+        if ff is None:   # the reference: simcore/stepping.py alone
+            self.replicas = [SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
+                             for i, (pol, pool, cm) in enumerate(engines)]
+            self.env.process(arrivals(self))
+            return
         self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
-                                 fast_forward, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
+                                 ff, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
         self._hashes, self._n = hashes, len(workload)
         eos = getattr(workload, "ignore_eos", None)
@@ -107,8 +116,8 @@ class Simulation:
         if timeout is not None:
             self._arrive(self._next, float(self._arrival_s[self._next]))
             self._next += 1
-        if self._arrival_s[self._next] <= env._now:   # arrive_until's own test, before calling it
-            self.arrive_until(env._now)
+        if self._arrival_s[self._next] <= env.now:   # arrive_until's own test, before calling it
+            self.arrive_until(env.now)
         if self._next < self._n:
             env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
 
@@ -123,11 +132,10 @@ class Simulation:
         would be the next popped (at now, before every LATE event and after every NORMAL one
         already due), so that is when SimPy would have run it."""
         env, arrival_s, n = self.env, self._arrival_s, self._n
-        if arrival_s[0] <= env._now:
-            self.arrive_until(env._now)
+        if arrival_s[0] <= env.now:
+            self.arrive_until(env.now)
         if self._next >= n:
             return
-        queue, eid = env._queue, env._eid
         replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
         reject, wakes = self._reject_reason, []
         fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
@@ -145,11 +153,11 @@ class Simulation:
                 self.in_flight += 1
                 replicas[k].submit(req)
             self._next = i = i + 1
-            if arrival_s[i] <= env._now:
-                self.arrive_until(env._now)
+            if arrival_s[i] <= env.now:
+                self.arrive_until(env.now)
             if self._next < n:
                 event.callbacks = [due]
-                heappush(queue, (float(arrival_s[self._next]), LATE, next(eid), event))
+                env.requeue(event, float(arrival_s[self._next]), LATE)
             if wakes:
                 woken = wakes[:]
                 wakes.clear()
@@ -202,13 +210,7 @@ class Simulation:
             replica.submit(req)
 
     def _reject_reason(self, req: Request, replica: Replica) -> str | None:
-        total = req.prompt_len + req.output_len
-        if self.max_model_len and total > self.max_model_len:
-            return f"prompt_len+output_len={total} exceeds max_model_len={self.max_model_len}"
-        pool = replica.state.pool
-        if -(-total // pool.block_size) > pool.total:   # pool.blocks_for(total)
-            return f"needs {pool.blocks_for(total)} KV blocks, the whole pool has {pool.total}"
-        return replica.policy.reject_reason(req, pool) if replica.rejects else None
+        return reject_reason(req, replica, self.max_model_len)
 
     def run(self, until: float | None = None, goodput: dict | None = None) -> Result:
         """Simulate (to `until`, or until every request is done) and collect the results; once.
@@ -232,15 +234,10 @@ class Simulation:
                 gc.enable()
 
     def _results(self, until: float | None, goodput: dict | None) -> Result:
-        if until is not None:
-            for r in self.replicas:
-                r.stop_at(until)
-        if self.replicas[0].pull is not None:
-            self.arrive_until(self.env.now if until is not None else math.inf)
         for r in self.replicas:
-            if r._deferred_end < math.inf:   # a deferred run nobody arrived after (Replica: DEFERRED FINISH)
-                r.apply_deferred()
-            r.state.dissolve_cohort()
+            r.finish_run(until)
+        if getattr(self.replicas[0], "pull", None) is not None:   # stopped at t: arrivals stamped t, like steps ending
+            self.arrive_until(math.nextafter(until, -math.inf) if until is not None else math.inf)   # at t, come too late
         requests, wl = self.requests, self.workload
         n = len(requests)
         known = {"rid": np.arange(n), "prompt_len": wl.prompt_len[:n], "output_len": wl.output_len[:n]}   # as arrived
@@ -271,7 +268,7 @@ class Simulation:
 
     def accounted(self) -> bool:
         """Every arrived request is finished, running, waiting or rejected."""
-        if self.replicas[0].pull is not None:
+        if getattr(self.replicas[0], "pull", None) is not None:
             self.arrive_until(self.env.now)
         where = {}
         for rep in self.replicas:

@@ -1,7 +1,7 @@
 """Replica._apply_lone against the general Replica._apply, plan by plan.
 
-The lone path is taken in stepping mode too, so the fast-forward/stepping comparisons cannot see
-a slip in it alone. Here every plan it applies is also applied by the general path to a deep copy
+The fast-forward/stepping comparisons see a slip in the lone path only where it changes a
+request's figures. Here every plan it applies is also applied by the general path to a deep copy
 of the replica's state (queues, KV pool, prefix cache, decode cohort, policy, ITL histogram and
 counters) taken just before, and the two must leave the same state, field for field, and hand
 the same finished requests on in the same order."""
@@ -166,7 +166,8 @@ def test_apply_lone_leaves_the_general_paths_state(policy, ff, reqs, budget, blo
 def test_the_checker_sees_multi_step_finishing_and_cached_lone_plans(policy, monkeypatch):
     """The comparison above is not vacuous: lone runs of several steps, lone finishes and cache hits occur."""
     checker = LoneChecker(monkeypatch)
-    wl = _workload([(0.0, 300, 40, 1), (3.0, 200, 1, 1), (3.0, 90, 30, 0), (3.0, 64, 20, 1)], True)
+    wl = _workload([(0.0, 300, 40, 1), (3.0, 200, 1, 1), (3.0, 90, 30, 0), (3.0, 64, 20, 1), (3.0, 120, 25, 0),
+                    (3.0, 80, 1, 1), (3.0, 150, 12, 0), (3.0, 70, 1, 0), (3.0, 64, 5, 1)], True)
     for ff in (False, True):
         engines, _, max_len = build_cluster(policy, MODEL, HW, 1, _flags(policy, 256, 1, 0, True, True))
         res = Simulation(engines, wl, fast_forward=ff, max_model_len=max_len).run()
