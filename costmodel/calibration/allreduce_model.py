@@ -41,8 +41,9 @@ into as many runs as it has lines by the cuts whose lines (fitted in relative er
 closed form) fit best.
 
 Three refinements of those minima (their held-out figures: docs/kernel-notes.md). One-shot
-rows of more tokens than SMs (``wave_rows``: the fusion kernel's grid is capped at the SM count, so A100's 128 tokens run a second round) get a fitted time of
-their own per count (WAVE) instead of bending the one-shot lines. A count's two one-shot lines
+rows of more tokens than SMs (``wave_rows``: the fusion kernel's grid is capped at the SM count,
+so A100's 128 tokens run a second round) get a fitted time of their own per count (WAVE) instead
+of bending the one-shot lines. A count's two one-shot lines
 may combine as their maximum, a latency floor and then a rate (HINGE, ``hinged``: at 8 GPUs the
 one-shot sizes sit flat up to 32K elements, then rise: a convex curve), where that fits its
 training rows better than their minimum. And the later lines (NCCL's; two-shot's and NCCL's on 2
