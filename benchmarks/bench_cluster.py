@@ -16,7 +16,7 @@ the figure is printed with the range the lowest and highest readings would give.
 
 IN A FRESH PROCESS TOO. The issue's reference is what `benchmarks/machine.py` reads on the machine,
 a process of its own. Read inside this one, beside a day's million requests and their results,
-the same loop runs slower (session 11: 0.14 s before the day, 0.15-0.24 s during and after it),
+the same loop has read slower (0.14 s before a day, 0.15-0.24 s during and after it),
 so each reading is also taken by a fresh interpreter on the same pinned core (this process
 waiting), and the day is printed scaled by the median of those as well, beside the in-process one.
 """

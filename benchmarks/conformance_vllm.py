@@ -2,8 +2,8 @@
 
 Prints, per configuration, how many random scenarios match at every step (stepping,
 fast-forward and the decode cohort), how many saw a preemption in vLLM, and the first
-divergence of each failing scenario; then the seed scenes. Needs vLLM installed (see README,
-"Conformance"). Run: python benchmarks/conformance_vllm.py [--count 1000] [--config NAME ...]
+divergence of each failing scenario; then the seed scenes. Needs vLLM installed (see
+docs/conformance.md). Run: python benchmarks/conformance_vllm.py [--count 1000] [--config NAME ...]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 between minutes, so the benchmarks print this beside their wall times; compare wall times
 across runs in units of it.
 
-The reference must not run the code it measures: until session 9 it timed the simulator itself
+The reference must not run the code it measures: an earlier one timed the simulator itself
 (300 requests stepped through one vLLM replica), so every speed-up of the stepping loop also
 shrank the reference and the scaled figures fell while the raw ones rose. It now times
 `reference_loop`, a frozen stand-in written here once and never to be edited: a continuous-

@@ -7,9 +7,8 @@ counts and split-K factors the model does not enumerate. Much of what remains va
 the shape over an octave or two (on AIConfigurator's A100 table the tile model runs 20–50 % slow for
 m = 1 with n, k ≤ 1,024 and ~5 % fast at k = 512–768, whatever the other dimensions), so it is
 modelled as a factor exp(c(log₂m, log₂n, log₂k)), c trilinear between knots evenly spaced over the
-fitted table's range of each axis (constant beyond it), each |c| ≤ BOUND = ln 3 (ln 1.5 until the
-L40S's m = 1 GEMV rows, 40-55 % below the tile model at n ≤ 256, held it at the bound; held out by
-shape, ln 3 takes L40S 6.25 → 6.15, A100 4.09 → 4.03, ``benchmarks/bench_kernels.py``). Fitted on the log
+fitted table's range of each axis (constant beyond it), each |c| ≤ BOUND = ln 3 (wide enough for the
+L40S's m = 1 GEMV rows, 40-55 % below the tile model at n ≤ 256; docs/kernel-notes.md). Fitted on the log
 residuals with a second-difference smoothness penalty (``calibration/gemm_fit.py``); a profile
 ships the knots and values (``gemm_corr_knots``, ``gemm_corr``), empty: no correction.
 """

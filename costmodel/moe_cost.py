@@ -16,12 +16,8 @@ T tokens, each routed to k of E experts (E/ep on this GPU), experts of H×I spli
 every touched expert's weights streamed once, each routed row's activations read and written;
 ``floor`` is the layer's fixed cost (its five kernels' launches). ``pi`` is the rate of the
 engine's default kernel config; shapes it ships a tuned config for run at their own rate
-(``calibration/moe_fit.py``: the profile's moe_tuned_pi and moe_tuned_shapes). Fitted on the H100
-table (float16), each whole model configuration held out in turn, the constants take the MAPE
-from 48 % (median 45 %; the generic bytes/β + floor class) to 21 % (median 12 %); on the fitted
-rows 9.5 % (median 8.2 %), weights streamed at 3.23 TB/s (spec 3.35). What a held-out shape cannot
-know is whether the engine has a tuned config for it: at 20k tokens the H100 table's 8-expert
-shapes run at 530–580 TFLOP/s at N = 1,792–7,168 and 190–235 at N = 448–1,024 and 8,192–16,384.
+(``calibration/moe_fit.py``: the profile's moe_tuned_pi and moe_tuned_shapes). A held-out shape
+cannot tell whether the engine ships a tuned config for it. The held-out figures: docs/kernel-notes.md.
 """
 from __future__ import annotations
 

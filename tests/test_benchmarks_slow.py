@@ -1,4 +1,4 @@
-"""`pytest -m slow`: the benchmarks the README lists, each run as its own script at its default
+"""`pytest -m slow`: the benchmarks docs/benchmarks.md lists, each run as its own script at its default
 size, checked to finish and print its figures (no timing assertions: machines differ)."""
 from __future__ import annotations
 

@@ -40,10 +40,10 @@ which the product places at 128 tokens (1 MB only at hidden 4096). Rows without 
 into as many runs as it has lines by the cuts whose lines (fitted in relative error, in
 closed form) fit best.
 
-Three refinements of those minima (issue 14: held out at 8 GPUs H100 10.3 → 6.6 %, A100 8.1 →
-3.2, B200 8.3 → 8.7). One-shot rows of more tokens than SMs (``wave_rows``: the fusion kernel's
-grid is capped at the SM count, so A100's 128 tokens run a second round) get a fitted time of
-their own per count (WAVE) instead of bending the one-shot lines. A count's two one-shot lines
+Three refinements of those minima (their held-out figures: docs/kernel-notes.md). One-shot
+rows of more tokens than SMs (``wave_rows``: the fusion kernel's grid is capped at the SM count,
+so A100's 128 tokens run a second round) get a fitted time of their own per count (WAVE) instead
+of bending the one-shot lines. A count's two one-shot lines
 may combine as their maximum, a latency floor and then a rate (HINGE, ``hinged``: at 8 GPUs the
 one-shot sizes sit flat up to 32K elements, then rise: a convex curve), where that fits its
 training rows better than their minimum. And the later lines (NCCL's; two-shot's and NCCL's on 2

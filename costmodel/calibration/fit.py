@@ -16,17 +16,14 @@ fixed latency (block dispatch, the two dependent passes around the block reducti
 bytes. Llama's single hidden size cannot separate that latency from the bytes (both ∝ w), so the
 model ties it to the kernel's launch floor: the floor is paid once per launch and once per wave,
 which the intercept (w = 1) identifies. The kernel's working set B (input + output) is served from
-the L2 while it fits (H100: 50 MB, ``Device.l2_bytes``), from HBM beyond. Fitted on Llama-2-7B
-this cuts the held-out norm MAPE on InternLM-20B / Qwen-72B from 14.2/17.1 % (B/β + floor) to
-7.6/7.1 %. The GPU constants are documented (``Device``), not fitted. (In the "max" form the floor
+the L2 while it fits (H100: 50 MB, ``Device.l2_bytes``), from HBM beyond. The GPU constants are documented (``Device``), not fitted. (In the "max" form the floor
 term competes instead of adding: max(floor·(1 + w), B_w/β).)
 "smooth" is two pieces of GPU physics the hard roofline leaves out. (1) Tensor-core GEMMs run in
 CTA tiles of 128 rows (the M of cuBLAS/CUTLASS's sm90 tiles), so m rows cost ⌈m/128⌉·128 rows of
 MMA work. (2) Streaming the weights and the MMAs overlap only partly near the ridge (finite pipeline
 stages, kernel choice), so the two times add in quadrature instead of the larger one winning: the
-same as max far from the ridge, √2× at it. Neither adds a fitted parameter. Fitted on H100
-Llama-2-7B they cut the held-out GEMM MAPE on InternLM-20B / Qwen-72B from 10.0/11.3 % (offset) to
-8.0/9.1 % (``benchmarks/calibration_bench.py``).
+same as max far from the ridge, √2× at it. Neither adds a fitted parameter. What each
+cuts from the held-out error (``benchmarks/calibration_bench.py``): docs/kernel-notes.md.
 "physical" is "smooth" with the row tile of one tensor-core MMA instruction (16 rows) instead of a CTA
 tile: skinny GEMMs run split-K / small-tile kernels, and padding a 1-token GEMM to 128 rows made it
 look compute-bound, so the memory regime was never fitted (an A100 fit returned β above the spec

@@ -1,5 +1,5 @@
 """The conformance tests drive the engines' own schedulers: they skip, saying why, where those are
-not installed (see README, "Conformance")."""
+not installed (see docs/conformance.md)."""
 import os
 import sys
 

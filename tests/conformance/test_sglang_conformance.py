@@ -1,6 +1,6 @@
 """chunksim's SGLang policy against SGLang's own scheduler, step for step (marker `conformance`).
 
-Skips unless SGLang is importable (`pip install 'chunksim[conformance]'`, see the README). The
+Skips unless SGLang is importable (`pip install 'chunksim[conformance]'`, see docs/conformance.md). The
 seed scenes and a sample of random scenarios per configuration must match at every step; the
 full count is `python -m benchmarks.conformance_sglang`.
 """

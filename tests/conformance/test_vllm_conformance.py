@@ -3,7 +3,7 @@
 Every random scenario and seed scene must schedule the same tokens per request, preempt the
 same requests and finish the same requests at every step, through stepping, fast-forward and
 the decode cohort. CONFORMANCE_COUNT sets the scenarios per configuration (default 200; the
-README's figures are for 1,000: python benchmarks/conformance_vllm.py)."""
+docs/conformance.md's figures are for 1,000: python benchmarks/conformance_vllm.py)."""
 import os
 
 import pytest

@@ -39,7 +39,7 @@ def vllm_available() -> str | None:
     """None when vLLM's scheduler imports, else why not."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed; see README, Conformance"
+        return "vLLM is not installed; see docs/conformance.md"
     try:
         import vllm
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: F401
