@@ -96,7 +96,8 @@ for flag in ENGINE_INTS:
     for bad in ("0", "-5", "abc", "1.5"):
         CASES.append((SIM + [flag, bad], flag.lstrip("-")))
 for bad in ("0", "-5", "abc", "1.5"):
-    CASES.append((SIM + ["--chunked-prefill-size", bad], "chunked-prefill-size"))
+    if bad not in ("0", "-5"):   # SGLang reads any size <= 0 as chunking off
+        CASES.append((SIM + ["--chunked-prefill-size", bad], "chunked-prefill-size"))
     CASES.append((SIM + ["--long-prefill-token-threshold", bad if bad != "0" else "-1"], "long-prefill-token-threshold"))
 for flag in ("--gpu-memory-utilization", "--mem-fraction-static"):
     for bad in ("0", "1.5", "-1", "abc"):
@@ -183,6 +184,22 @@ CASES += [
     (SIM + ["--trace-columns", "arrival=t,prompt_len=p,output_len=o"], "--trace-columns"),
     (SIM + ["--time-unit", "ms"], "--time-unit"),
     (SIM + ["--trace-format", "csv"], "trace-format"),
+    (SIM + ["--block-size", "7"], "block-size"),
+    (SIM + ["--block-size", "24"], "block-size"),
+    (SIM + ["--goodput", "ttft:nan"], "goodput"),
+    (SIM + ["--scenario", "stall", "--workload-file", "{d}/trace_generic.csv"], "--scenario"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-token 2048"],
+     "did you mean --max-num-batched-tokens"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-seq=8"], "did you mean --max-num-seqs"),
+    (SIM + ["--engine-cmd", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefil-size 512"],
+     "did you mean --chunked-prefill-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --chunked-prefill-size 512"], "--chunked-prefill-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --block-size 7"], "--block-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B -dp 0"], "-dp"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --data-parallel-size x"], "--data-parallel-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization nan"],
+     "--gpu-memory-utilization"),
+    (SIM + ["--engine-cmd", "CUDA_VISIBLE_DEVICES=0 docker run vllm"], "--engine-cmd"),
 ]
 MODEL_FILES = [f for f in FILES if f.startswith("cfg_")]
 HW_FILES = [f for f in FILES if f.startswith("hw_")]
@@ -227,6 +244,9 @@ CASES += [
     (["sweep", "--itl-slo-ms", "50", "--policies", "sglang", "--max-num-batched-tokens", "512"],
      "max-num-batched-tokens"),
     (["cost", "--q-lens", "1,a"], "--q-lens"),
+    (["cost", "--q-lens", "1,,2"], "--q-lens"),
+    (["cost", "--q-lens", "1000000000000"], "--q-lens"),
+    (["cost", "--q-lens", "4", "--kv-lens", "1000000000000"], "--kv-lens"),
     (["cost", "--q-lens", "16,1", "--kv-lens", "0"], "--kv-lens"),
     (["cost", "--q-lens", "0"], "--q-lens"),
     (["cost", "--q-lens", ","], "--q-lens"),

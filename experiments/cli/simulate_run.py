@@ -19,7 +19,7 @@ from simcore.simulation import Simulation
 
 from .. import bench_result as br
 from .. import engine_defaults, experiment_file
-from ..engine_cmd import parse_engine_cmd, shipped_model
+from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster, build_engine
 from ..report import table
 from .common import check_hardware_file, read_text
@@ -43,9 +43,18 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
     if cmd.model and args.model is None:
         o["model"] = shipped_model(cmd.model)
     if cmd.tp:
-        require(cmd.tp >= 1, "--engine-cmd --tensor-parallel-size", cmd.tp, "must be >= 1")
         o["tp"] = cmd.tp
-    return o, cmd.ignored
+    notes = []
+    if cmd.dp and cmd.dp > 1:
+        o["replicas"] = cmd.dp
+        o["router"] = DP_ROUTER[cmd.policy]
+        notes.append(f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} independent replicas "
+                     f"of tp={cmd.tp or 1} behind the {DP_ROUTER[cmd.policy]} router (standing in for "
+                     f"{cmd.policy}'s own balancer; no DP attention or expert parallelism)")
+    if cmd.ignored or cmd.env:
+        notes.append("warning: --engine-cmd flags chunksim does not model (ignored): "
+                     + " ".join(cmd.ignored + [f"(environment) {e}" for e in cmd.env]))
+    return o, notes
 
 
 def config(args) -> tuple[dict, list[str]]:
@@ -172,8 +181,7 @@ def run_simulation(args) -> dict:
     goodput = cfg.get("goodput")
     notes = []
     quiet = args.quiet or args.json
-    if ignored:
-        notes.append(f"warning: --engine-cmd flags chunksim does not model (ignored): {' '.join(ignored)}")
+    notes += ignored   # the pasted line's unmodelled flags and data-parallel reading, even with --quiet
     draws = None
     if args.uncertainty:
         rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))

@@ -13,11 +13,11 @@ from pathlib import Path
 import yaml
 
 from costmodel.errors import InputError, require
-from simcore.metrics import parse_goodput
+from ..experiment_file import parse_slos
 
 from ..bench_result import writable_dir
 from .. import datasets
-from .common import add_dataset_flags, check_hardware_file, chunk_size, nonneg_int, positive_float, positive_int, read_text
+from .common import add_dataset_flags, check_hardware_file, engine_type, nonneg_int, positive_float, positive_int, read_text
 from ..executors import EXECUTORS, executor_for
 from ..report import table
 from ..sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
@@ -38,9 +38,10 @@ def add_parser(p):
     p.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
     p.add_argument("--policies", nargs="+", choices=list(KNOBS), help="engines to sweep (default vllm sglang)")
     g = p.add_argument_group("grid (engine knobs, as the engines spell them)")
-    g.add_argument("--max-num-batched-tokens", type=positive_int, nargs="+", help="vLLM token budgets to try")
-    g.add_argument("--long-prefill-token-threshold", type=nonneg_int, nargs="+", help="vLLM thresholds (0 = none)")
-    g.add_argument("--chunked-prefill-size", type=chunk_size, nargs="+", help="SGLang chunk sizes (-1 = off)")
+    g.add_argument("--max-num-batched-tokens", type=engine_type("max_num_batched_tokens"), nargs="+", help="vLLM token budgets to try")
+    g.add_argument("--long-prefill-token-threshold", type=engine_type("long_prefill_token_threshold"), nargs="+", help="vLLM thresholds (0 = none)")
+    g.add_argument("--chunked-prefill-size", type=engine_type("chunked_prefill_size"), nargs="+",
+                   help="SGLang chunk sizes (0 or -1 = off)")
     g.add_argument("--enable-mixed-chunk", choices=list(MIXED), help="SGLang mixing: off, on or both (default both)")
     g.add_argument("--request-rates", type=positive_float, nargs="+", metavar="RPS", help="request rates to sweep")
     w = p.add_argument_group("workload (default: chat requests with a long prompt every --long-every)")
@@ -184,7 +185,7 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
     elif workload.get("kind") == "chat_with_long_prompts":
         workload = {**workload, **{k: getattr(args, k) for k in TRAFFIC if getattr(args, k) is not None}}
     slo = cfg.get("slo") or {}
-    goodput = parse_goodput(args.goodput) if args.goodput else cfg.get("goodput")
+    goodput = parse_slos(args.goodput) if args.goodput else cfg.get("goodput")
     spec = SweepSpec(bench=_bench(args), grid=grid, request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
                      workload=workload, model=args.model or cfg.get("model", "llama-3.1-8b"),
                      hardware=args.hardware or cfg.get("hardware", "h100"), tp=args.tp or cfg.get("tp", 1),
