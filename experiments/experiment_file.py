@@ -167,6 +167,7 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), "trace-format", o["trace_format"],
                 "needs --workload-file or a trace workload in the experiment file")
         w["trace"] = {**w["trace"], "format": o["trace_format"]}
+    w = _trace_rate(w, o)
     for k in ("request_rate", "num_prompts", "max_concurrency", "burstiness"):
         if k in o and not (k == "num_prompts" and w.get("kind") == "trace"):
             w[k] = o[k]
@@ -177,6 +178,22 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         lengths.update({k: o[k] for k in ("input_len", "output_len") if k in o})
         w["lengths"] = lengths
     return _finite(datasets.apply(w, o))
+
+
+def _trace_rate(w: dict, o: dict) -> dict:
+    """--time-scale F (every arrival time × F) or --target-rate R (arrivals rescaled to R requests/s
+    on average) on a trace workload: workloads.traces.load_trace's time_scale / target_rate."""
+    given = [k for k in ("time_scale", "target_rate") if k in o]
+    if not given:
+        return w
+    require(len(given) == 1, "--time-scale", o.get("time_scale"), "give --time-scale or --target-rate, not both")
+    k = given[0]
+    require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), f"--{k.replace('_', '-')}", o[k],
+            "needs --workload-file or a trace workload in the experiment file")
+    require(not ("request_rate" in o), f"--{k.replace('_', '-')}", o[k],
+            "not with --request-rate (a trace keeps its own arrivals; rescale them with this flag)")
+    trace = {kk: v for kk, v in w["trace"].items() if kk not in ("time_scale", "target_rate")}
+    return {**w, "trace": {**trace, k: o[k]}}
 
 
 def effective(file_cfg: dict | None, overrides: dict) -> dict:

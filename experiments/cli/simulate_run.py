@@ -21,6 +21,7 @@ from .. import bench_result as br
 from .. import engine_defaults, experiment_file
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster, build_engine
+from ..pricing import COST_KEYS, cost_per_million, gpu_hourly_price
 from ..report import table
 from .common import check_hardware_file, read_text
 
@@ -211,6 +212,7 @@ def run_simulation(args) -> dict:
     if args.percentile_metrics or args.metric_percentiles:
         s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
     s["engine_config"] = engine_defaults.as_mapping(resolved)
+    s.update(_cost(cfg, hw, s, args.gpu_hourly_price))
     if draws:
         s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
     if args.save_result:
@@ -241,6 +243,15 @@ def run_simulation(args) -> dict:
     return {"summary": s, "text": _text(cfg, model, hw, pool, s, resolved, draws), "files": files}
 
 
+def _cost(cfg: dict, hw, s: dict, given) -> dict:
+    """USD per million tokens at the run's throughput on tp × replicas GPUs, when a price is known."""
+    price, source = gpu_hourly_price(hw.name, given)
+    out = {"usd_per_gpu_hour": price, "price_source": source, "gpus": cfg["tp"] * cfg["replicas"]}
+    if price is not None:
+        out.update(cost_per_million(s, out["gpus"], price))
+    return out
+
+
 def _plain(x):
     return x.item() if isinstance(x, np.generic) else str(x)
 
@@ -253,7 +264,9 @@ def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
     lines.append("")
     keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms",
             "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_iterations", "num_preemptions"]
-    lines.append(table([{"metric": k, "value": s[k]} for k in keys]))
+    lines.append(table([{"metric": k, "value": s[k]} for k in keys + [k for k in COST_KEYS if k in s]]))
+    lines.append(f"GPU price: {s['usd_per_gpu_hour']} USD per GPU-hour × {s['gpus']} GPUs ({s['price_source']})"
+                 if s["usd_per_gpu_hour"] is not None else f"cost: {s['price_source']}")
     if "replicas" in s:
         lines.append("")
         lines.append(table([{"replica": i, **{k: r[k] for k in ("completed", "output_throughput", "p99_ttft_ms",
