@@ -304,6 +304,7 @@ CASES += [
     (["calibrate", "--from", "vidur", "{d}/missing"], "missing"),
     (["calibrate", "--from", "vidur", "{d}/missing", "--out", "{d}/afile"], "--out"),
     (["calibrate", "--device", "tpu"], "--device"),
+    (["calibrate", "--from", "vidur", "{d}/missing", "--model", "qwen3-8b"], "--model"),
     (["calibrate"], "from"),
     (["calibrate", "--form", "cubic"], "--form"),
     (["bogus"], "VERB"),

@@ -139,3 +139,38 @@ def test_model_takes_hugging_face_ids_everywhere(hf_id, short, tmp_path):
     assert rc == 0, err
     rc, _, err = run_cli(["cost", "--q-lens", "16", "--model", "org/unknown-13b"])
     assert rc == 2 and "Hugging Face id" in err
+
+
+LSS_MODEL = ROOT / "tests" / "fixtures" / "llmservingsim" / "RTX4090" / "meta-llama" / "Llama-3.1-8B"
+
+
+def test_calibrate_llmservingsim_descends_into_its_one_variant_and_takes_model(tmp_path):
+    import shutil
+
+    import yaml
+    rc, out, err = run_cli(["calibrate", "--from", "llmservingsim", LSS_MODEL, "--json"])
+    assert rc == 0, err
+    points = json.loads(out)["points"]
+    # a profile whose meta.yaml names a model chunksim does not ship: refused by file and key without
+    # --model, calibrated with it (its shapes from a config.json)
+    d = tmp_path / "RTX4090" / "acme" / "Acme-8B"
+    shutil.copytree(LSS_MODEL / "bf16", d / "bf16")
+    meta = yaml.safe_load((d / "bf16" / "meta.yaml").read_text())
+    (d / "bf16" / "meta.yaml").write_text(yaml.safe_dump({**meta, "model": "acme/Acme-8B"}))
+    rc, _, err = run_cli(["calibrate", "--from", "llmservingsim", d])
+    assert rc == 2 and "meta.yaml:model" in err and "acme/Acme-8B" in err
+    cfg = tmp_path / "acme-config"
+    cfg.mkdir()
+    shutil.copy(ROOT / "costmodel" / "models" / "llama-3.1-8b.json", cfg / "config.json")
+    for model in (str(cfg), "meta-llama/Llama-3.1-8B", "llama-3.1-8b"):
+        rc, out, err = run_cli(["calibrate", "--from", "llmservingsim", d, "--model", model, "--json"])
+        assert rc == 0, err
+        assert json.loads(out)["points"] == points
+    shutil.copytree(d / "bf16", d / "fp8")
+    rc, _, err = run_cli(["calibrate", "--from", "llmservingsim", d, "--model", "llama-3.1-8b"])
+    assert rc == 2 and "bf16, fp8" in err
+
+
+def test_calibrate_model_refused_where_nothing_reads_it():
+    rc, _, err = run_cli(["calibrate", "--measure", "--model", "qwen3-8b"])
+    assert rc == 2 and "--model" in err
