@@ -124,8 +124,25 @@ def _resolve_paths(cfg: dict, base: Path) -> dict:
     return cfg
 
 
+def in_file(path, e: InputError, section: str = "") -> InputError:
+    """The same error, its field prefixed by the file it came from (``exp.yaml:engine:max_num_seqs``)."""
+    field = str(e.field)
+    if field.startswith(str(path)):
+        return e
+    return InputError(f"{path}:{section + ':' if section and not field.startswith(section) else ''}{field}",
+                      e.value, e.reason)
+
+
 def load_experiment(path) -> dict:
-    """The file's (partial) configuration, validated, with relative paths made absolute."""
+    """The file's (partial) configuration, validated, with relative paths made absolute; an error
+    in it names the file and the key."""
+    try:
+        return _load_experiment(path)
+    except InputError as e:
+        raise in_file(path, e) from None
+
+
+def _load_experiment(path) -> dict:
     path = Path(path)
     require(path.is_file(), "file", str(path), "no such experiment file")
     try:

@@ -62,6 +62,12 @@ FILES = {  # name -> content (str or bytes)
     "exp_workload.yaml": "workload: 5\n",
     "exp_goodput.yaml": "goodput: {ttfx: 5}\n",
     "exp_wl_kind.yaml": "workload: {kind: zipf}\n",
+    "exp_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: -3, "
+                        "output_len: 4}}\n",
+    "exp_trace_path.yaml": "workload: {kind: trace, trace: {path: nofile.csv, format: azure}}\n",
+    "exp_block.yaml": "engine: {block_size: 7}\n",
+    "sw_wl_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: 0, "
+                          "output_len: 4}}\n",
     "sw_utf8.yaml": NOT_UTF8,
     "sw_syntax.yaml": "grid: {vllm: [1,\n",
     "sw_unknown.yaml": "grdi: {}\n",
@@ -214,9 +220,12 @@ CASES += [(["cost", "--q-lens", "16", "--hardware", "{d}/" + f], f.split(".")[0]
 CASES += [(SIM + ["--hardware", "{d}/" + f], f.split(".")[0]) for f in HW_FILES]
 CASES += [(["simulate", "-f", "{d}/" + f], field) for f, field in [
     ("exp_utf8.yaml", "exp_utf8"), ("exp_syntax.yaml", "exp_syntax"), ("exp_list.yaml", "exp_list"),
-    ("exp_unknown.yaml", "polcy"), ("exp_engine_unknown.yaml", "max_num_seq"), ("exp_engine_bool.yaml", "max_num_seqs"),
+    ("exp_unknown.yaml", "polcy"), ("exp_engine_unknown.yaml", "max_num_seq"), ("exp_engine_bool.yaml", "exp_engine_bool.yaml:engine:max_num_seqs"),
     ("exp_tp.yaml", "tp"), ("exp_seed.yaml", "seed"), ("exp_policy.yaml", "policy"), ("exp_workload.yaml", "workload"),
-    ("exp_goodput.yaml", "goodput"), ("exp_wl_kind.yaml", "kind"), ("missing.yaml", "missing.yaml")]]
+    ("exp_goodput.yaml", "goodput"), ("exp_wl_kind.yaml", "kind"), ("missing.yaml", "missing.yaml"),
+    ("exp_lengths.yaml", "exp_lengths.yaml:workload:lengths:input_len"),
+    ("exp_trace_path.yaml", "exp_trace_path.yaml:workload:trace:path"),
+    ("exp_block.yaml", "exp_block.yaml:engine:block_size")]]
 SWEEP = ["sweep", "--itl-slo-ms", "50", "--num-prompts", "5", "--request-rates", "1", "--policies", "vllm",
          "--max-num-batched-tokens", "512"]
 CASES += [(["sweep", "--itl-slo-ms", "50", "--config", "{d}/" + f], field) for f, field in [
@@ -246,6 +255,10 @@ CASES += [
     (["sweep", "--itl-slo-ms", "50", "--request-rates", "0"], "--request-rates"),
     (["sweep", "--itl-slo-ms", "50", "--jobs", "0"], "--jobs"),
     (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_utf8.yaml"], "--workload-file"),
+    (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_wl_lengths.yaml"],
+     "sw_wl_lengths.yaml:workload:lengths:input_len"),
+    (["sweep", "--itl-slo-ms", "50", "--config", "{d}/sw_wl_lengths.yaml"],
+     "sw_wl_lengths.yaml:workload:lengths:input_len"),
     (["sweep", "--itl-slo-ms", "50", "--dataset-name", "hf"], "--dataset-name"),
     (["sweep", "--itl-slo-ms", "50", "--policies", "sglang", "--max-num-batched-tokens", "512"],
      "max-num-batched-tokens"),

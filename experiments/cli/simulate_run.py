@@ -14,7 +14,7 @@ import pandas as pd
 from costmodel import load_hardware, load_model
 from costmodel.calibration import sample_hardware
 from costmodel.calibration.profile import fitted_parameters
-from costmodel.errors import require
+from costmodel.errors import InputError, require
 from simcore.simulation import Simulation
 
 from .. import bench_result as br
@@ -178,7 +178,12 @@ def run_simulation(args) -> dict:
                                              cfg["router"])
     sched, pool = engines[0][0], engines[0][1]
     resolved = engine_defaults.resolved(cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"])
-    workload = experiment_file.build_workload(cfg)
+    try:
+        workload = experiment_file.build_workload(cfg)
+    except InputError as e:   # a workload section read from -f as written: the error names the file
+        if args.file and cfg["workload"] == experiment_file.load_experiment(args.file).get("workload"):
+            raise experiment_file.in_file(args.file, e, "workload") from None
+        raise
     goodput = cfg.get("goodput")
     notes = []
     quiet = args.quiet or args.json

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from costmodel.errors import InputError, require
-from ..experiment_file import parse_slos
+from ..experiment_file import in_file, parse_slos
 
 from ..bench_result import writable_dir
 from .. import datasets
@@ -277,7 +277,14 @@ def preflight(args, spec: SweepSpec) -> None:
     check_scheduler(args.scheduler_address)
     from ..sweep import build_workload
     rate = spec.request_rates[0] if spec.request_rates else None
-    build_workload(spec.workload, rate, spec.seed)
+    try:
+        build_workload(spec.workload, rate, spec.seed)
+    except InputError as e:   # a workload section from a YAML file: the error names the file and key
+        source = args.workload_file or (args.config if _load_config(args.config).get("workload") == spec.workload
+                                        else None)
+        if source:
+            raise in_file(source, e, "workload") from None
+        raise
 
 
 def run(args) -> int:
