@@ -287,9 +287,36 @@ def known_models() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
 
 
+HF_SUFFIXES = ("-instruct", "-chat", "-hf", "-it")
+
+
+def shipped_sources() -> dict:
+    """short name -> the Hugging Face id its config came from (``_source``), for every shipped model."""
+    out = {}
+    for f in sorted(MODELS_DIR.glob("*.json")):
+        try:
+            out[f.stem] = str(json.loads(f.read_text()).get("_source", ""))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def shipped_for_id(model_id: str) -> str | None:
+    """A Hugging Face id (``meta-llama/Llama-3.1-8B-Instruct``) as the short name of the shipped config
+    whose ``_source`` names it or its base model (an -Instruct/-Chat/-hf/-it suffix dropped); else None."""
+    want = str(model_id).strip().lower()
+    candidates = {want} | {want[: -len(s)] for s in HF_SUFFIXES if want.endswith(s)}
+    return next((stem for stem, src in shipped_sources().items() if src.lower() in candidates), None)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
-    """A short name (``llama-3.1-8b``), a ``config.json`` path, or a folder holding one."""
-    path = find("model", name_or_path, MODELS_DIR, ".json", "a config.json path", folder_file="config.json")
+    """A short name (``llama-3.1-8b``), a Hugging Face id of a shipped config (``Qwen/Qwen3-8B``),
+    a ``config.json`` path, or a folder holding one."""
+    p = Path(str(name_or_path)).expanduser()
+    if "/" in str(name_or_path) and not p.exists() and shipped_for_id(name_or_path):
+        name_or_path = shipped_for_id(name_or_path)
+    path = find("model", name_or_path, MODELS_DIR, ".json",
+                "a Hugging Face id of one of them, or a config.json path", folder_file="config.json")
     try:
         cfg = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as e:

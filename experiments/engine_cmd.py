@@ -9,36 +9,56 @@ so the caller can list them in one warning, never dropped silently.
 """
 from __future__ import annotations
 
-import json
+import difflib
+import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from costmodel.errors import InputError, require
-from costmodel.model import MODELS_DIR
 
-INT, FLOAT, TRUE, FALSE = "int", "float", "true", "false"
-VLLM = {"--max-model-len": ("max_model_len", INT), "--max-num-seqs": ("max_num_seqs", INT),
-        "--max-num-batched-tokens": ("max_num_batched_tokens", INT),
-        "--long-prefill-token-threshold": ("long_prefill_token_threshold", INT),
-        "--enable-chunked-prefill": ("enable_chunked_prefill", TRUE),
-        "--no-enable-chunked-prefill": ("enable_chunked_prefill", FALSE),
-        "--enable-prefix-caching": ("enable_prefix_caching", TRUE),
-        "--no-enable-prefix-caching": ("enable_prefix_caching", FALSE),
-        "--block-size": ("block_size", INT), "--gpu-memory-utilization": ("gpu_memory_utilization", FLOAT),
-        "--num-gpu-blocks-override": ("num_gpu_blocks_override", INT),
-        "--async-scheduling": ("async_scheduling", TRUE), "--no-async-scheduling": ("async_scheduling", FALSE),
-        "--scheduler-reserve-full-isl": ("scheduler_reserve_full_isl", TRUE),
-        "--no-scheduler-reserve-full-isl": ("scheduler_reserve_full_isl", FALSE),
-        "--tensor-parallel-size": ("tp", INT), "-tp": ("tp", INT)}
-SGLANG = {"--context-length": ("max_model_len", INT), "--chunked-prefill-size": ("chunked_prefill_size", INT),
-          "--max-prefill-tokens": ("max_prefill_tokens", INT), "--enable-mixed-chunk": ("enable_mixed_chunk", TRUE),
-          "--page-size": ("page_size", INT), "--max-running-requests": ("max_running_requests", INT),
-          "--mem-fraction-static": ("mem_fraction_static", FLOAT), "--max-total-tokens": ("max_total_tokens", INT),
-          "--disable-radix-cache": ("disable_radix_cache", TRUE), "--disable-overlap-schedule": ("disable_overlap_schedule", TRUE),
-          "--tp-size": ("tp", INT), "--tp": ("tp", INT),
-          "--tensor-parallel-size": ("tp", INT)}
+from .engine_flags import BOOL, FLAGS
+
+ENGINES = ("vllm", "sglang")
+PARALLEL = {  # spelling -> ("tp" | "dp"); vLLM: EngineArgs' ParallelConfig flags, SGLang: ServerArgs
+    "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--data-parallel-size": "dp", "-dp": "dp"},
+    "sglang": {"--tp-size": "tp", "--tp": "tp", "--tensor-parallel-size": "tp", "--dp-size": "dp", "--dp": "dp",
+               "--data-parallel-size": "dp"}}
+DP_ROUTER = {"vllm": "least_outstanding", "sglang": "round_robin"}
+"""The router standing in for each engine's own data-parallel balancer. vLLM: the API server's
+``DPLBAsyncMPClient.get_core_engine_for_request`` (vllm/v1/engine/core_client.py) sends a request
+to the engine with the lowest 4·waiting + running, nearest here to least_outstanding; SGLang:
+``ServerArgs.load_balance_method = "round_robin"`` (server_args.py) in its DataParallelController."""
 MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
+ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+TYPO_CUTOFF = 0.85   # difflib ratio above which an unknown flag is read as a misspelt modelled one
+NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as unmodelled, not "did you mean"
+    "vllm": ("--max-num-partial-prefills", "--max-long-partial-prefills", "--max-seq-len-to-capture",
+             "--max-cudagraph-capture-size", "--enable-prompt-embeds", "--enable-expert-parallel",
+             "--enable-eplb", "--enable-lora", "--enable-sleep-mode", "--kv-cache-memory-bytes",
+             "--prefix-caching-hash-algo", "--max-logprobs", "--max-loras",
+             "--max-lora-rank", "--max-cpu-loras", "--cpu-offload-gb", "--swap-space", "--scheduler-cls",
+             "--scheduling-policy", "--no-enable-prompt-embeds", "--num-lookahead-slots", "--seed",
+             "--data-parallel-size-local", "--data-parallel-rank", "--data-parallel-address",
+             "--data-parallel-rpc-port", "--data-parallel-backend", "--pipeline-parallel-size"),
+    "sglang": ("--max-queued-requests", "--disable-cuda-graph", "--disable-cuda-graph-padding",
+               "--disable-chunked-prefix-cache", "--enable-dp-attention",
+               "--enable-dynamic-chunking", "--pp-size",
+               "--ep-size", "--nnodes", "--node-rank", "--schedule-policy", "--schedule-conservativeness",
+               "--cuda-graph-max-bs", "--disable-outlines-disk-cache", "--disable-custom-all-reduce",
+               "--enable-torch-compile", "--enable-metrics"),
+}
+
+
+def _table(engine: str) -> dict:
+    """spelling -> (EngineFlags field, value a bare boolean switch sets)."""
+    out = {}
+    for name, spec in FLAGS.items():
+        for s in getattr(spec, engine):
+            out[s] = (name, not s.startswith("--no-") if spec.kind == BOOL else None)
+    return out
+
+
+TABLES = {e: _table(e) for e in ENGINES}
 
 
 @dataclass
@@ -47,7 +67,9 @@ class EngineCommand:
     model: str | None
     flags: dict = field(default_factory=dict)
     tp: int | None = None
+    dp: int | None = None
     ignored: list = field(default_factory=list)
+    env: list = field(default_factory=list)
 
 
 def _program(tokens: list[str]) -> tuple[str, list[str]]:
@@ -64,32 +86,41 @@ def _program(tokens: list[str]) -> tuple[str, list[str]]:
                      "must start with `vllm serve` or `python -m sglang.launch_server`")
 
 
-def _value(flag: str, name: str, kind: str, text: str):
-    try:
-        v = int(text) if kind == INT else float(text)
-    except ValueError:
-        raise InputError(f"--engine-cmd {flag}", text, f"must be {'an integer' if kind == INT else 'a number'}") from None
-    if name == "chunked_prefill_size":
-        require(v > 0 or v == -1, f"--engine-cmd {flag}", v, "must be positive, or -1 to turn chunking off")
-    elif name == "long_prefill_token_threshold":
-        require(v >= 0, f"--engine-cmd {flag}", v, "must be >= 0")
-    elif kind == FLOAT:
-        require(0 < v <= 1, f"--engine-cmd {flag}", v, "must be in (0, 1]")
-    else:
-        require(v > 0, f"--engine-cmd {flag}", v, "must be a positive integer")
-    return v
+def _strip_env(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """``CUDA_VISIBLE_DEVICES=0,1 vllm serve …`` and ``env A=1 vllm serve …``: the assignments, and the rest."""
+    env, i = [], 0
+    if tokens and tokens[0] == "env":
+        i = 1
+    while i < len(tokens) and ENV.match(tokens[i]):
+        env.append(tokens[i])
+        i += 1
+    return env, tokens[i:]
+
+
+def _not_modelled(engine: str, flag: str) -> None:
+    """A flag nobody models: a near-miss of a modelled spelling is a typo (the engine itself would
+    refuse it), another engine's flag is refused; anything else is passed on as not modelled."""
+    own = list(TABLES[engine]) + list(PARALLEL[engine]) + list(MODEL_FLAGS[engine])
+    close = difflib.get_close_matches(flag, own + list(NOT_TYPOS[engine]), n=1, cutoff=TYPO_CUTOFF)
+    if close and close[0] in own:
+        raise InputError(f"--engine-cmd {flag}", flag, f"not a {engine} flag; did you mean {close[0]}?")
+    other = next(e for e in ENGINES if e != engine)
+    if flag in TABLES[other] and flag not in NOT_TYPOS[engine]:
+        raise InputError(f"--engine-cmd {flag}", flag, f"is {other}'s flag, not {engine}'s")
 
 
 def parse_engine_cmd(line: str) -> EngineCommand:
     """The engine, its modelled flags (chunksim's names), the model id and the rest of the flags."""
+    from .engine_flags import convert
     require(isinstance(line, str) and line.strip(), "--engine-cmd", line, "give the engine's command line")
     try:
         tokens = shlex.split(line.replace("\\\n", " "))
     except ValueError as e:
         raise InputError("--engine-cmd", line[:60], f"cannot split ({e})") from None
+    env, tokens = _strip_env(tokens)
     engine, rest = _program(tokens)
-    table = VLLM if engine == "vllm" else SGLANG
-    out = EngineCommand(policy=engine, model=None)
+    table, parallel = TABLES[engine], PARALLEL[engine]
+    out = EngineCommand(policy=engine, model=None, env=env)
     i = 0
     while i < len(rest):
         tok = rest[i]
@@ -105,21 +136,28 @@ def parse_engine_cmd(line: str) -> EngineCommand:
             out.model = val if eq else rest[i + 1]
             i += 1 if eq else 2
             continue
-        if flag in table:
-            name, kind = table[flag]
-            if kind in (TRUE, FALSE):
+        if flag in parallel or flag in table:
+            switch = flag in table and FLAGS[table[flag][0]].kind == BOOL
+            if switch:
                 require(not eq, f"--engine-cmd {flag}", val, "takes no value")
-                value = kind == TRUE
                 i += 1
             else:
                 require(eq or takes_value, f"--engine-cmd {flag}", None, "needs a value")
-                value = _value(flag, name, kind, val if eq else rest[i + 1])
+                text = val if eq else rest[i + 1]
                 i += 1 if eq else 2
-            if name == "tp":
-                out.tp = value
+            if flag in parallel:
+                try:
+                    n = int(text)
+                except ValueError:
+                    raise InputError(f"--engine-cmd {flag}", text, "must be an integer") from None
+                require(n >= 1, f"--engine-cmd {flag}", n, "must be a positive integer")
+                setattr(out, parallel[flag], n)
+            elif switch:
+                out.flags[table[flag][0]] = table[flag][1]
             else:
-                out.flags[name] = value
+                out.flags[table[flag][0]] = convert(table[flag][0], text, f"--engine-cmd {flag}")
             continue
+        _not_modelled(engine, flag)
         out.ignored.append(tok if eq or not takes_value else f"{tok} {rest[i + 1]}")
         i += 1 if eq or not takes_value else 2
     return out
@@ -128,20 +166,15 @@ def parse_engine_cmd(line: str) -> EngineCommand:
 def shipped_model(model_id: str) -> str:
     """A Hugging Face id (``meta-llama/Llama-3.1-8B-Instruct``) as a shipped config's short name
     (the file whose ``_source`` names the base model), or a local config.json path as given."""
+    from pathlib import Path
+
+    from costmodel.model import shipped_for_id, shipped_sources
     p = Path(model_id).expanduser()
     if p.is_file() or (p.is_dir() and (p / "config.json").is_file()):
         return str(p)
-    want = model_id.strip().lower()
-    sources = {}
-    for f in sorted(MODELS_DIR.glob("*.json")):
-        try:
-            sources[f.stem] = str(json.loads(f.read_text()).get("_source", "")).lower()
-        except (OSError, ValueError):
-            continue
-    candidates = {want} | {want[: -len(s)] for s in ("-instruct", "-chat", "-hf", "-it") if want.endswith(s)}
-    for stem, src in sources.items():
-        if src in candidates:
-            return stem
+    stem = shipped_for_id(model_id)
+    if stem:
+        return stem
     raise InputError("--engine-cmd model", model_id,
-                     f"no shipped config for this Hugging Face id (shipped: {', '.join(sorted(sources.values()))}); "
+                     f"no shipped config for this Hugging Face id (shipped: {', '.join(sorted(shipped_sources().values()))}); "
                      "download its config.json and pass --model PATH")

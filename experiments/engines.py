@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
+
+from .engine_flags import POLICY_FLAGS
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
 from policies.sglang import (SGLangConfig, SGLangScheduler, sglang_default_chunked_prefill_size, sglang_kv_tokens,
                              sglang_mem_fraction_static)
@@ -14,14 +16,7 @@ from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 
 POLICIES = ("vllm", "sglang", "nochunk")
-VLLM_FLAGS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold", "enable_chunked_prefill",
-              "block_size", "gpu_memory_utilization", "max_model_len", "usage_context", "num_gpu_blocks_override",
-              "enable_prefix_caching", "async_scheduling", "scheduler_reserve_full_isl"}
-SGLANG_FLAGS = {"chunked_prefill_size", "max_prefill_tokens", "enable_mixed_chunk", "page_size", "max_running_requests",
-                "mem_fraction_static", "max_model_len", "max_total_tokens", "disable_radix_cache",
-                "disable_overlap_schedule"}
-NOCHUNK_FLAGS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "max_model_len",
-                 "num_gpu_blocks_override", "enable_prefix_caching"}
+VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)   # declared in engine_flags
 
 
 def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):

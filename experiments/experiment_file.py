@@ -18,17 +18,13 @@ from costmodel.errors import InputError, require
 from simcore.metrics import parse_goodput
 from workloads.config import workload_from_config
 
-from . import datasets
-from .engines import NOCHUNK_FLAGS, POLICIES, SGLANG_FLAGS, VLLM_FLAGS
+from . import datasets, engine_flags
+from .engines import POLICIES
 from .scenarios import stall_scene
 
 KEYS = ("model", "hardware", "tp", "policy", "engine", "workload", "seed", "goodput", "fast_forward", "replicas",
         "router")
-ENGINE_FLAGS = VLLM_FLAGS | SGLANG_FLAGS | NOCHUNK_FLAGS
-FLOAT_FLAGS = {"gpu_memory_utilization", "mem_fraction_static"}
-BOOL_FLAGS = {"enable_chunked_prefill", "enable_mixed_chunk", "enable_prefix_caching", "disable_radix_cache",
-              "async_scheduling", "scheduler_reserve_full_isl", "disable_overlap_schedule"}
-STR_FLAGS = {"usage_context"}
+ENGINE_FLAGS = engine_flags.ALL
 SCENARIOS = {"stall": {"prompt_len", "num_decodes", "decode_context", "long_arrival_s", "decode_output_len",
                        "stagger_s"}}
 DEFAULT_WORKLOAD = {"kind": "poisson", "request_rate": "inf", "num_prompts": 1000,
@@ -54,14 +50,7 @@ def _engine(d) -> dict:
     require(len(flags) == len(d), "engine", sorted(d), "a flag is given twice (once with '-', once with '_')")
     _known(flags, ENGINE_FLAGS, "engine")
     for k, v in flags.items():
-        if k in BOOL_FLAGS:
-            require(isinstance(v, bool), f"engine:{k}", v, "must be true or false")
-        elif k in STR_FLAGS:
-            require(isinstance(v, str), f"engine:{k}", v, "must be a string")
-        elif k in FLOAT_FLAGS:
-            require(_is_int(v) or isinstance(v, float), f"engine:{k}", v, "must be a number")
-        else:
-            require(_is_int(v), f"engine:{k}", v, "must be an integer")
+        engine_flags.typed(k, v, f"engine:{k}")
     return flags
 
 
@@ -71,7 +60,15 @@ def _goodput(v) -> dict | None:
     if isinstance(v, dict):
         v = [f"{k}:{ms}" for k, ms in v.items()]
     require(isinstance(v, list), "goodput", v, "must be a mapping {ttft: MS, tpot: MS, e2el: MS} or a list of KEY:MS")
-    return parse_goodput([str(x) for x in v])
+    return parse_slos([str(x) for x in v])
+
+
+def parse_slos(items: list[str]) -> dict:
+    """``--goodput ttft:MS ...`` as vllm bench serve reads it, NaN refused (it would meet no SLO, silently)."""
+    out = parse_goodput(items)
+    for key, ms in out.items():
+        require(ms == ms, "goodput", f"{key}:{ms}", "must be a number of milliseconds, not NaN")
+    return out
 
 
 def _finite(d):
@@ -127,8 +124,25 @@ def _resolve_paths(cfg: dict, base: Path) -> dict:
     return cfg
 
 
+def in_file(path, e: InputError, section: str = "") -> InputError:
+    """The same error, its field prefixed by the file it came from (``exp.yaml:engine:max_num_seqs``)."""
+    field = str(e.field)
+    if field.startswith(str(path)):
+        return e
+    return InputError(f"{path}:{section + ':' if section and not field.startswith(section) else ''}{field}",
+                      e.value, e.reason)
+
+
 def load_experiment(path) -> dict:
-    """The file's (partial) configuration, validated, with relative paths made absolute."""
+    """The file's (partial) configuration, validated, with relative paths made absolute; an error
+    in it names the file and the key."""
+    try:
+        return _load_experiment(path)
+    except InputError as e:
+        raise in_file(path, e) from None
+
+
+def _load_experiment(path) -> dict:
     path = Path(path)
     require(path.is_file(), "file", str(path), "no such experiment file")
     try:
@@ -148,6 +162,8 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         require(k not in o or (_is_int(o[k]) and o[k] >= 1), k.replace("_", "-"), o.get(k), "must be an integer >= 1")
     for k in ("request_rate", "burstiness"):
         require(k not in o or o[k] > 0, k.replace("_", "-"), o.get(k), "must be > 0 (inf allowed)")
+    require(not ("scenario" in o and "workload_file" in o), "--scenario", o.get("scenario"),
+            "not with --workload-file (the scenario is its own workload)")
     w = dict(w)
     if "scenario" in o and w.get("scenario") != o["scenario"]:
         w = {"scenario": o["scenario"]}
@@ -168,6 +184,7 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), "trace-format", o["trace_format"],
                 "needs --workload-file or a trace workload in the experiment file")
         w["trace"] = {**w["trace"], "format": o["trace_format"]}
+    w = _trace_rate(w, o)
     for k in ("request_rate", "num_prompts", "max_concurrency", "burstiness"):
         if k in o and not (k == "num_prompts" and w.get("kind") == "trace"):
             w[k] = o[k]
@@ -178,6 +195,22 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         lengths.update({k: o[k] for k in ("input_len", "output_len") if k in o})
         w["lengths"] = lengths
     return _finite(datasets.apply(w, o))
+
+
+def _trace_rate(w: dict, o: dict) -> dict:
+    """--time-scale F (every arrival time × F) or --target-rate R (arrivals rescaled to R requests/s
+    on average) on a trace workload: workloads.traces.load_trace's time_scale / target_rate."""
+    given = [k for k in ("time_scale", "target_rate") if k in o]
+    if not given:
+        return w
+    require(len(given) == 1, "--time-scale", o.get("time_scale"), "give --time-scale or --target-rate, not both")
+    k = given[0]
+    require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), f"--{k.replace('_', '-')}", o[k],
+            "needs --workload-file or a trace workload in the experiment file")
+    require(not ("request_rate" in o), f"--{k.replace('_', '-')}", o[k],
+            "not with --request-rate (a trace keeps its own arrivals; rescale them with this flag)")
+    trace = {kk: v for kk, v in w["trace"].items() if kk not in ("time_scale", "target_rate")}
+    return {**w, "trace": {**trace, k: o[k]}}
 
 
 def effective(file_cfg: dict | None, overrides: dict) -> dict:

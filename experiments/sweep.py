@@ -26,10 +26,15 @@ KNOBS = {"vllm": ("max_num_batched_tokens", "long_prefill_token_threshold"),
          "sglang": ("chunked_prefill_size", "enable_mixed_chunk"),
          "nochunk": ()}
 KNOB_COLUMNS = tuple(dict.fromkeys(k for ks in KNOBS.values() for k in ks))
-CONFIG_COLUMNS = ("point_id", "engine", "policy", "request_rate", *KNOB_COLUMNS, "model", "hardware", "tp", "seed",
-                  "flags", "workload", "goodput")
+AXES = ("hardware", "tp", "replicas", "router")
+"""Deployment axes swept beside the engine knobs: each point is ``replicas`` replicas of ``tp`` GPUs
+of ``hardware`` behind ``router``."""
+AXIS_DEFAULTS = {"replicas": 1, "router": "round_robin"}   # left out of a point's hash, so ids of sweeps without them stay
+CONFIG_COLUMNS = ("point_id", "engine", "policy", "request_rate", *KNOB_COLUMNS, "model", "hardware", "tp", "replicas",
+                  "router", "seed", "flags", "workload", "goodput", "usd_per_gpu_hour")
 SLO_PERCENTILES = (50, 90, 99)
-OBJECTIVES = ("output_throughput", "request_goodput", "request_throughput", "total_token_throughput")
+MINIMIZED = ("usd_per_million_output_tokens", "usd_per_million_total_tokens")
+OBJECTIVES = ("output_throughput", "request_goodput", "request_throughput", "total_token_throughput", *MINIMIZED)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class SweepSpec:
     flags: dict = field(default_factory=dict)
     goodput: dict | None = None   # vllm bench serve --goodput SLOs (ttft/tpot/e2el ms) for request_goodput
     bench: dict | None = None     # vllm bench serve result options: metrics, percentiles, result_dir, detailed
+    axes: dict = field(default_factory=dict)   # AXES name -> [values]; a missing one is hardware/tp above, 1, round_robin
+    prices: dict = field(default_factory=dict)   # hardware name -> USD per GPU-hour (else pricing's default, if any)
 
     def __post_init__(self):
         require(bool(self.grid), "grid", self.grid, "name at least one policy")
@@ -60,6 +67,15 @@ class SweepSpec:
                         "must be a non-empty list")
         for r in self.request_rates:
             require(r is None or (isinstance(r, (int, float)) and r > 0), "request-rates", r, "must be positive")
+        unknown = sorted(set(self.axes) - set(AXES))
+        require(not unknown, "axes", unknown, f"not sweep axes; axes are {', '.join(AXES)}")
+        for k, vals in self.axes.items():
+            require(isinstance(vals, (list, tuple)) and len(vals) > 0 and len(set(vals)) == len(vals), k, vals,
+                    "must be a non-empty list without repeats")
+
+    def axis(self, name: str) -> list:
+        default = {"hardware": self.hardware, "tp": self.tp}.get(name, AXIS_DEFAULTS.get(name))
+        return list(self.axes.get(name) or [default])
 
 
 def engine_label(policy: str, knobs: dict) -> str:
@@ -67,22 +83,36 @@ def engine_label(policy: str, knobs: dict) -> str:
     return policy + "".join(f"+{k}" for k, v in knobs.items() if isinstance(v, bool) and v)
 
 
+def _deployment_label(deploy: dict, varied: list) -> str:
+    """The axes that vary in this sweep, as a suffix of the engine label (·h200·tp2·x4·least_kv)."""
+    parts = {"hardware": str(deploy["hardware"]), "tp": f"tp{deploy['tp']}", "replicas": f"x{deploy['replicas']}",
+             "router": str(deploy["router"])}
+    return "".join(f"·{parts[a]}" for a in AXES if a in varied)
+
+
 def points(spec: SweepSpec) -> list[dict]:
+    from .pricing import gpu_hourly_price
     out = []
+    varied = [a for a in AXES if len(spec.axis(a)) > 1]
+    deployments = [dict(zip(AXES, combo)) for combo in itertools.product(*(spec.axis(a) for a in AXES))]
     for policy, knobs in spec.grid.items():
         names = list(knobs)
         for combo in itertools.product(*(knobs[k] for k in names)):
             chosen = dict(zip(names, combo))
-            for rate in spec.request_rates:
-                p = {"engine": engine_label(policy, chosen), "policy": policy, "request_rate": rate,
-                     **{k: chosen.get(k) for k in KNOB_COLUMNS}, "model": spec.model, "hardware": spec.hardware,
-                     "tp": spec.tp, "seed": spec.seed, "flags": json.dumps(spec.flags.get(policy, {}), sort_keys=True),
-                     "workload": json.dumps(spec.workload, sort_keys=True),
-                     "goodput": json.dumps(spec.goodput, sort_keys=True) if spec.goodput else None}
-                if spec.bench:
-                    p["bench"] = json.dumps(spec.bench, sort_keys=True)
-                p = {"point_id": hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()[:16], **p}
-                out.append(p)
+            for deploy in deployments:
+                for rate in spec.request_rates:
+                    p = {"engine": engine_label(policy, chosen) + _deployment_label(deploy, varied), "policy": policy,
+                         "request_rate": rate, **{k: chosen.get(k) for k in KNOB_COLUMNS}, "model": spec.model,
+                         **deploy, "seed": spec.seed, "flags": json.dumps(spec.flags.get(policy, {}), sort_keys=True),
+                         "workload": json.dumps(spec.workload, sort_keys=True),
+                         "goodput": json.dumps(spec.goodput, sort_keys=True) if spec.goodput else None}
+                    if spec.bench:
+                        p["bench"] = json.dumps(spec.bench, sort_keys=True)
+                    hashed = {k: v for k, v in p.items() if not (k in AXIS_DEFAULTS and v == AXIS_DEFAULTS[k])}
+                    p["usd_per_gpu_hour"] = gpu_hourly_price(str(deploy["hardware"]),
+                                                             spec.prices.get(str(deploy["hardware"])))[0]
+                    p = {"point_id": hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16], **p}
+                    out.append(p)
     return out
 
 
@@ -107,17 +137,21 @@ def run_point(point: dict) -> dict:
     from costmodel import load_hardware, load_model
     from simcore.simulation import Simulation
 
-    from .engines import build_engine
+    from .engines import build_cluster
     model, hw = load_model(point["model"]), load_hardware(point["hardware"])
     knobs = {k: point[k] for k in KNOBS[point["policy"]] if point.get(k) is not None}
     flags = {**json.loads(point["flags"]), **knobs}
-    sched, pool, cm, max_len = build_engine(point["policy"], model, hw, point["tp"], flags)
+    replicas, router = point.get("replicas") or 1, point.get("router") or "round_robin"
+    engines, route, max_len = build_cluster(point["policy"], model, hw, point["tp"], flags, replicas, router)
     wl = build_workload(json.loads(point["workload"]), point["request_rate"], point["seed"])
     goodput = json.loads(point.get("goodput") or "null")
     bench = json.loads(point.get("bench") or "null")
-    res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len,
+    res = Simulation(engines, wl, max_model_len=max_len, router=route,
                      record_iterations=bool(bench and bench.get("result_dir"))).run(goodput=goodput)
-    out = dict(res.summary)
+    out = {k: v for k, v in res.summary.items() if k != "replicas"}
+    if point.get("usd_per_gpu_hour") is not None:
+        from .pricing import cost_per_million
+        out.update(cost_per_million(out, point["tp"] * replicas, point["usd_per_gpu_hour"]))
     if bench:
         out.update(_bench_outputs(point, bench, res, wl, goodput))
     return out
@@ -226,7 +260,8 @@ def mark_slo(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = No
 
 def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = None, percentile: int = 99,
               objective: str = "output_throughput", analytic_tokens: int | None = None) -> pd.DataFrame:
-    """Per engine, the point with the highest objective among those meeting the SLOs (ties: lower ITL)."""
+    """Per engine, the point with the best objective among those meeting the SLOs (ties: lower ITL): the
+    highest throughput or goodput, the lowest cost per million tokens."""
     require(objective in OBJECTIVES, "objective", objective, f"must be one of {', '.join(OBJECTIVES)}")
     require(objective in df or df.error.notna().all(), "objective", objective,
             "not in the results (request_goodput needs a goodput SLO)")
@@ -234,16 +269,21 @@ def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = N
     d = df.assign(meets_slo=mark_slo(df, itl_slo_ms, ttft_slo_ms, percentile), _order=np.arange(len(df)))
     rows = []
     for engine, g in d.groupby("engine", sort=False):
-        ok = g[g.meets_slo].sort_values([objective, itl, "_order"], ascending=[False, True, True], kind="stable")
+        ok = g[g.meets_slo].sort_values([objective, itl, "_order"], ascending=[objective in MINIMIZED, True, True],
+                                        kind="stable")
         row = {"engine": engine, "points": len(g), "meeting_slo": len(ok)}
         if len(ok):
             best = ok.iloc[0]
             row.update({k: best[k] for k in ("request_rate", *KNOBS[best.policy])})
+            row.update({a: best[a] for a in AXES if a in best and d[a].nunique(dropna=False) > 1})
             row.update({itl: best[itl], ttft: best[ttft], objective: best[objective], "point_id": best.point_id})
         if analytic_tokens is not None and engine != "nochunk":
             row["analytic_budget_tokens"] = analytic_tokens
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if objective in MINIMIZED and objective in out:   # a ranking: the cheapest deployment first
+        out = out.sort_values(objective, kind="stable", na_position="last").reset_index(drop=True)
+    return out
 
 
 def pareto_mask(df: pd.DataFrame, x: str = "output_throughput", y: str = "p99_itl_ms") -> np.ndarray:

@@ -116,3 +116,83 @@ def test_model_ids(tmp_path):
     assert shipped_model(str(tmp_path)) == str(tmp_path)
     with pytest.raises(ValueError, match="--model PATH"):
         shipped_model("org/unknown-13b")
+
+
+def test_environment_prefix_accepted_and_listed():
+    c = parse_engine_cmd("CUDA_VISIBLE_DEVICES=0,1 VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B -tp 2")
+    assert (c.policy, c.tp, c.env) == ("vllm", 2, ["CUDA_VISIBLE_DEVICES=0,1", "VLLM_USE_V1=1"])
+    assert parse_engine_cmd("env A=1 python -m sglang.launch_server --model-path x").policy == "sglang"
+    rc, _, err = run_cli(["simulate", "--engine-cmd", "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B",
+                          "--num-prompts", "3", "--quiet"])
+    assert rc == 0 and "(environment) CUDA_VISIBLE_DEVICES=0" in err
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "-5"])
+def test_sglang_chunking_off_at_any_size_up_to_zero(size, tmp_path):
+    """SGLang reads chunked_prefill_size <= 0 as chunking off (scheduler.py init_chunked_prefill)."""
+    line = f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --chunked-prefill-size {size}"
+    assert parse_engine_cmd(line).flags == {"chunked_prefill_size": int(size)}
+    rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--scenario", "stall", "--json"])
+    assert rc == 0, err
+    rc2, out2, _ = run_cli(["simulate", "--engine-cmd", line.rsplit(" ", 1)[0] + " -1", "--scenario", "stall",
+                            "--json"])
+    assert json.loads(out)["max_itl_ms"] == json.loads(out2)["max_itl_ms"]
+    rc3, out3, _ = run_cli(["simulate", "--policy", "sglang", "--chunked-prefill-size", size, "--scenario", "stall",
+                            "--json"])
+    assert rc3 == 0 and json.loads(out3)["max_itl_ms"] == json.loads(out)["max_itl_ms"]
+
+
+def test_typos_are_errors_with_a_suggestion():
+    with pytest.raises(ValueError, match="did you mean --max-num-batched-tokens"):
+        parse_engine_cmd("vllm serve m --max-num-batched-token 2048")
+    with pytest.raises(ValueError, match="did you mean --enable-mixed-chunk"):
+        parse_engine_cmd("python -m sglang.launch_server --enable-mixd-chunk")
+    with pytest.raises(ValueError, match="sglang's flag"):
+        parse_engine_cmd("vllm serve m --page-size 16")
+
+
+def test_real_unmodelled_flags_are_not_read_as_typos():
+    from experiments.engine_cmd import NOT_TYPOS
+    for engine, prog in (("vllm", "vllm serve m"), ("sglang", "python -m sglang.launch_server --model-path m")):
+        for flag in NOT_TYPOS[engine]:
+            assert parse_engine_cmd(f"{prog} {flag} 1").ignored, flag
+    c = parse_engine_cmd("vllm serve m --port 8000 --host 0.0.0.0 --dtype bfloat16 --trust-remote-code")
+    assert len(c.ignored) == 4
+
+
+@pytest.mark.parametrize("line,router", [
+    ("vllm serve meta-llama/Llama-3.1-8B -dp 2 --max-num-seqs 8", "least_outstanding"),
+    ("vllm serve meta-llama/Llama-3.1-8B --data-parallel-size=2 --max-num-seqs 8", "least_outstanding"),
+    ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --dp-size 2", "round_robin")])
+def test_data_parallel_is_replicas_behind_the_engines_balancer(line, router, tmp_path):
+    rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--num-prompts", "8", "--out", tmp_path, "--quiet"])
+    assert rc == 0, err
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert cfg["replicas"] == 2 and cfg["router"] == router
+    assert "modelled as 2 independent replicas" in err
+    assert "2 replica(s)" in out
+    rc, _, err = run_cli(["simulate", "--engine-cmd", line, "--replicas", "3", "--num-prompts", "3", "--out", tmp_path,
+                          "--quiet"])
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["replicas"] == 3   # explicit flags win
+
+
+def test_engine_flags_declared_once():
+    """Every modelled flag's spellings reach simulate's parser, the pasted-line reader and the
+    experiment file's engine: section from the one declaration in engine_flags."""
+    from experiments.cli import build_parser
+    from experiments.engine_cmd import TABLES
+    from experiments.engine_flags import FLAGS, POLICY_FLAGS
+    from experiments.engines import NOCHUNK_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
+    from experiments.experiment_file import ENGINE_FLAGS
+    sim = next(a for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions
+               if a.dest == "max_model_len")
+    assert set(sim.option_strings) == {"--max-model-len", "--context-length"}
+    opts = {o for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions
+            for o in a.option_strings}
+    for name, spec in FLAGS.items():
+        assert not spec.cli or set(spec.spellings) <= opts, name
+        for engine in ("vllm", "sglang"):
+            assert all(TABLES[engine][s][0] == name for s in getattr(spec, engine))
+    assert (VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS) == (POLICY_FLAGS["vllm"], POLICY_FLAGS["sglang"],
+                                                         POLICY_FLAGS["nochunk"])
+    assert ENGINE_FLAGS == set(FLAGS)

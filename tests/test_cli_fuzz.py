@@ -62,6 +62,12 @@ FILES = {  # name -> content (str or bytes)
     "exp_workload.yaml": "workload: 5\n",
     "exp_goodput.yaml": "goodput: {ttfx: 5}\n",
     "exp_wl_kind.yaml": "workload: {kind: zipf}\n",
+    "exp_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: -3, "
+                        "output_len: 4}}\n",
+    "exp_trace_path.yaml": "workload: {kind: trace, trace: {path: nofile.csv, format: azure}}\n",
+    "exp_block.yaml": "engine: {block_size: 7}\n",
+    "sw_wl_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: 0, "
+                          "output_len: 4}}\n",
     "sw_utf8.yaml": NOT_UTF8,
     "sw_syntax.yaml": "grid: {vllm: [1,\n",
     "sw_unknown.yaml": "grdi: {}\n",
@@ -72,6 +78,10 @@ FILES = {  # name -> content (str or bytes)
     "sw_slo_neg.yaml": "slo: {itl_ms: -5}\n",
     "sw_tp.yaml": "tp: x\n",
     "sw_list.yaml": "- 1\n",
+    "sw_tp_list.yaml": "tp: [1, x]\n",
+    "sw_router.yaml": "router: []\n",
+    "sw_price.yaml": "gpu_hourly_price: -2\n",
+    "sw_replicas.yaml": "replicas: [0]\n",
     "trace_utf8.csv": NOT_UTF8,
     "trace_utf8.jsonl": NOT_UTF8,
     "trace_badline.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 5, "hash_ids": [1]}\n{"timestamp": 1,\n',
@@ -96,7 +106,8 @@ for flag in ENGINE_INTS:
     for bad in ("0", "-5", "abc", "1.5"):
         CASES.append((SIM + [flag, bad], flag.lstrip("-")))
 for bad in ("0", "-5", "abc", "1.5"):
-    CASES.append((SIM + ["--chunked-prefill-size", bad], "chunked-prefill-size"))
+    if bad not in ("0", "-5"):   # SGLang reads any size <= 0 as chunking off
+        CASES.append((SIM + ["--chunked-prefill-size", bad], "chunked-prefill-size"))
     CASES.append((SIM + ["--long-prefill-token-threshold", bad if bad != "0" else "-1"], "long-prefill-token-threshold"))
 for flag in ("--gpu-memory-utilization", "--mem-fraction-static"):
     for bad in ("0", "1.5", "-1", "abc"):
@@ -183,6 +194,22 @@ CASES += [
     (SIM + ["--trace-columns", "arrival=t,prompt_len=p,output_len=o"], "--trace-columns"),
     (SIM + ["--time-unit", "ms"], "--time-unit"),
     (SIM + ["--trace-format", "csv"], "trace-format"),
+    (SIM + ["--block-size", "7"], "block-size"),
+    (SIM + ["--block-size", "24"], "block-size"),
+    (SIM + ["--goodput", "ttft:nan"], "goodput"),
+    (SIM + ["--scenario", "stall", "--workload-file", "{d}/trace_generic.csv"], "--scenario"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-token 2048"],
+     "did you mean --max-num-batched-tokens"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-seq=8"], "did you mean --max-num-seqs"),
+    (SIM + ["--engine-cmd", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefil-size 512"],
+     "did you mean --chunked-prefill-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --chunked-prefill-size 512"], "--chunked-prefill-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --block-size 7"], "--block-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B -dp 0"], "-dp"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --data-parallel-size x"], "--data-parallel-size"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization nan"],
+     "--gpu-memory-utilization"),
+    (SIM + ["--engine-cmd", "CUDA_VISIBLE_DEVICES=0 docker run vllm"], "--engine-cmd"),
 ]
 MODEL_FILES = [f for f in FILES if f.startswith("cfg_")]
 HW_FILES = [f for f in FILES if f.startswith("hw_")]
@@ -193,16 +220,21 @@ CASES += [(["cost", "--q-lens", "16", "--hardware", "{d}/" + f], f.split(".")[0]
 CASES += [(SIM + ["--hardware", "{d}/" + f], f.split(".")[0]) for f in HW_FILES]
 CASES += [(["simulate", "-f", "{d}/" + f], field) for f, field in [
     ("exp_utf8.yaml", "exp_utf8"), ("exp_syntax.yaml", "exp_syntax"), ("exp_list.yaml", "exp_list"),
-    ("exp_unknown.yaml", "polcy"), ("exp_engine_unknown.yaml", "max_num_seq"), ("exp_engine_bool.yaml", "max_num_seqs"),
+    ("exp_unknown.yaml", "polcy"), ("exp_engine_unknown.yaml", "max_num_seq"), ("exp_engine_bool.yaml", "exp_engine_bool.yaml:engine:max_num_seqs"),
     ("exp_tp.yaml", "tp"), ("exp_seed.yaml", "seed"), ("exp_policy.yaml", "policy"), ("exp_workload.yaml", "workload"),
-    ("exp_goodput.yaml", "goodput"), ("exp_wl_kind.yaml", "kind"), ("missing.yaml", "missing.yaml")]]
+    ("exp_goodput.yaml", "goodput"), ("exp_wl_kind.yaml", "kind"), ("missing.yaml", "missing.yaml"),
+    ("exp_lengths.yaml", "exp_lengths.yaml:workload:lengths:input_len"),
+    ("exp_trace_path.yaml", "exp_trace_path.yaml:workload:trace:path"),
+    ("exp_block.yaml", "exp_block.yaml:engine:block_size")]]
 SWEEP = ["sweep", "--itl-slo-ms", "50", "--num-prompts", "5", "--request-rates", "1", "--policies", "vllm",
          "--max-num-batched-tokens", "512"]
 CASES += [(["sweep", "--itl-slo-ms", "50", "--config", "{d}/" + f], field) for f, field in [
     ("sw_utf8.yaml", "sw_utf8"), ("sw_syntax.yaml", "sw_syntax"), ("sw_unknown.yaml", "grdi"),
     ("sw_grid_list.yaml", "max_num_batched_tokens"), ("sw_grid_str.yaml", "max_num_batched_tokens"),
     ("sw_rates.yaml", "request_rates"), ("sw_slo_key.yaml", "itl"), ("sw_slo_neg.yaml", "itl_ms"),
-    ("sw_tp.yaml", "tp"), ("sw_list.yaml", "sw_list"), ("missing.yaml", "missing.yaml")]]
+    ("sw_tp.yaml", "tp"), ("sw_list.yaml", "sw_list"), ("missing.yaml", "missing.yaml"),
+    ("sw_tp_list.yaml", "tp"), ("sw_router.yaml", "router"), ("sw_price.yaml", "gpu_hourly_price"),
+    ("sw_replicas.yaml", "replicas")]]
 CASES += [
     (["sweep"], "--itl-slo-ms"),
     (["sweep", "--itl-slo-ms", "0"], "--itl-slo-ms"),
@@ -223,10 +255,40 @@ CASES += [
     (["sweep", "--itl-slo-ms", "50", "--request-rates", "0"], "--request-rates"),
     (["sweep", "--itl-slo-ms", "50", "--jobs", "0"], "--jobs"),
     (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_utf8.yaml"], "--workload-file"),
+    (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_wl_lengths.yaml"],
+     "sw_wl_lengths.yaml:workload:lengths:input_len"),
+    (["sweep", "--itl-slo-ms", "50", "--config", "{d}/sw_wl_lengths.yaml"],
+     "sw_wl_lengths.yaml:workload:lengths:input_len"),
     (["sweep", "--itl-slo-ms", "50", "--dataset-name", "hf"], "--dataset-name"),
     (["sweep", "--itl-slo-ms", "50", "--policies", "sglang", "--max-num-batched-tokens", "512"],
      "max-num-batched-tokens"),
+    (SWEEP + ["--hardware", "h100", "h100"], "--hardware"),
+    (SWEEP + ["--tp", "0"], "--tp"),
+    (SWEEP + ["--tp", "16"], "--tp"),
+    (SWEEP + ["--replicas", "0"], "--replicas"),
+    (SWEEP + ["--router", "random"], "--router"),
+    (SWEEP + ["--hardware", "h100", "tpu-v9"], "hardware"),
+    (SWEEP + ["--gpu-hourly-price", "0"], "--gpu-hourly-price"),
+    (SWEEP + ["--gpu-hourly-price", "cheap"], "--gpu-hourly-price"),
+    (SWEEP + ["--gpu-hourly-price", "nan"], "--gpu-hourly-price"),
+    (SWEEP + ["--hardware", "h100", "h200", "--gpu-hourly-price", "3"], "--gpu-hourly-price"),
+    (SWEEP + ["--gpu-hourly-price", "b200=3"], "--gpu-hourly-price"),
+    (SWEEP + ["--hardware", "h200", "--objective", "usd_per_million_output_tokens"], "--gpu-hourly-price"),
+    (SIM + ["--gpu-hourly-price", "0"], "--gpu-hourly-price"),
+    (SIM + ["--gpu-hourly-price", "inf"], "--gpu-hourly-price"),
+    (SIM + ["--time-scale", "2"], "--time-scale"),
+    (SIM + ["--time-scale", "0"], "--time-scale"),
+    (SIM + ["--target-rate", "-1"], "--target-rate"),
+    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns",
+            "arrival=t,prompt_len=p,output_len=o", "--time-scale", "2", "--target-rate", "3"], "--time-scale"),
+    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns",
+            "arrival=t,prompt_len=p,output_len=o", "--target-rate", "3", "--request-rate", "5"], "--target-rate"),
+    (["list"], "what"),
+    (["list", "gpus"], "what"),
     (["cost", "--q-lens", "1,a"], "--q-lens"),
+    (["cost", "--q-lens", "1,,2"], "--q-lens"),
+    (["cost", "--q-lens", "1000000000000"], "--q-lens"),
+    (["cost", "--q-lens", "4", "--kv-lens", "1000000000000"], "--kv-lens"),
     (["cost", "--q-lens", "16,1", "--kv-lens", "0"], "--kv-lens"),
     (["cost", "--q-lens", "0"], "--q-lens"),
     (["cost", "--q-lens", ","], "--q-lens"),
@@ -255,6 +317,7 @@ CASES += [
     (["calibrate", "--from", "vidur", "{d}/missing"], "missing"),
     (["calibrate", "--from", "vidur", "{d}/missing", "--out", "{d}/afile"], "--out"),
     (["calibrate", "--device", "tpu"], "--device"),
+    (["calibrate", "--from", "vidur", "{d}/missing", "--model", "qwen3-8b"], "--model"),
     (["calibrate"], "from"),
     (["calibrate", "--form", "cubic"], "--form"),
     (["bogus"], "VERB"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import require
+from costmodel.errors import InputError, require
 
 from . import arrivals, lengths, traces
 from .workload import Workload
@@ -73,7 +73,12 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
         return _trace(d.get("trace"), rng_spread, concurrency, base_dir)
 
     n = _count(d, "num_prompts", "workload", 1000)
-    lens = _lengths(d.get("lengths", {"kind": "random"}), n, rng_lengths, base_dir)
+    try:
+        lens = _lengths(d.get("lengths", {"kind": "random"}), n, rng_lengths, base_dir)
+    except InputError as e:   # the length generators name their argument; say which section it is in
+        if str(e.field).startswith("lengths"):
+            raise
+        raise InputError(f"lengths:{e.field}", e.value, e.reason) from None
     n = len(lens)
     normalize = d.get("normalize", True)
     require(isinstance(normalize, bool), "workload:normalize", normalize, "must be true or false")

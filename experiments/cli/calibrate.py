@@ -15,7 +15,7 @@ from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_p
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
 from costmodel.calibration.holdout import error_table, split_by_shape
-from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, spec_hardware
+from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, read_llmservingsim, spec_hardware
 from costmodel.calibration.step_timings import STEP_FORMATS
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
@@ -37,7 +37,9 @@ def add_parser(p):
                         "kernel fit); repeatable, one fit")
     p.add_argument("--measure", action="store_true", help="run the microbenchmark here, then fit")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="microbenchmark back end (cuda needs torch)")
-    p.add_argument("--model", default="llama-3.1-8b", help="shapes for the cuda microbenchmark")
+    p.add_argument("--model", help="the model whose shapes the timings are of: --from llmservingsim (default: the "
+                                   "profile's meta.yaml), step timings and --measure --device cuda (default "
+                                   "llama-3.1-8b); a short name, Hugging Face id or config.json")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shard for the cuda microbenchmark")
     p.add_argument("--holdout", metavar="PATH", action="append", default=[],
                    help="timings to predict, not fit (same formats as --from); repeatable")
@@ -61,13 +63,14 @@ def add_parser(p):
 def _timings(args) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
     if args.measure:
         require(not args.sources, "from", args.sources, "give --from or --measure, not both")
-        plan = model_plan(load_model(args.model), args.tp) if args.device == "cuda" else cpu_plan()
+        plan = model_plan(load_model(args.model or DEFAULT_MODEL), args.tp) if args.device == "cuda" else cpu_plan()
         train, held = split_holdout(measure(plan, args.device))
         return train, held, f"microbench:{args.device}"
     require(bool(args.sources), "from", None, "give --from FORMAT PATH or --measure")
     for fmt, _ in args.sources:
         require(fmt in FORMATS, "from", fmt, f"unknown format; known: {', '.join(FORMATS)}")
-    loaded = [load_source(fmt, path) for fmt, path in args.sources]
+    loaded = [read_llmservingsim(llmservingsim_dir(path), model=args.model) if fmt == "llmservingsim"
+              else load_source(fmt, path) for fmt, path in args.sources]
     args.notes = [n for _, notes in loaded for n in notes]
     train = pd.concat([df for df, _ in loaded], ignore_index=True)
     held = None
@@ -75,6 +78,32 @@ def _timings(args) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
         require(0 < args.holdout_shapes < 1, "holdout-shapes", args.holdout_shapes, "must be between 0 and 1")
         train, held = split_by_shape(train, args.holdout_shapes)
     return train, held, ", ".join(path for _, path in args.sources)
+
+
+DEFAULT_MODEL = "llama-3.1-8b"
+MODEL_READERS = ("llmservingsim", *STEP_FORMATS)
+
+
+def check_model_used(args) -> None:
+    """--model changes only what reads shapes from a model; anywhere else it is refused, not dropped."""
+    if args.model is None:
+        return
+    used = (args.measure and args.device == "cuda") or any(f in MODEL_READERS for f, _ in args.sources or [])
+    require(used, "--model", args.model, "read only by --from llmservingsim, step timings (steps, splitwise, "
+            "vllm-log) and --measure --device cuda; kernel tables (vidur, timings, aiconfigurator) carry their "
+            "own shapes")
+
+
+def llmservingsim_dir(path) -> Path:
+    """LLMServingSim's profile folders nest <gpu>/<org>/<model>/<variant>/tp<N>: a model folder holding
+    one variant (bf16) is read as that variant; several are refused by name."""
+    p = Path(path)
+    if not p.is_dir() or (p.name.startswith("tp") and p.name[2:].isdigit()) or any(p.glob("tp*/attention.csv")):
+        return p
+    variants = sorted(d for d in p.iterdir() if d.is_dir() and any(d.glob("tp*/attention.csv")))
+    require(len(variants) <= 1, "from", str(p), f"holds several profile variants ({', '.join(d.name for d in variants)}); "
+            "give one of them")
+    return variants[0] if variants else p
 
 
 def _base(args):
@@ -87,6 +116,7 @@ def _base(args):
 
 
 def calibrate(args) -> dict:
+    check_model_used(args)
     if args.out:
         writable_dir(Path(args.out), "--out")
     args.notes = []

@@ -34,7 +34,7 @@ def load_all(sources, args, skipped: dict) -> pd.DataFrame:
 def fit_from_args(sources, args, base: Hardware) -> tuple[StepFit, dict]:
     skipped: dict = {}
     steps = load_all(sources, args, skipped)
-    model = load_model(args.model)
+    model = load_model(args.model or "llama-3.1-8b")
     result = fit_steps(steps, model, base, overlap=args.overlap_host)
     report = {"source": ", ".join(p for _, p in sources), "points": result.points, "fit_seconds": result.seconds,
               "parameters": result.table().to_dict("records"), "errors_fit": result.errors.to_dict("records"),

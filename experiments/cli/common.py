@@ -8,7 +8,7 @@ from pathlib import Path
 from costmodel import load_hardware, load_model
 from costmodel.errors import InputError, require
 
-from .. import datasets
+from .. import datasets, engine_flags
 
 
 def _parse(text: str, cast, what: str):
@@ -33,14 +33,6 @@ def nonneg_int(text: str) -> int:
     v = _integer(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return v
-
-
-def chunk_size(text: str) -> int:
-    """SGLang's --chunked-prefill-size: a positive size, or -1 for chunking off."""
-    v = int(text) if text.lstrip("-").isdigit() else None
-    if v is None or not (v > 0 or v == -1):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer, or -1 to turn chunking off")
     return v
 
 
@@ -86,47 +78,32 @@ def add_model_hardware(p: argparse.ArgumentParser, json_flag: bool = True) -> No
         p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
-ENGINE_INTS = {  # flag: (type, help)
-    "max-num-batched-tokens": (positive_int, "vLLM token budget per step (default by GPU: 8192 on an H100)"),
-    "long-prefill-token-threshold": (nonneg_int, "vLLM: cap a prefill's tokens per step (0 = no cap, vLLM's default)"),
-    "max-num-seqs": (positive_int, "vLLM: most sequences per step (default by GPU)"),
-    "chunked-prefill-size": (chunk_size, "SGLang chunk size (default by GPU memory; -1 = chunking off)"),
-    "max-prefill-tokens": (positive_int, "SGLang prefill token budget per step (default 16384)"),
-    "page-size": (positive_int, "SGLang KV page size in tokens (default 1)"),
-    "max-model-len": (positive_int, "longest prompt + output (default: the model's max_position_embeddings)"),
-    "num-gpu-blocks-override": (positive_int, "vLLM: KV pool size in blocks instead of the memory estimate"),
-    "max-total-tokens": (positive_int, "SGLang: cap the KV pool at this many tokens"),
-    "max-running-requests": (positive_int, "SGLang: most running requests"),
-    "block-size": (positive_int, "vLLM KV block size in tokens (default 16)"),
-}
+def engine_type(name: str):
+    """argparse type of engine flag ``name``: typed and range-checked as engine_flags declares it."""
+    def parse(text: str):
+        try:
+            return engine_flags.convert(name, text, name)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: {e.reason}") from None
+    parse.__name__ = name
+    return parse
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    """The engine flags `simulate` takes, spelled as `vllm serve` and `sglang.launch_server` spell them."""
+    """The engine flags `simulate` takes, spelled as `vllm serve` and `sglang.launch_server` spell them
+    (one argument per field of engine_flags.EngineFlags)."""
     g = p.add_argument_group("engine flags (as vllm serve / sglang.launch_server spell them)")
     g.add_argument("--engine-cmd", metavar='"CMD"',
                    help="paste a `vllm serve ...` or `python -m sglang.launch_server ...` command line: sets the "
-                        "policy, its flags, the model and --tp; explicit flags here override it")
-    for flag, (kind, text) in ENGINE_INTS.items():
-        g.add_argument(f"--{flag}", type=kind, help=text)
-    g.add_argument("--context-length", dest="max_model_len", type=positive_int,
-                   help="SGLang's spelling of --max-model-len")
-    g.add_argument("--gpu-memory-utilization", type=fraction, help="vLLM memory fraction for weights + KV (0.9)")
-    g.add_argument("--mem-fraction-static", type=fraction, help="SGLang memory fraction (default by GPU memory)")
-    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
-                   help="vLLM chunked prefill (on by default in V1)")
-    g.add_argument("--enable-mixed-chunk", action="store_true", default=None,
-                   help="SGLang: run decodes in the same batch as a prefill chunk")
-    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
-                   help="vLLM prefix caching (on by default; acts when requests carry block hashes)")
-    g.add_argument("--disable-radix-cache", action="store_true", default=None, help="SGLang: no prefix (radix) cache")
-    g.add_argument("--disable-overlap-schedule", action="store_true", default=None,
-                   help="SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish")
-    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-                   help="vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step")
-    g.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction, default=None,
-                   help="vLLM (default on): admit a request only when its whole current length fits in free KV")
-
+                        "policy, its flags, the model, --tp and (-dp) --replicas; explicit flags here override it")
+    for name, spec in engine_flags.FLAGS.items():
+        if not spec.cli:
+            continue
+        if spec.kind == engine_flags.BOOL:
+            action = argparse.BooleanOptionalAction if spec.negatable else "store_true"
+            g.add_argument(*spec.spellings, dest=name, action=action, default=None, help=spec.help)
+        else:
+            g.add_argument(*spec.spellings, dest=name, type=engine_type(name), help=spec.help)
 
 
 def add_dataset_flags(w) -> None:

@@ -25,10 +25,23 @@ def add_parser(p):
 
 
 def _ints(field: str, text: str) -> list[int]:
+    items = text.split(",")
+    if text.strip() and any(not x.strip() for x in items):
+        raise InputError(field, text, "has an empty entry; give a comma-separated list of integers")
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in items if x.strip()]
     except ValueError:
         raise InputError(field, text, "must be a comma-separated list of integers") from None
+
+
+def within_context(model, q: list[int], kv: list[int], batch_file: str | None = None, q_text=None, kv_text=None):
+    """No sequence longer than the model's context window (max_position_embeddings): an engine could
+    never hold it, and its price would be a figure for nothing that runs."""
+    limit = model.max_model_len or 2 ** 31 - 1
+    for field, text, lens in (("--q-lens", q_text, q), ("--kv-lens", kv_text, [a + b for a, b in zip(q, kv)])):
+        worst = max(lens, default=0)
+        require(worst <= limit, "--batch-file" if batch_file else field, batch_file or text,
+                f"a sequence of {worst:,} tokens (q_len + kv_len) exceeds {model.name}'s context of {limit:,} tokens")
 
 
 def read_batch_file(path: str) -> tuple[list[int], list[int]]:
@@ -69,6 +82,7 @@ def batch_from_args(args) -> tuple[list[int], list[int]]:
 def run(args) -> int:
     model, hw = model_and_hardware(args)
     q, kv = batch_from_args(args)
+    within_context(model, q, kv, args.batch_file, args.q_lens, args.kv_lens)
     result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host)
     band = forward_interval(model, hw, q, kv, args.tp, args.counting) if args.interval else None
     if args.json:

@@ -38,6 +38,8 @@ def add_parser(p):
     p.add_argument("--replicas", type=positive_int, help="replicas behind the router (default 1), each of --tp GPUs")
     p.add_argument("--router", help="round_robin (default), least_outstanding, least_kv, prefix_affinity")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no notes on stderr")
+    p.add_argument("--gpu-hourly-price", type=finite_float, metavar="USD",
+                   help="USD per GPU-hour, for cost per million tokens (default for some GPUs: `chunksim list hardware`)")
     add_engine_flags(p)
     w = p.add_argument_group("workload (vllm bench serve's flags)")
     add_dataset_flags(w)
@@ -57,6 +59,10 @@ def add_parser(p):
     w.add_argument("--trace-columns", dest="columns", type=trace_columns, metavar="arrival=COL,prompt_len=COL,...",
                    help="a csv/jsonl trace's columns: arrival, prompt_len, output_len[, block_hashes]")
     w.add_argument("--time-unit", choices=TIME_UNITS, help="unit of the trace's arrival column")
+    w.add_argument("--time-scale", type=finite_float, metavar="F",
+                   help="trace: multiply every arrival time by F (2 = half the rate, 0.5 = twice)")
+    w.add_argument("--target-rate", type=finite_float, metavar="RPS",
+                   help="trace: rescale arrival times to this mean request rate (requests/s)")
     w.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
     r = p.add_argument_group("results (vllm bench serve's flags)")
     r.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")

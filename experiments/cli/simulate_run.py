@@ -14,13 +14,14 @@ import pandas as pd
 from costmodel import load_hardware, load_model
 from costmodel.calibration import sample_hardware
 from costmodel.calibration.profile import fitted_parameters
-from costmodel.errors import require
+from costmodel.errors import InputError, require
 from simcore.simulation import Simulation
 
 from .. import bench_result as br
 from .. import engine_defaults, experiment_file
-from ..engine_cmd import parse_engine_cmd, shipped_model
+from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster, build_engine
+from ..pricing import COST_KEYS, cost_per_million, gpu_hourly_price
 from ..report import table
 from .common import check_hardware_file, read_text
 
@@ -43,9 +44,18 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
     if cmd.model and args.model is None:
         o["model"] = shipped_model(cmd.model)
     if cmd.tp:
-        require(cmd.tp >= 1, "--engine-cmd --tensor-parallel-size", cmd.tp, "must be >= 1")
         o["tp"] = cmd.tp
-    return o, cmd.ignored
+    notes = []
+    if cmd.dp and cmd.dp > 1:
+        o["replicas"] = cmd.dp
+        o["router"] = DP_ROUTER[cmd.policy]
+        notes.append(f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} independent replicas "
+                     f"of tp={cmd.tp or 1} behind the {DP_ROUTER[cmd.policy]} router (standing in for "
+                     f"{cmd.policy}'s own balancer; no DP attention or expert parallelism)")
+    if cmd.ignored or cmd.env:
+        notes.append("warning: --engine-cmd flags chunksim does not model (ignored): "
+                     + " ".join(cmd.ignored + [f"(environment) {e}" for e in cmd.env]))
+    return o, notes
 
 
 def config(args) -> tuple[dict, list[str]]:
@@ -168,12 +178,16 @@ def run_simulation(args) -> dict:
                                              cfg["router"])
     sched, pool = engines[0][0], engines[0][1]
     resolved = engine_defaults.resolved(cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"])
-    workload = experiment_file.build_workload(cfg)
+    try:
+        workload = experiment_file.build_workload(cfg)
+    except InputError as e:   # a workload section read from -f as written: the error names the file
+        if args.file and cfg["workload"] == experiment_file.load_experiment(args.file).get("workload"):
+            raise experiment_file.in_file(args.file, e, "workload") from None
+        raise
     goodput = cfg.get("goodput")
     notes = []
     quiet = args.quiet or args.json
-    if ignored:
-        notes.append(f"warning: --engine-cmd flags chunksim does not model (ignored): {' '.join(ignored)}")
+    notes += ignored   # the pasted line's unmodelled flags and data-parallel reading, even with --quiet
     draws = None
     if args.uncertainty:
         rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
@@ -203,6 +217,7 @@ def run_simulation(args) -> dict:
     if args.percentile_metrics or args.metric_percentiles:
         s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
     s["engine_config"] = engine_defaults.as_mapping(resolved)
+    s.update(_cost(cfg, hw, s, args.gpu_hourly_price))
     if draws:
         s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
     if args.save_result:
@@ -233,6 +248,15 @@ def run_simulation(args) -> dict:
     return {"summary": s, "text": _text(cfg, model, hw, pool, s, resolved, draws), "files": files}
 
 
+def _cost(cfg: dict, hw, s: dict, given) -> dict:
+    """USD per million tokens at the run's throughput on tp × replicas GPUs, when a price is known."""
+    price, source = gpu_hourly_price(hw.name, given)
+    out = {"usd_per_gpu_hour": price, "price_source": source, "gpus": cfg["tp"] * cfg["replicas"]}
+    if price is not None:
+        out.update(cost_per_million(s, out["gpus"], price))
+    return out
+
+
 def _plain(x):
     return x.item() if isinstance(x, np.generic) else str(x)
 
@@ -245,7 +269,9 @@ def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
     lines.append("")
     keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms",
             "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_iterations", "num_preemptions"]
-    lines.append(table([{"metric": k, "value": s[k]} for k in keys]))
+    lines.append(table([{"metric": k, "value": s[k]} for k in keys + [k for k in COST_KEYS if k in s]]))
+    lines.append(f"GPU price: {s['usd_per_gpu_hour']} USD per GPU-hour × {s['gpus']} GPUs ({s['price_source']})"
+                 if s["usd_per_gpu_hour"] is not None else f"cost: {s['price_source']}")
     if "replicas" in s:
         lines.append("")
         lines.append(table([{"replica": i, **{k: r[k] for k in ("completed", "output_throughput", "p99_ttft_ms",

@@ -13,15 +13,17 @@ from pathlib import Path
 import yaml
 
 from costmodel.errors import InputError, require
-from simcore.metrics import parse_goodput
+from ..experiment_file import in_file, parse_slos
 
 from ..bench_result import writable_dir
 from .. import datasets
-from .common import add_dataset_flags, check_hardware_file, chunk_size, nonneg_int, positive_float, positive_int, read_text
+from .common import add_dataset_flags, check_hardware_file, engine_type, nonneg_int, positive_float, positive_int, read_text
 from ..executors import EXECUTORS, executor_for
 from ..report import table
-from ..sweep import KNOBS, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
+from ..pricing import require_price
+from ..sweep import KNOBS, MINIMIZED, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
 from workloads.traffic import DEFAULTS as TRAFFIC
+from simcore.router import ROUTERS
 
 DEFAULT_GRID = {"vllm": {"max_num_batched_tokens": [512, 768, 1024, 1536, 2048, 4096, 8192]},
                 "sglang": {"chunked_prefill_size": [512, 1024, 2048, 4096], "enable_mixed_chunk": [False, True]}}
@@ -33,14 +35,21 @@ def add_parser(p):
     p.add_argument("--config", help="YAML experiment file: model, hardware, tp, seed, grid, flags, request_rates, "
                                     "workload, slo {itl_ms, ttft_ms, percentile, objective}, goodput")
     p.add_argument("--model", help="short name from costmodel/models/, or a Hugging Face config.json")
-    p.add_argument("--hardware", help="GPU profile name or a YAML path")
-    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, help="tensor-parallel degree")
+    p.add_argument("--hardware", nargs="+", help="GPU profile names or YAML paths (several: a sweep axis)")
+    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, nargs="+",
+                   help="tensor-parallel degrees (several: a sweep axis)")
+    p.add_argument("--replicas", type=positive_int, nargs="+", help="replicas behind the router (default 1)")
+    p.add_argument("--router", nargs="+", choices=ROUTERS, help="routers to sweep (default round_robin)")
+    p.add_argument("--gpu-hourly-price", nargs="+", metavar="USD|HW=USD",
+                   help="USD per GPU-hour (one number, or HW=USD per --hardware) for the cost per million tokens "
+                        "columns and --objective usd_per_million_*; default for some GPUs: `chunksim list hardware`")
     p.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
     p.add_argument("--policies", nargs="+", choices=list(KNOBS), help="engines to sweep (default vllm sglang)")
     g = p.add_argument_group("grid (engine knobs, as the engines spell them)")
-    g.add_argument("--max-num-batched-tokens", type=positive_int, nargs="+", help="vLLM token budgets to try")
-    g.add_argument("--long-prefill-token-threshold", type=nonneg_int, nargs="+", help="vLLM thresholds (0 = none)")
-    g.add_argument("--chunked-prefill-size", type=chunk_size, nargs="+", help="SGLang chunk sizes (-1 = off)")
+    g.add_argument("--max-num-batched-tokens", type=engine_type("max_num_batched_tokens"), nargs="+", help="vLLM token budgets to try")
+    g.add_argument("--long-prefill-token-threshold", type=engine_type("long_prefill_token_threshold"), nargs="+", help="vLLM thresholds (0 = none)")
+    g.add_argument("--chunked-prefill-size", type=engine_type("chunked_prefill_size"), nargs="+",
+                   help="SGLang chunk sizes (0 or -1 = off)")
     g.add_argument("--enable-mixed-chunk", choices=list(MIXED), help="SGLang mixing: off, on or both (default both)")
     g.add_argument("--request-rates", type=positive_float, nargs="+", metavar="RPS", help="request rates to sweep")
     w = p.add_argument_group("workload (default: chat requests with a long prompt every --long-every)")
@@ -90,7 +99,8 @@ def _bench(args) -> dict | None:
 DATASET_FLAGS = ("dataset_name", "dataset_path", *datasets.RANDOM_KEYS, *datasets.PREFIX_KEYS, "sharegpt_output_len")
 
 
-CONFIG_KEYS = {"model", "hardware", "tp", "seed", "grid", "flags", "request_rates", "workload", "slo", "goodput"}
+CONFIG_KEYS = {"model", "hardware", "tp", "replicas", "router", "gpu_hourly_price", "seed", "grid", "flags",
+               "request_rates", "workload", "slo", "goodput"}
 SLO_KEYS = {"itl_ms", "ttft_ms", "percentile", "objective"}
 
 
@@ -117,13 +127,22 @@ def validate_config(cfg: dict, path) -> dict:
     """A sweep file checked as experiment files are: known keys, and each value's type."""
     unknown = sorted(set(map(str, cfg)) - CONFIG_KEYS)
     require(not unknown, f"{path}", unknown, f"unknown keys; allowed: {', '.join(sorted(CONFIG_KEYS))}")
-    for key in ("model", "hardware"):
-        require(key not in cfg or (isinstance(cfg[key], str) and cfg[key]), f"{path}:{key}", cfg.get(key),
-                "must be a non-empty string")
-    for key, low in (("tp", 1), ("seed", 0)):
-        v = cfg.get(key, low)
-        require(isinstance(v, int) and not isinstance(v, bool) and v >= low, f"{path}:{key}", v,
-                f"must be an integer >= {low}")
+    require("model" not in cfg or (isinstance(cfg["model"], str) and cfg["model"]), f"{path}:model", cfg.get("model"),
+            "must be a non-empty string")
+    for key in ("hardware", "router"):
+        vals = _listed(cfg, key)
+        require(all(isinstance(v, str) and v for v in vals), f"{path}:{key}", cfg.get(key),
+                "must be a non-empty string or a list of them")
+    bad = [r for r in _listed(cfg, "router") if r not in ROUTERS]
+    require(not bad, f"{path}:router", cfg.get("router"), f"must be among {', '.join(ROUTERS)}")
+    for key, low in (("tp", 1), ("replicas", 1), ("seed", 0)):
+        for v in _listed(cfg, key) if key != "seed" else [cfg.get(key, low)]:
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= low, f"{path}:{key}", cfg.get(key),
+                    f"must be an integer >= {low}" + (" or a list of them" if key != "seed" else ""))
+    price = cfg.get("gpu_hourly_price")
+    prices = price.values() if isinstance(price, dict) else [] if price is None else [price]
+    require(all(_number(v) and 0 < v < float("inf") for v in prices), f"{path}:gpu_hourly_price", price,
+            "must be USD per GPU-hour (a positive number) or a mapping of hardware to one")
     for key in ("grid", "flags", "workload", "slo"):
         require(cfg.get(key) is None or isinstance(cfg[key], dict), f"{path}:{key}", cfg.get(key), "must be a mapping")
     for policy, knobs in (cfg.get("grid") or {}).items():
@@ -143,6 +162,40 @@ def validate_config(cfg: dict, path) -> dict:
         require(slo.get(key) is None or (_number(slo[key]) and slo[key] > 0), f"{path}:slo:{key}", slo.get(key),
                 "must be a positive number of milliseconds")
     return cfg
+
+
+def _listed(cfg: dict, key: str) -> list:
+    """A config value that may be one value or a list of them (a sweep axis)."""
+    v = cfg.get(key)
+    if v is None:
+        return []
+    if isinstance(v, list):
+        return v or [None]   # an empty list is refused by the caller's check
+    return [v]
+
+
+def _prices(args, cfg: dict, hardware: list) -> dict:
+    """hardware name -> USD per GPU-hour, from --gpu-hourly-price (USD, or HW=USD ...) or the config."""
+    given = args.gpu_hourly_price
+    if not given:
+        v = cfg.get("gpu_hourly_price")
+        return {str(k): float(p) for k, p in v.items()} if isinstance(v, dict) else \
+            {str(h): float(v) for h in hardware} if v is not None else {}
+    out = {}
+    for item in given:
+        hw, eq, text = item.rpartition("=") if "=" in item else ("", "", item)
+        try:
+            price = float(text)
+        except ValueError:
+            raise InputError("--gpu-hourly-price", item, "must be USD per GPU-hour, or HW=USD") from None
+        require(0 < price < float("inf"), "--gpu-hourly-price", item, "must be a positive number of USD per GPU-hour")
+        if not eq:
+            require(len(given) == 1 and len(hardware) == 1, "--gpu-hourly-price", item,
+                    f"give HW=USD for each of the {len(hardware)} --hardware values")
+            hw = hardware[0]
+        require(hw in hardware, "--gpu-hourly-price", item, f"{hw!r} is not among --hardware {' '.join(hardware)}")
+        out[hw] = price
+    return out
 
 
 def check_scheduler(address: str | None) -> None:
@@ -184,12 +237,17 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
     elif workload.get("kind") == "chat_with_long_prompts":
         workload = {**workload, **{k: getattr(args, k) for k in TRAFFIC if getattr(args, k) is not None}}
     slo = cfg.get("slo") or {}
-    goodput = parse_goodput(args.goodput) if args.goodput else cfg.get("goodput")
+    goodput = parse_slos(args.goodput) if args.goodput else cfg.get("goodput")
+    axes = {"hardware": args.hardware or _listed(cfg, "hardware") or ["h100"], "tp": args.tp or _listed(cfg, "tp") or [1],
+            "replicas": args.replicas or _listed(cfg, "replicas") or [1],
+            "router": args.router or _listed(cfg, "router") or ["round_robin"]}
+    for k, vals in axes.items():
+        require(len(set(vals)) == len(vals), f"--{k}", " ".join(map(str, vals)), "names a value twice")
     spec = SweepSpec(bench=_bench(args), grid=grid, request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
                      workload=workload, model=args.model or cfg.get("model", "llama-3.1-8b"),
-                     hardware=args.hardware or cfg.get("hardware", "h100"), tp=args.tp or cfg.get("tp", 1),
+                     hardware=axes["hardware"][0], tp=axes["tp"][0],
                      seed=args.seed if args.seed is not None else cfg.get("seed", 0), flags=cfg.get("flags") or {},
-                     goodput=goodput)
+                     goodput=goodput, axes=axes, prices=_prices(args, cfg, axes["hardware"]))
     slos = {"itl_slo_ms": args.itl_slo_ms or slo.get("itl_ms"), "ttft_slo_ms": args.ttft_slo_ms or slo.get("ttft_ms"),
             "percentile": args.percentile or slo.get("percentile", 99),
             "objective": args.objective or slo.get("objective", "output_throughput")}
@@ -199,21 +257,34 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
     require(slos["objective"] in OBJECTIVES, "slo:objective", slos["objective"], f"must be one of {', '.join(OBJECTIVES)}")
     require(slos["objective"] != "request_goodput" or spec.goodput, "--objective", slos["objective"],
             "needs goodput SLOs (--goodput ttft:MS ...)")
+    if slos["objective"] in MINIMIZED:
+        for hw in axes["hardware"]:
+            require_price(hw, spec.prices.get(hw), f"--objective {slos['objective']} on {hw}")
     return spec, slos
 
 
 def preflight(args, spec: SweepSpec) -> None:
     """What would otherwise fail only after the whole grid ran: model, hardware, output folder, executor."""
     from costmodel import load_hardware, load_model
-    check_hardware_file(spec.hardware)
     load_model(spec.model)
-    load_hardware(spec.hardware)
+    for name in spec.axis("hardware"):
+        check_hardware_file(name)
+        hw = load_hardware(name)
+        for tp in spec.axis("tp"):
+            require(tp <= hw.gpus_per_node, "--tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     if args.out:
         writable_dir(Path(args.out), "--out")
     check_scheduler(args.scheduler_address)
     from ..sweep import build_workload
     rate = spec.request_rates[0] if spec.request_rates else None
-    build_workload(spec.workload, rate, spec.seed)
+    try:
+        build_workload(spec.workload, rate, spec.seed)
+    except InputError as e:   # a workload section from a YAML file: the error names the file and key
+        source = args.workload_file or (args.config if _load_config(args.config).get("workload") == spec.workload
+                                        else None)
+        if source:
+            raise in_file(source, e, "workload") from None
+        raise
 
 
 def run(args) -> int:
@@ -249,13 +320,16 @@ def run(args) -> int:
                          indent=2, default=float))
         return _failed(errors, len(df))
     pct = slos["percentile"]
-    print(f"{len(df)} points · {spec.model} on {spec.hardware} (tp={spec.tp}) · SLO p{pct} ITL ≤ "
+    print(f"{len(df)} points · {spec.model} on {'/'.join(map(str, spec.axis('hardware')))} "
+          f"(tp={'/'.join(map(str, spec.axis('tp')))}, replicas={'/'.join(map(str, spec.axis('replicas')))}, "
+          f"router {'/'.join(spec.axis('router'))}) · SLO p{pct} ITL ≤ "
           f"{slos['itl_slo_ms']:g} ms" + (f", p{pct} TTFT ≤ {slos['ttft_slo_ms']:g} ms" if slos["ttft_slo_ms"] else ""))
     shown = rec.drop(columns=["point_id"], errors="ignore").dropna(axis=1, how="all")
     rows = [{k: (None if isinstance(v, float) and v != v else str(v) if isinstance(v, bool) else v) for k, v in r.items()}
             for r in shown.astype(object).to_dict("records")]
     print(table(rows, list(shown.columns)))
-    print(f"analytic bound (seed 000, weight GEMMs only, 32 decoders at 2k context): {analytic} tokens")
+    print(f"analytic bound (seed 000, weight GEMMs only, 32 decoders at 2k context, {spec.hardware} tp={spec.tp}): "
+          f"{analytic} tokens")
     for e in errors.itertuples():
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():

@@ -1,0 +1,178 @@
+"""Every engine flag chunksim models, declared once: a field of ``EngineFlags`` whose metadata says
+which engines take it, how each engine spells it on its command line, its type, its range and its
+help. The CLI parsers (``simulate``), the pasted command line reader (``--engine-cmd``), the
+experiment file's ``engine:`` section and ``build_engine``'s per-policy check all read this table,
+so a new flag is one field here (plus the engine config field it sets).
+
+Spellings follow vLLM's ``EngineArgs.add_cli_args`` (vllm/engine/arg_utils.py) and SGLang's
+``ServerArgs.add_cli_args`` (sglang/srt/server_args.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from costmodel.errors import InputError
+
+INT, FLOAT, BOOL, STR = "int", "float", "bool", "str"
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""vLLM's ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`` (vllm/config/cache.py; 256 was added after
+0.10 — older releases stop at 128); ``--block-size`` rejects anything else."""
+
+
+def _positive(v):
+    return None if v > 0 else "must be a positive integer"
+
+
+def _nonneg(v):
+    return None if v >= 0 else "must be >= 0"
+
+
+def _fraction(v):
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def _block(v):
+    return None if v in VLLM_BLOCK_SIZES else \
+        f"must be one of {', '.join(map(str, VLLM_BLOCK_SIZES))} (vLLM's BlockSize, vllm/config/cache.py)"
+
+
+def _chunk(v):
+    """SGLang: any size <= 0 turns chunking off (scheduler.py ``init_chunked_prefill``:
+    ``if self.chunked_prefill_size <= 0:  # -1 means disable``); kept as given, the policy reads <= 0 as off."""
+    return None
+
+
+def flag(kind: str, engines: tuple, help: str, vllm: tuple = (), sglang: tuple = (), check=None, cli: bool = True):
+    """A field of EngineFlags. ``vllm`` / ``sglang``: the spellings each engine's command line accepts
+    (booleans: the first switches on, a ``--no-`` one off); ``cli``: also a flag of ``chunksim simulate``."""
+    return field(default=None, metadata={"kind": kind, "engines": engines, "help": help, "vllm": vllm,
+                                         "sglang": sglang, "check": check, "cli": cli})
+
+
+V, S, N = "vllm", "sglang", "nochunk"
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    max_num_batched_tokens: int | None = flag(
+        INT, (V, N), "vLLM token budget per step (default by GPU: 8192 on an H100)",
+        vllm=("--max-num-batched-tokens",), check=_positive)
+    long_prefill_token_threshold: int | None = flag(
+        INT, (V,), "vLLM: cap a prefill's tokens per step (0 = no cap, vLLM's default)",
+        vllm=("--long-prefill-token-threshold",), check=_nonneg)
+    max_num_seqs: int | None = flag(
+        INT, (V, N), "vLLM: most sequences per step (default by GPU)", vllm=("--max-num-seqs",), check=_positive)
+    chunked_prefill_size: int | None = flag(
+        INT, (S,), "SGLang chunk size (default by GPU memory; 0 or -1 = chunking off, as SGLang reads <= 0)",
+        sglang=("--chunked-prefill-size",), check=_chunk)
+    max_prefill_tokens: int | None = flag(
+        INT, (S,), "SGLang prefill token budget per step (default 16384)", sglang=("--max-prefill-tokens",),
+        check=_positive)
+    page_size: int | None = flag(
+        INT, (S,), "SGLang KV page size in tokens (default 1)", sglang=("--page-size",), check=_positive)
+    max_model_len: int | None = flag(
+        INT, (V, S, N), "longest prompt + output (default: the model's max_position_embeddings); "
+        "SGLang spells it --context-length", vllm=("--max-model-len",), sglang=("--context-length",),
+        check=_positive)
+    num_gpu_blocks_override: int | None = flag(
+        INT, (V, N), "vLLM: KV pool size in blocks instead of the memory estimate",
+        vllm=("--num-gpu-blocks-override",), check=_positive)
+    max_total_tokens: int | None = flag(
+        INT, (S,), "SGLang: cap the KV pool at this many tokens", sglang=("--max-total-tokens",), check=_positive)
+    max_running_requests: int | None = flag(
+        INT, (S,), "SGLang: most running requests", sglang=("--max-running-requests",), check=_positive)
+    block_size: int | None = flag(
+        INT, (V, N), f"vLLM KV block size in tokens (default 16; one of {', '.join(map(str, VLLM_BLOCK_SIZES))})",
+        vllm=("--block-size",), check=_block)
+    gpu_memory_utilization: float | None = flag(
+        FLOAT, (V, N), "vLLM memory fraction for weights + KV (0.9)", vllm=("--gpu-memory-utilization",),
+        check=_fraction)
+    mem_fraction_static: float | None = flag(
+        FLOAT, (S,), "SGLang memory fraction (default by GPU memory)", sglang=("--mem-fraction-static",),
+        check=_fraction)
+    enable_chunked_prefill: bool | None = flag(
+        BOOL, (V,), "vLLM chunked prefill (on by default in V1)",
+        vllm=("--enable-chunked-prefill", "--no-enable-chunked-prefill"))
+    enable_mixed_chunk: bool | None = flag(
+        BOOL, (S,), "SGLang: run decodes in the same batch as a prefill chunk", sglang=("--enable-mixed-chunk",))
+    enable_prefix_caching: bool | None = flag(
+        BOOL, (V, N), "vLLM prefix caching (on by default; acts when requests carry block hashes)",
+        vllm=("--enable-prefix-caching", "--no-enable-prefix-caching"))
+    disable_radix_cache: bool | None = flag(
+        BOOL, (S,), "SGLang: no prefix (radix) cache", sglang=("--disable-radix-cache",))
+    disable_overlap_schedule: bool | None = flag(
+        BOOL, (S,), "SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish",
+        sglang=("--disable-overlap-schedule",))
+    async_scheduling: bool | None = flag(
+        BOOL, (V,), "vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step",
+        vllm=("--async-scheduling", "--no-async-scheduling"))
+    scheduler_reserve_full_isl: bool | None = flag(
+        BOOL, (V,), "vLLM (default on): admit a request only when its whole current length fits in free KV",
+        vllm=("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"))
+    usage_context: str | None = flag(
+        STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str
+    engines: tuple
+    help: str
+    vllm: tuple
+    sglang: tuple
+    check: object
+    cli: bool
+
+    @property
+    def spellings(self) -> tuple:
+        """Every command-line spelling, vLLM's first (the ``--no-`` forms left out)."""
+        return tuple(dict.fromkeys(s for s in self.vllm + self.sglang if not s.startswith("--no-")))
+
+    @property
+    def negatable(self) -> bool:
+        return any(s.startswith("--no-") for s in self.vllm + self.sglang)
+
+
+FLAGS = {f.name: Spec(f.name, **f.metadata) for f in fields(EngineFlags)}
+POLICY_FLAGS = {p: frozenset(n for n, s in FLAGS.items() if p in s.engines) for p in (V, S, N)}
+ALL = frozenset(FLAGS)
+
+
+def check(name: str, value, where: str):
+    """``value`` of flag ``name`` (already of its kind) in range, else an InputError naming ``where``."""
+    spec = FLAGS[name]
+    reason = spec.check(value) if spec.check else None
+    if reason:
+        raise InputError(where, value, reason)
+    return value
+
+
+def convert(name: str, text: str, where: str):
+    """A flag's value from its command-line text: typed and range-checked."""
+    kind = FLAGS[name].kind
+    try:
+        v = int(text) if kind == INT else float(text)
+    except ValueError:
+        raise InputError(where, text, f"must be {'an integer' if kind == INT else 'a number'}") from None
+    if kind == FLOAT and not math.isfinite(v):
+        raise InputError(where, text, "must be a finite number")
+    return check(name, v, where)
+
+
+def typed(name: str, value, where: str):
+    """A value from a YAML ``engine:`` section: of the flag's kind, in range."""
+    kind = FLAGS[name].kind
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind == BOOL:
+        ok, want = isinstance(value, bool), "must be true or false"
+    elif kind == STR:
+        ok, want = isinstance(value, str), "must be a string"
+    elif kind == FLOAT:
+        ok, want = is_int or (isinstance(value, float) and math.isfinite(value)), "must be a number"
+    else:
+        ok, want = is_int, "must be an integer"
+    if not ok:
+        raise InputError(where, value, want)
+    return value if kind in (BOOL, STR) else check(name, value, where)
