@@ -260,7 +260,8 @@ def run(args) -> int:
     print(table(rows, list(shown.columns)))
     if overloaded:
         print(f"NO RECOMMENDATION: {overload_message(df)}")
-    print(f"analytic bound (seed 000, weight GEMMs only, 32 decoders at 2k context): {analytic} tokens")
+    print(f"analytic bound (seed 000's single-GPU formula: weight GEMMs only, no attention or all-reduce; "
+          f"chunksim stall prices the step): {analytic} tokens")
     for e in errors.itertuples():
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():
