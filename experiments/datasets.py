@@ -3,9 +3,11 @@
 vllm/benchmarks/serve.py for the ramp-up rules).
 
 ``random`` (vLLM's default): prefix + U[⌊len(1−r)⌋, ⌈len(1+r)⌉] tokens in, likewise out; ``sharegpt``:
-rows of a ShareGPT length table (the shipped 200-row one unless ``--dataset-path``), output
-replaced by ``--sharegpt-output-len``; ``prefix_repetition``: num_prompts // num_prefixes prompts
-per prefix. The other datasets carry text or media chunksim does not read: refused by name.
+first-turn ShareGPT lengths as vLLM samples them (prompt 4..1,024 tokens, prompt + output <=
+2,048), from the shipped first-turn table (Llama 3 tokenizer, docs/datasets.md) or a
+``--dataset-path`` length table of first turns, output replaced by ``--sharegpt-output-len``;
+``prefix_repetition``: num_prompts // num_prefixes prompts per prefix. The other datasets carry
+text or media chunksim does not read: refused by name.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from costmodel.errors import InputError, require
 SIMULATED = ("random", "sharegpt", "prefix_repetition")
 VLLM_DATASETS = ("sharegpt", "burstgpt", "random", "random-mm", "random-rerank", "hf", "custom", "custom_audio",
                  "custom_image", "prefix_repetition", "spec_bench", "speed_bench", "timed_trace")
-SHAREGPT_TABLE = Path(__file__).resolve().parents[1] / "workloads" / "fixtures" / "sharegpt_lengths_200.csv"
 RANDOM_KEYS = {"random_input_len": "input_len", "random_output_len": "output_len", "random_range_ratio": "range_ratio",
                "random_prefix_len": "prefix_len"}
 PREFIX_KEYS = {"prefix_repetition_prefix_len": "prefix_len", "prefix_repetition_suffix_len": "suffix_len",
@@ -70,8 +71,9 @@ def _lengths(name: str, o: dict, old: dict) -> dict:
         d = {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10, "output_len": 128}   # vLLM's defaults
         d.update({v: o[k] for k, v in PREFIX_KEYS.items() if o.get(k) is not None})
         return {"kind": "shared_prefix", **d}
-    path = o.get("dataset_path") or str(SHAREGPT_TABLE)
-    out = {"kind": "table", "path": os.path.normpath(Path(path).expanduser().absolute())}
+    out = {"kind": "sharegpt"}
+    if o.get("dataset_path"):
+        out["path"] = os.path.normpath(Path(o["dataset_path"]).expanduser().absolute())
     if o.get("sharegpt_output_len") is not None:
         out["output_len"] = o["sharegpt_output_len"]
     return out

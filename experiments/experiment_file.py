@@ -190,7 +190,12 @@ def _workload_overrides(w: dict, o: dict) -> dict:
             w[k] = o[k]
     if "burstiness" in o and w.get("kind", "poisson") == "poisson":
         w["kind"] = "gamma"
-    if "input_len" in o or "output_len" in o:
+    if "scenario" in w and ("input_len" in o or "output_len" in o):
+        require("output_len" not in o, "output-len", o.get("output_len"),
+                "the stall scenario's outputs are decode_output_len (decoders) and 16 (the long prompt): set "
+                "decode_output_len in the experiment file")
+        w["prompt_len"] = o["input_len"]          # the long prompt's length
+    elif "input_len" in o or "output_len" in o:
         lengths = dict(w.get("lengths") or {"kind": "random"})
         lengths.update({k: o[k] for k in ("input_len", "output_len") if k in o})
         w["lengths"] = lengths

@@ -27,7 +27,8 @@ SEED_VALUES = {
 }
 JSON_KEYS = ("prefill_s", "prefill_tflop", "decode_step_s", "kv_bytes_per_token", "weight_bytes", "spike_ratio",
              "num_chunks", "first_chunk_s", "max_chunk_s", "chunked_total_s", "piggyback_decode_s", "ridge_spec",
-             "ridge_achieved", "kv_reread_crossover_tokens", "kv_reread_fraction_at_128k", "slo_budget_tokens")
+             "ridge_achieved", "kv_reread_crossover_tokens", "kv_reread_fraction_at_128k", "slo_budget_tokens",
+             "slo_chunk_tokens", "slo_chunk_step_s")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,28 @@ def chunk_table(cm: CostModel, sc: StallScene) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def priced_step(cm: CostModel, sc: StallScene, c: int) -> float:
+    """Seconds of the step the decoders feel most: a ``c``-token chunk of the prompt at its last
+    position (cached prefix S − c, the most attention) with the D decodes riding along, priced by
+    the cost model ``chunksim cost`` uses (attention and all-reduce included)."""
+    q = min(c, sc.prompt_len)
+    D = sc.num_decodes
+    return cm.time(cm.shape([q] + [1] * D, [sc.prompt_len - q] + [sc.decode_context] * D))
+
+
+def slo_chunk(cm: CostModel, sc: StallScene) -> int:
+    """The largest multiple of ``align`` whose priced step (``priced_step``) is within the SLO; 0 when
+    even ``align`` tokens are not. The step grows with c, so a bisection over multiples finds it."""
+    slo = sc.slo_ms / 1e3
+    lo, hi = 0, -(-sc.prompt_len // sc.align)      # in units of align: priced(lo) <= slo < priced(hi + 1)
+    if priced_step(cm, sc, hi * sc.align) <= slo:
+        return hi * sc.align
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if priced_step(cm, sc, mid * sc.align) <= slo else (lo, mid)
+    return lo * sc.align
+
+
 def stall_figures(model: ModelSpec, hw: Hardware, sc: StallScene, tp: int = 1, counting: str | None = None) -> dict:
     cm = CostModel(model, hw, tp, counting)
     S, D, ctx = sc.prompt_len, sc.num_decodes, sc.decode_context
@@ -96,6 +119,8 @@ def stall_figures(model: ModelSpec, hw: Hardware, sc: StallScene, tp: int = 1, c
         "kv_reread_crossover_tokens": 2 * weight_stream / k,
         "kv_reread_fraction_at_128k": (k * 131072 / 2) / weight_stream,
         "slo_budget_tokens": max(0, int(c_slo) // sc.align * sc.align),
+        "slo_chunk_tokens": (c := slo_chunk(cm, sc)),
+        "slo_chunk_step_s": priced_step(cm, sc, c) if c else float("nan"),
         "decode_riding_along_s": decode_kv * len(chunks),
     }
 
@@ -111,5 +136,7 @@ LABELS = {
     "ridge_spec": ("ridge point, spec", "FLOP/B"), "ridge_achieved": ("ridge point, achieved", "FLOP/B"),
     "kv_reread_crossover_tokens": ("KV re-read = weight re-stream at", "tokens"),
     "kv_reread_fraction_at_128k": ("KV re-read / weights at 128k", ""),
-    "slo_budget_tokens": ("largest chunk meeting the SLO", "tokens"),
+    "slo_budget_tokens": ("largest chunk meeting the SLO, seed's formula (weight GEMMs, one GPU)", "tokens"),
+    "slo_chunk_tokens": ("largest chunk meeting the SLO, priced (as `cost`: last chunk, all-reduce)", "tokens"),
+    "slo_chunk_step_s": ("that chunk's step, priced", "s"),
 }

@@ -21,6 +21,7 @@ import pandas as pd
 from costmodel.errors import require
 
 from .engines import POLICIES
+from .overload import GROWTH_LIMIT, load_figures
 
 KNOBS = {"vllm": ("max_num_batched_tokens", "long_prefill_token_threshold"),
          "sglang": ("chunked_prefill_size", "enable_mixed_chunk"),
@@ -149,6 +150,7 @@ def run_point(point: dict) -> dict:
     res = Simulation(engines, wl, max_model_len=max_len, router=route,
                      record_iterations=bool(bench and bench.get("result_dir"))).run(goodput=goodput)
     out = {k: v for k, v in res.summary.items() if k != "replicas"}
+    out.update(load_figures(res.requests.arrival_s.to_numpy(), res.requests.ttft_s.to_numpy()))
     if point.get("usd_per_gpu_hour") is not None:
         from .pricing import cost_per_million
         out.update(cost_per_million(out, point["tp"] * replicas, point["usd_per_gpu_hour"]))
@@ -248,11 +250,14 @@ def run_sweep(spec: SweepSpec, results: str | Path | None = None, executor=None,
 
 def mark_slo(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = None,
              percentile: int = 99) -> pd.Series:
-    """A point meets the SLOs when it ran, rejected nothing and its percentile ITL (and TTFT) are within them."""
+    """A point meets the SLOs when it ran, rejected nothing, is not overloaded (experiments/overload.py)
+    and its percentile ITL (and TTFT) are within them."""
     require(percentile in SLO_PERCENTILES, "percentile", percentile, f"must be one of {SLO_PERCENTILES}")
     require(itl_slo_ms > 0, "itl-slo-ms", itl_slo_ms, "must be positive")
     require(ttft_slo_ms is None or ttft_slo_ms > 0, "ttft-slo-ms", ttft_slo_ms, "must be positive")
     ok = df.error.isna() & (df.get("num_rejected", 0) == 0) & (df[f"p{percentile}_itl_ms"] <= itl_slo_ms)
+    if "overloaded" in df:
+        ok &= ~df.overloaded.fillna(False).astype(bool)
     if ttft_slo_ms is not None:
         ok &= df[f"p{percentile}_ttft_ms"] <= ttft_slo_ms
     return ok.fillna(False).astype(bool)
@@ -261,7 +266,8 @@ def mark_slo(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = No
 def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = None, percentile: int = 99,
               objective: str = "output_throughput", analytic_tokens: int | None = None) -> pd.DataFrame:
     """Per engine, the point with the best objective among those meeting the SLOs (ties: lower ITL): the
-    highest throughput or goodput, the lowest cost per million tokens."""
+    highest throughput or goodput, the lowest cost per million tokens. An overloaded point never
+    meets them; ``overloaded`` counts an engine's overloaded points."""
     require(objective in OBJECTIVES, "objective", objective, f"must be one of {', '.join(OBJECTIVES)}")
     require(objective in df or df.error.notna().all(), "objective", objective,
             "not in the results (request_goodput needs a goodput SLO)")
@@ -272,6 +278,8 @@ def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = N
         ok = g[g.meets_slo].sort_values([objective, itl, "_order"], ascending=[objective in MINIMIZED, True, True],
                                         kind="stable")
         row = {"engine": engine, "points": len(g), "meeting_slo": len(ok)}
+        if "overloaded" in g:
+            row["overloaded"] = int(g.overloaded.fillna(False).astype(bool).sum())
         if len(ok):
             best = ok.iloc[0]
             row.update({k: best[k] for k in ("request_rate", *KNOBS[best.policy])})
@@ -284,6 +292,21 @@ def recommend(df: pd.DataFrame, itl_slo_ms: float, ttft_slo_ms: float | None = N
     if objective in MINIMIZED and objective in out:   # a ranking: the cheapest deployment first
         out = out.sort_values(objective, kind="stable", na_position="last").reset_index(drop=True)
     return out
+
+
+def all_overloaded(df: pd.DataFrame) -> bool:
+    """Every point that ran is overloaded (queue growth > GROWTH_LIMIT): no rate in the sweep is
+    one the server keeps up with, so no setting is recommended."""
+    ran = df[df.error.isna()]
+    return len(ran) > 0 and "overloaded" in ran and bool(ran.overloaded.fillna(False).astype(bool).all())
+
+
+def overload_message(df: pd.DataFrame) -> str:
+    ran = df[df.error.isna()]
+    return (f"every point is overloaded (queue growth > {GROWTH_LIMIT:g} s per s: the server keeps up with "
+            f"less than {1 / (1 + GROWTH_LIMIT):.0%} of the offered rate; lowest offered rate "
+            f"{ran.offered_rate.min():.3g} req/s, its throughput {ran.loc[ran.offered_rate.idxmin(), 'request_throughput']:.3g} "
+            "req/s): no setting is recommended; sweep lower --request-rates or more hardware")
 
 
 def pareto_mask(df: pd.DataFrame, x: str = "output_throughput", y: str = "p99_itl_ms") -> np.ndarray:

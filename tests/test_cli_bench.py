@@ -143,12 +143,13 @@ def test_sglang_format(tmp_path):
 
 
 def test_datasets(tmp_path):
-    table = Path(__file__).resolve().parents[1] / "workloads" / "fixtures" / "sharegpt_lengths_200.csv"
+    table = Path(__file__).resolve().parents[1] / "workloads" / "fixtures" / "sharegpt_first_turns_llama3.csv"
     rows = pd.read_csv(table)
     assert run_cli(["simulate", "--dataset-name", "sharegpt", "--num-prompts", "60", "--request-rate", "20",
                     "--out", tmp_path / "a", "--quiet"])[0] == 0
     a = pd.read_csv(tmp_path / "a" / "requests.csv")
-    assert set(zip(a.prompt_len, a.output_len)) <= set(zip(rows.num_prefill_tokens, rows.num_decode_tokens))
+    assert set(zip(a.prompt_len, a.output_len)) <= set(zip(rows.prompt_len, rows.output_len))
+    assert a.prompt_len.max() <= 1024 and (a.prompt_len + a.output_len).max() <= 2048
     assert run_cli(["simulate", "--dataset-name", "sharegpt", "--sharegpt-output-len", "7", "--num-prompts", "30",
                     "--out", tmp_path / "b", "--quiet"])[0] == 0
     assert (pd.read_csv(tmp_path / "b" / "requests.csv").output_len == 7).all()

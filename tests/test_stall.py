@@ -89,7 +89,7 @@ def test_cli_json_has_exactly_the_keys(capsys):
     assert set(out) == {"prefill_s", "prefill_tflop", "decode_step_s", "kv_bytes_per_token", "weight_bytes", "spike_ratio",
                         "num_chunks", "first_chunk_s", "max_chunk_s", "chunked_total_s", "piggyback_decode_s",
                         "ridge_spec", "ridge_achieved", "kv_reread_crossover_tokens", "kv_reread_fraction_at_128k",
-                        "slo_budget_tokens"}
+                        "slo_budget_tokens", "slo_chunk_tokens", "slo_chunk_step_s"}
 
 
 def test_cli_table_and_chunks(capsys):

@@ -126,9 +126,9 @@ def test_shared_prefix_hashes():
 
 def test_length_table_rows_are_drawn_from_the_table():
     import pandas as pd
-    df = pd.read_csv(FIXTURES / "sharegpt_lengths_200.csv")
+    df = pd.read_csv(FIXTURES / "sharegpt_8k_filtered_200.csv")
     rows = set(zip(df.num_prefill_tokens, df.num_decode_tokens))
-    L = lengths.table(FIXTURES / "sharegpt_lengths_200.csv", 1000, np.random.default_rng(0))
+    L = lengths.table(FIXTURES / "sharegpt_8k_filtered_200.csv", 1000, np.random.default_rng(0))
     assert set(zip(L.prompt_len.tolist(), L.output_len.tolist())) <= rows
     L2 = lengths.table(FIXTURES / "azure_conv_120.csv", 10, np.random.default_rng(0),
                        {"prompt_len": "ContextTokens", "output_len": "GeneratedTokens"})
@@ -175,7 +175,7 @@ def test_config_kinds_and_closed_loop():
                               "lengths": {"kind": "shared_prefix", "num_prefixes": 5}}, 0)
     assert len(w) == 50 and w.block_hashes is not None
     w = workload_from_config({"kind": "poisson", "request_rate": "inf", "num_prompts": 30,
-                              "lengths": {"kind": "table", "path": "sharegpt_lengths_200.csv"}}, 0,
+                              "lengths": {"kind": "table", "path": "sharegpt_8k_filtered_200.csv"}}, 0,
                              base_dir=FIXTURES)
     assert len(w) == 30
 

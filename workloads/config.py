@@ -28,6 +28,7 @@ LENGTH_KEYS = {
     "fixed": {"input_len", "output_len"},
     "random": {"input_len", "output_len", "range_ratio", "prefix_len", "block_tokens"},
     "table": {"path", "columns", "output_len"},
+    "sharegpt": {"path", "columns", "output_len"},
     "shared_prefix": {"num_prefixes", "prefix_len", "suffix_len", "output_len", "block_tokens"},
 }
 TRACE_KEYS = {"format", "path", "columns", "time_unit", "block_tokens", "start_s", "end_s",
@@ -123,6 +124,9 @@ def _lengths(d: dict, n: int, rng: np.random.Generator, base_dir) -> lengths.Len
         return lengths.random(n, rng, **args)
     if kind == "shared_prefix":
         return lengths.shared_prefix(n, rng, **args)
+    if kind == "sharegpt":
+        path = _path(d["path"], "lengths:path", base_dir) if "path" in d else None
+        return lengths.sharegpt(n, rng, path, d.get("columns"), d.get("output_len"))
     require("path" in d, "lengths:path", None, "required for kind 'table'")
     return lengths.table(_path(d["path"], "lengths:path", base_dir), n, rng, d.get("columns"), d.get("output_len"))
 

@@ -1,8 +1,10 @@
-"""Prompt and output lengths: fixed, vLLM's ``random`` and prefix-repetition datasets, length tables."""
+"""Prompt and output lengths: fixed, vLLM's ``random``, ``sharegpt`` and prefix-repetition datasets,
+length tables."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +18,7 @@ TABLE_COLUMNS = (  # (prompt, output) column pairs recognised without a mapping
     ("input_length", "output_length"),             # Mooncake
     ("prompt_len", "output_len"),
 )
+SHAREGPT_FIRST_TURNS = Path(__file__).resolve().parent / "fixtures" / "sharegpt_first_turns_llama3.csv"
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +129,35 @@ def table(path, n: int, rng: np.random.Generator, columns: dict | None = None, o
     rows = rng.integers(0, len(prompt), size=n)
     out = output[rows] if output_len is None else np.full(n, _int("output_len", output_len, 1), np.int64)
     return Lengths(prompt[rows], out)
+
+
+def vllm_valid(prompt_len: np.ndarray, output_len: np.ndarray, output_given: bool) -> np.ndarray:
+    """vLLM's ``is_valid_sequence`` defaults (vllm/benchmarks/datasets.py), row by row: prompt and
+    output >= 4 tokens (the output check skipped when ``--sharegpt-output-len`` sets it), prompt
+    <= 1,024 and prompt + output <= 2,048."""
+    ok = (prompt_len >= 4) & (prompt_len <= 1024) & (prompt_len + output_len <= 2048)
+    return ok if output_given else ok & (output_len >= 4)
+
+
+def sharegpt(n: int, rng: np.random.Generator, path=None, columns: dict | None = None,
+             output_len: int | None = None) -> Lengths:
+    """``vllm bench serve --dataset-name sharegpt``: first-turn (prompt, completion) token counts,
+    rows vLLM's filter would drop left out, drawn uniformly with replacement (vLLM shuffles and
+    takes the first ``num_prompts`` valid rows). ``path`` is a length table of first turns; the
+    default is the shipped one (Llama 3 tokenizer; workloads/fixtures/README.md says how it was
+    made). ``output_len`` replaces every output before the filter, as vLLM does."""
+    n = _count(n)
+    path = SHAREGPT_FIRST_TURNS if path is None else path
+    cols = readers.read_csv(path, columns or _detect_columns(path))
+    prompt, output = readers.positive_ints(cols, "prompt_len"), readers.positive_ints(cols, "output_len")
+    if output_len is not None:
+        output = np.full(len(prompt), _int("output_len", output_len, 1), np.int64)
+    keep = vllm_valid(prompt, output, output_len is not None)
+    require(keep.any(), "lengths:path", str(path),
+            "no row passes vLLM's ShareGPT filter (prompt 4..1024 tokens, prompt + output <= 2048)")
+    prompt, output = prompt[keep], output[keep]
+    rows = rng.integers(0, len(prompt), size=n)
+    return Lengths(prompt[rows], output[rows])
 
 
 def _detect_columns(path) -> dict:

@@ -109,9 +109,11 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
 def add_dataset_flags(w) -> None:
     """vllm bench serve's dataset flags (vllm/benchmarks/datasets.py: add_dataset_parser), on simulate and sweep."""
     w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
-                   help="random (default), sharegpt (the shipped ShareGPT length table, or --dataset-path), "
+                   help="random (default), sharegpt (first-turn ShareGPT lengths as vLLM samples them: the "
+                        "shipped Llama 3 table, or --dataset-path), "
                         "prefix_repetition")
-    w.add_argument("--dataset-path", help="sharegpt: a CSV length table (num_prefill_tokens,num_decode_tokens)")
+    w.add_argument("--dataset-path", help="sharegpt: a CSV length table of first turns (prompt_len,output_len); "
+                                             "vLLM's filter applies (prompt 4..1024, prompt+output <= 2048)")
     w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (vLLM default 1024)")
     w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (vLLM default 128)")
     w.add_argument("--random-range-ratio", type=unit_ratio,

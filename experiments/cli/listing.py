@@ -55,18 +55,20 @@ def routers() -> list[dict]:
 
 
 def datasets() -> list[dict]:
+    from workloads.lengths import SHAREGPT_FIRST_TURNS
     from workloads.traces import FORMATS
 
     from .. import datasets as ds
     what = {"random": "vLLM's default: lengths uniform around --random-input-len / --random-output-len",
-            "sharegpt": "rows of a ShareGPT length table (the shipped 200-row one, or --dataset-path)",
+            "sharegpt": "first-turn ShareGPT lengths as vllm bench serve samples them (the shipped table, or --dataset-path)",
             "prefix_repetition": "prompts sharing --prefix-repetition-num-prefixes prefixes"}
     rows = [{"name": n, "kind": "--dataset-name", "what": what[n]} for n in ds.SIMULATED]
     rows += [{"name": n, "kind": "--trace-format", "what": "trace file read by --workload-file"} for n in FORMATS]
     fixtures = ROOT / "workloads" / "fixtures"
-    rows += [{"name": f"workloads/fixtures/{f.name}", "kind": "length table" if f.name == ds.SHAREGPT_TABLE.name
-              else "trace fixture", "what": "--dataset-path (sharegpt)" if f.name == ds.SHAREGPT_TABLE.name
-              else f"--workload-file ({'azure' if f.suffix == '.csv' else 'mooncake'} format)"}
+    tables = {SHAREGPT_FIRST_TURNS.name: "sharegpt's default table (first turns, --dataset-path takes your own)",
+              "sharegpt_8k_filtered_200.csv": "a plain length table (workload lengths: kind: table)"}
+    rows += [{"name": f"workloads/fixtures/{f.name}", "kind": "length table" if f.name in tables else "trace fixture",
+              "what": tables.get(f.name) or f"--workload-file ({'azure' if f.suffix == '.csv' else 'mooncake'} format)"}
              for f in sorted(fixtures.glob("*")) if f.suffix in (".csv", ".jsonl")]
     return rows
 

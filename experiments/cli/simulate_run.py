@@ -131,13 +131,14 @@ def run_info(args, cfg: dict, model, hw, workload) -> dict:
         if w.get("kind") == "ramp" else None
     rate = w.get("request_rate", "inf")
     backend = f"chunksim-{cfg['policy']}"
-    dataset = {"fixed": "random", "random": "random", "table": "sharegpt", "shared_prefix": "prefix_repetition"}
+    dataset = {"fixed": "random", "random": "random", "sharegpt": "sharegpt", "table": "custom",
+               "shared_prefix": "prefix_repetition"}
     return {"date": br.now_stamp(), "backend": backend, "label": args.label or backend,
             "model_id": getattr(model, "source", None) or _model_id(model), "num_prompts": len(workload),
             "request_rate": float(rate) if rate is not None else math.inf, "burstiness": float(w.get("burstiness", 1.0)),
             "max_concurrency": w.get("max_concurrency"), "ramp": ramp,
             "planned_arrival_s": workload.arrival_s, "dataset_name": dataset.get(lengths.get("kind"), "trace"),
-            "sharegpt_output_len": lengths.get("output_len") if lengths.get("kind") == "table" else None,
+            "sharegpt_output_len": lengths.get("output_len") if lengths.get("kind") == "sharegpt" else None,
             "random_input_len": lengths.get("input_len"), "random_output_len": lengths.get("output_len"),
             "random_range_ratio": lengths.get("range_ratio", 0.0), "tag": args.label}
 

@@ -25,6 +25,8 @@ def add_parser(p):
 def run(args) -> int:
     model, hw = model_and_hardware(args)
     scene = StallScene(args.prompt_len, args.num_decodes, args.decode_context, args.budget, args.slo_ms, args.align)
+    from ..stall_sim import check_context
+    check_context(model, scene)
     figs = stall_figures(model, hw, scene, args.tp)
     if args.json:
         print(json.dumps({k: figs[k] for k in JSON_KEYS}, indent=2))
@@ -44,7 +46,7 @@ def run(args) -> int:
     if not args.no_simulate:
         from ..stall_sim import simulated_stalls
         print()
-        print("simulated: decoders running, the long prompt arrives (chunksim simulate --scenario stall)")
+        print("simulated: decoders at decode steady state when the long prompt arrives; max ITL from its arrival on")
         print(table(simulated_stalls(model, hw, scene, args.tp)))
     if args.chunks:
         from costmodel import CostModel

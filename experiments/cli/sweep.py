@@ -1,8 +1,8 @@
 """Sweep chunk sizes / token budgets × request rates × policies against ITL (and TTFT) SLOs, and
 recommend, per engine, the setting with the highest throughput that meets them.
 
-Flags override a YAML experiment file (--config) key by key. Without --ttft-slo-ms an overloaded
-point (queues growing without bound) can still win on throughput; give one to rule those out.
+Flags override a YAML experiment file (--config) key by key. An overloaded point (its queue grows:
+experiments/overload.py) never meets the SLOs; when every point is, no setting is recommended.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from .common import add_dataset_flags, check_hardware_file, engine_type, nonneg_
 from ..executors import EXECUTORS, executor_for
 from ..report import table
 from ..pricing import require_price
-from ..sweep import KNOBS, MINIMIZED, OBJECTIVES, SLO_PERCENTILES, SweepSpec, analytic_budget, recommend, run_sweep
+from ..sweep import (KNOBS, MINIMIZED, OBJECTIVES, SLO_PERCENTILES, SweepSpec, all_overloaded, analytic_budget,
+                     overload_message, recommend, run_sweep)
 from workloads.traffic import DEFAULTS as TRAFFIC
 from simcore.router import ROUTERS
 
@@ -314,8 +315,10 @@ def run(args) -> int:
                                    slos["ttft_slo_ms"]), files["itl_vs_throughput"])
             save(ttft_vs_rate(df, slos["ttft_slo_ms"], slos["percentile"]), files["ttft_vs_rate"])
     errors = df[df.error.notna()]
+    overloaded = all_overloaded(df)
     if args.json:
         print(json.dumps({"slo": slos, "points": len(df), "errors": errors[["point_id", "error"]].to_dict("records"),
+                          "all_overloaded": overloaded, **({"message": overload_message(df)} if overloaded else {}),
                           "recommendation": rec.to_dict("records"), "files": {k: str(v) for k, v in files.items()}},
                          indent=2, default=float))
         return _failed(errors, len(df))
@@ -328,8 +331,10 @@ def run(args) -> int:
     rows = [{k: (None if isinstance(v, float) and v != v else str(v) if isinstance(v, bool) else v) for k, v in r.items()}
             for r in shown.astype(object).to_dict("records")]
     print(table(rows, list(shown.columns)))
-    print(f"analytic bound (seed 000, weight GEMMs only, 32 decoders at 2k context, {spec.hardware} tp={spec.tp}): "
-          f"{analytic} tokens")
+    if overloaded:
+        print(f"NO RECOMMENDATION: {overload_message(df)}")
+    print(f"analytic bound (seed 000's single-GPU formula: weight GEMMs only, no attention or all-reduce, "
+          f"32 decoders at 2k context, {spec.hardware} tp={spec.tp}; chunksim stall prices the step): {analytic} tokens")
     for e in errors.itertuples():
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():
