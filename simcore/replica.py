@@ -8,7 +8,7 @@ A sole replica in open loop (``pull``) needs no arrival events at all: before ea
 pulls every request stamped up to the plan's start, and when idle it sleeps until the next.
 
 FAST-FORWARD. Most plans start a run of k steps in one event, exact to the bit against stepping:
-how long a run is and when its steps end is simcore/runs.py.
+how long a run is and when its steps end is simcore/fastforward/runs.py.
 
 DEFERRED FINISH. In front of several replicas (open loop, a router blind to KV, the run not
 stopped at a time), a run that ends with all of its requests finished, nothing waiting (a lone
@@ -38,13 +38,13 @@ from simpy.events import Event
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
-from .applies import FastApplies, _max, _sample
+from .fastforward.applies import FastApplies, _max, _sample
 from .clock import LATE
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
 from .invariants import check_replica
-from .runs import RunPlanning, steps_started
-from .switches import FastForward
+from .fastforward.runs import RunPlanning, steps_started
+from .fastforward.switches import FastForward
 
 
 class Replica(RunPlanning, FastApplies):
@@ -56,14 +56,14 @@ class Replica(RunPlanning, FastApplies):
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
-        self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/chunked.py)
+        self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
         self.fast_forward, self.switches, self.checking = True, switches, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
         self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
         self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
         self._leave_times = None   # their last steps' end times, once read (``outstanding``)
-        self._joins: list = []     # arrivals folded into the running run (simcore/arrival_folds.py)
+        self._joins: list = []     # arrivals folded into the running run (simcore/fastforward/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
         self._deferred_end = math.inf   # a deferred run's end (see DEFERRED FINISH)
         self._done_at, self._done_n = math.inf, 0   # the same: _done_n requests, finishing in its last step, out from then
@@ -236,7 +236,7 @@ class Replica(RunPlanning, FastApplies):
             self._apply_run(plan, start, ends)
 
     def _apply_run(self, plan: Plan, start: float, ends) -> None:
-        """Apply a run by the commonest plans' fast paths (simcore/applies.py) or the general one."""
+        """Apply a run by the commonest plans' fast paths (simcore/fastforward/applies.py) or the general one."""
         if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
                 and self.iteration_log is None):
             self._apply_lone(plan.items, start, ends)
@@ -387,7 +387,7 @@ class Replica(RunPlanning, FastApplies):
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
         gap goes to the members' max ITL. Returns the members that finished, the run's largest
         inner gap, and, where arrivals joined the run, the gaps' weights as marks for their
-        ``_admit_joins`` to add with theirs in one go (simcore/arrival_folds.py), else None."""
+        ``_admit_joins`` to add with theirs in one go (simcore/fastforward/arrival_folds.py), else None."""
         c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
         marks = [] if self._joins else None   # with joiners: (gap, weight change from it on), flattened, added with theirs
         leaving, self._leaving = self._leaving, []

@@ -24,7 +24,7 @@ from .admission import reject_reason
 from .replica import Replica
 from .request import Request
 from .stepping import SteppingReplica, arrivals
-from .switches import FastForward, switches
+from .fastforward.switches import FastForward, switches
 
 
 @dataclass

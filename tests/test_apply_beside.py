@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from experiments.engines import build_cluster
 from policies.base import Plan
 from simcore.replica import Replica
-from simcore.runs import RunPlanning
+from simcore.fastforward.runs import RunPlanning
 from simcore.simulation import Simulation
 from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finishes_of, picture
 

@@ -1,4 +1,4 @@
-"""Arrivals folded into a run (simcore/arrival_folds.py) against one-event-per-step stepping:
+"""Arrivals folded into a run (simcore/fastforward/arrival_folds.py) against one-event-per-step stepping:
 a sole replica in open loop admits each arrival inside the run under way, its chunks a lead in
 the middle of the run. Per-request metrics and ITL histograms equal to the bit; the folds must
 actually happen (counted), and where the hook cannot tell (SGLang, no chunking, a prefix cache,
@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel import load_hardware
-from simcore.arrival_folds import ArrivalFolds
-from simcore.chunked import ChunkedRuns
+from simcore.fastforward.arrival_folds import ArrivalFolds
+from simcore.fastforward.chunked import ChunkedRuns
 from test_chunked_runs import assert_modes_agree, busy, chunky
 from workloads.workload import Workload
 
@@ -45,7 +45,7 @@ def short_outputs(n=200, rate=12.0, seed=5):
 
 def bursts(n=240, seed=6):
     """Arrivals in bursts of up to six at one instant: a queue forms, and each prompt's last chunk
-    goes beside the next one's first (simcore/chunked.py, _hand_over)."""
+    goes beside the next one's first (simcore/fastforward/chunked.py, _hand_over)."""
     rng = np.random.default_rng(seed)
     at = np.repeat(np.cumsum(rng.exponential(1.5, n)), rng.integers(1, 7, n))[:n]
     return Workload(at, rng.integers(100, 2500, n), rng.integers(1, 200, n))
@@ -192,7 +192,7 @@ def test_run_gap_weights_and_joiner_max_itl_match_one_by_one(gaps, data):
     """``weighted_gaps`` (marks: weight changes per gap) and ``_joiner_max_itl`` (one reduceat over
     interleaved ranges, a suffix maximum for ranges that reach the run's end) against adding each
     gap once per request that samples at both its ends and taking each range's max in Python."""
-    from simcore.arrival_folds import _joiner_max_itl, weighted_gaps
+    from simcore.fastforward.arrival_folds import _joiner_max_itl, weighted_gaps
     from simcore.histogram import LogHistogram
     from simcore.request import Request
     n = len(gaps)

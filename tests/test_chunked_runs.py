@@ -1,4 +1,4 @@
-"""Runs that fold chunked prefills (simcore/chunked.py) against one-event-per-step stepping: every
+"""Runs that fold chunked prefills (simcore/fastforward/chunked.py) against one-event-per-step stepping: every
 policy under chunk-sized budgets, open and closed loop, prefix caching, tight KV pools and
 several replicas behind every router; per-request metrics and ITL histograms equal to the bit.
 The folds must actually happen: the tests count the runs that take a chunked prefill's chunks
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
-from simcore.arrival_folds import ArrivalFolds
-from simcore.chunked import ChunkedRuns
+from simcore.fastforward.arrival_folds import ArrivalFolds
+from simcore.fastforward.chunked import ChunkedRuns
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
@@ -25,7 +25,7 @@ COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish
 
 class LeadCounter:
     """Counts the chunked leads of more than one step that fast-forward runs take (at a run's
-    start, or mid-run for an arrival folded in: simcore/arrival_folds.py)."""
+    start, or mid-run for an arrival folded in: simcore/fastforward/arrival_folds.py)."""
 
     def __init__(self, monkeypatch):
         self.folded = self.with_finishes = 0

@@ -2,7 +2,7 @@
 
 Every policy, open and closed loop, prefix caching on and off, pools tight enough to preempt,
 one to three replicas behind every router, chunk-sized budgets; all fast paths on, and each of
-the four switches (simcore/switches.py) off alone. First scheduled, first token, finish, max
+the four switches (simcore/fastforward/switches.py) off alone. First scheduled, first token, finish, max
 ITL, preemptions, outputs, cache hits and rejections must be equal to the bit, and so must each
 replica's ITL histogram. The default run draws a few dozen examples; `pytest -m slow` many more.
 """
@@ -17,7 +17,7 @@ from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from simcore.simulation import Simulation
 from simcore.stepping import SteppingReplica
-from simcore.switches import FastForward
+from simcore.fastforward.switches import FastForward
 from workloads.workload import Workload
 
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")

@@ -15,9 +15,9 @@ it where folding is allowed (open loop, no router reading KV usage; the hook is 
 which steps one decode fewer runs and keeps to the chunks the waiting queue cannot change),
 else the lead ends there; a lead with such a finish and requests waiting ends at P's last chunk. When P's prompt
 completes and the policy lets decodes repeat, the run goes on as a decode run of everyone,
-folded through finishes as any other (simcore/runs.py). A lead that stops short of P's last chunk
+folded through finishes as any other (simcore/fastforward/runs.py). A lead that stops short of P's last chunk
 because a request waits (a sole replica) may hand that chunk over beside the queue head's first
-(``_hand_over``, simcore/arrival_folds.py).
+(``_hand_over``, simcore/fastforward/arrival_folds.py).
 
   P's positions:  [0, c) cached | [c, c + q_0) step 0 | … | [c + Σ_{i<j} q_i, + q_j) step j
   its first token: the end of step L − 1 (L = len(lead)), then one a step.
@@ -123,7 +123,7 @@ class ChunkedRuns:
     def _hand_over(self, plan, start: float, ends: list, gone):
         """The lead stopped short of P's last chunk because a request waits (or has just arrived):
         that chunk may go beside the queue head's first, the run going on as a folded one
-        (simcore/arrival_folds.py), or the run ends here."""
+        (simcore/fastforward/arrival_folds.py), or the run ends here."""
         t, ran, s = ends[-1], len(ends), self.state
         if self._seen_by(t):
             return ends

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class FastForward:
     cohort: bool = True            # plain decodes advanced as a group (simcore/cohort.py), folded runs through their finishes
-    chunked_runs: bool = True      # a prompt's chunks beside decodes in one run (simcore/chunked.py)
-    arrival_folds: bool = True     # a sole replica's run goes on past an arrival the policy can plan (simcore/arrival_folds.py)
+    chunked_runs: bool = True      # a prompt's chunks beside decodes in one run (simcore/fastforward/chunked.py)
+    arrival_folds: bool = True     # a sole replica's run goes on past an arrival the policy can plan (simcore/fastforward/arrival_folds.py)
     deferred_finish: bool = True   # a run that ends with all of its requests finished takes no event at its end
 
 

@@ -1,6 +1,6 @@
 """Arrivals folded into a run (mixed into Replica through RunPlanning).
 
-A sole replica in open loop knows its arrivals. A folded decode run (simcore/runs.py,
+A sole replica in open loop knows its arrivals. A folded decode run (simcore/fastforward/runs.py,
 ``_folded_run``) would end at the first step that starts at or after the next arrival A, for
 the plan made then to admit it. When A is the only request then waiting, every running request
 decodes, and the policy's hook ``arrival_chunks`` (policies/base.py) can say what that plan and

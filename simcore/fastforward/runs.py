@@ -15,7 +15,7 @@ fast-forward and stepping agree to the bit.
 A run through which cohort members finish is folded (``_folded_run``): the batch shrinks at each
 finish instead of the run ending there, when nobody waits and no router reads KV usage. A sole
 replica's folded run goes on past an arrival where the policy can say what it is given
-(simcore/arrival_folds.py).
+(simcore/fastforward/arrival_folds.py).
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         `riders`: (the step it leaves after, seq, base, request) for each planned request, Σ(kv + 1)
         of one at step j ≥ len(lead) being base + j. The leavers (members taken off the finish
         heap, planned requests) are kept with the step they leave after, for ``_apply``. A sole
-        replica folds arrivals in (simcore/arrival_folds.py); `head` (q, kv, request): the step
+        replica folds arrivals in (simcore/fastforward/arrival_folds.py); `head` (q, kv, request): the step
         after the lead is that request's last chunk q over kv beside the queue head's first, its
         (kv + q) counted in kv and n as a decode's, or the run ends before it. Heads gather while
         the queue's head takes its whole prompt in one chunk (``_fold_head``) and leave the
@@ -199,7 +199,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         if lead:
             t = lead[-1]
         leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
-        jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/arrival_folds.py), by step
+        jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/fastforward/arrival_folds.py), by step
         heads = [head] if head is not None else []   # (q, kv, request) of each sequence taking its last chunk beside the next
         if self._folds_arrivals:
             self._free0, self._joined_blocks = self._run_free(), 0
