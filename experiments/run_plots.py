@@ -241,14 +241,15 @@ def latency_cdfs(result, labels=None, title: str | None = None):
 
 
 def save_run_plots(result, folder, itl_slo_ms: float | None = None, title: str | None = None,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, passes=None, times=None) -> dict:
     """itl_timeline.png, iteration_composition.png, latency_cdfs.png in ``folder``; one replay of the log."""
     from pathlib import Path
     from tqdm import tqdm
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     rids = stalled_requests(result)
-    passes, times = pass_table(result, rids, progress)
+    if passes is None or times is None or not set(rids) <= set(times):
+        passes, times = pass_table(result, rids, progress)
     makers = {"itl_timeline": lambda: itl_timeline(result, rids, itl_slo_ms, title, times),
               "iteration_composition": lambda: iteration_composition(result, title=title, passes=passes),
               "latency_cdfs": lambda: latency_cdfs(result, title=title)}

@@ -13,10 +13,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from costmodel.errors import InputError
 
-from . import calibrate, cost, simulate, stall, sweep, validate
+from . import calibrate, cost, report, simulate, stall, sweep, validate
 
 VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate,
-         "validate": validate}
+         "validate": validate, "report": report}
 
 
 class UsageError(Exception):
