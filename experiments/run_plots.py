@@ -80,6 +80,13 @@ def stalled_requests(result, k: int = 4) -> list[int]:
     return df.nlargest(k, "max_itl_s", keep="first").rid.tolist()
 
 
+def _margins(fig, right: float = 0.98, hspace: float | None = None) -> None:
+    """Fixed margins in inches (tight_layout measures every tick label: seconds on a tall figure)."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=0.9 / w, right=right, bottom=0.55 / h, top=1 - 0.75 / h,
+                        hspace=hspace if hspace is not None else 0.35 / (h / 4))
+
+
 def _suptitle(fig, title: str | None, what: str) -> None:
     fig.suptitle(f"{what}\n{title}" if title else what, fontsize=10)
 
@@ -118,7 +125,7 @@ def itl_timeline(result, rids=None, itl_slo_ms: float | None = None, title: str 
             ax.legend(fontsize=7, loc="upper right")
     axes[-1].set_xlabel("time (s)")
     _suptitle(fig, title, "gap before each token of the requests the stall hit hardest")
-    fig.tight_layout()
+    _margins(fig, hspace=0.45)
     return fig
 
 
@@ -194,7 +201,7 @@ def iteration_composition(result, replica: int | None = None, title: str | None 
         f"all {total} replicas" if total == len(reps) else f"replicas {reps[0]}–{reps[-1]} of {total}"
     how = f"; tokens/s and mean pass time in {BINS:,} time bins" if binned else ""
     _suptitle(fig, title, f"what each forward pass held, {which}{how}")
-    fig.tight_layout()
+    _margins(fig, right=0.92)
     return fig
 
 
