@@ -90,3 +90,14 @@ def test_sweep_report_renders_in_chromium(tmp_path):
     text = self_contained(path)
     assert "Pareto front" in text and "recommended" in text
     browser_check(path, tmp_path, figures=1)
+
+
+def test_validate_report(tmp_path, capsys):
+    from test_validate import simulated, write_llmservingsim
+    df, clock = simulated(n=20, seed=2)
+    write_llmservingsim(tmp_path / "run", df, clock)
+    assert main(["validate", str(tmp_path / "run"), "--report", str(tmp_path / "v.html")]) == 0
+    text = self_contained(tmp_path / "v.html")
+    assert "measured vs simulated" in text and "Configuration in force" in text
+    if BROWSER:
+        browser_check(tmp_path / "v.html", tmp_path, figures=3)
