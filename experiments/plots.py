@@ -61,8 +61,12 @@ def itl_vs_throughput(df, itl_slo_ms: float | None = None, percentile: int = 99,
         if recommendation is not None and "point_id" in recommendation:
             rec = recommendation[(recommendation.engine == engine) & recommendation.point_id.notna()]
             if len(rec):
-                best = g[g.point_id == rec.point_id.iloc[0]]
-                ax.plot(best[x], best[y], "*", color="gold", mec="k", ms=18, label="recommended", zorder=5)
+                best = g[g.point_id == rec.point_id.iloc[0]]   # a star behind its point, the point redrawn on top
+                ax.plot(best[x], best[y], "*", color="gold", mec="darkgoldenrod", ms=24, alpha=0.6,
+                        label="recommended", zorder=1)
+                i = list(_lines(g).groups).index(knob_label(best.iloc[0])) if len(best) else 0
+                filled = bool(meets[best.index].all()) if len(best) else True
+                ax.plot(best[x], best[y], "o", color=cmap(i), mfc=cmap(i) if filled else "white", ms=4, zorder=6)
         if itl_slo_ms is not None:
             ax.axhline(itl_slo_ms, ls="--", color="crimson", lw=1)
             ax.annotate(f"SLO {itl_slo_ms:g} ms", (0.01, itl_slo_ms), xycoords=("axes fraction", "data"),

@@ -230,7 +230,7 @@ def validate(path, model: ModelSpec, hw: Hardware, flags: dict | None = None, ru
     return table, overall_error(table), result, run
 
 
-def cdf_plots(run: MeasuredRun, result, folder) -> dict:
+def cdf_plots(run: MeasuredRun, result, folder, title: str | None = None) -> dict:
     """One PNG per metric: the measured and the simulated CDF on one axis."""
     from matplotlib.figure import Figure
     out = Path(folder)
@@ -262,6 +262,8 @@ def cdf_plots(run: MeasuredRun, result, folder) -> dict:
         ax.set_ylabel("fraction of requests" if m != "itl" else "fraction of token gaps")
         ax.grid(alpha=0.3)
         ax.legend()
+        what = f"{m.upper()} CDF: measured vs simulated ({len(meas):,} measured {'gaps' if m == 'itl' else 'requests'})"
+        ax.set_title(f"{what}\n{title}" if title else what, fontsize=9)
         fig.tight_layout()
         paths[m] = out / f"cdf_{m}.png"
         fig.savefig(paths[m], dpi=110)

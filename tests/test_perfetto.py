@@ -60,8 +60,8 @@ def test_trace_structure_and_content(policy, flags, wl, replicas):
     check_structure(trace)
     ev = trace["traceEvents"]
     its = [e for e in ev if e["ph"] == "X"]
-    assert len(its) == res.summary["num_iterations"]
-    assert sum(e["args"]["prefill_tokens"] for e in its if e["args"]["step"] == 0) == int(res.requests.prompt_len.sum())
+    assert len(its) == len(res.iterations) and sum(e["args"]["steps"] for e in its) == res.summary["num_iterations"]
+    assert sum(e["args"]["prefill_tokens"] for e in its) == int(res.requests.prompt_len.sum())
     assert {e["pid"] for e in its} == set(range(1, replicas + 1))
     first = its[0]["args"]
     assert {"prefill_tokens", "decode_tokens", "sequences", "cost_ms"} <= set(first)
@@ -76,3 +76,22 @@ def test_simulate_writes_a_trace_and_plots(tmp_path, capsys):
     check_structure(json.loads((tmp_path / "run.json").read_text()))
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "iteration_composition.png", "itl_timeline.png", "latency_cdfs.png"]
+
+
+def test_trace_size_is_announced_even_quiet(tmp_path, capsys):
+    assert main(["simulate", "--scenario", "stall", "--quiet", "--json", "--trace", str(tmp_path / "run.json")]) == 0
+    err = capsys.readouterr().err
+    assert "wrote trace:" in err and " MB" in err
+
+
+def test_trace_within_budget_samples_requests_then_merges_passes():
+    res = run("vllm", {"max_num_batched_tokens": 512}, chat_with_long_prompts(8, num_prompts=200,
+                                                                             long_prompt_len=8192, long_every=20))
+    full = chrome_trace(res)
+    assert full["otherData"]["requests_shown"] == 200 and full["otherData"]["entries_per_slice"] == 1
+    small = chrome_trace(res, max_bytes=60_000)
+    check_structure(small)
+    o = small["otherData"]
+    assert o["requests_shown"] < 200 and len(json.dumps(small)) < 2 * 60_000
+    its = [e for e in small["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["args"]["steps"] for e in its) == res.summary["num_iterations"]

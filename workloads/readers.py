@@ -42,6 +42,8 @@ def read_csv(path, mapping: dict) -> Columns:
         missing = [c for c in mapping.values() if c not in header]
         require(not missing, f"{path}:1", missing, f"missing columns; the header has {header}")
         df = pd.read_csv(path, skip_blank_lines=False)
+        missing = [c for c in mapping.values() if c not in df.columns]   # a stray quote can change what the header is
+        require(not missing, f"{path}:1", missing, f"missing columns; the header reads as {list(df.columns)}")
     except pd.errors.EmptyDataError:
         raise InputError(str(path), 0, "empty file (no header, no rows)") from None
     except pd.errors.ParserError as e:

@@ -13,10 +13,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from costmodel.errors import InputError
 
-from . import calibrate, cost, listing, simulate, stall, sweep, validate
+from . import calibrate, cost, listing, report, simulate, stall, sweep, validate
 
 VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate,
-         "validate": validate, "list": listing}
+         "validate": validate, "list": listing, "report": report}
 
 
 class UsageError(Exception):

@@ -83,8 +83,12 @@ def add_parser(p):
     o.add_argument("--uncertainty", type=positive_int, metavar="N",
                    help="rerun at N parameter sets drawn from a calibrated profile's covariance; report p5/p50/p95")
     o.add_argument("--out", help="folder for requests.parquet, requests.csv, summary.json and config.yaml")
-    o.add_argument("--trace", metavar="RUN.json", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    o.add_argument("--trace", metavar="RUN.json", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev); "
+                   "its size is printed on stderr")
+    o.add_argument("--trace-max-mb", type=positive_float, metavar="MB",
+                   help="the trace's size budget (default 100): past it requests are sampled, then passes merged")
     o.add_argument("--plots", metavar="DIR", help="write itl_timeline.png, iteration_composition.png, latency_cdfs.png")
+    o.add_argument("--report", metavar="FILE.html", help="write one self-contained HTML report (works offline)")
 
 
 def run(args) -> int:
@@ -94,6 +98,8 @@ def run(args) -> int:
         return 0
     print(out["text"])
     for note in out["files"]:
+        if note.startswith("wrote trace"):   # announced already
+            continue
         print(note, file=sys.stderr)
     return 0
 

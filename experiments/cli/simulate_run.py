@@ -93,6 +93,10 @@ def preflight(args, cfg: dict) -> dict:
         br.writable_dir(Path(args.plots), "--plots")
     if args.trace:
         br.writable_file(Path(args.trace), "--trace")
+    if getattr(args, "report", None):
+        br.writable_file(Path(args.report), "--report")
+    require(not getattr(args, "trace_max_mb", None) or args.trace, "--trace-max-mb", getattr(args, "trace_max_mb", None),
+            "needs --trace")
     if args.result_dir:
         br.writable_dir(Path(args.result_dir), "--result-dir")
     if args.result_filename:
@@ -204,16 +208,28 @@ def run_simulation(args) -> dict:
         sim.bar = bar
         res = sim.run(goodput=goodput)
     files = []
+    passes = None
+    title = None
+    if args.trace or args.plots or getattr(args, "report", None):
+        from ..run_plots import pass_table, run_title, stalled_requests
+        title = run_title(cfg["policy"], model.name, hw.name, cfg["tp"], cfg["replicas"], cfg["router"])
+        if args.trace or args.plots:
+            rids = stalled_requests(res)
+            passes, times = pass_table(res, rids, progress=not quiet)
     if args.trace:
-        size = _trace_bytes(res)
-        if size > TRACE_WARN_BYTES and not args.quiet:
-            print(f"warning: the trace will be about {size / 2 ** 20:,.1f} MB ({args.trace}); "
-                  "simulate fewer requests for a smaller one", file=sys.stderr)
-        from ..perfetto import write_trace
-        files.append(f"wrote trace: {write_trace(res, args.trace)}")
+        from ..perfetto import MAX_BYTES, write_trace
+        budget = int(args.trace_max_mb * 2 ** 20) if getattr(args, "trace_max_mb", None) else MAX_BYTES
+        path, info = write_trace(res, args.trace, budget, passes)
+        shown = "" if info["requests_shown"] == info["requests"] else \
+            f"; {info['requests_shown']:,} of {info['requests']:,} requests shown ({info['request_sampling']})"
+        merged = "" if info["entries_per_slice"] == 1 else f"; {info['entries_per_slice']} log entries per slice"
+        note = f"wrote trace: {path} ({info['bytes'] / 2 ** 20:,.1f} MB{shown}{merged})"
+        print(note, file=sys.stderr)   # the size always shows, --quiet and --json included
+        files.append(note)
     if args.plots:
         from ..run_plots import save_run_plots
-        files += [f"wrote plot: {p}" for p in save_run_plots(res, args.plots).values()]
+        files += [f"wrote plot: {p}" for p in save_run_plots(res, args.plots, title=title, progress=not quiet,
+                                                               passes=passes, times=times).values()]
     s = res.summary
     if args.percentile_metrics or args.metric_percentiles:
         s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
@@ -246,6 +262,11 @@ def run_simulation(args) -> dict:
         if draws:
             pd.DataFrame(rows).to_csv(out / "uncertainty.csv", index=False)
         files.append(f"wrote run: {out}")
+    if getattr(args, "report", None):
+        from ..html_report import engine_title, simulate_report
+        path = simulate_report(res, args.report, title=engine_title(cfg["policy"], model.name, hw.name, cfg["tp"],
+                                                                     cfg["replicas"], cfg["router"]), config=config_rows(args, cfg, resolved), summary=s)
+        files.append(f"wrote report: {path}")
     return {"summary": s, "text": _text(cfg, model, hw, pool, s, resolved, draws), "files": files}
 
 
@@ -256,6 +277,27 @@ def _cost(cfg: dict, hw, s: dict, given) -> dict:
     if price is not None:
         out.update(cost_per_million(s, out["gpus"], price))
     return out
+
+
+def config_rows(args, cfg: dict, resolved: list[dict]) -> list[dict]:
+    """The configuration in force, each value with where it came from: the run's settings (a flag,
+    the -f file, --engine-cmd, or chunksim's default), then the engine's (``engine_defaults.resolved``)."""
+    given = {k for k, v in vars(args).items() if v is not None and v is not False}
+    cmd = from_engine_cmd(args)[0] if getattr(args, "engine_cmd", None) else {}
+    in_file = experiment_file.load_experiment(args.file) if getattr(args, "file", None) else {}
+    rows = []
+    for key in ("model", "hardware", "tp", "policy", "replicas", "router", "seed", "fast_forward"):
+        if key not in cfg:
+            continue
+        why = "flag" if key in given else "--engine-cmd" if key in cmd else f"-f {args.file}" if key in in_file \
+            else "chunksim default"
+        rows.append({"setting": key, "value": cfg[key], "source": why})
+    for key, v in (cfg.get("workload") or {}).items():
+        why = "flag" if key in given else f"-f {args.file}" if key in (in_file.get("workload") or {}) \
+            else "from the workload flags or chunksim default"
+        rows.append({"setting": f"workload.{key}", "value": v, "source": why})
+    rows += [{"setting": f"engine.{r['flag']}", "value": r["value"], "source": r["why"]} for r in resolved]
+    return rows
 
 
 def _plain(x):

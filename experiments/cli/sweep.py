@@ -79,6 +79,7 @@ def add_parser(p):
     x.add_argument("--resume", action="store_true", help="skip the points already finished in --out")
     x.add_argument("--no-progress", action="store_true", help="no progress bar")
     x.add_argument("--no-plots", action="store_true", help="no PNGs in --out")
+    x.add_argument("--report", metavar="FILE.html", help="write one self-contained HTML report (works offline)")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
@@ -275,6 +276,9 @@ def preflight(args, spec: SweepSpec) -> None:
             require(tp <= hw.gpus_per_node, "--tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     if args.out:
         writable_dir(Path(args.out), "--out")
+    if getattr(args, "report", None):
+        from ..bench_result import writable_file
+        writable_file(Path(args.report), "--report")
     check_scheduler(args.scheduler_address)
     from ..sweep import build_workload
     rate = spec.request_rates[0] if spec.request_rates else None
@@ -314,6 +318,10 @@ def run(args) -> int:
             save(itl_vs_throughput(df, slos["itl_slo_ms"], slos["percentile"], rec, slos["objective"],
                                    slos["ttft_slo_ms"]), files["itl_vs_throughput"])
             save(ttft_vs_rate(df, slos["ttft_slo_ms"], slos["percentile"]), files["ttft_vs_rate"])
+    if getattr(args, "report", None) and df.error.isna().any():
+        from ..html_report import sweep_report
+        files["report"] = sweep_report(df, rec, args.report, slos, {"model": spec.model, "hardware": spec.hardware,
+                                                                    "tp": spec.tp, "seed": spec.seed})
     errors = df[df.error.notna()]
     overloaded = all_overloaded(df)
     if args.json:

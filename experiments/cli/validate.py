@@ -3,6 +3,7 @@ JSON) with its engine settings and parallelism, and print measured vs simulated 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from costmodel import load_hardware, load_model
@@ -25,6 +26,7 @@ def add_parser(p):
     p.add_argument("--long-prefill-token-threshold", type=nonneg_int, help="vLLM engine flag (default: the run's)")
     p.add_argument("--gpu-memory-utilization", type=fraction, help="vLLM engine flag (default: the run's)")
     p.add_argument("--plots", metavar="DIR", help="write cdf_<metric>.png: measured and simulated CDFs on one axis")
+    p.add_argument("--report", metavar="FILE.html", help="write one self-contained HTML report (works offline)")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
@@ -57,6 +59,19 @@ def run(args) -> int:
               f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)")
     if args.plots:
         from ..validate import cdf_plots
-        for path in cdf_plots(measured, result, args.plots).values():
-            print(f"wrote plot: {path}")
+        title = f"{model.name} on {hw.name} (tp={measured.tp}, dp={measured.dp}) · policy vllm"
+        for path in cdf_plots(measured, result, args.plots, title).values():
+            print(f"wrote plot: {path}", file=sys.stderr if args.json else sys.stdout)
+    if args.report:
+        from ..html_report import engine_title, validate_report
+        config = [{"setting": "run", "value": args.run, "source": "RUN"},
+                  {"setting": "model", "value": model.name, "source": "flag" if args.model else "the run's model"},
+                  {"setting": "hardware", "value": hw.name, "source": "flag" if args.hardware else "the run's GPU"},
+                  {"setting": "tp", "value": measured.tp, "source": "flag" if args.tp else "the run's"},
+                  {"setting": "data_parallel_size", "value": measured.dp,
+                   "source": "flag" if args.data_parallel_size else "the run's"}]
+        config += [{"setting": k, "value": v, "source": "flag"} for k, v in flags.items() if v is not None]
+        path = validate_report(measured, result, figures, args.report,
+                               engine_title("vllm", model.name, hw.name, measured.tp, measured.dp), config)
+        print(f"wrote report: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
