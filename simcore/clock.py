@@ -17,6 +17,7 @@ This is the one module that touches SimPy's internals (``_now``, ``_queue``, ``_
 from __future__ import annotations
 
 from heapq import _siftdown, _siftup, heappush
+from operator import attrgetter
 
 import simpy
 from simpy.events import NORMAL
@@ -26,6 +27,8 @@ LATE = NORMAL + 1   # after every NORMAL event due at the same time
 
 
 class ExactEnvironment(simpy.Environment):
+    now = property(attrgetter("_now"), doc="The current simulation time (SimPy's ``now``, read without a Python call).")
+
     def at(self, t: float, priority: int = NORMAL) -> simpy.Event:
         """An event that fires with ``now == t`` exactly (a Timeout scheduled by absolute time)."""
         if t < self._now:
@@ -80,12 +83,13 @@ class ExactEnvironment(simpy.Environment):
         be queued (the next sequence number), with the callbacks it has now."""
         heappush(self._queue, (t, priority, next(self._eid), event))
 
-    @staticmethod
-    def trigger_unscheduled(event: simpy.Event) -> None:
-        """Mark a pending event as succeeded without queueing it: the caller runs its callbacks
-        itself at the instant SimPy would have popped it."""
-        event._ok, event._value = True, None
 
     def move_wait_earlier(self, process, t: float) -> None:
         """``move_earlier`` for the ``at`` event a process is waiting on."""
         self.move_earlier(process._target, t)
+
+
+def trigger_unscheduled(event: simpy.Event) -> None:
+    """Mark a pending event as succeeded without queueing it: the caller runs its callbacks itself
+    at the instant SimPy would have popped it."""
+    event._ok, event._value = True, None

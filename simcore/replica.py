@@ -39,7 +39,7 @@ from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
 from .fastforward.applies import FastApplies, _max, _sample
-from .clock import LATE
+from .clock import LATE, trigger_unscheduled
 from .cohort import DecodeCohort
 from .histogram import LogHistogram
 from .invariants import check_replica
@@ -99,7 +99,7 @@ class Replica(RunPlanning, FastApplies):
             elif self.wakes is None:
                 self.idle.succeed()
             else:   # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
-                self.env.trigger_unscheduled(self.idle)
+                trigger_unscheduled(self.idle)
                 self.wakes.append(self.idle)
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
             self._cut()
@@ -124,7 +124,7 @@ class Replica(RunPlanning, FastApplies):
         if self.pull is not None:
             self.pull(self.env.now)
         n = self._outstanding
-        if self._done_at <= self.env.now:
+        if self._done_at < math.inf and self._done_at <= self.env.now:   # a deferred run's finishers
             n -= self._done_n
         if self._leaving and self._running_ends is not None:
             times = self._leave_times   # when each leaver's last step ends: leavers are in step order
@@ -163,10 +163,11 @@ class Replica(RunPlanning, FastApplies):
         self.state.dissolve_cohort()
 
     def kv_usage(self) -> float:
-        """Fraction of KV blocks in use now, as stepping would show it: a fast-forward holds the first
-        step's blocks up front and the rest at its end, so count the steps already started."""
+        """Fraction of KV blocks in use now, as stepping shows it (``SteppingReplica.kv_usage``:
+        cached blocks nobody references count as free): a fast-forward holds the first step's
+        blocks up front and the rest at its end, so count the steps already started."""
         pool, ends = self.state.pool, self._running_ends
-        used = pool.used
+        used = pool.total - pool.available
         if ends is not None and len(ends) > 1:
             j = steps_started(ends, self.env.now)
             bs = pool.block_size

@@ -137,7 +137,7 @@ class Simulation:
         if self._next >= n:
             return
         replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
-        reject, wakes = self._reject_reason, []
+        reject, wakes, requeue = self._reject_reason, [], env.requeue
         fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
                 for r in replicas]
         event = env.at(float(arrival_s[self._next]), LATE)
@@ -157,7 +157,7 @@ class Simulation:
                 self.arrive_until(env.now)
             if self._next < n:
                 event.callbacks = [due]
-                env.requeue(event, float(arrival_s[self._next]), LATE)
+                requeue(event, float(arrival_s[self._next]), LATE)
             if wakes:
                 woken = wakes[:]
                 wakes.clear()
@@ -260,6 +260,13 @@ class Simulation:
         if len(self.replicas) > 1:
             summary["replicas"] = [summarize(df[df.replica == r.index], r.itl, r.num_iterations, goodput)
                                    for r in self.replicas]
+            routed = df[df.rejected.isna()]
+            span = float(routed.finish_s.max() - routed.arrival_s.min()) if len(routed) else 0.0
+            for r, rs in zip(self.replicas, summary["replicas"]):   # Little's law: time in system per second
+                mine = routed[routed.replica == r.index]
+                rs["routed"] = len(mine)
+                rs["mean_load"] = float((mine.finish_s.fillna(routed.finish_s.max()) - mine.arrival_s).sum() / span) \
+                    if span > 0 else 0.0
         caches = [r.state.pool.cache for r in self.replicas if r.state.pool.cache is not None]
         if caches:
             lookups = sum(c.lookup_tokens for c in caches)

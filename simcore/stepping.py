@@ -48,8 +48,12 @@ class SteppingReplica:
         return self._outstanding
 
     def kv_usage(self) -> float:
+        """Blocks in use over the pool, cached blocks nobody references counted as free, as the
+        engines report it to KV-aware routers: vLLM's BlockPool.get_usage (1 − free/total, its
+        free queue holding them), SGLang's token usage (its allocator's available size plus the
+        radix tree's evictable size)."""
         pool = self.state.pool
-        return pool.used / pool.total
+        return (pool.total - pool.available) / pool.total
 
     def submit(self, req) -> None:
         req.replica = self.index

@@ -317,8 +317,11 @@ def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
                  if s["usd_per_gpu_hour"] is not None else f"cost: {s['price_source']}")
     if "replicas" in s:
         lines.append("")
-        lines.append(table([{"replica": i, **{k: r[k] for k in ("completed", "output_throughput", "p99_ttft_ms",
-                                                                "p99_itl_ms")}} for i, r in enumerate(s["replicas"])]))
+        lines.append(table([{"replica": i, **{k: r[k] for k in ("routed", "mean_load", "completed", "output_throughput",
+                                                                "p99_ttft_ms", "p99_itl_ms")}}
+                            for i, r in enumerate(s["replicas"])]))
+        lines.append("routed: requests sent to the replica; mean_load: requests in it on average over the run "
+                     "(Little's law: their time in the system over the run's span)")
     if draws:
         lines.append(f"\nuncertainty: {len(draws)} parameter sets drawn from {hw.name}'s fitted covariance")
         lines.append(table([{"metric": m, **b} for m, b in s["uncertainty"]["metrics"].items()]))
