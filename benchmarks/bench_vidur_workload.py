@@ -38,6 +38,9 @@ wall time. It prints each side's req/s (min / median / max over the rounds, wall
 ratio chunksim / Vidur per round (paired, same minute) with its min / median / max, and checks
 that Vidur completed every request of the trace (its count, simulated end and mean E2E are
 printed beside chunksim's; the two cost models differ, so those are not expected to agree).
+Vidur runs with its defaults otherwise, its metrics collection and Chrome trace (both inside its
+loop) included; `--vidur-flag=FLAG` (repeatable) adds one of Vidur's own CLI flags, e.g.
+`--vidur-flag=--no-metrics_config_enable_chrome_trace`.
 """
 from __future__ import annotations
 
@@ -123,12 +126,14 @@ def vidur_commit(python: str) -> str:
     return mark.read_text().strip() if mark.is_file() else f"unknown (no {mark}: not made by vidur_setup.sh)"
 
 
-def run_vidur(python: str, workdir: Path, cpu: int | None, train_only: bool = False) -> dict:
+def run_vidur(python: str, workdir: Path, cpu: int | None, train_only: bool = False, flags=()) -> dict:
     """One run of benchmarks/vidur_driver.py under Vidur's Python, pinned to `cpu` by taskset (a
-    child also inherits this process's affinity). Returns the driver's JSON result."""
+    child also inherits this process's affinity); `flags`: Vidur CLI flags added to the driver's.
+    Returns the driver's JSON result."""
     cmd = [python, str(DRIVER), "--trace", str(TRACE), "--kernels", str(KERNELS), "--workdir", str(workdir)]
     if train_only:
         cmd.append("--train-only")
+    cmd += list(flags)
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -161,7 +166,7 @@ def versus_report(n: int, chunk: list[tuple[float, float]], vidur: list[tuple[fl
     ]
 
 
-def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int) -> None:
+def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int, flags=()) -> None:
     """chunksim and Vidur's own simulator alternately on one core, `rounds` times (the docstring)."""
     if not DRIVER.is_file():
         raise SystemExit(f"missing {DRIVER}")
@@ -172,9 +177,9 @@ def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int) -
     n = len(wl)
     print(f"Vidur: {python}, commit {vidur_commit(python)} (pinned here: {VIDUR_COMMIT[:7]}); "
           f"{'taskset -c ' + str(cpu) if cpu is not None and shutil.which('taskset') else 'not pinned'}; "
-          f"work dir {workdir}")
+          f"work dir {workdir}" + (f"; Vidur flags added: {' '.join(flags)}" if flags else ""))
     t0 = time.perf_counter()
-    warm = run_vidur(python, workdir, cpu, train_only=True)
+    warm = run_vidur(python, workdir, cpu, train_only=True, flags=flags)
     print(f"Vidur set-up, untimed (import, predictor training or cache load, {warm['requests']:,} requests "
           f"generated and queued): {time.perf_counter() - t0:.1f} s")
     chunk, vidur, res, out, refs = [], [], None, None, []
@@ -182,7 +187,7 @@ def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int) -
         refs.append(reference_s(3, time.process_time))
         res, (wall, cpu_s), _ = simulate(policy, wl, ff)
         chunk.append((wall, cpu_s))
-        out = run_vidur(python, workdir, cpu)
+        out = run_vidur(python, workdir, cpu, flags=flags)
         if out["requests"] != n or out["completed"] != n:
             raise SystemExit(f"Vidur completed {out.get('completed')} of {out['requests']} requests "
                              f"(the trace has {n:,}): not the same workload")
@@ -217,6 +222,9 @@ def main() -> None:
     ap.add_argument("--vidur-workdir", type=Path, default=Path.home() / ".cache/chunksim" / f"vidur-{VIDUR_COMMIT[:7]}",
                     metavar="DIR", help="where Vidur caches its trained predictor and writes its output "
                     "(default %(default)s)")
+    ap.add_argument("--vidur-flag", action="append", default=[], metavar="FLAG",
+                    help="a flag of Vidur's own CLI added to the benchmark's (repeatable; use the = form), "
+                    "e.g. --vidur-flag=--no-metrics_config_enable_chrome_trace")
     args = ap.parse_args()
     set_data(args.data)
     if not TRACE.is_file() or not CONFIG.is_file():
@@ -225,7 +233,7 @@ def main() -> None:
     wl = workload()
     ff = not args.no_fast_forward
     if args.vidur:
-        versus(args.vidur, args.vidur_workdir, args.policy, wl, ff, max(1, args.repeat))
+        versus(args.vidur, args.vidur_workdir, args.policy, wl, ff, max(1, args.repeat), args.vidur_flag)
         return
     walls, cpus, refs, cpu_refs = [], [], [reference_s()], [reference_s(3, time.process_time)]
     for _ in range(max(1, args.repeat)):   # the reference between runs: both best-of over the same minutes

@@ -4,6 +4,7 @@ workload and prints one JSON line with how long its event loop took. Run by
 `benchmarks/vidur_setup.sh`); it imports nothing of chunksim, and chunksim nothing of Vidur.
 
     PYTHON benchmarks/vidur_driver.py --trace TRACE.csv --kernels DIR --workdir DIR [--train-only]
+                                      [VIDUR_FLAG ...]
 
 The configuration is Vidur's CLI (`SimulationConfig.create_from_cli_args`, as `python -m
 vidur.main` builds it) with: CodeLlama-34B-Instruct on one `a100` replica, tp 2, network
@@ -16,7 +17,8 @@ on the profiling tables under DIR (Vidur's `data/profiling` layout of
 table, the A100 pairwise-NVLink all-reduce table). Vidur caches the trained predictor under
 `WORKDIR/cache`, so only the first run trains it. Everything else is Vidur's default, metrics
 collection and its Chrome trace included (they run inside its event loop); the metrics and plots
-that Vidur writes at exit (after the loop) are skipped.
+that Vidur writes at exit (after the loop) are skipped. Any further VIDUR_FLAGs are Vidur's own
+CLI flags, added after these (so they override them), e.g. `--no-metrics_config_enable_chrome_trace`.
 
 Timed: `Simulator.run()` alone (its event loop), with `time.perf_counter` and
 `time.process_time`; Vidur's import, predictor training or loading, request generation and
@@ -74,7 +76,7 @@ def main() -> None:
     ap.add_argument("--workdir", required=True, help="Vidur's predictor cache and output folder")
     ap.add_argument("--train-only", action="store_true", help="build the simulator (training its predictor "
                     "into the cache when it is not there yet) and stop before the loop")
-    args = ap.parse_args()
+    args, extra = ap.parse_known_args()
     os.makedirs(args.workdir, exist_ok=True)
     t0 = time.perf_counter()
     from vidur.config import SimulationConfig
@@ -82,7 +84,7 @@ def main() -> None:
     from vidur.utils.random import set_seeds
 
     sys.argv = [sys.argv[0], *vidur_argv(os.path.abspath(args.trace), os.path.abspath(args.kernels),
-                                         os.path.abspath(args.workdir))]
+                                         os.path.abspath(args.workdir)), *extra]
     config = SimulationConfig.create_from_cli_args()
     set_seeds(config.seed)   # as vidur.main does
     sim = Simulator(config)

@@ -110,3 +110,14 @@ def test_against_vidur_itself(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "completed: chunksim 10,000, Vidur 10,000" in p.stdout
     assert "ratio chunksim / Vidur" in p.stdout
+
+
+def test_vidur_flags_reach_the_driver_after_its_own(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint('VIDUR_RESULT ' + json.dumps({{'argv': sys.argv}}))\n")
+    fake.chmod(0o755)
+    out = bvw.run_vidur(str(fake), tmp_path / "w", None, train_only=True,
+                        flags=["--no-metrics_config_enable_chrome_trace"])
+    argv = out["argv"]
+    assert argv[1] == str(BENCH / "vidur_driver.py")
+    assert argv[-2:] == ["--train-only", "--no-metrics_config_enable_chrome_trace"]
