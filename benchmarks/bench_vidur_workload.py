@@ -27,7 +27,7 @@ workload in a subprocess under `taskset -c CPU` (`benchmarks/vidur_driver.py`, r
 Vidur's `Simulator` with its CLI configuration, the `trace_replay` generator reading the same
 trace CSV, the Sarathi scheduler at chunk 512 / batch cap 128 / block 16, one A100 replica at
 tp 2, and its random-forest predictor trained on ../shared/data/kernels/vidur, the tables that
-data folder's PROVENANCE.md lists). Before the rounds one untimed Vidur run builds its simulator
+../shared/data/kernels/PROVENANCE.md lists under "Vidur's own A100 tables"). Before the rounds one untimed Vidur run builds its simulator
 and so trains its predictor into `--vidur-workdir` (cached there: 1-3 minutes the first time).
 
 Both sides are timed the same way: wall (`time.perf_counter`) and CPU (`time.process_time`)
@@ -38,9 +38,19 @@ wall time. It prints each side's req/s (min / median / max over the rounds, wall
 ratio chunksim / Vidur per round (paired, same minute) with its min / median / max, and checks
 that Vidur completed every request of the trace (its count, simulated end and mean E2E are
 printed beside chunksim's; the two cost models differ, so those are not expected to agree).
-Vidur runs with its defaults otherwise, its metrics collection and Chrome trace (both inside its
-loop) included; `--vidur-flag=FLAG` (repeatable) adds one of Vidur's own CLI flags, e.g.
-`--vidur-flag=--no-metrics_config_enable_chrome_trace`.
+Vidur runs with its defaults otherwise, its metrics collection inside the loop included, except
+its Chrome trace, which is on by default and built inside the loop: off here, so that the ratio
+is taken against the faster Vidur (the trace took about a seventh of Vidur's loop: CPU 516
+against 603 req/s). `--vidur-flag=FLAG` (repeatable) adds one of Vidur's own CLI flags after the
+benchmark's: `--vidur-flag=--metrics_config_enable_chrome_trace` brings the trace back.
+
+Measured 2026-12-05 on the shared 2-core VM (Intel Xeon; load 4-7 from other work, so the core
+was shared: wall times ran 1.5-2.5x the CPU times; CPU reference 0.140-0.146 s), --repeat 3,
+default flags: by CPU time chunksim 41.2k / 44.9k / 46.4k simulated req/s, Vidur 580 / 588 /
+592, ratio 70.0 / 77.4 / 78.3 (min / median / max); by wall time 14.8k / 22.6k / 22.7k against
+295 / 296 / 300, ratio 49.1 / 76.4 / 77.1. With Vidur's Chrome trace on (its default): Vidur
+506 / 520 / 539 req/s by CPU time, ratio 84.7 / 89.9 / 90.6. Vidur completed all 10,000
+requests (simulated end 4,752 s against chunksim's 4,749 s).
 """
 from __future__ import annotations
 
@@ -224,7 +234,7 @@ def main() -> None:
                     "(default %(default)s)")
     ap.add_argument("--vidur-flag", action="append", default=[], metavar="FLAG",
                     help="a flag of Vidur's own CLI added to the benchmark's (repeatable; use the = form), "
-                    "e.g. --vidur-flag=--no-metrics_config_enable_chrome_trace")
+                    "e.g. --vidur-flag=--metrics_config_enable_chrome_trace (Vidur's default, off here)")
     args = ap.parse_args()
     set_data(args.data)
     if not TRACE.is_file() or not CONFIG.is_file():

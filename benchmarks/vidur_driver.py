@@ -15,10 +15,13 @@ the random-forest predictor with one grid point (250 estimators, depth 16, min s
 on the profiling tables under DIR (Vidur's `data/profiling` layout of
 `../shared/data/kernels/vidur/`: the A100 CodeLlama-34B `mlp.csv`, the `acb95f6` A100 attention
 table, the A100 pairwise-NVLink all-reduce table). Vidur caches the trained predictor under
-`WORKDIR/cache`, so only the first run trains it. Everything else is Vidur's default, metrics
-collection and its Chrome trace included (they run inside its event loop); the metrics and plots
-that Vidur writes at exit (after the loop) are skipped. Any further VIDUR_FLAGs are Vidur's own
-CLI flags, added after these (so they override them), e.g. `--no-metrics_config_enable_chrome_trace`.
+`WORKDIR/cache`, so only the first run trains it. Vidur's Chrome trace is off: it is on by
+default and Vidur builds it inside its event loop, a debugging artifact chunksim has no
+counterpart of, which took about a seventh of Vidur's loop here (CPU 516 against 603 req/s), so
+the ratio to chunksim is quoted against the faster Vidur. Everything else is Vidur's default,
+its metrics collection inside the loop included; the metrics and plots that Vidur writes at exit
+(after the loop) are skipped. Any further VIDUR_FLAGs are Vidur's own CLI flags, added after
+these (so they override them): `--metrics_config_enable_chrome_trace` brings the trace back.
 
 Timed: `Simulator.run()` alone (its event loop), with `time.perf_counter` and
 `time.process_time`; Vidur's import, predictor training or loading, request generation and
@@ -64,6 +67,7 @@ def vidur_argv(trace: str, kernels: str, workdir: str) -> list[str]:
         rf + "num_estimators", "250",
         rf + "max_depth", "16",
         rf + "min_samples_split", "2",
+        "--no-metrics_config_enable_chrome_trace",   # on by default; the docstring says why off
         "--metrics_config_output_dir", os.path.join(workdir, "simulator_output"),
         "--metrics_config_cache_dir", os.path.join(workdir, "cache"),
     ]

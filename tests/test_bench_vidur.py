@@ -39,7 +39,7 @@ def test_setup_script_and_benchmark_pin_the_same_commit():
 
 def test_vidur_command_line_is_the_speed_workload():
     argv = vidur_driver.vidur_argv("/t.csv", "/k", "/w")
-    flags = dict(zip(argv[::2], argv[1::2]))
+    flags = {a: (b if not b.startswith("--") else None) for a, b in zip(argv, argv[1:] + ["--"]) if a.startswith("--")}
     assert flags["--replica_config_model_name"] == "codellama/CodeLlama-34b-Instruct-hf"
     assert flags["--replica_config_tensor_parallel_size"] == "2"
     assert flags["--replica_scheduler_config_type"] == "sarathi"
@@ -51,6 +51,7 @@ def test_vidur_command_line_is_the_speed_workload():
     assert flags["--random_forrest_execution_time_predictor_config_attention_input_file"] == \
         "/k/legacy_acb95f6/a100/attention.csv"
     assert flags["--metrics_config_cache_dir"] == "/w/cache"
+    assert "--no-metrics_config_enable_chrome_trace" in argv   # the faster Vidur (the docstring)
 
 
 FAKE = """#!{python}
