@@ -142,7 +142,7 @@ class Hardware:
     def ridge_achieved(self) -> float:
         return self.pi_eff / self.beta_eff
 
-    def replace(self, **changes) -> "Hardware":
+    def replace(self, **changes) -> Hardware:
         return dataclasses.replace(self, **changes)
 
     def to_yaml(self) -> str:

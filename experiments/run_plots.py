@@ -77,7 +77,7 @@ def latency_cdfs(result, labels=None):
     cols = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2el_s", "E2E latency"), ("max_itl_s", "worst ITL of the request"))
     for run, label in zip(runs, labels):
         df = run.requests[run.requests.finish_s.notna()]
-        for ax, (col, title) in zip(axes, cols):
+        for ax, (col, _title) in zip(axes, cols):
             v = np.sort(df[col].dropna().to_numpy() * 1e3)
             ax.step(v, np.arange(1, len(v) + 1) / max(len(v), 1), where="post", label=label)
     for ax, (_, title) in zip(axes, cols):

@@ -48,7 +48,7 @@ class ExactEnvironment(simpy.Environment):
         new ``at(t)`` would be: the same priority, ordered after every event already queued for
         t. The event keeps its callbacks, and no emptied event is left in the queue to pop."""
         queue = self._queue
-        for i, entry in enumerate(queue):
+        for i, entry in enumerate(queue):   # noqa: B007 -- i is the position used after the loop
             if entry[3] is event:
                 break
         else:

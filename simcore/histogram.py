@@ -187,7 +187,7 @@ class LogHistogram:
         self._flush()
         return self._max
 
-    def merge(self, other: "LogHistogram") -> None:
+    def merge(self, other: LogHistogram) -> None:
         self._flush()
         other._flush()
         self._counts += other._counts

@@ -23,7 +23,7 @@ from .cache_hits import HitCount
 @dataclass(eq=False)
 class _Node:
     key: tuple             # (parent's serial, 0 at the root; this block's hash): a trie edge, O(1) to hash
-    parent: "_Node | None"
+    parent: _Node | None
     depth: int             # blocks from the root, this one included
     refs: int = 0
     children: int = 0

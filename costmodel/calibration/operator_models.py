@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
 from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
 from .attention_apart import apart, fit_apart
@@ -432,7 +432,7 @@ class FloatColumns:
     def __init__(self, df: pd.DataFrame):
         self._df, self._cols, self._len = df, {}, len(df)
 
-    def __getitem__(self, c: str) -> "_Column":
+    def __getitem__(self, c: str) -> _Column:
         if c not in self._cols:
             col = self._df[c]
             self._cols[c] = _Column(col.to_numpy(float) if pd.api.types.is_numeric_dtype(col) else col.to_numpy(str))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import bench_result, datasets
+from .. import bench_result
 from .simulate_run import run_simulation
 from .common import add_dataset_flags, add_engine_flags, add_model_hardware, finite_float, nonneg_int, positive_float, positive_int
 
