@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 SOFT_P = 8.0   # the NCCL lines' soft minimum: (Σ t_i^-p)^(-1/p), 2^(-1/p) = 0.917 of the lines' time where two cross
 
 

@@ -18,9 +18,17 @@ import math
 
 import numpy as np
 
-from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
-                           decode_unit_time)
-from .decode_launch import WALK_BYTES, issue_rate, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
+from .decode_units import MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, decode_unit_time
+
+# isort: split
+from .decode_launch import (  # after decode_units, which imports it last
+    WALK_BYTES,
+    issue_rate,
+    key_threads,
+    mmha_blocks,
+    mmha_walk,
+    xqa_dispatched,
+)
 
 
 class SplitDecodeRuns:

@@ -80,9 +80,9 @@ import numpy as np
 
 from .allreduce import call_time, gather_rows
 from .decode_runs import DecodeRuns
+from .errors import require
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
-from .errors import require
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec

@@ -11,7 +11,6 @@ import json
 import math
 from pathlib import Path
 
-
 from .iterlog import replay
 
 US = 1e6

@@ -21,7 +21,6 @@ from heapq import _siftdown, _siftup, heappush
 import simpy
 from simpy.events import NORMAL
 
-
 LATE = NORMAL + 1   # after every NORMAL event due at the same time
 
 

@@ -38,13 +38,13 @@ from simpy.events import Event
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
-from .fastforward.applies import FastApplies, _max, _sample
 from .clock import LATE
 from .cohort import DecodeCohort
-from .histogram import LogHistogram
-from .invariants import check_replica
+from .fastforward.applies import FastApplies, _max, _sample
 from .fastforward.runs import RunPlanning, steps_started
 from .fastforward.switches import FastForward
+from .histogram import LogHistogram
+from .invariants import check_replica
 
 
 class Replica(RunPlanning, FastApplies):

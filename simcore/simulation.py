@@ -16,15 +16,15 @@ from costmodel.errors import require
 from policies.base import SchedulerState
 from workloads.workload import Workload
 
+from .admission import reject_reason
 from .clock import LATE, ExactEnvironment
+from .fastforward.switches import FastForward, switches
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
-from .admission import reject_reason
 from .replica import Replica
 from .request import Request
 from .stepping import SteppingReplica, arrivals
-from .fastforward.switches import FastForward, switches
 
 
 @dataclass

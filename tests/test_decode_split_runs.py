@@ -9,8 +9,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from costmodel.decode_launch import xqa_dispatched

@@ -7,8 +7,6 @@ from simcore.histogram import LogHistogram
 from simcore.simulation import Simulation, fixed_workload
 
 
-
-
 @pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
 @pytest.mark.parametrize("ff", [True, False])
 def test_arrival_at_a_step_boundary_joins_that_plan(llama8b, h100, policy, ff):

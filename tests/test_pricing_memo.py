@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from costmodel.roofline import CostModel

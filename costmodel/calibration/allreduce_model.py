@@ -59,10 +59,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from .fit import F_SCALE, LOSS, ClassFit, ape_stats
-from .identify import identify
 from ..allreduce import soft_min, switched_times
 from .allreduce_runs import NCCL_PCIE, latency_bound, side_runs
+from .fit import F_SCALE, LOSS, ClassFit, ape_stats
+from .identify import identify
 from .operator_models import _Residuals, base_name
 
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+from threadpoolctl import threadpool_limits
 
 from ..errors import require
-from threadpoolctl import threadpool_limits
 from .kernel_shapes import H100, Device, padded_flops, row_waves  # noqa: F401  (re-exported)
 from .timings import validate
 

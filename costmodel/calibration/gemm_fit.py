@@ -25,18 +25,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import least_squares
 import scipy.sparse.linalg  # noqa: F401  (sp.linalg)
+from scipy.optimize import least_squares
 from scipy.sparse.linalg import cg, spsolve
 
+from .. import gemm_residual, gemm_serial
 from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_residual import Field, build
-from .. import gemm_residual
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
-from .. import gemm_serial
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
-
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
 KNOTS = 8          # correction knots per axis at least, and one per octave of the table's range (fewer

@@ -30,7 +30,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import (
+    GROUPINGS,
+    MMHA_OCCUPANCY,
+    PARAMS as DECODE_UNITS,
+    UNITS as DECODE_UNIT_UNITS,
+    decode_unit_times,
+)
 from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
 from .attention_apart import apart, fit_apart

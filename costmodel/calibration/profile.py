@@ -15,12 +15,12 @@ import os
 
 import numpy as np
 
-from ..hardware import Hardware
-from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
+from ..hardware import Hardware
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
 from .allreduce_model import count_slices, hinged, line_values, oneshot_alone
+from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",

@@ -67,7 +67,17 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
-from .rows_regime import MIN_REGIME, NONE, SCREEN_BREAKS, budget_bounds, budget_grid, pays, pick_break, rows_breaks, screen
+from .rows_regime import (
+    MIN_REGIME,
+    NONE,
+    SCREEN_BREAKS,
+    budget_bounds,
+    budget_grid,
+    pays,
+    pick_break,
+    rows_breaks,
+    screen,
+)
 from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 

@@ -22,7 +22,6 @@ import os
 import tempfile
 from collections import deque
 
-
 from unit_cost import UnitCost
 from vllm_scenarios import VllmScenario
 

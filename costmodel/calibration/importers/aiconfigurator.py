@@ -35,10 +35,10 @@ import yaml
 
 from ...errors import require
 from ...hardware import Hardware
-from ..timings import attention_row, gemm_row, validate
-from ..moe_routing import table_touched
 from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
 from ..allreduce_runs import NCCL_PCIE
+from ..moe_routing import table_touched
+from ..timings import attention_row, gemm_row, validate
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
