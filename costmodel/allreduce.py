@@ -75,10 +75,10 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
     """A switched tp's call times (``run_times`` on each side of the token switch)."""
     below, above = _sides(r, sw)
     if above is None or not oneshot_tokens:
-        return run_times(*below, size)
+        return run_times(*below, size)  # type: ignore[call-arg]
     out = np.empty(len(size))
     low = (rows <= oneshot_tokens) | (rows <= 0)
-    out[low], out[~low] = run_times(*below, size[low]), run_times(*above, size[~low])
+    out[low], out[~low] = run_times(*below, size[low]), run_times(*above, size[~low])  # type: ignore[call-arg]
     return out
 
 

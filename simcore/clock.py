@@ -16,7 +16,7 @@ This is the one module that touches SimPy's internals (``_now``, ``_queue``, ``_
 """
 from __future__ import annotations
 
-from heapq import _siftdown, _siftup, heappush
+from heapq import _siftdown, _siftup, heappush  # type: ignore[attr-defined]  # private helpers, absent from typeshed
 
 import simpy
 from simpy.events import NORMAL
@@ -31,7 +31,7 @@ class ExactEnvironment(simpy.Environment):
             raise ValueError(f"at({t!r}) is before now ({self._now!r})")
         event = simpy.Event(self)
         event._ok, event._value = True, None
-        heappush(self._queue, (t, priority, next(self._eid), event))
+        heappush(self._queue, (t, priority, next(self._eid), event))  # type: ignore[misc]
         return event
 
     def queue_at(self, event: simpy.Event, t: float) -> None:
@@ -77,7 +77,7 @@ class ExactEnvironment(simpy.Environment):
     def requeue(self, event: simpy.Event, t: float, priority: int = NORMAL) -> None:
         """Queue an event whose callbacks already ran to fire again at t, as a new ``at(t)`` would
         be queued (the next sequence number), with the callbacks it has now."""
-        heappush(self._queue, (t, priority, next(self._eid), event))
+        heappush(self._queue, (t, priority, next(self._eid), event))  # type: ignore[misc]
 
     @staticmethod
     def trigger_unscheduled(event: simpy.Event) -> None:

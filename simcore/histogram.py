@@ -210,4 +210,4 @@ class LogHistogram:
             return self.max
         rank = q * (self.count - 1)
         i = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
-        return float(min(self._center(np.array(i))[()], self.max))
+        return float(min(self._center(np.array(i))[()], self.max))  # type: ignore[arg-type]
