@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import one_core, reference_s  # beside this script
 
-from machine import one_core, reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from simcore.clock import LATE

@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fit_profiles import DATA, GPUS, base_of, load  # noqa: E402
 
 from costmodel import load_hardware  # noqa: E402
-from costmodel.errors import InputError  # noqa: E402
+from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, group_of, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
-from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
+from costmodel.errors import InputError  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
@@ -150,8 +150,8 @@ def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
     TensorRT-LLM's dispatch runs NCCL on NVLink GPUs (above ONESHOT_MAX_TOKENS tokens on 4 and 8,
     above the 16 MB workspace on 2; PCIe GPUs run NCCL at these sizes too): two timings of the same
     NCCL call."""
-    from costmodel.calibration.importers import read_aiconfigurator
     from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
+    from costmodel.calibration.importers import read_aiconfigurator
     d = DATA / folder / "nccl"
     if not d.is_dir():
         return {}

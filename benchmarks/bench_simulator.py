@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from machine import one_core, reference_s  # beside this script
 
-from machine import one_core, reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.simulation import Simulation, fixed_workload

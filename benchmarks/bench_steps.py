@@ -15,10 +15,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import one_core, reference_s  # noqa: E402
+from benchmarks.steps_data_check import provenance_notes, report  # noqa: E402
 from costmodel import load_hardware, load_model  # noqa: E402
 from costmodel.calibration.step_timings import load_steps, uniform_steps  # noqa: E402
 from costmodel.calibration.steps import errors_by_kind, fit_steps, predict_steps  # noqa: E402
-from benchmarks.steps_data_check import provenance_notes, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps" / "splitwise_bloom176b.csv"
 GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100"}   # Splitwise's hardware column -> base profile

@@ -35,8 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.decode_steps import by_batch, exact_decode_steps, folder_step, gap_line  # noqa: E402
 from benchmarks.machine import one_core, reference_s  # noqa: E402
 from costmodel import load_hardware, load_model  # noqa: E402
-from experiments.cli import calibrate as calibrate_cmd  # noqa: E402
-from experiments.cli import main as cli  # noqa: E402
+from experiments.cli import (
+    calibrate as calibrate_cmd,  # noqa: E402
+    main as cli,  # noqa: E402
+)
 from experiments.validate import load_run, validate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "validation" / "llmservingsim"
@@ -122,7 +124,9 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
     of the second), against the model's price of the same batches (each running request's context
     from its own first/last token times) and the profile folder's own timings summed for them."""
     import json
+
     import pandas as pd
+
     from costmodel import CostModel
     ts = pd.read_csv(run_dir / "timeseries.csv")
     running = ts.running.to_numpy(float)

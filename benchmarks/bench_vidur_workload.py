@@ -61,14 +61,13 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from machine import one_core, reference_s  # beside this script
 
-from machine import one_core, reference_s   # beside this script
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.simulation import Simulation, fixed_workload

@@ -15,7 +15,6 @@ from costmodel.calibration import fit
 from costmodel.calibration.fit import FORMS, H100, TILE_ROWS, Device, fit_class
 from costmodel.calibration.microbench import cpu_plan, measure, split_holdout
 from costmodel.calibration.timings import gemm_row, load_timings
-
 from experiments.report import table
 
 TRUTH = {"pi": 7e14, "beta": 3e12, "floor": 6e-6}

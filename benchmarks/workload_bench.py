@@ -46,7 +46,7 @@ def bench(trace_dir: Path, repeat: int = 5) -> pd.DataFrame:
             rows.append(dict(file=name, options="", skipped="absent"))
             continue
         rng = (lambda i: np.random.default_rng(i)) if "spread_s" in opts else (lambda i: None)
-        best, first, w = _best_of(repeat, lambda i: load_trace(path, fmt, rng=rng(i), **opts))
+        best, first, w = _best_of(repeat, lambda i: load_trace(path, fmt, rng=rng(i), **opts))   # noqa: B023 -- called within this iteration
         rows.append(dict(file=name, options=str(opts or ""), requests=len(w), duration_s=round(w.duration_s, 1),
                          rate_rps=round((len(w) - 1) / w.duration_s, 3), mean_prompt=round(w.prompt_len.mean(), 1),
                          mean_output=round(w.output_len.mean(), 1),
@@ -57,7 +57,7 @@ def bench(trace_dir: Path, repeat: int = 5) -> pd.DataFrame:
         if not path.exists():
             rows.append(dict(file=name, options="table", skipped="absent"))
             continue
-        best, first, L = _best_of(repeat, lambda i: lengths.table(path, 10_000, np.random.default_rng(i)))
+        best, first, L = _best_of(repeat, lambda i: lengths.table(path, 10_000, np.random.default_rng(i)))   # noqa: B023 -- called within this iteration
         rows.append(dict(file=name, options="table, 10k draws", requests=len(L),
                          mean_prompt=round(L.prompt_len.mean(), 1), mean_output=round(L.output_len.mean(), 1),
                          first_load_ms=round(first * 1e3, 1), best_load_ms=round(best * 1e3, 1)))

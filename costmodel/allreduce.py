@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 SOFT_P = 8.0   # the NCCL lines' soft minimum: (Σ t_i^-p)^(-1/p), 2^(-1/p) = 0.917 of the lines' time where two cross
 
 
@@ -76,10 +75,10 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
     """A switched tp's call times (``run_times`` on each side of the token switch)."""
     below, above = _sides(r, sw)
     if above is None or not oneshot_tokens:
-        return run_times(*below, size)
+        return run_times(*below, size)  # type: ignore[call-arg]
     out = np.empty(len(size))
     low = (rows <= oneshot_tokens) | (rows <= 0)
-    out[low], out[~low] = run_times(*below, size[low]), run_times(*above, size[~low])
+    out[low], out[~low] = run_times(*below, size[low]), run_times(*above, size[~low])  # type: ignore[call-arg]
     return out
 
 

@@ -30,8 +30,15 @@ import math
 
 import numpy as np
 
-from .decode_units import MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK, MMHA_WALK_KEYS, XQA_MIN_BLOCKS, XQA_MIN_TOKENS, xqa_block_count, xqa_blocks
-
+from .decode_units import (
+    MMHA_BLOCKS_SM,
+    MMHA_THREAD_BLOCK,
+    MMHA_WALK_KEYS,
+    XQA_MIN_BLOCKS,
+    XQA_MIN_TOKENS,
+    xqa_block_count,
+    xqa_blocks,
+)
 
 WALK_BYTES = 16.0 * 16.0 * MMHA_WALK_KEYS   # bytes of one walk unit: 64 key rows of 16 threads × 16 B
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +23,35 @@ DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 M
 
 class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
     """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
+    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+        _attention_time: Any
+        attn_bound: Any
+        attn_coef: Any
+        attn_fitted: Any
+        dec_over: Any
+        dec_seq: Any
+        _decode_by_n: Any
+        _decode_memory_bound: Any
+        _fixed: Any
+        _fixed_part: Any
+        _fixed_time: Any
+        _fixed_uses_seqs: Any
+        floor_attn: Any
+        has_host: Any
+        hw: Any
+        kv_coef: Any
+        _lead_fixed: Any
+        over_layers: Any
+        qo_coef: Any
+        quadrature: Any
+        shape: Any
+        _step_lengths: Any
+        step_time: Any
+        time: Any
+        unit_runs: Any
+        units: Any
+        _with_host: Any
+        _with_host_array: Any
 
     def decode_ends_list(self, n: int, decode_kv0: float, steps: int, t: float, stop: float = math.inf) -> list[float]:
         """End times of the steps of ``decode_run`` started at t: t + d₀, (t + d₀) + d₁, … in plain
@@ -29,7 +59,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         per-call overhead for short runs (the replica's hottest path). With `stop`, only the steps
         that start before it (the first always does)."""
         try:
-            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms
+            stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms  # type: ignore[has-type]
         except AttributeError:
             stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms = (
                 bool(self.has_host or self.units), self._fixed, self._fixed_uses_seqs, self.kv_coef,
@@ -111,7 +141,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         if self.attn_fitted or self.has_host:   # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
         try:
-            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms
+            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms  # type: ignore[has-type]
         except AttributeError:
             lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
                 self._lead_fixed, self.attn_bound, self.attn_coef, self.kv_coef, self.hw.pi_attention,
@@ -294,7 +324,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
 
     def _grow_decode_attention(self, hi: int) -> np.ndarray:
         """The table for every Σ(kv + 1) below at least `hi` (it doubles, so it is rebuilt O(log) times)."""
-        size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)
+        size = min(max(hi, 2 * len(self._decode_attention), 4096), DECODE_TABLE_CAP)  # type: ignore[has-type]
         self._decode_attention = self._decode_attention_of(np.arange(size, dtype=np.float64))
         return self._decode_attention
 

@@ -15,16 +15,38 @@ fixed by h/h_kv for the whole run. (B/C)² is Python's float power per element, 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .decode_units import (MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES,
-                           decode_unit_time)
-from .decode_launch import WALK_BYTES, issue_rate, key_threads, mmha_blocks, mmha_walk, xqa_dispatched  # after decode_units, which imports it last
+from .decode_units import MMHA_THREAD_BLOCK, MMHA_TOKENS, XQA_MIN_TOKENS, XQA_SUB_SEQ, XQA_WAVES, decode_unit_time
+
+# isort: split
+from .decode_launch import (  # after decode_units, which imports it last
+    WALK_BYTES,
+    issue_rate,
+    key_threads,
+    mmha_blocks,
+    mmha_walk,
+    xqa_dispatched,
+)
 
 
 class SplitDecodeRuns:
     """Needs the CostModel's unit-model constants (``_init_fitted_attention``), ``_fixed_part`` and host terms."""
+    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+        attn_coef: Any
+        _fixed_part: Any
+        has_host: Any
+        hw: Any
+        kv_coef: Any
+        unit_groups: Any
+        unit_h: Any
+        unit_hkv: Any
+        unit_layers: Any
+        unit_v: Any
+        _with_host: Any
+        _with_host_array: Any
 
     def _split_decode_run(self, x: np.ndarray, n: int) -> np.ndarray:
         """Durations of decode-only passes of n sequences with Σ(kv + 1) = x (> 0) under the xqa,

@@ -7,12 +7,29 @@ hold for a whole run (n fixed) once, so every duration is the bits of pricing th
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 
 class UnitDecodeRuns:
     """Needs the CostModel's unit-model constants (``_init_fitted_attention``), ``_fixed_part`` and host terms."""
+    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+        attn_coef: Any
+        _fixed_part: Any
+        has_host: Any
+        host_prefill: Any
+        host_seq: Any
+        host_step: Any
+        hw: Any
+        kv_coef: Any
+        overlap_host: Any
+        unit_groups: Any
+        unit_h: Any
+        unit_hkv: Any
+        unit_layers: Any
+        unit_v: Any
+        _with_host_array: Any
 
     def _unit_decode_run(self, x: np.ndarray, n: int) -> np.ndarray:
         """Durations of decode-only passes of n sequences with Σ(kv + 1) = x under the unit decode

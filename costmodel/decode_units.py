@@ -125,7 +125,7 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     else:
         split = np.clip(np.floor(sms / one), 1.0, np.maximum(np.ceil(kv_mean / 256.0), 1.0))
         flow = units * split * cta
-        add = 0.0
+        add = 0.0  # type: ignore[assignment]
         fixed = units * np.where(grouped, unit, unit_mha) * (1.0 + cq * np.where(grouped, g, 1.0))
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)

@@ -21,6 +21,7 @@ B is the KV read and written plus Q read and O written. ``_fitted_attention_time
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from .decode_units import decode_unit_time
 from .prefill_memory import l2_resident_share_one, overlap_dram
@@ -29,6 +30,10 @@ from .shape import Q_TILE, ShapeStats
 
 class FittedAttention:
     """Needs the CostModel's attn_coef, kv_coef and hw."""
+    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+        attn_coef: Any
+        hw: Any
+        kv_coef: Any
 
     def _init_fitted_attention(self, m, hw, tp: int, La: int, b: int) -> None:
         self.attn_fitted = hw.attn_form != "roofline"

@@ -148,19 +148,19 @@ class GemmTiles:
     @property
     def corrected(self) -> bool:
         """Whether a shape correction or residual field multiplies the tile model's time."""
-        return self._corr is not None or self._field is not None
+        return self._corr is not None or self._field is not None  # type: ignore[attr-defined]
 
     @property
     def field_key(self) -> int:
         """A digest of the residual field and the unsplit kernel's region (0: neither), for caches
         keyed on the profile's GEMM factors."""
-        key = self._field.key if self._field is not None else 0
+        key = self._field.key if self._field is not None else 0  # type: ignore[attr-defined]
         return hash((key, tuple(self.serial))) if self.serial else key
 
     def _log_factor(self, m, n, k) -> np.ndarray:
         m, n, k = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, float)) for x in (m, n, k)))
-        c = self._corr(m, n, k) if self._corr is not None else 0.0
-        return c + self._field(m, n, k) if self._field is not None else c
+        c = self._corr(m, n, k) if self._corr is not None else 0.0  # type: ignore[attr-defined]
+        return c + self._field(m, n, k) if self._field is not None else c  # type: ignore[attr-defined, return-value]
 
     @property
     def values(self) -> tuple:
@@ -170,7 +170,7 @@ class GemmTiles:
         """Seconds per GEMM of a ``grid`` before the correction and field: the tile model's best
         kernel, or the unsplit kernel in its region."""
         t = times_on(g, self.values)
-        return serial_apply(t, *g["mnk"], self.serial) if self.serial else t
+        return serial_apply(t, *g["mnk"], self.serial) if self.serial else t  # type: ignore[call-arg]
 
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""

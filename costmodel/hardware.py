@@ -142,14 +142,14 @@ class Hardware:
     def ridge_achieved(self) -> float:
         return self.pi_eff / self.beta_eff
 
-    def replace(self, **changes) -> "Hardware":
+    def replace(self, **changes) -> Hardware:
         return dataclasses.replace(self, **changes)
 
     def to_yaml(self) -> str:
         return yaml.dump(dataclasses.asdict(self), Dumper=_Dumper, sort_keys=False)
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Lists of numbers on one line each (a profile's GEMM residual field holds thousands)."""
 
 
@@ -244,7 +244,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
                     f"must be > 0 with attn_decode_split {hw.attn_decode_split}")
     require(not hw.attn_prefill_l2_beta or hw.attn_prefill_l2_bytes > 0, f"{source}:attn_prefill_l2_bytes",
             hw.attn_prefill_l2_bytes, "must be > 0 with attn_prefill_l2_beta")
-    require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),
+    require((hw.attn_prefill_kv_beta > 0) == (hw.attn_prefill_kv_l2_beta > 0) and (not hw.attn_prefill_kv_beta or hw.attn_prefill_l2_beta),  # type: ignore[arg-type]
             f"{source}:attn_prefill_kv_beta", hw.attn_prefill_kv_beta,
             "must be set together with attn_prefill_kv_l2_beta and attn_prefill_l2_beta (all > 0, or both K/V rates 0)")
     require(0 < hw.attn_prefill_dram_exposed <= 1, f"{source}:attn_prefill_dram_exposed", hw.attn_prefill_dram_exposed,

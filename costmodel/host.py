@@ -24,6 +24,8 @@ time exactly, bit for bit, in both modes: every path returns its GPU time unchan
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "host_prefill_step_s")
@@ -31,6 +33,11 @@ HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "host_
 
 class HostTime:
     """Needs ``self.hw`` and ``self.overlap_host``; sets ``self.has_host`` in ``_init_host``."""
+    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+        counting: Any
+        hw: Any
+        model: Any
+        tp: Any
 
     def _init_host(self, overlap_host: bool) -> None:
         hw = self.hw
@@ -73,6 +80,6 @@ class HostTime:
         if not self.has_host or bool(overlap) == self.overlap_host:
             return self
         if self._twin is None:
-            self._twin = type(self)(self.model, self.hw, self.tp, self.counting, overlap_host=bool(overlap))
-            self._twin._twin = self
+            self._twin = type(self)(self.model, self.hw, self.tp, self.counting, overlap_host=bool(overlap))  # type: ignore[assignment, call-arg]
+            self._twin._twin = self  # type: ignore[attr-defined]
         return self._twin

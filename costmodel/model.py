@@ -56,7 +56,7 @@ class ModelSpec:
     @property
     def linear_layers(self) -> int:
         """Linear-attention layers: no KV cache, a fixed state per sequence (0 for plain transformers)."""
-        return self.L - self.kv_layers
+        return self.L - self.kv_layers  # type: ignore[operator]
 
     # --- parameters, split the way the roofline streams them -----------------
     @property
@@ -121,7 +121,7 @@ class ModelSpec:
     @property
     def always_on_layer_params(self) -> int:
         """Layer weights every row uses: attention, dense MLPs, routers, shared experts."""
-        return (self.kv_layers * self.attn_params_per_layer + self.linear_layers * self.linear_attn_params_per_layer
+        return (self.kv_layers * self.attn_params_per_layer + self.linear_layers * self.linear_attn_params_per_layer  # type: ignore[operator]
                 + self.dense_layers * self.dense_mlp_params
                 + self.moe_layers * self.moe_always_on_params_per_layer + self.H)  # + final norm
 
@@ -152,7 +152,7 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B); hybrid models: kv_layers for L."""
-        return 2 * self.kv_layers * self.h_kv * self.d_h * self.b
+        return 2 * self.kv_layers * self.h_kv * self.d_h * self.b  # type: ignore[operator]
 
     @property
     def is_moe(self) -> bool:
@@ -314,7 +314,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     a ``config.json`` path, or a folder holding one."""
     p = Path(str(name_or_path)).expanduser()
     if "/" in str(name_or_path) and not p.exists() and shipped_for_id(name_or_path):
-        name_or_path = shipped_for_id(name_or_path)
+        name_or_path = shipped_for_id(name_or_path)  # type: ignore[assignment]
     path = find("model", name_or_path, MODELS_DIR, ".json",
                 "a Hugging Face id of one of them, or a config.json path", folder_file="config.json")
     try:

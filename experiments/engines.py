@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
-
-from .engine_flags import POLICY_FLAGS
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
-from policies.sglang import (SGLangConfig, SGLangScheduler, sglang_default_chunked_prefill_size, sglang_kv_tokens,
-                             sglang_mem_fraction_static)
+from policies.sglang import (
+    SGLangConfig,
+    SGLangScheduler,
+    sglang_default_chunked_prefill_size,
+    sglang_kv_tokens,
+    sglang_mem_fraction_static,
+)
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
+
+from .engine_flags import POLICY_FLAGS
 
 POLICIES = ("vllm", "sglang", "nochunk")
 VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)   # declared in engine_flags

@@ -212,7 +212,7 @@ def _trace_rate(w: dict, o: dict) -> dict:
     k = given[0]
     require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), f"--{k.replace('_', '-')}", o[k],
             "needs --workload-file or a trace workload in the experiment file")
-    require(not ("request_rate" in o), f"--{k.replace('_', '-')}", o[k],
+    require("request_rate" not in o, f"--{k.replace('_', '-')}", o[k],
             "not with --request-rate (a trace keeps its own arrivals; rescale them with this flag)")
     trace = {kk: v for kk, v in w["trace"].items() if kk not in ("time_scale", "target_rate")}
     return {**w, "trace": {**trace, k: o[k]}}

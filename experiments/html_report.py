@@ -107,7 +107,7 @@ def cdf_figure(runs: list[tuple[str, pd.DataFrame]], title: str):
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
     for i, (label, df) in enumerate(runs):
         done = df[df.finish_s.notna()] if "finish_s" in df else df
-        for j, (col, name) in enumerate(CDF_COLUMNS):
+        for j, (col, _name) in enumerate(CDF_COLUMNS):
             if col not in done:
                 continue
             x, y = cdf_points(done[col].to_numpy() * 1e3, MAX_POINTS)
@@ -227,6 +227,7 @@ def pareto_figure(df: pd.DataFrame, rec: pd.DataFrame | None, itl_slo_ms: float 
     rate), the Pareto front joined, the recommendation ringed by a star drawn under its point."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
     from .plots import knob_label
     from .sweep import pareto_mask
     y = f"p{percentile}_itl_ms"

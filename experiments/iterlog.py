@@ -80,7 +80,7 @@ def iteration_frame(log, cm=None) -> pd.DataFrame:
     rows = []
     for e in replay(log, cm):
         starts = np.r_[e.start_s, e.ends[:-1]]
-        for j, (s, t) in enumerate(zip(starts, e.ends)):
+        for s, t in zip(starts, e.ends):
             rows.append((e.replica, float(s), float(t), e.prefill_tokens, e.decode_tokens, len(e.rids), e.steps > 1))
     return pd.DataFrame(rows, columns=["replica", "start_s", "end_s", "prefill_tokens", "decode_tokens", "sequences",
                                        "fast_forwarded"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
-
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from .sweep import KNOBS, mark_slo, pareto_mask

@@ -251,6 +251,7 @@ def save_run_plots(result, folder, itl_slo_ms: float | None = None, title: str |
                    progress: bool = False, passes=None, times=None) -> dict:
     """itl_timeline.png, iteration_composition.png, latency_cdfs.png in ``folder``; one replay of the log."""
     from pathlib import Path
+
     from tqdm import tqdm
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

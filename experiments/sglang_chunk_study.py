@@ -32,10 +32,9 @@ import numpy as np
 import pandas as pd
 
 from costmodel import load_hardware, load_model
+from experiments.engines import build_cluster
 from simcore.simulation import Simulation
 from workloads.workload import Workload
-
-from experiments.engines import build_cluster
 
 SEED_TABLE = {   # seed 001 §七
     8192: dict(prefill_batches=2214, total_token_throughput=19589.0, runtime_min=106.0, median_tpot_ms=19.6),

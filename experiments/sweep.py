@@ -119,7 +119,6 @@ def points(spec: SweepSpec) -> list[dict]:
 
 def build_workload(workload: dict, rate: float | None, seed: int):
     from workloads import workload_from_config
-
     from workloads.traffic import chat_with_long_prompts
     w = dict(workload)
     if w.get("kind") == "chat_with_long_prompts":

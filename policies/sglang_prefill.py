@@ -38,7 +38,7 @@ class PrefillAdder:
             total += left * (1.0 if r.ignore_eos else ratio)
         self.total_offset, self.current_offset = total, mixed
         self.decoding = decoding
-        self.items, self.new_chunked, self.req_states = [], None, None
+        self.items, self.new_chunked, self.req_states = [], None, None  # type: ignore[var-annotated]
 
     def _kv(self) -> int:
         """Free plus evictable tokens now: read after each lookup, since a matched prefix is pinned
@@ -73,8 +73,8 @@ class PrefillAdder:
         """PrefillAdder.add_chunked_req (PrefillBudget.available_chunk_tokens): the chunk is what the
         chunk budget and the KV left allow, a whole chunk when no KV is left (it must progress).
         True when the request is still truncated."""
-        rem = min(self.rem_chunk, int(self.rem_total))
-        if rem <= 0:
+        rem = min(self.rem_chunk, int(self.rem_total))  # type: ignore[type-var]
+        if rem <= 0:  # type: ignore[operator]
             rem = self.rem_chunk
         left = req.remaining_tokens
         n = min(left, rem)
@@ -122,7 +122,7 @@ class PrefillAdder:
             return "no_token"
         if self.req_states is None:
             states = [self._state_of(r) for r in [req] + running_order(self.s, self.decoding) + [r for r, _ in self.items]]
-            self.req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])
+            self.req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])  # type: ignore[assignment]
         else:
             x = self._state_of(req)
             if x is not None:
@@ -131,8 +131,8 @@ class PrefillAdder:
                     if x[0] <= st[i][0]:
                         break
                 st.insert(i, x)
-        cur, freed, n = self.rem_current - paged, 0, len(self.req_states)
-        for i, (left, occupied) in enumerate(self.req_states):
+        cur, freed, n = self.rem_current - paged, 0, len(self.req_states)  # type: ignore[arg-type]
+        for i, (left, occupied) in enumerate(self.req_states):  # type: ignore[arg-type, var-annotated]
             bs = n - i
             if cur + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
                 return "no_token"
@@ -157,7 +157,7 @@ def running_order(s: SchedulerState, decoding: list) -> list:
     if not s.num_in_cohort:
         return decoding
     c = s.cohort
-    members = list(c.members)
+    members = list(c.members)  # type: ignore[union-attr]
     view = [_MemberView(r, c) for r in members]
     return sorted(list(decoding) + view, key=lambda r: r.seq)
 

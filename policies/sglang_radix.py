@@ -18,21 +18,25 @@ any step that would evict (``run_headroom``; the tree would change shape between
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from simcore.radix_cache import REFRESH_INTERVAL, REFRESH_MAX, RadixCache
 
 
 class RadixDriving:
     """Needs SGLangScheduler's chunked_req, cfg and _extends."""
+    if TYPE_CHECKING:   # the SGLangScheduler this mixes into provides these; declared for mypy only
+        chunked_req: Any
 
     def _init_radix(self) -> None:
         self._cache = self._pool = None
-        self._last = []       # the last plan in batch order: (request, its extend's end, or None for a decode)
+        self._last = []       # type: ignore[var-annotated]  # the last plan in batch order: (request, its extend's end, or None for a decode)
         self._refreshes = 0
         self._decoded = 0     # decode-only steps of the run being applied (on_fast_forward, for on_lead)
 
     def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
-        self._cache = RadixCache(block_tokens, engine_block_size)
-        return self._cache
+        self._cache = RadixCache(block_tokens, engine_block_size)  # type: ignore[assignment]
+        return self._cache  # type: ignore[return-value]
 
     @property
     def holds_finished(self) -> bool:

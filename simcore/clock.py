@@ -16,12 +16,11 @@ This is the one module that touches SimPy's internals (``_now``, ``_queue``, ``_
 """
 from __future__ import annotations
 
-from heapq import _siftdown, _siftup, heappush
+from heapq import _siftdown, _siftup, heappush  # type: ignore[attr-defined]  # private helpers, absent from typeshed
 from operator import attrgetter
 
 import simpy
 from simpy.events import NORMAL
-
 
 LATE = NORMAL + 1   # after every NORMAL event due at the same time
 
@@ -35,7 +34,7 @@ class ExactEnvironment(simpy.Environment):
             raise ValueError(f"at({t!r}) is before now ({self._now!r})")
         event = simpy.Event(self)
         event._ok, event._value = True, None
-        heappush(self._queue, (t, priority, next(self._eid), event))
+        heappush(self._queue, (t, priority, next(self._eid), event))  # type: ignore[misc]
         return event
 
     def queue_at(self, event: simpy.Event, t: float) -> None:
@@ -51,7 +50,7 @@ class ExactEnvironment(simpy.Environment):
         new ``at(t)`` would be: the same priority, ordered after every event already queued for
         t. The event keeps its callbacks, and no emptied event is left in the queue to pop."""
         queue = self._queue
-        for i, entry in enumerate(queue):
+        for i, entry in enumerate(queue):   # noqa: B007 -- i is the position used after the loop
             if entry[3] is event:
                 break
         else:
@@ -81,7 +80,7 @@ class ExactEnvironment(simpy.Environment):
     def requeue(self, event: simpy.Event, t: float, priority: int = NORMAL) -> None:
         """Queue an event whose callbacks already ran to fire again at t, as a new ``at(t)`` would
         be queued (the next sequence number), with the callbacks it has now."""
-        heappush(self._queue, (t, priority, next(self._eid), event))
+        heappush(self._queue, (t, priority, next(self._eid), event))  # type: ignore[misc]
 
 
     def move_wait_earlier(self, process, t: float) -> None:

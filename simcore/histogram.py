@@ -187,7 +187,7 @@ class LogHistogram:
         self._flush()
         return self._max
 
-    def merge(self, other: "LogHistogram") -> None:
+    def merge(self, other: LogHistogram) -> None:
         self._flush()
         other._flush()
         self._counts += other._counts
@@ -210,4 +210,4 @@ class LogHistogram:
             return self.max
         rank = q * (self.count - 1)
         i = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
-        return float(min(self._center(np.array(i))[()], self.max))
+        return float(min(self._center(np.array(i))[()], self.max))  # type: ignore[arg-type]

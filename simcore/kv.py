@@ -6,10 +6,8 @@ SGLang's memory defaults live with its policy (policies/sglang.py, sglang_kv_tok
 """
 from __future__ import annotations
 
-
 from costmodel import CostModel
 from costmodel.errors import require
-
 
 
 class BlockPool:

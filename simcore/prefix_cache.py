@@ -23,7 +23,7 @@ from .cache_hits import HitCount
 @dataclass(eq=False)
 class _Node:
     key: tuple             # (parent's serial, 0 at the root; this block's hash): a trie edge, O(1) to hash
-    parent: "_Node | None"
+    parent: _Node | None
     depth: int             # blocks from the root, this one included
     refs: int = 0
     children: int = 0
@@ -140,12 +140,12 @@ class PrefixCache(HitCount):
             last_use, _, _, node = heapq.heappop(self._lru)
             if node.refs or node.children or last_use != node.last_use or self.nodes.get(node.key) is not node:
                 continue
-            del self.nodes[node.key]
+            del self.nodes[node.key]  # type: ignore[union-attr]
             self.unreferenced -= 1
             freed += self.engine_blocks
-            if node.parent is not None:
-                node.parent.children -= 1
-                self._push_if_evictable(node.parent)
+            if node.parent is not None:  # type: ignore[union-attr]
+                node.parent.children -= 1  # type: ignore[union-attr]
+                self._push_if_evictable(node.parent)  # type: ignore[union-attr]
         return freed
 
     @property

@@ -36,7 +36,7 @@ class _Node:
     __slots__ = ("parent", "children", "names", "end", "refs", "time", "serial")
 
     def __init__(self, parent, names: tuple, end: int, time: int, serial: int, refs: int = 0):
-        self.parent, self.children, self.names, self.end = parent, {}, names, end
+        self.parent, self.children, self.names, self.end = parent, {}, names, end  # type: ignore[var-annotated]
         self.refs, self.time, self.serial = refs, time, serial
 
 

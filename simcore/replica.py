@@ -38,13 +38,13 @@ from simpy.events import Event
 from costmodel import CostModel
 from policies.base import Plan, PolicyHooks, SchedulerState
 
-from .fastforward.applies import FastApplies, _max, _sample
 from .clock import LATE, trigger_unscheduled
 from .cohort import DecodeCohort
-from .histogram import LogHistogram
-from .invariants import check_replica
+from .fastforward.applies import FastApplies, _max, _sample
 from .fastforward.runs import RunPlanning, steps_started
 from .fastforward.switches import FastForward
+from .histogram import LogHistogram
+from .invariants import check_replica
 
 
 class Replica(RunPlanning, FastApplies):
@@ -56,7 +56,7 @@ class Replica(RunPlanning, FastApplies):
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
-        self._lead = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
+        self._lead = None   # type: ignore[assignment]  # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
         self.fast_forward, self.switches, self.checking = True, switches, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
@@ -110,7 +110,7 @@ class Replica(RunPlanning, FastApplies):
         replica's wait moves to that step's end. What an Interrupt would do, without its event and
         its exception."""
         env = self.env
-        ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env.now)]
+        ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env.now)]  # type: ignore[index]
         if self._leaving:
             self._keep_leavers(len(ends))
         env.move_wait_earlier(self.process, float(ends[-1]))
@@ -254,9 +254,9 @@ class Replica(RunPlanning, FastApplies):
         ends, plan = self._running_ends, self._running_plan
         self._running_ends = None
         self._deferred_end = self._done_at = math.inf
-        last = ends[-1] if type(ends) is list else float(ends[-1])
-        self._clock = last if self.env.now <= last else None
-        self._apply_run(plan, self._running_start, ends)
+        last = ends[-1] if type(ends) is list else float(ends[-1])  # type: ignore[index]
+        self._clock = last if self.env.now <= last else None  # type: ignore[assignment]
+        self._apply_run(plan, self._running_start, ends)  # type: ignore[arg-type]
         if idle_after and self.state.finished:
             self.state.release_finished()
 
@@ -309,7 +309,7 @@ class Replica(RunPlanning, FastApplies):
             gap = first - c.last_end
             itl.add(gap, plan.cohort)
             if leaving:
-                done, inner_max, marks = self._advance_folded(steps, gap, inner, ends, len(items), quiet)
+                done, inner_max, marks = self._advance_folded(steps, gap, inner, ends, len(items), quiet)  # type: ignore[assignment]
             else:
                 if inner is not None:
                     inner_max = max(inner) if type(inner) is list else float(np.maximum.reduce(inner))
@@ -336,12 +336,12 @@ class Replica(RunPlanning, FastApplies):
                 s0 = quiet
                 at = float(ends[s0])
                 mine = (left_at[req] if left_at and req in left_at else steps) - s0
-                top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0
+                top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
             elif req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 continue
             elif left_at and req in left_at:
                 mine = left_at[req]
-                top = _max(inner[:mine - 1]) if mine > 1 else 0.0
+                top = _max(inner[:mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
             gap = _sample(req, at, top)
             if gap is not None:
                 gaps.append(gap)
@@ -390,7 +390,7 @@ class Replica(RunPlanning, FastApplies):
         inner gap, and, where arrivals joined the run, the gaps' weights as marks for their
         ``_admit_joins`` to add with theirs in one go (simcore/fastforward/arrival_folds.py), else None."""
         c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
-        marks = [] if self._joins else None   # with joiners: (gap, weight change from it on), flattened, added with theirs
+        marks = [] if self._joins else None   # type: ignore[var-annotated]  # with joiners: (gap, weight change from it on), flattened, added with theirs
         leaving, self._leaving = self._leaving, []
         members, listed, nl = c.members, type(inner) is list, len(leaving)
         done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
@@ -455,9 +455,9 @@ class Replica(RunPlanning, FastApplies):
         """A log entry with steps > 1 is decode-only passes: a run that starts with a prefill is two entries."""
         steps = len(ends)
         if steps > 1 and any(q != 1 for _, q in plan.items):
-            self.iteration_log.append((self.index, start, float(ends[0]), 1, plan))
+            self.iteration_log.append((self.index, start, float(ends[0]), 1, plan))  # type: ignore[union-attr]
             start, steps, plan = float(ends[0]), steps - 1, Plan([(r, 1) for r, _ in plan.items])
-        self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))
+        self.iteration_log.append((self.index, start, float(ends[-1]), steps, plan))  # type: ignore[union-attr]
 
 
 def _add_gaps(itl: LogHistogram, inner, weight: int, quiet: int) -> None:

@@ -46,7 +46,7 @@ def least_kv(req, replicas) -> int:
     return _least(replicas, lambda r: (r.kv_usage(), r.outstanding))
 
 
-least_kv.reads_kv_usage = True   # a replica then applies every finish when it happens
+least_kv.reads_kv_usage = True   # type: ignore[attr-defined]  # a replica then applies every finish when it happens
 
 
 class PrefixAffinity:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,15 +17,15 @@ from costmodel.errors import require
 from policies.base import SchedulerState
 from workloads.workload import Workload
 
+from .admission import reject_reason
 from .clock import LATE, ExactEnvironment
+from .fastforward.switches import FastForward, switches
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
-from .admission import reject_reason
 from .replica import Replica
 from .request import Request
 from .stepping import SteppingReplica, arrivals
-from .fastforward.switches import FastForward, switches
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Simulation:
         self._ran = False
         self._arriving = False
         self._slot = None
-        self._wakes = None
+        self._wakes: list | None = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
@@ -61,7 +62,8 @@ class Simulation:
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
         if ff is None:   # the reference: simcore/stepping.py alone
-            self.replicas = [SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
+            # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class
+            self.replicas: list[Any] = [SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
                              for i, (pol, pool, cm) in enumerate(engines)]
             self.env.process(arrivals(self))
             return
@@ -137,7 +139,7 @@ class Simulation:
         if self._next >= n:
             return
         replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
-        reject, wakes, requeue = self._reject_reason, [], env.requeue
+        reject, wakes, requeue = self._reject_reason, [], env.requeue  # type: ignore[var-annotated]
         fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
                 for r in replicas]
         event = env.at(float(arrival_s[self._next]), LATE)

@@ -3,8 +3,7 @@ decide who hits what, and fast-forward and the decode cohort exact against stepp
 requests compute the same prefix at once."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine

@@ -12,15 +12,14 @@ import copy
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, target
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st, target
+from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finishes_of, picture
 
 from experiments.engines import build_cluster
 from policies.base import Plan
-from simcore.replica import Replica
 from simcore.fastforward.runs import RunPlanning
+from simcore.replica import Replica
 from simcore.simulation import Simulation
-from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finishes_of, picture
 
 
 def _twin(replica):

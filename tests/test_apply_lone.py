@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, target
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st, target
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster

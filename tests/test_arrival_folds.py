@@ -5,13 +5,12 @@ actually happen (counted), and where the hook cannot tell (SGLang, no chunking, 
 a threshold, closed loop, several replicas) the runs end at the arrival as before."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from test_chunked_runs import assert_modes_agree, busy, chunky
 
 from costmodel import load_hardware
 from simcore.fastforward.arrival_folds import ArrivalFolds
 from simcore.fastforward.chunked import ChunkedRuns
-from test_chunked_runs import assert_modes_agree, busy, chunky
 from workloads.workload import Workload
 
 

@@ -9,7 +9,14 @@ from costmodel import CostModel, InputError, ShapeStats, load_hardware, load_mod
 from costmodel.calibration import fit, profile_from_fit, sample_hardware
 from costmodel.calibration.fit import H100, fit_class
 from costmodel.calibration.microbench import build_plan, cpu_plan, model_plan, plan_table, split_holdout
-from costmodel.calibration.timings import gemm_row, layer_gemm_shapes, load_timings, read_timings_csv, validate, write_timings_csv
+from costmodel.calibration.timings import (
+    gemm_row,
+    layer_gemm_shapes,
+    load_timings,
+    read_timings_csv,
+    validate,
+    write_timings_csv,
+)
 from experiments.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "costmodel" / "calibration_data"
@@ -255,6 +262,7 @@ def test_fit_runs_on_one_blas_thread_and_restores_the_count(monkeypatch):
     """Inside a fit every BLAS this process loaded runs one thread; afterwards each has its own
     count back."""
     import importlib
+
     from threadpoolctl import threadpool_info
     fit_module = importlib.import_module("costmodel.calibration.fit")
     blas = lambda: [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]  # noqa: E731

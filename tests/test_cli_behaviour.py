@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 import experiments.cli.simulate_run as sr
-from cli_helpers import run_cli
 from experiments.cli import build_parser, package_version
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from cli_helpers import run_cli
 
 DATA = Path(__file__).parent / "data"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_helpers import run_cli
+
 from experiments.engine_cmd import parse_engine_cmd, shipped_model
 
 SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_2c5a299f90953cdf.txt"

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from cli_helpers import assert_one_line_error, run_cli
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = json.loads((ROOT / "costmodel" / "models" / "llama-3.1-8b.json").read_text())

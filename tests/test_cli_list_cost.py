@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_cli
+
 from experiments.pricing import DEFAULT_GPU_HOURLY_USD, cost_per_million
 
 ROOT = Path(__file__).resolve().parents[1]

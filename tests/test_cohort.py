@@ -2,8 +2,7 @@
 every request is advanced explicitly: same per-request metrics to the bit, same ITL histogram."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine

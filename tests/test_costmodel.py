@@ -1,8 +1,7 @@
 """The roofline against the seed's formulas, computed independently from the config's symbols."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import CostModel, InputError, ShapeStats, cost, load_hardware, load_model
 

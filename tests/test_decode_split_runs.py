@@ -5,12 +5,11 @@ XQA/MMHA dispatch boundary, group ranges, MMHA's blocks per SM, hidden keys, the
 reduction, MMHA's issue rate and host terms."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from costmodel.decode_launch import xqa_dispatched
@@ -22,7 +21,7 @@ GROUPS = ((2, 32), (1, 32), (2, 16), (1, 16), (1, 4), (8, 8))
 PROFILES = ("a100-sxm", "l40s", "b200")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hardware(profile: str):
     return load_hardware(profile)
 

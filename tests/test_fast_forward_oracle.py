@@ -10,14 +10,13 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
+from simcore.fastforward.switches import FastForward
 from simcore.simulation import Simulation
 from simcore.stepping import SteppingReplica
-from simcore.fastforward.switches import FastForward
 from workloads.workload import Workload
 
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")

@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import CostModel, load_hardware, load_model
 from costmodel.calibration import gemm_fit

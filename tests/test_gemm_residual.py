@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from test_gemm_correction import A100, TRUE
 
 from costmodel import CostModel, load_model
 from costmodel.calibration import gemm_fit
@@ -21,7 +21,6 @@ from costmodel.errors import InputError
 from costmodel.gemm_residual import BOUND, Field, build
 from costmodel.gemm_tiles import PARAMS, GemmTiles
 from costmodel.hardware import hardware_from_dict
-from test_gemm_correction import A100, TRUE
 
 
 def grid_rows(ns, ks, ms, r):

@@ -7,11 +7,11 @@ import subprocess
 
 import numpy as np
 import pytest
+from test_sweep import small_spec
 
 from experiments.cli import main
 from experiments.html_report import sweep_report
 from experiments.sweep import recommend, run_sweep
-from test_sweep import small_spec
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 needs_browser = pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
@@ -36,7 +36,7 @@ def browser_check(path, tmp_path, figures: int) -> None:
     dom = chromium(url, "--dump-dom")
     body = re.search(r"<body[^>]*>", dom.stdout)
     assert body, dom.stderr[-2000:]
-    assert f'data-errors="0"' in body.group(0), body.group(0)
+    assert 'data-errors="0"' in body.group(0), body.group(0)
     assert f'data-plots="{figures}"' in body.group(0), body.group(0)
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and re.search(r"error|uncaught", line, re.I)]
     assert not console, console

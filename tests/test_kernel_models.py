@@ -9,13 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import CostModel, load_hardware, load_model
 from costmodel.calibration.fit import fit
-from costmodel.calibration.operator_models import attention_times
 from costmodel.calibration.importers.tables import drop_floor
+from costmodel.calibration.operator_models import attention_times
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.calibration.timings import attention_row, gemm_row
 from costmodel.decode_launch import mmha_launch, xqa_dispatched
@@ -522,6 +521,7 @@ def test_attention_jacobian_is_scipys_finite_difference(groups):
     """The fit's row-restricted Jacobian (each column evaluated on the rows its parameter touches)
     is, to the bit, scipy's 2-point finite differences over every row, steps flipped at the bounds."""
     from scipy.optimize._numdiff import approx_derivative
+
     from costmodel.calibration.operator_models import _Residuals, class_params_for, model_times
     v = [DEC_TRUE[p] for p in DEC]
     df = pd.concat([decode_table(v), prefill_table(True, dims=(64, 128))], ignore_index=True)

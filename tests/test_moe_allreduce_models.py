@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from costmodel import CostModel, load_hardware, load_model
+from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
 from costmodel.calibration.fit import fit
 from costmodel.calibration.importers import read_aiconfigurator
-from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
 from costmodel.calibration.profile import profile_from_fit
 from costmodel.errors import InputError
 from costmodel.hardware import hardware_from_dict
@@ -280,7 +280,7 @@ def test_roofline_prices_oneshot_alone_where_the_profile_says():
     assert alone.allreduce_s(256) == plain.allreduce_s(256) == pytest.approx(2 * m.L * (5e-6 + size(256) / 1e12))
     other = CostModel(m, hw.replace(allreduce_oneshot_alone=[4], allreduce_regimes={8: slow + fast}), 8)
     assert other.allreduce_s(64) == plain.allreduce_s(64)
-    from costmodel.calibration.step_pricing import _allreduce          # the step fit's vectorized copy
+    from costmodel.calibration.step_pricing import _allreduce  # the step fit's vectorized copy
     rows = np.array([1, 64, 128, 129, 256, 4096])
     for cm in (plain, alone, other):
         assert list(_allreduce(cm, rows)) == [cm.allreduce_s(int(r)) for r in rows]

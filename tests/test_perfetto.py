@@ -9,8 +9,8 @@ from experiments.cli import main
 from experiments.engines import build_engine
 from experiments.perfetto import chrome_trace
 from experiments.scenarios import stall_scene
-from workloads.traffic import chat_with_long_prompts
 from simcore.simulation import Simulation
+from workloads.traffic import chat_with_long_prompts
 
 
 def run(policy, flags, wl, replicas=1):

@@ -2,6 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from test_sweep import small_spec
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
@@ -10,9 +11,8 @@ from experiments.plots import itl_vs_throughput, save, ttft_vs_rate
 from experiments.run_plots import iteration_composition, itl_timeline, latency_cdfs, save_run_plots
 from experiments.scenarios import stall_scene
 from experiments.sweep import recommend, run_sweep
-from workloads.traffic import chat_with_long_prompts
 from simcore.simulation import Simulation
-from test_sweep import small_spec
+from workloads.traffic import chat_with_long_prompts
 
 
 def run(policy, flags, wl, fast_forward=True):

@@ -1,8 +1,7 @@
 """Prefix caching: hit rates against an independent block-reuse count, eviction, invariants."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import InputError, load_hardware, load_model
 from experiments.engines import build_engine

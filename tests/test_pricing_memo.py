@@ -3,21 +3,20 @@ each reads (``CostModel._tiled_part``) give every step the price a cost model th
 another shape gives it, in any order of shapes."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from costmodel.roofline import CostModel
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hardware(profile: str):
     return load_hardware(profile)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _models(profile: str, model: str, tp: int, counting: str | None):
     hw = _hardware(profile)
     assert hw.gemm_form == "tiles"

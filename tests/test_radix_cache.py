@@ -3,8 +3,7 @@ one at a time, conservation under random operation sequences, and SGLang runs un
 whose fast-forward and cohort modes equal stepping to the bit while nodes are evicted."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine

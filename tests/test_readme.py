@@ -15,7 +15,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

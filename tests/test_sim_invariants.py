@@ -4,8 +4,7 @@ the running requests, scheduled tokens within the budgets, num_computed <= num_t
 the end every arrived request finished or was rejected with a reason."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine

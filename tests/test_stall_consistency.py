@@ -3,8 +3,8 @@ honours max_model_len, starts at decode steady state, and says what does not fit
 import json
 
 import pytest
-
 from cli_helpers import run_cli
+
 from costmodel import CostModel, cost, load_hardware, load_model
 from experiments.stall import StallScene, priced_step, slo_chunk, stall_figures
 from experiments.stall_sim import WARM_STEPS, run_scene, simulated_stalls

@@ -6,8 +6,16 @@ import pandas as pd
 import pytest
 
 from costmodel.errors import InputError
-from experiments.sweep import (SweepSpec, load_records, mark_slo, pareto_mask, points, recommend, run_sweep,
-                               analytic_budget)
+from experiments.sweep import (
+    SweepSpec,
+    analytic_budget,
+    load_records,
+    mark_slo,
+    pareto_mask,
+    points,
+    recommend,
+    run_sweep,
+)
 
 SMALL = {"kind": "chat_with_long_prompts", "num_prompts": 80, "input_len": 256, "output_len": 64,
          "long_prompt_len": 8192, "long_every": 20}

@@ -3,11 +3,11 @@ import json
 
 import pandas as pd
 import pytest
+from test_sweep import small_spec
 
 from experiments.cli import main
 from experiments.executors import executor_for
 from experiments.sweep import run_sweep
-from test_sweep import small_spec
 
 
 @pytest.fixture(scope="module")

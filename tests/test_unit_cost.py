@@ -4,8 +4,7 @@ clock (a step's start is its index), or the engine suites, which run only where 
 install, are the first to notice."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine

@@ -7,9 +7,9 @@ can name the exact line. CSV is read with pandas keeping blank lines, so row i i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd

@@ -59,10 +59,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from .fit import F_SCALE, LOSS, ClassFit, ape_stats
-from .identify import identify
 from ..allreduce import soft_min, switched_times
 from .allreduce_runs import NCCL_PCIE, latency_bound, side_runs
+from .fit import F_SCALE, LOSS, ClassFit, ape_stats
+from .identify import identify
 from .operator_models import _Residuals, base_name
 
 ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",
@@ -139,7 +139,7 @@ def switched_runs(df: pd.DataFrame, cap_tokens: int) -> dict:
         if not (op[sel] == NCCL_PCIE).all():
             continue
         low = (tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)
-        lines, gaps = [], []
+        lines, gaps = [], []  # type: ignore[var-annotated]
         for side in (sel & low, sel & ~low):
             if len(np.unique(B[side])) == 0:
                 continue
@@ -258,7 +258,7 @@ def _lines(B: np.ndarray, t: np.ndarray, k: int = 2) -> list:
     if len(B) < 2:
         return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * k
     k_fit = max(1, min(k, len(B) // 2))
-    best = {}                    # (start, runs) -> (sum, fits)
+    best = {}                    # type: ignore[var-annotated]  # (start, runs) -> (sum, fits)
 
     def runs(i: int, j: int) -> tuple:
         if (i, j) in best:
@@ -302,9 +302,9 @@ def _start(params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0, sms: in
 @dataclass(frozen=True)
 class AllreduceFit(ClassFit):
     """A ClassFit whose times are ``allreduce_times``."""
-    units: dict = None
+    units: dict = None  # type: ignore[assignment]
     oneshot_tokens: int = 0     # the one-shot lines' token cap (0: none)
-    switches: dict = None       # switched counts: n -> their runs' gaps (``switched_runs``)
+    switches: dict = None       # type: ignore[assignment]  # switched counts: n -> their runs' gaps (``switched_runs``)
     sms: int = 0                # the GPU's SM count (``wave_rows``; 0: none)
     soft: tuple = ()            # counts whose NCCL lines combine as their soft minimum (``_soft_counts``)
 

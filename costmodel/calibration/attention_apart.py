@@ -26,7 +26,7 @@ def kernel_rows(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def apart(df: pd.DataFrame, params) -> bool:
     """Whether the table is kernel-separate with both kernels in it and the unit decode model."""
     pre, dec = kernel_rows(df)
-    return "unit" in params and "pi_mixed" not in params and pre.any() and dec.any() and not (pre & dec).any()
+    return "unit" in params and "pi_mixed" not in params and pre.any() and dec.any() and not (pre & dec).any()  # type: ignore[return-value]
 
 
 def fit_apart(df: pd.DataFrame, params, form: str, upper: dict, sms: int, l2: float, tile: int):

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+from threadpoolctl import threadpool_limits
 
 from ..errors import require
-from threadpoolctl import threadpool_limits
 from .kernel_shapes import H100, Device, padded_flops, row_waves  # noqa: F401  (re-exported)
 from .timings import validate
 
@@ -327,13 +327,13 @@ def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
             fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
         elif cls == "moe":
             from .moe_fit import fit_moe
-            fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)
+            fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)  # type: ignore[assignment]
         elif cls == "allreduce" and form == "physical":
             from .allreduce_model import fit_allreduce
-            fits[cls] = fit_allreduce(sub.reset_index(drop=True), form, cap, getattr(spec, "sms", 0) or 0)
+            fits[cls] = fit_allreduce(sub.reset_index(drop=True), form, cap, getattr(spec, "sms", 0) or 0)  # type: ignore[assignment]
         elif cls in CUSTOM_CLASSES:
-            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,
+            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,  # type: ignore[assignment]
                                         getattr(spec, "l2_bytes", 0.0) or 0.0, getattr(spec, "attn_q_tile", 0) or 0)
         else:
-            fits[cls] = fit_class(sub, cls, form, device, cap)
+            fits[cls] = fit_class(sub, cls, form, device, cap)  # type: ignore[assignment]
     return fits

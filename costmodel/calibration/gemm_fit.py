@@ -25,18 +25,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import least_squares
 import scipy.sparse.linalg  # noqa: F401  (sp.linalg)
+from scipy.optimize import least_squares
 from scipy.sparse.linalg import cg, spsolve
 
+from .. import gemm_residual, gemm_serial
 from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_residual import Field, build
-from .. import gemm_residual
 from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
-from .. import gemm_serial
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
-
 
 SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
 KNOTS = 8          # correction knots per axis at least, and one per octave of the table's range (fewer
@@ -63,7 +61,7 @@ def _grid(df: pd.DataFrame, sms: int) -> dict:
 
 @dataclass(frozen=True)
 class GemmTilesFit(ClassFit):
-    units: dict = None
+    units: dict = None  # type: ignore[assignment]
     sms: int = 0
     corr_knots: tuple = ()
     corr: tuple = ()
@@ -72,7 +70,7 @@ class GemmTilesFit(ClassFit):
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         mnk = [df[c].to_numpy(float) for c in "mnk"]
-        t = gemm_serial.apply(times_on(_grid(df, self.sms), self.values), *mnk, self.serial)
+        t = gemm_serial.apply(times_on(_grid(df, self.sms), self.values), *mnk, self.serial)  # type: ignore[call-arg]
         if self.corr:
             t = t * np.exp(log_factor(self.corr_knots, self.corr, *mnk))
         if self.field:
@@ -100,7 +98,7 @@ def _roughness(knots) -> sp.csr_matrix:
     blocks = []
     for ax in range(3):
         s = np.moveaxis(ids, ax, 0)
-        if s.shape[0] >= 3:
+        if s.shape[0] >= 3:  # type: ignore[misc]
             cols = np.concatenate([s[:-2].ravel(), s[1:-1].ravel(), s[2:].ravel()])
             n = cols.size // 3
             vals = np.repeat([1.0, -2.0, 1.0], n)
@@ -127,7 +125,7 @@ def _solve(A: sp.csr_matrix, y: np.ndarray, PtP, lam: float, sweeps: int = 3) ->
         c = _spd_solve((A.T @ sp.diags(w) @ A + reg).tocsr(), A.T @ (w * y), c)
         w = 1.0 / np.maximum(np.abs(A @ c - y), 0.02)
         w *= n / w.sum()
-    return np.clip(c, -BOUND, BOUND)
+    return np.clip(c, -BOUND, BOUND)  # type: ignore[arg-type]
 
 
 def _inner_split(df: pd.DataFrame) -> np.ndarray | None:
@@ -232,7 +230,7 @@ def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
             for k_max in np.unique(k[inner]):
                 g = _region_gain(inner & (k <= k_max), m, k, t, b, err0, over)
                 if g is not None and g[2] > best_gain:
-                    best, best_gain = (float(g[0]), float(g[1]), float(2.0 ** s_exp), float(k_max), float(m_max)), g[2]
+                    best, best_gain = (float(g[0]), float(g[1]), float(2.0 ** s_exp), float(k_max), float(m_max)), g[2]  # type: ignore[assignment]
     if not SERIAL_WIDE:
         return best, best_gain
     narrow = gemm_serial.region(m, n, k, best) if best else np.zeros(len(m), bool)
@@ -241,7 +239,7 @@ def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
         for m_max in SERIAL_M:
             g = _region_gain(narrow | ((m <= m_max) & (n >= n_min)), m, k, t, b, err0, over)
             if g is not None and g[2] > max(need, best_gain):
-                best, best_gain = (float(g[0]), float(g[1]), *map(float, s_k_m), float(n_min), float(m_max)), g[2]
+                best, best_gain = (float(g[0]), float(g[1]), *map(float, s_k_m), float(n_min), float(m_max)), g[2]  # type: ignore[assignment]
     return best, best_gain
 
 
@@ -291,14 +289,14 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     mnk = [df[c].to_numpy(float) for c in "mnk"]
     serial = fit_serial(df, times_on(g, values)) if SERIAL else ()
     if serial:      # the tile constants again without the unsplit kernel's rows, then its region on them
-        keep = ~gemm_serial.region(*mnk, serial)
+        keep = ~gemm_serial.region(*mnk, serial)  # type: ignore[call-arg]
         short_k = {key: (v[:, keep] if isinstance(v, np.ndarray) else v) for key, v in short.items()}
         res = least_squares(lambda x: np.log(times_on(short_k, p0 * np.exp(x)) / t[keep]), res.x,
                             bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
         values = p0 * np.exp(res.x)
         serial = fit_serial(df, times_on(g, values)) or serial
     active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(res.fun), cap, UNITS)
-    base = gemm_serial.apply(times_on(g, values), *mnk, serial)
+    base = gemm_serial.apply(times_on(g, values), *mnk, serial)  # type: ignore[call-arg]
     knots, corr, lam = fit_correction(df, base)
     corrected = base * np.exp(log_factor(knots, corr, *mnk)) if corr else base
     field = fit_field(df, base, lam, corrected) if FIELD else ()

@@ -28,7 +28,7 @@ def split_by_shape(df: pd.DataFrame, fraction: float = 0.25, seed: int = 0) -> t
     rng = np.random.default_rng(seed)
     held = np.zeros(len(df), bool)
     for cls, idx in df.groupby("op_class").indices.items():
-        key = shape_keys(df.iloc[idx], cls).to_numpy()
+        key = shape_keys(df.iloc[idx], cls).to_numpy()  # type: ignore[arg-type]
         uniq = np.unique(key)
         if len(uniq) < 3:
             continue

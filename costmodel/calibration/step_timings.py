@@ -160,7 +160,7 @@ def read_steps_csv(path, gpu: str | None = None, skipped: dict | None = None, tp
     kv = _numeric(raw, path, "kv_len", integer=True).astype(np.int64)
     t = (_numeric(raw, path, "time_s", positive=True) if "time_s" in raw.columns
          else _numeric(raw, path, "time_ms", positive=True) * MS)
-    tp = _numeric(raw, path, "tp", positive=True, integer=True).astype(int) if "tp" in raw.columns else np.full(len(q), tp)
+    tp = _numeric(raw, path, "tp", positive=True, integer=True).astype(int) if "tp" in raw.columns else np.full(len(q), tp)  # type: ignore[assignment]
     pre = q > 1
     pairs = q * kv + q * (q + 1) // 2
     per = pd.DataFrame({"step": raw["step"].to_numpy(), "rows": q, "seqs": 1, "prefill_seqs": pre.astype(np.int64),
@@ -179,7 +179,7 @@ def read_steps_csv(path, gpu: str | None = None, skipped: dict | None = None, tp
                                     "decode_kv")} | {"time_s": "first", "tp": "first", "line": "first"}).reset_index()
     out["kind"] = _kind(out["prefill_seqs"].to_numpy(), out["seqs"].to_numpy())
     pq = per[pre].assign(kv0=kv[pre]).groupby(["step", "rows", "kv0"], sort=True).size()
-    groups = {}
+    groups = {}  # type: ignore[var-annotated]
     for (st, a, k), n in pq.items():
         groups.setdefault(st, []).append((int(n), int(a), int(k)))
     out["prefill_groups"] = [tuple(groups.get(st, ())) for st in out["step"]]
@@ -275,7 +275,7 @@ def read_vllm_log(path, kv_cache_tokens: int | None = None, tp: int = 1, skipped
                          "(speculative decoding is not modelled)")
     cr_i, gr_i = cr.astype(np.int64), gr.astype(np.int64)
     q = np.where(cr_i > 0, np.round(ct / np.maximum(cr, 1)), 0).astype(np.int64)
-    used = np.round(usage / 100.0 * kv_total)
+    used = np.round(usage / 100.0 * kv_total)  # type: ignore[operator]
     kv_dec = np.where(gr_i > 0, np.maximum(used - ct - gr, 0) // np.maximum(gr, 1), 0).astype(np.int64)
     src = [f"{path}:{int(n)}" for n in line]
     return uniform_steps(cr_i, q, np.zeros_like(q), gr_i, kv_dec, ms * MS, src, tp, step=line.astype(np.int64))

@@ -67,7 +67,17 @@ from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
 from .fit import F_SCALE, LOSS, ape_stats
-from .rows_regime import MIN_REGIME, NONE, SCREEN_BREAKS, budget_bounds, budget_grid, pays, pick_break, rows_breaks, screen
+from .rows_regime import (
+    MIN_REGIME,
+    NONE,
+    SCREEN_BREAKS,
+    budget_bounds,
+    budget_grid,
+    pays,
+    pick_break,
+    rows_breaks,
+    screen,
+)
 from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 
@@ -111,7 +121,7 @@ class _Pricer:
         regime = regime if regime[1] else NONE
         return with_host(self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0), self.shapes, host, overlap)
 
-    def part(self, idx) -> "_Pricer":
+    def part(self, idx) -> _Pricer:
         return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
 
 
@@ -341,14 +351,14 @@ two solutions is kept. Tried only when the first solution has such a decode (``_
 BETA_STEP = 1e-3
 
 
-def _attention_moves(pricer: "_Pricer", overlap: bool) -> bool:
+def _attention_moves(pricer: _Pricer, overlap: bool) -> bool:
     """Whether quartering attention's π moves some step by ATTN_SHARE (else s_pi_attn is tied)."""
     zero = [0.0] * len(HOST)
     moved = pricer.times((1.0, 1.0, 0.25, 1.0), zero, overlap) / pricer.times((1.0, 1.0, 1.0, 1.0), zero, overlap) - 1.0
     return bool((moved >= ATTN_SHARE).any())
 
 
-def _flat_decodes(pricer: "_Pricer", scales) -> bool:
+def _flat_decodes(pricer: _Pricer, scales) -> bool:
     """Whether the unit decode model (costmodel/decode_units.py) prices some decode of these steps at
     these scales with an attention time that s_beta does not move (raised by BETA_STEP): one bound
     by its thread blocks' flow."""

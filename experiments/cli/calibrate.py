@@ -11,19 +11,19 @@ import pandas as pd
 from costmodel import load_hardware, load_model
 from costmodel.calibration import fit, profile_from_fit
 from costmodel.calibration.fit import DEFAULT_FORM, FORMS
+from costmodel.calibration.holdout import error_table, split_by_shape
+from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, read_llmservingsim, spec_hardware
 from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_plan, split_holdout
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
-from costmodel.calibration.holdout import error_table, split_by_shape
-from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, read_llmservingsim, spec_hardware
 from costmodel.calibration.step_timings import STEP_FORMATS
 from costmodel.calibration.timings import load_timings, write_timings_csv
 from costmodel.errors import require
 
-from . import calibrate_steps
 from ..bench_result import writable_dir
-from .common import positive_int
 from ..report import table
+from . import calibrate_steps
+from .common import positive_int
 
 FORMATS = KERNEL_FORMATS + STEP_FORMATS
 

@@ -9,8 +9,8 @@ from costmodel import cost
 from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
 
-from .common import add_model_hardware, model_and_hardware, read_text
 from ..report import table
+from .common import add_model_hardware, model_and_hardware, read_text
 
 
 def add_parser(p):

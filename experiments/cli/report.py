@@ -12,6 +12,7 @@ def add_parser(p):
 
 def run(args) -> int:
     from pathlib import Path
+
     from ..bench_result import writable_file
     from ..html_report import folder_report
     if args.out:

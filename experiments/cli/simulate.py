@@ -9,9 +9,17 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import bench_result, datasets
+from .. import bench_result
+from .common import (
+    add_dataset_flags,
+    add_engine_flags,
+    add_model_hardware,
+    finite_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 from .simulate_run import run_simulation
-from .common import add_dataset_flags, add_engine_flags, add_model_hardware, finite_float, nonneg_int, positive_float, positive_int
 
 TIME_UNITS = ("s", "ms", "us")
 

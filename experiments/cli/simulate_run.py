@@ -17,8 +17,7 @@ from costmodel.calibration.profile import fitted_parameters
 from costmodel.errors import InputError, require
 from simcore.simulation import Simulation
 
-from .. import bench_result as br
-from .. import engine_defaults, experiment_file
+from .. import bench_result as br, engine_defaults, experiment_file
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster, build_engine
 from ..pricing import COST_KEYS, cost_per_million, gpu_hourly_price

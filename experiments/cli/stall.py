@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from .common import add_model_hardware, model_and_hardware, positive_float, positive_int
 from ..report import table
 from ..stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chunk_table, stall_figures
+from .common import add_model_hardware, model_and_hardware, positive_float, positive_int
 
 
 def add_parser(p):

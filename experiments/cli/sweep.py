@@ -13,18 +13,36 @@ from pathlib import Path
 import yaml
 
 from costmodel.errors import InputError, require
-from ..experiment_file import in_file, parse_slos
-
-from ..bench_result import writable_dir
-from .. import datasets
-from .common import add_dataset_flags, check_hardware_file, engine_type, nonneg_int, positive_float, positive_int, read_text
-from ..executors import EXECUTORS, executor_for
-from ..report import table
-from ..pricing import require_price
-from ..sweep import (KNOBS, MINIMIZED, OBJECTIVES, SLO_PERCENTILES, SweepSpec, all_overloaded, analytic_budget,
-                     overload_message, recommend, run_sweep)
-from workloads.traffic import DEFAULTS as TRAFFIC
 from simcore.router import ROUTERS
+from workloads.traffic import DEFAULTS as TRAFFIC
+
+from .. import datasets
+from ..bench_result import writable_dir
+from ..executors import EXECUTORS, executor_for
+from ..experiment_file import in_file, parse_slos
+from ..pricing import require_price
+from ..report import table
+from ..sweep import (
+    KNOBS,
+    MINIMIZED,
+    OBJECTIVES,
+    SLO_PERCENTILES,
+    SweepSpec,
+    all_overloaded,
+    analytic_budget,
+    overload_message,
+    recommend,
+    run_sweep,
+)
+from .common import (
+    add_dataset_flags,
+    check_hardware_file,
+    engine_type,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    read_text,
+)
 
 DEFAULT_GRID = {"vllm": {"max_num_batched_tokens": [512, 768, 1024, 1536, 2048, 4096, 8192]},
                 "sglang": {"chunked_prefill_size": [512, 1024, 2048, 4096], "enable_mixed_chunk": [False, True]}}

@@ -8,9 +8,9 @@ import time
 
 from costmodel import load_hardware, load_model
 
-from .common import fraction, nonneg_int, positive_int
 from ..report import table
 from ..validate import hardware_for, load_run, model_for, validate
+from .common import fraction, nonneg_int, positive_int
 
 
 def add_parser(p):

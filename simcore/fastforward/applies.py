@@ -5,6 +5,7 @@ left out (tests/test_apply_lone.py and tests/test_apply_beside.py compare them w
 from __future__ import annotations
 
 from operator import sub
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,19 @@ def _sample(req, at: float, top: float):
 
 class FastApplies:
     """Needs the Replica's state, policy, histogram, counters and ``_finish_key``, ``_join_cohort``."""
+    if TYPE_CHECKING:   # the Replica this mixes into provides these; declared for mypy only
+        _advance_folded: Any
+        _counts_finishes: Any
+        _counts_runs: Any
+        _finish_key: Any
+        itl: Any
+        _join_cohort: Any
+        _leaving: Any
+        num_iterations: Any
+        on_finish: Any
+        _outstanding: Any
+        policy: Any
+        state: Any
 
     def _apply_lone(self, items, start: float, ends) -> None:
         """``_apply`` for a plan of one request, no cohort, lead, leavers or joiners (the common
@@ -107,7 +121,7 @@ class FastApplies:
         if self._leaving:
             mine = next((f for f, r in self._leaving if r is req), steps)   # req leaves after step mine
             if mine < steps:
-                top_mine = _max(inner[:mine - 1]) if mine > 1 else 0.0
+                top_mine = _max(inner[:mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
             done, inner_max, _ = self._advance_folded(steps, gap, inner, ends, 1)
         else:
             if inner is not None:

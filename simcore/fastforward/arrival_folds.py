@@ -29,12 +29,25 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 
 class ArrivalFolds:
     """Needs the Replica's state, cost model, policy, inbox and pull."""
+    if TYPE_CHECKING:   # the Replica this mixes into provides these; declared for mypy only
+        cm: Any
+        env: Any
+        _free0: Any
+        inbox: Any
+        itl: Any
+        _joined_blocks: Any
+        _lead: Any
+        next_arrival: Any
+        policy: Any
+        _seqs0: Any
+        state: Any
 
     _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
 
@@ -186,7 +199,7 @@ class ArrivalFolds:
         ``weighted_gaps``). Returns them as plan items."""
         s, itl = self.state, self.itl
         pool = s.pool
-        bs, joins, self._joins = pool.block_size, self._joins, []
+        bs, joins, self._joins = pool.block_size, self._joins, []  # type: ignore[has-type, var-annotated]
         if marks is None:
             marks = []
         out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of

@@ -29,12 +29,28 @@ from __future__ import annotations
 
 import math
 from heapq import heappop
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 
 class ChunkedRuns:
     """Needs the Replica's state, cost model, policy, flags and RunPlanning's run pieces."""
+    if TYPE_CHECKING:   # the Replica this mixes into provides these; declared for mypy only
+        cm: Any
+        _decode_ends: Any
+        fold: Any
+        _folded_run: Any
+        _folds_arrivals: Any
+        inbox: Any
+        _kv_limited: Any
+        next_arrival: Any
+        policy: Any
+        pull: Any
+        _run_free: Any
+        _seen_by: Any
+        state: Any
+        _step_estimate: Any
 
     def _chunked_run(self, plan, start: float):
         """End times of a run that starts with P's chunks (see the module), or None: one step."""
@@ -106,10 +122,10 @@ class ChunkedRuns:
         kv = (c.kv + nc if nc else 0) + (len(others) + nc + 1) * L + req.num_computed_tokens + total - L + 1   # Σ(kv + 1) of everyone in step L
         for r, q in others:
             kv += r.num_computed_tokens + q
-        for _, _, b, _ in gone:
+        for _, _, b, _ in gone:  # type: ignore[var-annotated]
             kv -= b + L
         if fold:
-            left = {id(r) for _, _, _, r in gone}
+            left = {id(r) for _, _, _, r in gone}  # type: ignore[var-annotated]
             riders = [(r.output_len - r.num_output_tokens, r.seq, r.num_computed_tokens + q, r) for r, q in others
                       if id(r) not in left] if others else []
             riders.append((mine, req.seq, req.num_computed_tokens + total - L + 1, req))
@@ -186,7 +202,7 @@ class ChunkedRuns:
         for r, q in items[:-1]:
             base += r.num_computed_tokens + q
             if q != 1:   # a prompt's last chunk: priced as its own sequence in step 0
-                head = head + ((q, r.num_computed_tokens),)
+                head = head + ((q, r.num_computed_tokens),)  # type: ignore[assignment]
         return cm.prefill_lead_ends(m, base - m, [0] + qs, items[-1][0].num_computed_tokens, start, stop, sealed + 1,
                                     [(f + 1, b - 1) for f, _, b, _ in leaves] if leaves else (), head)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from heapq import heappop
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +37,19 @@ OPEN_RUN = 16    # the same toward no known stop (several replicas): no early br
 
 class RunPlanning(ChunkedRuns, ArrivalFolds):
     """The run-length half of a Replica: it reads the replica's state, cost model, policy and flags."""
+    if TYPE_CHECKING:   # the Replica this mixes into provides these; declared for mypy only
+        cm: Any
+        env: Any
+        fast_forward: Any
+        fold: Any
+        inbox: Any
+        iteration_log: Any
+        _leaving: Any
+        next_arrival: Any
+        policy: Any
+        pull: Any
+        state: Any
+        switches: Any
     _headroom = True   # whether to ask policy.run_headroom (Replica: False where it is PolicyHooks', always 0)
     _ends_all = False  # the last plan's run ends with all of its requests finished (Replica: DEFERRED FINISH)
 
@@ -49,7 +63,7 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         """End times of the steps this plan starts: one, or a run of k when every running request
         is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
         items, cm, nc, c = plan.items, self.cm, plan.cohort, self.state.cohort
-        self._lead, self._seqs0, self._ends_all = None, len(items) + nc, False
+        self._lead, self._seqs0, self._ends_all = None, len(items) + nc, False  # type: ignore[assignment]
         if not nc and len(items) == 1 and self.pull is None and self.fast_forward and not plan.preempted:
             ends = self._lone_ends(items[0], start)
             if ends is not None:
@@ -195,11 +209,11 @@ class RunPlanning(ChunkedRuns, ArrivalFolds):
         arrival = self.next_arrival() if self.pull is not None else math.inf
         riders.sort()   # by the step each leaves after, then queue order (seq is unique)
         i = ji = 0
-        ends, arrays, t, pos = list(lead), [], start, len(lead)   # arrays: long pieces, concatenated after `ends`
+        ends, arrays, t, pos = list(lead), [], start, len(lead)   # type: ignore[var-annotated]  # arrays: long pieces, concatenated after `ends`
         if lead:
             t = lead[-1]
         leaving, finish, nr, listed = self._leaving, c.finish, len(riders), self.cm.decode_ends_list
-        jl = []   # (the step it is not in, base, request) of each arrival folded in (simcore/fastforward/arrival_folds.py), by step
+        jl = []   # type: ignore[var-annotated]  # (the step it is not in, base, request) of each arrival folded in (simcore/fastforward/arrival_folds.py), by step
         heads = [head] if head is not None else []   # (q, kv, request) of each sequence taking its last chunk beside the next
         if self._folds_arrivals:
             self._free0, self._joined_blocks = self._run_free(), 0

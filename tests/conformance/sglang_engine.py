@@ -93,6 +93,7 @@ def _sglang():
     import warnings
     warnings.filterwarnings("ignore")
     _light_import()
+    import sglang
     import torch
     from sglang.srt import runtime_context
     from sglang.srt.environ import envs
@@ -105,9 +106,8 @@ def _sglang():
     from sglang.srt.mem_cache.radix_cache import RadixCache
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import ServerArgs
-    import sglang
     if sglang.__version__ != SGLANG_VERSION:
-        warnings.warn(f"driving SGLang {sglang.__version__}; the policy was checked against {SGLANG_VERSION}")
+        warnings.warn(f"driving SGLang {sglang.__version__}; the policy was checked against {SGLANG_VERSION}", stacklevel=2)
     runtime_context.publish(ServerArgs(model_path="dummy", device="cpu", skip_tokenizer_init=True), role="scheduler")
     _SG = types.SimpleNamespace(torch=torch, envs=envs, sb=schedule_batch, sp=schedule_policy, common=common,
                                 Paged=PagedTokenToKVPoolAllocator, CacheInitParams=CacheInitParams,

@@ -7,7 +7,6 @@ docs/conformance.md's figures are for 1,000: python benchmarks/conformance_vllm.
 import os
 
 import pytest
-
 from vllm_driver import compare, vllm_available
 from vllm_scenarios import CONFIGS, random_scenarios, seed_scenes
 

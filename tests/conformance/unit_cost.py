@@ -11,7 +11,7 @@ import numpy as np
 class UnitCost:
     has_host = False
 
-    def with_host_overlap(self, overlap: bool) -> "UnitCost":
+    def with_host_overlap(self, overlap: bool) -> UnitCost:
         return self
 
     def step_time(self, *args, **kwargs) -> float:

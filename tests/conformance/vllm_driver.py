@@ -22,8 +22,6 @@ import os
 import tempfile
 from collections import deque
 
-import numpy as np
-
 from unit_cost import UnitCost
 from vllm_scenarios import VllmScenario
 
@@ -208,7 +206,7 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
     for t, _, pre in rec.plans:
         if pre:
             records.setdefault(int(t), ({}, [], []))[1].extend(pre)
-    for _, start, end, steps, plan in res.iterations or []:
+    for _, start, _end, steps, plan in res.iterations or []:
         for j in range(steps):
             tok = records.setdefault(int(start) + j, ({}, [], []))[0]
             tok.update({r.rid: (n if j == 0 else 1) for r, n in plan.items})

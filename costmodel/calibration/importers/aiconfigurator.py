@@ -35,10 +35,10 @@ import yaml
 
 from ...errors import require
 from ...hardware import Hardware
-from ..timings import attention_row, gemm_row, validate
-from ..moe_routing import table_touched
 from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
 from ..allreduce_runs import NCCL_PCIE
+from ..moe_routing import table_touched
+from ..timings import attention_row, gemm_row, validate
 from .tables import drop_failed, drop_floor, keep_dtype, read_table
 
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
@@ -118,7 +118,7 @@ def drop_unmovable(df: pd.DataFrame, path: Path, notes: list) -> pd.DataFrame:
     bw, peak = float(gpu.get("mem_bw") or 0.0), float(gpu.get("float16_tc_flops") or 0.0)
     if not (bw and peak):
         return df
-    bad = (np.maximum(df["bytes"] / bw, df["flops"] / peak) > df["time_s"]).to_numpy()
+    bad = (np.maximum(df["bytes"] / bw, df["flops"] / peak) > df["time_s"]).to_numpy()  # type: ignore[union-attr]
     if bad.any():
         notes.append(f"{path}: skipped {int(bad.sum())} rows faster than their bytes at the spec sheet's "
                      f"{bw / 1e12:.3g} TB/s or their FLOPs at {peak / 1e12:.4g} TFLOP/s (the collector's do_bench "
@@ -296,7 +296,7 @@ def spec_hardware(path) -> Hardware | None:
         flops, bw, mem = float(gpu["float16_tc_flops"]), float(gpu["mem_bw"]), float(gpu["mem_capacity"])
     except (KeyError, TypeError, ValueError):
         return None
-    name = spec_yaml(path).stem
+    name = spec_yaml(path).stem  # type: ignore[union-attr]
     return Hardware(name, mem, flops, bw, flops, bw, interconnect_bandwidth=float(node.get("intra_node_bw") or 0.0),
                     gpus_per_node=int(node.get("num_gpus_per_node") or 8),
                     description=f"{name} (AIConfigurator spec sheet)", sources=[str(spec_yaml(path))])

@@ -74,13 +74,13 @@ def _dense(path: Path, m: ModelSpec, tp: int, notes: list) -> pd.DataFrame:
         T, t = g["tokens"].to_numpy(float), g["time_us"].to_numpy(float) * US
         cols = dict(tp=tp, workers=tp, dtype="bfloat16", source=str(path))
         if layer in GEMMS:
-            k, n = shapes[GEMMS[layer]]
-            frames.append(pd.DataFrame(gemm_row(layer, T, k, n, m.b, t, **cols)))
+            k, n = shapes[GEMMS[layer]]  # type: ignore[index]
+            frames.append(pd.DataFrame(gemm_row(layer, T, k, n, m.b, t, **cols)))  # type: ignore[arg-type]
         elif layer in ELEMENTWISE:
-            width = {"qk_norm": m.d_h, "rotary_emb": 0, "act_fn": 0}.get(layer, m.H)
+            width = {"qk_norm": m.d_h, "rotary_emb": 0, "act_fn": 0}.get(layer, m.H)  # type: ignore[arg-type]
             per_row = {"act_fn": 3 * m.ffn / tp, "rotary_emb": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h,
-                       "qk_norm": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h}.get(layer, 2 * m.H)
-            frames.append(pd.DataFrame(dict(op_class=ELEMENTWISE[layer], op=layer, tokens=T, m=T, k=0, n=width,
+                       "qk_norm": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h}.get(layer, 2 * m.H)  # type: ignore[arg-type]
+            frames.append(pd.DataFrame(dict(op_class=ELEMENTWISE[layer], op=layer, tokens=T, m=T, k=0, n=width,  # type: ignore[index]
                                             flops=0.0, bytes=m.b * per_row * T, time_s=t, **cols)))
     if other:
         notes.append(f"{path}: skipped layers {other} (no operator class for them)")
