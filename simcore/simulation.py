@@ -17,7 +17,7 @@ from costmodel.errors import require
 from policies.base import SchedulerState
 from workloads.workload import Workload
 
-from .admission import reject_reason
+from .admission import new_request, reject_reason
 from .clock import LATE, ExactEnvironment
 from .fastforward.switches import FastForward, switches
 from .histogram import LogHistogram
@@ -72,7 +72,7 @@ class Simulation:
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
         self._hashes, self._n = hashes, len(workload)
         eos = getattr(workload, "ignore_eos", None)
-        self._ignore_eos = None if eos is None else eos.tolist()
+        self._ignore_eos = eos
         reads_kv = getattr(router, "reads_kv_usage", False)
         for r in self.replicas:
             r.settle = bool(self.concurrency)
@@ -197,13 +197,7 @@ class Simulation:
         self._arriving = False
 
     def _arrive(self, i: int, now: float) -> None:
-        hashes = self._hashes
-        if hashes is None:
-            req = Request(i, now, self._prompts[i], self._outputs[i])
-        else:
-            req = Request(i, now, self._prompts[i], self._outputs[i], tuple(hashes[i]) if hashes[i] is not None else ())
-        if self._ignore_eos is not None:
-            req.ignore_eos = self._ignore_eos[i]
+        req = new_request(self.workload, i, now)
         self.requests.append(req)
         replica = self.replicas[self.router(req, self.replicas) if self.router else 0]
         rejected = req.rejected = self._reject_reason(req, replica)
