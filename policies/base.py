@@ -171,6 +171,49 @@ class SchedulerState:
                 return False
         return True
 
+    def allocate_slots(self, req: Request, num_new_tokens: int, preempted: list) -> bool:
+        """vLLM's KVCacheManager.allocate_slots for a running request, in Scheduler.schedule's
+        preemption loop (``grow_or_preempt``): blocks for its next `num_new_tokens` positions, the
+        last running request preempted until they are free; then the prefix cache takes its full
+        blocks (``publish``). False when `req` itself was preempted."""
+        pool = self.pool
+        tokens = req.num_computed_tokens + num_new_tokens
+        if pool.cache is None:   # pool.grow without a cache, inline (the common case: the blocks are free)
+            need = -(-tokens // pool.block_size) - req.num_blocks
+            if need <= 0:
+                return True
+            if need <= pool.total - pool.used:
+                pool.used += need
+                req.num_blocks += need
+                return True
+        if not self.grow_or_preempt(req, tokens, preempted):
+            return False
+        self.publish(req, tokens)
+        return True
+
+    def allocate_new(self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool) -> bool:
+        """vLLM's KVCacheManager.allocate_slots for a waiting request (looked up): blocks for its next
+        `num_new_tokens` positions and, with `full_sequence_must_fit` (scheduler_reserve_full_isl),
+        free blocks for all its num_tokens (its prefix-cache hit counted as held, hit blocks nobody
+        else uses as taken, evictable cached blocks as free); then the prefix cache takes its full
+        blocks. False, holding nothing more, when they are not free."""
+        pool = self.pool
+        tokens = req.num_computed_tokens + num_new_tokens
+        if pool.cache is None and not req.num_blocks:   # the same without a cache to consult, inline
+            free = pool.total - pool.used
+            need = -(-tokens // pool.block_size)
+            if (full_sequence_must_fit and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > free) \
+                    or need > free:
+                return False
+            pool.used += need
+            req.num_blocks = need
+            return True
+        if (full_sequence_must_fit and pool.blocks_missing(req, req.num_tokens) > pool.available) \
+                or not pool.grow(req, tokens):
+            return False
+        self.publish(req, tokens)
+        return True
+
     def preempt(self, req: Request, *, front: bool) -> None:
         """Recompute-style preemption: free the KV, keep the tokens, requeue."""
         self.pool.release(req)
