@@ -8,8 +8,9 @@ from __future__ import annotations
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
-from policies.sglang import (SGLangConfig, SGLangScheduler, sglang_default_chunked_prefill_size, sglang_kv_tokens,
-                             sglang_mem_fraction_static)
+from policies.sglang import SGLangScheduler
+from policies.sglang_config import (SGLangConfig, sglang_default_chunked_prefill_size, sglang_kv_tokens,
+                                   sglang_mem_fraction_static)
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 
