@@ -238,10 +238,19 @@ class Plan:
 
 
 class PolicyHooks:
-    """What a policy that keeps no state across fast-forwarded steps or finishes inherits."""
+    """What a policy inherits that has no lookahead: every fast-forward hook declines (the replica
+    then steps, one schedule() a step) or has nothing to do. A policy that can tell its next steps
+    overrides them in a lookahead module of its own (policies/vllm_lookahead.py,
+    sglang_lookahead.py)."""
 
     cohort_max_outputs_left = 1 << 62   # a decode joins the cohort only with at most this many outputs left
     kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
+
+    def can_fast_forward(self, s: SchedulerState) -> bool:
+        """FAST-FORWARD HOOK (simcore/runs.py, chunked.py): whether the steps after the plan just
+        made repeat it (its requests, one token a decode) while nothing arrives, finishes or runs
+        out of KV blocks; then the replica may take them in one event. No: the replica steps."""
+        return False
 
     def on_fast_forward(self, steps: int) -> None:
         pass
