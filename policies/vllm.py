@@ -112,15 +112,16 @@ class VLLMScheduler(VLLMLookahead):
         num_scheduled_tokens, preempted_reqs = {}, plan.preempted
 
         # First, schedule the RUNNING requests.
-        req_index, running = 0, s.running
+        req_index, running, allocate_slots = 0, s.running, s.allocate_slots
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
             num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
             if 0 < long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = long_prefill_token_threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
+            if num_new_tokens > token_budget:   # min(num_new_tokens, token_budget): no call in the hot loop
+                num_new_tokens = token_budget
             # allocate_slots, preempting the last running request until it fits
-            if not s.allocate_slots(request, num_new_tokens, preempted_reqs):
+            if not allocate_slots(request, num_new_tokens, preempted_reqs):
                 break
             num_scheduled_tokens[request] = num_new_tokens
             token_budget -= num_new_tokens
