@@ -40,7 +40,7 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
         elif policy == "sglang" and key == "chunked_prefill_size":
             why = f"SGLang default for {hw.memory_bytes / 1e9:.0f} GB of GPU memory"
         elif policy == "sglang" and key == "mem_fraction_static":
-            from policies.sglang import sglang_mem_fraction_static
+            from policies.sglang_config import sglang_mem_fraction_static
             value = sglang_mem_fraction_static(hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp)
             why = "SGLang default: (GPU memory − reserved) / GPU memory"
         else:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
-from policies.sglang import (
+from policies.sglang import SGLangScheduler
+from policies.sglang_config import (
     SGLangConfig,
-    SGLangScheduler,
     sglang_default_chunked_prefill_size,
     sglang_kv_tokens,
     sglang_mem_fraction_static,

@@ -171,6 +171,49 @@ class SchedulerState:
                 return False
         return True
 
+    def allocate_slots(self, req: Request, num_new_tokens: int, preempted: list) -> bool:
+        """vLLM's KVCacheManager.allocate_slots for a running request, in Scheduler.schedule's
+        preemption loop (``grow_or_preempt``): blocks for its next `num_new_tokens` positions, the
+        last running request preempted until they are free; then the prefix cache takes its full
+        blocks (``publish``). False when `req` itself was preempted."""
+        pool = self.pool
+        tokens = req.num_computed_tokens + num_new_tokens
+        if pool.cache is None:   # pool.grow without a cache, inline (the common case: the blocks are free)
+            need = -(-tokens // pool.block_size) - req.num_blocks
+            if need <= 0:
+                return True
+            if need <= pool.total - pool.used:
+                pool.used += need
+                req.num_blocks += need
+                return True
+        if not self.grow_or_preempt(req, tokens, preempted):
+            return False
+        self.publish(req, tokens)
+        return True
+
+    def allocate_new(self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool) -> bool:
+        """vLLM's KVCacheManager.allocate_slots for a waiting request (looked up): blocks for its next
+        `num_new_tokens` positions and, with `full_sequence_must_fit` (scheduler_reserve_full_isl),
+        free blocks for all its num_tokens (its prefix-cache hit counted as held, hit blocks nobody
+        else uses as taken, evictable cached blocks as free); then the prefix cache takes its full
+        blocks. False, holding nothing more, when they are not free."""
+        pool = self.pool
+        tokens = req.num_computed_tokens + num_new_tokens
+        if pool.cache is None and not req.num_blocks:   # the same without a cache to consult, inline
+            free = pool.total - pool.used
+            need = -(-tokens // pool.block_size)
+            if (full_sequence_must_fit and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > free) \
+                    or need > free:
+                return False
+            pool.used += need
+            req.num_blocks = need
+            return True
+        if (full_sequence_must_fit and pool.blocks_missing(req, req.num_tokens) > pool.available) \
+                or not pool.grow(req, tokens):
+            return False
+        self.publish(req, tokens)
+        return True
+
     def preempt(self, req: Request, *, front: bool) -> None:
         """Recompute-style preemption: free the KV, keep the tokens, requeue."""
         self.pool.release(req)
@@ -195,16 +238,25 @@ class Plan:
 
 
 class PolicyHooks:
-    """What a policy that keeps no state across fast-forwarded steps or finishes inherits."""
+    """What a policy inherits that has no lookahead: every fast-forward hook declines (the replica
+    then steps, one schedule() a step) or has nothing to do. A policy that can tell its next steps
+    overrides them in a lookahead module of its own (policies/vllm_lookahead.py,
+    sglang_lookahead.py)."""
 
     cohort_max_outputs_left = 1 << 62   # a decode joins the cohort only with at most this many outputs left
     kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
+
+    def can_fast_forward(self, s: SchedulerState) -> bool:
+        """FAST-FORWARD HOOK (simcore/fastforward/runs.py, chunked.py): whether the steps after the plan just
+        made repeat it (its requests, one token a decode) while nothing arrives, finishes or runs
+        out of KV blocks; then the replica may take them in one event. No: the replica steps."""
+        return False
 
     def on_fast_forward(self, steps: int) -> None:
         pass
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
-        """FAST-FORWARD HOOK (simcore/chunked.py). The plan's last item P is a partial prefill and
+        """FAST-FORWARD HOOK (simcore/fastforward/chunked.py). The plan's last item P is a partial prefill and
         every other item catches up in this step. Returns P's new tokens in each of the steps
         that would follow, up to the one that completes its prompt, as this policy's schedule()
         would plan them while nothing arrives, finishes, is preempted or lacks a KV block (the
@@ -220,7 +272,7 @@ class PolicyHooks:
 
     def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
                        queued: bool = False) -> tuple[list[int], int]:
-        """FAST-FORWARD HOOK (simcore/arrival_folds.py). `req` has just arrived and is the only
+        """FAST-FORWARD HOOK (simcore/fastforward/arrival_folds.py). `req` has just arrived and is the only
         request waiting, at a step where `decodes` running requests all decode one token (in that
         step one of them takes `extra` more: a prompt's last chunk) and
         `seated` requests hold a seat (the decodes and finished requests still held). Returns the
@@ -243,11 +295,10 @@ class PolicyHooks:
         pass
 
     def run_headroom(self, s: SchedulerState) -> int:
-        """FAST-FORWARD HOOK (simcore/runs.py, chunked.py): pool blocks a run must leave free before
+        """FAST-FORWARD HOOK (simcore/fastforward/runs.py, chunked.py): pool blocks a run must leave free before
         each of its steps, because the engine would act below that (SGLang evicts from its tree)."""
         return 0
 
-    @staticmethod
-    def reject_reason(req, pool) -> str | None:
+    def reject_reason(self, req, pool) -> str | None:
         """Why this engine would refuse `req` outright, beyond max_model_len and the pool's size."""
         return None

@@ -10,101 +10,29 @@ lengths and prefix lengths are truncated to page_size multiples. A decode step t
 little free KV retracts requests (fewest outputs first, then longest prompt) to the back of the
 waiting queue until the next decode fits (ScheduleBatch.retract_decode, check_decode_mem).
 PrefillAdder itself is policies/sglang_prefill.py; with the radix cache on, the tree
-(simcore/radix_cache.py) is driven as SGLang drives it by policies/sglang_radix.py.
+(simcore/radix_cache.py) is driven as SGLang drives it by policies/sglang_radix.py. The server
+args and their defaults are policies/sglang_config.py; the fast-forward hooks,
+policies/sglang_lookahead.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from costmodel import CostModel
-from costmodel.errors import require
-
 from .base import Plan, SchedulerState
+from .sglang_config import (
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO,
+    NEW_TOKEN_RATIO_DECAY,
+    RETRACT_DECODE_STEPS,
+    SGLangConfig,
+)
+from .sglang_lookahead import SGLangLookahead
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
 from .sglang_radix import RadixDriving, evict_for
 
-RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 
-
-@dataclass(frozen=True)
-class SGLangConfig:
-    chunked_prefill_size: int | None = 8192   # None or <= 0: chunking off
-    max_prefill_tokens: int = 16384
-    enable_mixed_chunk: bool = False
-    page_size: int = 1
-    max_running_requests: int = 4096
-    mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
-    max_model_len: int = 0
-    disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False     # SGLang's default on CUDA: the overlap scheduler runs
-
-    def __post_init__(self):
-        require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
-        require(self.page_size > 0, "page_size", self.page_size, "must be positive")
-        require(self.max_running_requests > 0, "max_running_requests", self.max_running_requests, "must be positive")
-        require(self.chunk is None or self.chunk >= self.page_size, "chunked_prefill_size", self.chunked_prefill_size,
-                f"must be at least page_size ({self.page_size})")
-        require(self.mem_fraction_static is None or 0 < self.mem_fraction_static < 1, "mem_fraction_static",
-                self.mem_fraction_static, "must be in (0, 1)")
-
-    @property
-    def chunk(self) -> int | None:
-        return self.chunked_prefill_size if self.chunked_prefill_size and self.chunked_prefill_size > 0 else None
-
-    @property
-    def is_mixed_chunk(self) -> bool:
-        return self.chunk is not None and self.enable_mixed_chunk
-
-
-MiB = 1 << 20
-
-
-def sglang_cuda_graph_max_bs(memory_bytes: float, tp: int) -> int:
-    gb = memory_bytes / 1e9
-    small = tp < 4
-    if gb < 20:
-        return 8
-    if gb < 35:
-        return 24 if small else 80
-    if gb < 60:
-        return 32 if small else 160
-    if gb < 160:
-        return 256 if small else 512
-    return 512
-
-
-def sglang_default_chunked_prefill_size(memory_bytes: float) -> int:
-    """server_args.py, _handle_gpu_memory_settings (seed 001's table)."""
-    gb = memory_bytes / 1e9
-    return 2048 if gb < 35 else 4096 if gb < 60 else 8192 if gb < 160 else 16384
-
-
-def sglang_mem_fraction_static(memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int) -> float:
-    mem_mib = memory_bytes / MiB
-    chunk = chunked_prefill_size if chunked_prefill_size else max_prefill_tokens
-    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * sglang_cuda_graph_max_bs(memory_bytes, tp) + tp / 8 * 1024
-    if memory_bytes / 1e9 > 60:
-        reserved = max(reserved, 10 * 1024)
-    return round((mem_mib - reserved) / mem_mib, 3)
-
-
-def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) -> int:
-    """Pool = total·mem_fraction_static − weights (model_runner.py, profile_max_num_token), where
-    mem_fraction_static = (total − reserved)/total and, in MiB, reserved = 512 +
-    1.5·max(chunked_prefill_size, 2048) + 2·cuda_graph_max_bs + tp/8·1024, at least 10 GiB above
-    60 GB of memory (server_args.py, _handle_gpu_memory_settings; seed 001: "chunk larger →
-    reserve larger → KV pool smaller")."""
-    tokens = int((cm.hw.memory_bytes * mem_fraction_static - cm.weight_bytes_per_gpu) // cm.kv_coef)
-    return tokens // page_size * page_size
-
-
-class SGLangScheduler(RadixDriving):
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
-    cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
-    kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (can_fast_forward)
+class SGLangScheduler(RadixDriving, SGLangLookahead):
+    """SGLang's Scheduler, its event loop's scheduling half. The fast-forward hooks are
+    SGLangLookahead's (policies/sglang_lookahead.py); the radix cache's driving is RadixDriving's
+    (policies/sglang_radix.py)."""
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -255,71 +183,6 @@ class SGLangScheduler(RadixDriving):
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
         self.batch_is_full = False
-
-    @property
-    def planned_extends(self) -> int:
-        """The last plan's first items that are extends (the rest decode): simcore/replica.py orders a
-        step's finishers by it, as the batch results are processed."""
-        return self._extends
-
-    def can_fast_forward(self, s: SchedulerState) -> bool:
-        """Not with a chunked request or a queue; nor, when a router reads the KV usage mid-run, a
-        plan with extends under the radix cache: their checkpoint after the first step frees what
-        the tree already held (``checkpoint``), which ``Replica.kv_usage`` cannot show inside a run."""
-        return self.chunked_req is None and not s.waiting and not (self.kv_observed and self._cache is not None
-                                                                   and self._extends)
-
-    def on_fast_forward(self, steps: int) -> None:
-        """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,
-        before anything later in the run (process_batch_result_prefill); the chunked request's
-        chunks are on_lead's."""
-        if self._cache is not None:
-            self._checkpoint_completed(steps)
-        for _ in range(steps):
-            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
-                break
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-
-    def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
-        """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,
-        nobody waiting, not mixed: the decodes sit out and each next batch is the chunked
-        request's next chunk, as PrefillAdder.add_chunked cuts it with the KV it holds by then
-        (the new-token ratio and the decodes' outputs left stand still in prefill batches). An
-        arrival would join the next prefill batch, so no chunk is sealed. Declined when the radix
-        checkpoint after a chunk (``schedule``) would meet blocks the tree already holds: it frees
-        the request's copies, which changes the KV the next chunk is cut with."""
-        if self.cfg.is_mixed_chunk or s.waiting or plan.cohort or len(plan.items) != 1:
-            return [], 0
-        req, q = plan.items[0]
-        if req is not self.chunked_req or (s.pool.cache is not None and s.pool.cache.holds_next(req)):
-            return [], 0
-        pool, decoding, page = s.pool, self._decoding(s), self.cfg.page_size
-        out, done = [], req.num_computed_tokens + q
-        now, used, blocks = req.num_computed_tokens, pool.used, req.num_blocks
-        try:
-            while done < req.num_tokens:
-                held = pool.blocks_held(req, done)   # the request as it would stand then
-                req.num_computed_tokens, req.num_blocks, pool.used = done, held, used + held - blocks
-                adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
-                adder.add_chunked(req)
-                n = adder.items[-1][1]
-                if n <= 0 or (self._cache is not None and pool.blocks_for(n + (page if page > 1 else 0)) > pool.free):
-                    break   # (prepare_for_extend would evict: the tree changes shape)
-                out.append(n)
-                done += n
-        finally:
-            req.num_computed_tokens, req.num_blocks, pool.used = now, blocks, used
-        return out, 0
-
-    def on_lead(self, s: SchedulerState, req, chunks: list) -> None:
-        """FAST-FORWARD HOOK: a lead that completed the chunked request's prompt ends its chunking,
-        as add_chunked returning False does. With the radix cache each chunk but the last is
-        checkpointed as the next schedule() would have (a node per chunk), and the last too when
-        the run went on decoding."""
-        if self._cache is not None:
-            self._lead_checkpoints(s, req, chunks)
-        if req is self.chunked_req and req.num_computed_tokens >= req.num_tokens:
-            self.chunked_req = None
 
     def reject_reason(self, req, pool) -> str | None:
         """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request: it

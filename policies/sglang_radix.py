@@ -12,9 +12,10 @@ When the tree is touched decides what it evicts, so the order is SGLang's:
   request), after each retraction (release_req: SGLANG_RETRACT_DECODE_STEPS a request left).
 - every 32nd prefill attempt with requests waiting walks their prefixes for LRU
   (SchedulePolicy._touch_waiting_prefixes).
-Fast-forward keeps the same order: completed prefills are checkpointed after a run's first step
-(``on_fast_forward``), a chunked lead node by node (``_lead_checkpoints``), and runs stop short of
-any step that would evict (``run_headroom``; the tree would change shape between steps nobody plans).
+Fast-forward keeps the same order (policies/sglang_lookahead.py): completed prefills are
+checkpointed after a run's first step (``on_fast_forward``), a chunked lead node by node
+(``_lead_checkpoints``), and runs stop short of any step that would evict (``run_headroom``; the
+tree would change shape between steps nobody plans).
 """
 from __future__ import annotations
 
@@ -81,46 +82,6 @@ class RadixDriving:
                 for r in reversed(list(s.waiting)[:REFRESH_MAX]):
                     self._cache.touch_prefix(r)
             self._refreshes += 1
-
-    def _checkpoint_completed(self, steps: int) -> None:
-        """A run of `steps` is being applied: the plan's completed prefills are checkpointed now,
-        after its first step, before anything later in the run."""
-        self._decoded = steps
-        if self._last:
-            rest = []
-            for r, end in self._last:
-                if end is not None and r is not self.chunked_req:
-                    checkpoint(self._pool, r, end)
-                    end = None
-                rest.append((r, end))
-            self._last = rest
-
-    def _lead_checkpoints(self, s, req, chunks: list) -> None:
-        """Each chunk of a lead but the last is checkpointed as the next schedule() would have (a
-        node per chunk), the last too when the run went on decoding; `req` holds the blocks of
-        each chunk's end in turn."""
-        now, pool = req.num_computed_tokens, s.pool
-        end, ends = now - sum(chunks), []
-        for q in chunks:
-            end += q
-            ends.append(end)
-        final = now >= req.num_tokens and self._decoded > 0
-        try:
-            for end in ends if final else ends[:-1]:
-                req.num_computed_tokens = end
-                held = pool.blocks_held(req, end)
-                pool.used += held - req.num_blocks
-                req.num_blocks = held
-                checkpoint(pool, req, end)
-        finally:
-            req.num_computed_tokens = now
-        self._last = [] if final else [(req, now)]
-
-    def run_headroom(self, s) -> int:
-        """FAST-FORWARD HOOK (simcore/runs.py): a decode run keeps a page a request free before each
-        of its steps, since prepare_for_decode evicts from the tree below that and every eviction
-        reshapes it."""
-        return s.num_running if self._cache is not None else 0
 
 
 def checkpoint(pool, req, end: int) -> None:

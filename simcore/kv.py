@@ -2,7 +2,7 @@
 
 vLLM usable = total·gpu_memory_utilization − weights − activation peak of the profile run
 (vllm/v1/worker/gpu_worker.py, determine_available_memory); blocks of block_size tokens.
-SGLang's memory defaults live with its policy (policies/sglang.py, sglang_kv_tokens).
+SGLang's memory defaults live with its policy (policies/sglang_config.py, sglang_kv_tokens).
 """
 from __future__ import annotations
 
