@@ -12,7 +12,7 @@ how long a run is and when its steps end is simcore/fastforward/runs.py.
 
 DEFERRED FINISH. In front of several replicas (open loop, a router blind to KV, the run not
 stopped at a time), a run that ends with all of its requests finished, nothing waiting (a lone
-request's, a folded run's to an empty cohort, ...: ``RunPlanning._ends_all``),
+request's, a folded run's to an empty cohort, ...: ``Replica._ends_all``),
 needs no event at its end: the replica waits for its next request instead (``_deferred_end``),
 and the router counts the requests out from their last steps' ends (those leaving at its end by
 ``_done_at``, the others as a folded run's leavers). The run is applied when that request
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from operator import sub
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from simpy.events import Event
@@ -40,14 +41,23 @@ from policies.base import Plan, PolicyHooks, SchedulerState
 
 from .clock import LATE, trigger_unscheduled
 from .cohort import DecodeCohort
-from .fastforward.applies import FastApplies, _max, _sample
-from .fastforward.runs import RunPlanning, steps_started
+from .fastforward import applies, arrival_folds, chunked, runs
+from .fastforward.applies import _max, _sample
+from .fastforward.runs import steps_started
 from .fastforward.switches import FastForward
 from .histogram import LogHistogram
 from .invariants import check_replica
 
 
-class Replica(RunPlanning, FastApplies):
+class Replica:
+    """One engine instance, fast-forwarding: its state, and the fast paths of simcore/fastforward/
+    as functions of it (``runs._step_ends(replica, …)``), each behind a switch (``switches``)."""
+    _headroom = True   # whether to ask policy.run_headroom (False where it is PolicyHooks', always 0)
+    _ends_all = False  # the last plan's run ends with all of its requests finished (DEFERRED FINISH)
+    _folds_arrivals = False   # the policy has the hook and the run may fold arrivals (simcore/fastforward/arrival_folds.py)
+    if TYPE_CHECKING:   # the state's cohort is there wherever a plan has cohort members (Plan.cohort > 0)
+        state: Any
+
     def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
                  next_arrival, on_finish, switches: FastForward = FastForward(), check: bool = False,
                  log_iterations: bool = False):
@@ -56,7 +66,7 @@ class Replica(RunPlanning, FastApplies):
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
-        self._lead = None   # type: ignore[assignment]  # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
+        self._lead: Any = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
         self.fast_forward, self.switches, self.checking = True, switches, check
         self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
         self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
@@ -112,7 +122,7 @@ class Replica(RunPlanning, FastApplies):
         env = self.env
         ends = self._running_ends = self._running_ends[: steps_started(self._running_ends, env.now)]  # type: ignore[index]
         if self._leaving:
-            self._keep_leavers(len(ends))
+            runs._keep_leavers(self, len(ends))
         env.move_wait_earlier(self.process, float(ends[-1]))
 
     @property
@@ -133,7 +143,7 @@ class Replica(RunPlanning, FastApplies):
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
             n -= bisect_right(times, self.env.now)
         if self._joins and self._running_ends is not None:
-            n -= self._finished_joiners(self._running_ends, self.env.now)
+            n -= arrival_folds._finished_joiners(self, self._running_ends, self.env.now)
         return n
 
     def stop_at(self, t: float) -> None:
@@ -144,7 +154,7 @@ class Replica(RunPlanning, FastApplies):
         if ends is None:
             return
         j = bisect_left(ends, t)
-        self._keep_leavers(j)
+        runs._keep_leavers(self, j)
         if self._joins:   # arrivals whose admission step was not reached are still to be planned
             back = [req for req, at, _ in self._joins if at >= j]
             self._joins = [x for x in self._joins if x[1] < j]
@@ -175,7 +185,7 @@ class Replica(RunPlanning, FastApplies):
                         for r, q in self._running_plan.items)
             if self._lead is not None:   # P grows by its chunks, not by one a step: replace its term
                 r, qs = self._lead
-                used += (-(-self._lead_positions(j) // bs) + (r.num_computed_tokens + qs[0]) // -bs
+                used += (-(-chunked._lead_positions(self, j) // bs) + (r.num_computed_tokens + qs[0]) // -bs
                          + -(-(r.num_computed_tokens + qs[0]) // bs) - -(-(r.num_computed_tokens + qs[0] - 1 + j) // bs))
             if self._running_plan.cohort:
                 c = self.state.cohort
@@ -217,7 +227,7 @@ class Replica(RunPlanning, FastApplies):
                     yield from self._wait_for_work()
                 continue
             start = now
-            ends = self._step_ends(plan, start)
+            ends = runs._step_ends(self, plan, start)
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
@@ -240,9 +250,9 @@ class Replica(RunPlanning, FastApplies):
         """Apply a run by the commonest plans' fast paths (simcore/fastforward/applies.py) or the general one."""
         if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
                 and self.iteration_log is None):
-            self._apply_lone(plan.items, start, ends)
+            applies._apply_lone(self, plan.items, start, ends)
         elif plan.cohort == 1 and len(plan.items) == 1 and self._lead is None and not self._joins and self.iteration_log is None:
-            self._apply_beside(plan, start, ends)
+            applies._apply_beside(self, plan, start, ends)
         else:
             self._apply(plan, start, ends)
 
@@ -284,7 +294,7 @@ class Replica(RunPlanning, FastApplies):
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
         if not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins \
                 and self.iteration_log is None:
-            return self._apply_lone(plan.items, start, ends)
+            return applies._apply_lone(self, plan.items, start, ends)
         steps = len(ends)
         self.num_iterations += steps
         if self.iteration_log is not None:
@@ -296,6 +306,7 @@ class Replica(RunPlanning, FastApplies):
         inner, inner_max, done, marks = None, 0.0, (), None
         leaving = self._leaving
         left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None   # planned, leaving early
+        P: Any
         lead, quiet, P = self._lead, 0, None   # quiet: inner gaps before the lead's P samples (it is not in them)
         if lead is not None:
             P, chunks = lead
@@ -358,7 +369,7 @@ class Replica(RunPlanning, FastApplies):
             itl.add_many(gaps)
         if self._joins:
             had = len(finished)
-            items = items + self._admit_joins(ends, steps, inner, finished, marks)
+            items = items + arrival_folds._admit_joins(self, ends, steps, inner, finished, marks)
             if had < len(finished) and not done:
                 finished.sort(key=self._finish_key(plan, ends, P, quiet))
         if done:

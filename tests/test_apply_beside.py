@@ -1,4 +1,4 @@
-"""The beside fast path (RunPlanning._beside_ends, Replica._apply_beside) against the general
+"""The beside fast path (runs._beside_ends, applies._apply_beside) against the general
 paths, plan by plan, in clusters (the path needs a replica that does not know its next arrival).
 
 A slip in the fast path shows in the fast-forward/stepping comparisons only where a cluster
@@ -17,7 +17,7 @@ from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finish
 
 from experiments.engines import build_cluster
 from policies.base import Plan
-from simcore.fastforward.runs import RunPlanning
+from simcore.fastforward import applies, runs
 from simcore.replica import Replica
 from simcore.simulation import Simulation
 
@@ -44,18 +44,20 @@ class BesideChecker:
         self.priced = self.applied = self.folded = self.plain = self.two_left = self.member_first = self.arrays = 0
         self.cut = 0
         priced_steps = {}   # replica → steps its last beside run was priced with
-        beside, apply = RunPlanning._beside_ends, Replica._apply_beside
+        beside, apply = runs._beside_ends, applies._apply_beside
 
         def checked_ends(replica, item, start):
+            if getattr(replica, "_general", False):   # the twin takes the general path
+                return None
             replica.state.cohort.last_finish += slack   # still an upper bound (DecodeCohort.steps_to_empty)
             twin, memo = _twin(replica)
-            twin._beside_ends = lambda *_: None   # the general path
+            twin._general = True
             plan = Plan([(memo[id(item[0])], item[1])])
             plan.cohort = 1
             ends = beside(replica, item, start)
             if ends is None:
                 return None
-            theirs = RunPlanning._step_ends(twin, plan, start)
+            theirs = runs._step_ends(twin, plan, start)
             assert _bits(ends) == _bits(theirs), (item, start, len(ends), len(theirs))
             assert canon((replica.state, replica._leaving, replica._lead), {}) == canon((twin.state, twin._leaving, twin._lead), {})
             self.priced += 1
@@ -79,8 +81,8 @@ class BesideChecker:
             assert canon(replica._leaving, {}) == canon(twin._leaving, {})
             self.applied += 1
             self.cut += len(ends) < priced_steps.pop(replica, 0)
-        monkeypatch.setattr(RunPlanning, "_beside_ends", checked_ends)
-        monkeypatch.setattr(Replica, "_apply_beside", checked_apply)
+        monkeypatch.setattr(runs, "_beside_ends", checked_ends)
+        monkeypatch.setattr(applies, "_apply_beside", checked_apply)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""Replica._apply_lone against the general Replica._apply, plan by plan.
+"""applies._apply_lone against the general Replica._apply, plan by plan.
 
 The fast-forward/stepping comparisons see a slip in the lone path only where it changes a
 request's figures. Here every plan it applies is also applied by the general path to a deep copy
@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st, target
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from policies.base import Plan
+from simcore.fastforward import applies
 from simcore.replica import Replica
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -78,11 +79,11 @@ def finishes_of(replica, apply, *args) -> list:
 
 
 class LoneChecker:
-    """Wraps Replica._apply_lone: each call is also applied by the general path to a copy first."""
+    """Wraps applies._apply_lone: each call is also applied by the general path to a copy first."""
 
     def __init__(self, monkeypatch):
         self.calls = self.finishes = self.multi_step = 0
-        lone = Replica._apply_lone
+        lone = applies._apply_lone
 
         def checked(replica, items, start, ends):
             memo = {}
@@ -100,7 +101,7 @@ class LoneChecker:
             self.calls += 1
             self.finishes += len(mine)
             self.multi_step += len(ends) > 1
-        monkeypatch.setattr(Replica, "_apply_lone", checked)
+        monkeypatch.setattr(applies, "_apply_lone", checked)
 
 
 def _flags(policy, budget, block, tight, cache, async_scheduling):

@@ -9,15 +9,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from test_chunked_runs import assert_modes_agree, busy, chunky
 
 from costmodel import load_hardware
-from simcore.fastforward.arrival_folds import ArrivalFolds
-from simcore.fastforward.chunked import ChunkedRuns
+from simcore.fastforward import arrival_folds, chunked
 from workloads.workload import Workload
 
 
 class FoldCounter:
     def __init__(self, monkeypatch):
         self.folded = self.whole = 0
-        fold = ArrivalFolds._fold_arrival
+        fold = arrival_folds._fold_arrival
 
         def counted(replica, *a):
             got = fold(replica, *a)
@@ -25,14 +24,14 @@ class FoldCounter:
                 self.folded += 1
                 self.whole += got[-1] is not None
             return got
-        monkeypatch.setattr(ArrivalFolds, "_fold_arrival", counted)
-        self.handed, hand_over = 0, ChunkedRuns._hand_over
+        monkeypatch.setattr(arrival_folds, "_fold_arrival", counted)
+        self.handed, hand_over = 0, chunked._hand_over
 
         def handed(replica, plan, start, ends, gone):
             got = hand_over(replica, plan, start, ends, gone)
             self.handed += len(got) > len(ends)
             return got
-        monkeypatch.setattr(ChunkedRuns, "_hand_over", handed)
+        monkeypatch.setattr(chunked, "_hand_over", handed)
 
 
 def short_outputs(n=200, rate=12.0, seed=5):
@@ -119,7 +118,7 @@ def test_vllm_arrival_folds_match_stepping(wl, budget, seqs, blocks, block, asyn
 @settings(max_examples=60, deadline=None)
 @given(values=st.lists(st.floats(1e-5, 10.0), min_size=1, max_size=60), data=st.data())
 def test_weighted_gaps_count_as_their_weight_in_single_adds(values, data):
-    """A joiner's gaps go to the histogram as one weighted array (Replica._admit_joins): the same
+    """A joiner's gaps go to the histogram as one weighted array (arrival_folds._admit_joins): the same
     bins, count and max as adding each value once per weight."""
     from simcore.histogram import LogHistogram
     weights = data.draw(st.lists(st.integers(1, 5), min_size=len(values), max_size=len(values)))
@@ -221,7 +220,7 @@ def test_run_gap_weights_and_joiner_max_itl_match_one_by_one(gaps, data):
 
 def short_bursts(n=240, seed=11, top=400):
     """Bursts of prompts shorter than the budget: the queue's head takes its whole prompt in one
-    step and leaves the rest of the budget to the next (ArrivalFolds._fold_head), often beside a
+    step and leaves the rest of the budget to the next (arrival_folds._fold_head), often beside a
     joiner's last chunk; some longer prompts among them."""
     rng = np.random.default_rng(seed)
     at = np.repeat(np.cumsum(rng.exponential(1.2, n)), rng.integers(1, 6, n))[:n]
@@ -245,7 +244,7 @@ def test_whole_prompts_in_one_step_fold_beside_the_next(case, monkeypatch):
     same as stepping, and the path is taken (counted: folded heads not put back)."""
     extra, wl = HEADS[case]
     got = {"head": 0, "back": 0}
-    fold_head, unfold = ArrivalFolds._fold_head, ArrivalFolds._unfold_head
+    fold_head, unfold = arrival_folds._fold_head, arrival_folds._unfold_head
 
     def head(replica, *a):
         r = fold_head(replica, *a)
@@ -256,8 +255,8 @@ def test_whole_prompts_in_one_step_fold_beside_the_next(case, monkeypatch):
         r = unfold(replica, req)
         got["back"] += r
         return r
-    monkeypatch.setattr(ArrivalFolds, "_fold_head", head)
-    monkeypatch.setattr(ArrivalFolds, "_unfold_head", back)
+    monkeypatch.setattr(arrival_folds, "_fold_head", head)
+    monkeypatch.setattr(arrival_folds, "_unfold_head", back)
     res = assert_modes_agree("vllm", dict(VLLM, **extra), wl)
     assert res.summary["completed"] == len(wl)
     assert got["head"] - got["back"] >= 5, got

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
-from simcore.fastforward.arrival_folds import ArrivalFolds
-from simcore.fastforward.chunked import ChunkedRuns
+from simcore.fastforward import arrival_folds, chunked
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
@@ -28,7 +27,7 @@ class LeadCounter:
 
     def __init__(self, monkeypatch):
         self.folded = self.with_finishes = 0
-        lead_ends, lead_leavers, fold = ChunkedRuns._lead_ends, ChunkedRuns._lead_leavers, ArrivalFolds._fold_arrival
+        lead_ends, lead_leavers, fold = chunked._lead_ends, chunked._lead_leavers, arrival_folds._fold_arrival
 
         def counted(replica, *a):
             ends = lead_ends(replica, *a)
@@ -41,14 +40,14 @@ class LeadCounter:
                 self.folded += len(got[0]) > 1
                 self.with_finishes += bool(got[1])   # decodes that finished inside it
             return got
-        monkeypatch.setattr(ArrivalFolds, "_fold_arrival", folded)
+        monkeypatch.setattr(arrival_folds, "_fold_arrival", folded)
 
         def leavers(replica, *a):
             out = lead_leavers(replica, *a)
             self.with_finishes += bool(out[2])
             return out
-        monkeypatch.setattr(ChunkedRuns, "_lead_ends", counted)
-        monkeypatch.setattr(ChunkedRuns, "_lead_leavers", leavers)
+        monkeypatch.setattr(chunked, "_lead_ends", counted)
+        monkeypatch.setattr(chunked, "_lead_leavers", leavers)
 
 
 def run(policy, flags, wl, ff, replicas=1, router="round_robin", until=None):

@@ -228,18 +228,18 @@ def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
 @pytest.mark.parametrize("policy,flags", [("vllm", {}), ("vllm", {"num_gpu_blocks_override": 40}), ("sglang", {}),
                                           ("nochunk", {})])
 def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeypatch):
-    """A lightly loaded cluster: most plans are one request on an idle replica (Replica._apply_lone,
-    RunPlanning._lone_ends), cut by arrivals or not, some a single output token or prompt token,
+    """A lightly loaded cluster: most plans are one request on an idle replica (applies._apply_lone,
+    runs._lone_ends), cut by arrivals or not, some a single output token or prompt token,
     tight pools cutting runs at the blocks; fast-forward gives stepping's bits, ITL histogram too."""
-    from simcore.replica import Replica
+    from simcore.fastforward import applies, runs
     taken = {"ends": 0, "apply": 0}
-    for name, key in (("_lone_ends", "ends"), ("_apply_lone", "apply")):
-        orig = getattr(Replica, name)
+    for module, name, key in ((runs, "_lone_ends", "ends"), (applies, "_apply_lone", "apply")):
+        orig = getattr(module, name)
 
         def counted(self, *a, _orig=orig, _key=key):
             taken[_key] += 1
             return _orig(self, *a)
-        monkeypatch.setattr(Replica, name, counted)
+        monkeypatch.setattr(module, name, counted)
     rng = np.random.default_rng(11)
     n = 400
     prompts = np.where(rng.random(n) < 0.1, 1, rng.integers(2, 900, n))

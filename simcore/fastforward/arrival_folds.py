@@ -1,4 +1,4 @@
-"""Arrivals folded into a run (mixed into Replica through RunPlanning).
+"""Arrivals folded into a run (functions of a Replica).
 
 A sole replica in open loop knows its arrivals. A folded decode run (simcore/fastforward/runs.py,
 ``_folded_run``) would end at the first step that starts at or after the next arrival A, for
@@ -21,7 +21,7 @@ chunks too), plus every joiner at its full size, are free; else the arrival is n
 run ends there, as before). Then no step preempts and every admission's full-ISL check passes,
 as stepping would find.
 
-A joiner is ``(request, step it is admitted in, its chunks)`` in ``self._joins``; ``_apply``
+A joiner is ``(request, step it is admitted in, its chunks)`` in ``rep._joins``; ``_apply``
 admits it then (its running-queue stamp follows the order of admission, as stepping's), and
 ``stop_at`` returns the ones whose step was not reached to the inbox.
 """
@@ -29,208 +29,190 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 
-class ArrivalFolds:
-    """Needs the Replica's state, cost model, policy, inbox and pull."""
-    if TYPE_CHECKING:   # the Replica this mixes into provides these; declared for mypy only
-        cm: Any
-        env: Any
-        _free0: Any
-        inbox: Any
-        itl: Any
-        _joined_blocks: Any
-        _lead: Any
-        next_arrival: Any
-        policy: Any
-        _seqs0: Any
-        state: Any
+def _seen_by(rep, t: float) -> bool:
+    """Whether another event (a stop, a process reading the replica) is due by t: an arrival
+    is folded only at a step that starts before anyone could look (pulled requests then have
+    arrived, as stepping has them, whenever they are looked at)."""
+    return rep.env.due_by(t)
 
-    _folds_arrivals = False   # set by Replica: the policy has the hook and the run may fold arrivals
-
-    def _seen_by(self, t: float) -> bool:
-        """Whether another event (a stop, a process reading the replica) is due by t: an arrival
-        is folded only at a step that starts before anyone could look (pulled requests then have
-        arrived, as stepping has them, whenever they are looked at)."""
-        return self.env.due_by(t)
-
-    def _finished_joiners(self, ends, now: float) -> int:
-        """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""
-        n = 0
-        for req, at, chunks in self._joins:
-            last = at + len(chunks) + req.output_len - 2
-            if sum(chunks) == req.prompt_len and last < len(ends) and ends[last] <= now:
-                n += 1
-        return n
-
-    def _fold_arrival(self, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
-                      head=None):
-        """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
-        Σ(kv + 1) is kv and `held` finished requests still seated. With `head`, (q, kv) pairs,
-        some of the n are joiners before (or the plan's P), each taking its last chunk q over kv
-        cached in this step (its Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
-        ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
-        ji, the joiner's leave step or None, its chunks not taken)."""
-        s, inbox = self.state, self.inbox
-        c, waiting = s.cohort, s.waiting
-        if not waiting and not inbox:   # the arrival that cut a joiner's prompt short was rejected
-            return None
-        req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
-        if req.num_computed_tokens or req.num_output_tokens:
-            return None
-        queued = len(waiting) + len(inbox) > 1
-        extra = sum(q for q, _ in head) - len(head) if head else 0
-        chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
-        if not chunks:
-            if queued:   # its whole prompt in this step, the budget left to the next
-                return self._fold_head(req, pos, n, held, kv, k, riders, i, jl, ji, extra)
-            return None
-        bs = s.pool.block_size
-        L0 = len(chunks)
-        window = []   # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
-        finish, tick = c.finish, c.tick
-        while finish and finish[0][0] - tick < pos + L0:
-            f, _, r = heappop(finish)
-            window.append((f - tick, r.num_computed_tokens + tick - r.cohort_tick + 1, r, 0))
-        nr = len(riders)
-        while i < nr and riders[i][0] < pos + L0:
-            window.append((riders[i][0], riders[i][2], riders[i][3], 1))
-            i += 1
-        nj = len(jl)
-        while ji < nj and jl[ji][0] < pos + L0:
-            window.append((jl[ji][0], jl[ji][1], jl[ji][2], 2))
-            ji += 1
-        if window:
-            window.sort(key=_step)
-            chunks, sealed = self.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
-        out = req.output_len
-        mine = pos + len(chunks) - 1 + out   # the step it is not in
-        k2 = max(k, mine, c.last_finish - tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
-        lead = self._lead
-        grow = self._seqs0 * (k2 // bs + 1)
-        if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
-            p = lead[0]
-            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
-        grow += (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
-        if not chunks or grow > self._free0:
-            for f, _, r, kind in window:   # nothing taken: all back where they were
-                if kind == 0:
-                    heappush(finish, (f + tick, r.seq, r))
-            i -= sum(1 for x in window if x[3] == 1)
-            ji -= sum(1 for x in window if x[3] == 2)
-            return None
-        waiting.popleft() if waiting else inbox.pop(0)
-        stop = t if queued else self.next_arrival()   # with a request waiting behind, only sealed chunks after the first
-        e = self.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
-                                      [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
-                                      head or ())
-        ran = len(e)
-        end = pos + ran
-        gone, back_i, back_j = [], 0, 0
-        for f, b, r, kind in window:
-            if f < end:
-                gone.append((f, r, kind))
-                kv -= b + end
-                n -= 1
-            elif kind == 0:
-                heappush(finish, (f + tick, r.seq, r))
-            elif kind == 1:
-                back_i += 1
-            else:
-                back_j += 1
-        i -= back_i
-        ji -= back_j
-        kv += (n + len(gone)) * ran
-        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
-        self._joins.append((req, pos, chunks[:ran]))
-        leave = None
-        if ran == len(chunks):
+def _finished_joiners(rep, ends, now: float) -> int:
+    """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""
+    n = 0
+    for req, at, chunks in rep._joins:
+        last = at + len(chunks) + req.output_len - 2
+        if sum(chunks) == req.prompt_len and last < len(ends) and ends[last] <= now:
             n += 1
-            kv += req.prompt_len + 1
-            leave = end - 1 + out
-        return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
+    return n
 
-    def _fold_head(self, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int,
-                   extra: int):
-        """The queue's head takes its whole prompt in step `pos` and the next in the queue the
-        budget left (``arrival_chunks`` without the queue: one chunk). It joins with that chunk
-        not taken: the run goes on only if the next one folds beside it as beside a joiner's last
-        chunk (``_folded_run``'s `head`), else ``_unfold_head`` puts it back. Same return as
-        ``_fold_arrival``'s, with no lead ends."""
-        s = self.state
-        chunks, _ = self.policy.arrival_chunks(s, req, n, n + held, (), extra, False)
-        if len(chunks) != 1:
-            return None
-        c, bs, out = s.cohort, s.pool.block_size, req.output_len
-        k2 = max(k, pos + out, c.last_finish - c.tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
-        grow = self._seqs0 * (k2 // bs + 1) + (req.prompt_len + out + bs - 1) // bs + self._joined_blocks
-        lead = self._lead
-        if lead is not None:
-            p = lead[0]
-            grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
-        if grow > self._free0:
-            return None
-        s.waiting.popleft() if s.waiting else self.inbox.pop(0)
-        self._joined_blocks += (req.prompt_len + out + bs - 1) // bs
-        self._joins.append((req, pos, []))
-        return [], [], kv, n, k2, i, ji, None, chunks
-
-    def _unfold_head(self, req) -> bool:
-        """The run ends before `req`'s chunk (the next did not fold beside it): if it was folded
-        by ``_fold_head``, it goes back to the queue's front. Returns whether it did."""
-        joins = self._joins
-        if not joins or joins[-1][0] is not req or joins[-1][2]:
-            return False
-        joins.pop()
-        self._joined_blocks -= (req.prompt_len + req.output_len + self.state.pool.block_size - 1) // self.state.pool.block_size
-        if self.state.waiting:
-            self.state.waiting.appendleft(req)
+def _fold_arrival(rep, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
+                  head=None):
+    """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
+    Σ(kv + 1) is kv and `held` finished requests still seated. With `head`, (q, kv) pairs,
+    some of the n are joiners before (or the plan's P), each taking its last chunk q over kv
+    cached in this step (its Σ(kv + 1) counted as kv + q). Returns None when the arrival is not folded, else (lead
+    ends, window leavers as (step, request, kind), Σ(kv + 1) and n after the lead, new k, i,
+    ji, the joiner's leave step or None, its chunks not taken)."""
+    s, inbox = rep.state, rep.inbox
+    c, waiting = s.cohort, s.waiting
+    if not waiting and not inbox:   # the arrival that cut a joiner's prompt short was rejected
+        return None
+    req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
+    if req.num_computed_tokens or req.num_output_tokens:
+        return None
+    queued = len(waiting) + len(inbox) > 1
+    extra = sum(q for q, _ in head) - len(head) if head else 0
+    chunks, sealed = rep.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
+    if not chunks:
+        if queued:   # its whole prompt in this step, the budget left to the next
+            return _fold_head(rep, req, pos, n, held, kv, k, riders, i, jl, ji, extra)
+        return None
+    bs = s.pool.block_size
+    L0 = len(chunks)
+    window = []   # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
+    finish, tick = c.finish, c.tick
+    while finish and finish[0][0] - tick < pos + L0:
+        f, _, r = heappop(finish)
+        window.append((f - tick, r.num_computed_tokens + tick - r.cohort_tick + 1, r, 0))
+    nr = len(riders)
+    while i < nr and riders[i][0] < pos + L0:
+        window.append((riders[i][0], riders[i][2], riders[i][3], 1))
+        i += 1
+    nj = len(jl)
+    while ji < nj and jl[ji][0] < pos + L0:
+        window.append((jl[ji][0], jl[ji][1], jl[ji][2], 2))
+        ji += 1
+    if window:
+        window.sort(key=_step)
+        chunks, sealed = rep.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
+    out = req.output_len
+    mine = pos + len(chunks) - 1 + out   # the step it is not in
+    k2 = max(k, mine, c.last_finish - tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+    lead = rep._lead
+    grow = rep._seqs0 * (k2 // bs + 1)
+    if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
+        p = lead[0]
+        grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
+    grow += (req.prompt_len + out + bs - 1) // bs + rep._joined_blocks
+    if not chunks or grow > rep._free0:
+        for f, _, r, kind in window:   # nothing taken: all back where they were
+            if kind == 0:
+                heappush(finish, (f + tick, r.seq, r))
+        i -= sum(1 for x in window if x[3] == 1)
+        ji -= sum(1 for x in window if x[3] == 2)
+        return None
+    waiting.popleft() if waiting else inbox.pop(0)
+    stop = t if queued else rep.next_arrival()   # with a request waiting behind, only sealed chunks after the first
+    e = rep.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
+                                  [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
+                                  head or ())
+    ran = len(e)
+    end = pos + ran
+    gone, back_i, back_j = [], 0, 0
+    for f, b, r, kind in window:
+        if f < end:
+            gone.append((f, r, kind))
+            kv -= b + end
+            n -= 1
+        elif kind == 0:
+            heappush(finish, (f + tick, r.seq, r))
+        elif kind == 1:
+            back_i += 1
         else:
-            self.inbox.insert(0, req)
-        return True
+            back_j += 1
+    i -= back_i
+    ji -= back_j
+    kv += (n + len(gone)) * ran
+    rep._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+    rep._joins.append((req, pos, chunks[:ran]))
+    leave = None
+    if ran == len(chunks):
+        n += 1
+        kv += req.prompt_len + 1
+        leave = end - 1 + out
+    return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
 
-    def _admit_joins(self, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
-        """(Called by _apply.) The arrivals folded into the run are admitted at their steps
-        and advanced through their chunks, then one token a step until they finish or the run
-        ends; each one's own gaps go to the histogram (with the cohort's `marks`, see
-        ``weighted_gaps``). Returns them as plan items."""
-        s, itl = self.state, self.itl
-        pool = s.pool
-        bs, joins, self._joins = pool.block_size, self._joins, []  # type: ignore[has-type, var-annotated]
-        if marks is None:
-            marks = []
-        out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
-        for req, at, chunks in joins:
-            s.admit(req)
-            if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
-                req.first_scheduled_s = float(ends[at - 1])
-            taken = steps - at
-            req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
-            if req.num_computed_tokens == req.prompt_len:
-                e = at + len(chunks) - 1
-                mine = min(req.output_len, steps - e)
-                req.first_token_s = float(ends[e])
-                if mine > 1:
-                    opens.append(e)
-                    shuts.append(e + mine - 1)
-                    sampled.append(req)
-                    marks += (e, 1, e + mine - 1, -1)
-                req.num_computed_tokens += mine - 1
-                req.num_output_tokens = mine
-                req.last_token_s = float(ends[e + mine - 1])
-                if mine >= req.output_len:
-                    finished.append(req)
-            req.num_blocks = -(-req.num_computed_tokens // bs)
-            pool.used += req.num_blocks
-            out.append((req, 0))
-        if marks:
-            gaps = weighted_gaps(itl, inner, marks)
-            if sampled:
-                _joiner_max_itl(gaps, opens, shuts, sampled)
-        return out
+def _fold_head(rep, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int,
+               extra: int):
+    """The queue's head takes its whole prompt in step `pos` and the next in the queue the
+    budget left (``arrival_chunks`` without the queue: one chunk). It joins with that chunk
+    not taken: the run goes on only if the next one folds beside it as beside a joiner's last
+    chunk (``_folded_run``'s `head`), else ``_unfold_head`` puts it back. Same return as
+    ``_fold_arrival``'s, with no lead ends."""
+    s = rep.state
+    chunks, _ = rep.policy.arrival_chunks(s, req, n, n + held, (), extra, False)
+    if len(chunks) != 1:
+        return None
+    c, bs, out = s.cohort, s.pool.block_size, req.output_len
+    k2 = max(k, pos + out, c.last_finish - c.tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
+    grow = rep._seqs0 * (k2 // bs + 1) + (req.prompt_len + out + bs - 1) // bs + rep._joined_blocks
+    lead = rep._lead
+    if lead is not None:
+        p = lead[0]
+        grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
+    if grow > rep._free0:
+        return None
+    s.waiting.popleft() if s.waiting else rep.inbox.pop(0)
+    rep._joined_blocks += (req.prompt_len + out + bs - 1) // bs
+    rep._joins.append((req, pos, []))
+    return [], [], kv, n, k2, i, ji, None, chunks
+
+def _unfold_head(rep, req) -> bool:
+    """The run ends before `req`'s chunk (the next did not fold beside it): if it was folded
+    by ``_fold_head``, it goes back to the queue's front. Returns whether it did."""
+    joins = rep._joins
+    if not joins or joins[-1][0] is not req or joins[-1][2]:
+        return False
+    joins.pop()
+    rep._joined_blocks -= (req.prompt_len + req.output_len + rep.state.pool.block_size - 1) // rep.state.pool.block_size
+    if rep.state.waiting:
+        rep.state.waiting.appendleft(req)
+    else:
+        rep.inbox.insert(0, req)
+    return True
+
+def _admit_joins(rep, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
+    """(Called by _apply.) The arrivals folded into the run are admitted at their steps
+    and advanced through their chunks, then one token a step until they finish or the run
+    ends; each one's own gaps go to the histogram (with the cohort's `marks`, see
+    ``weighted_gaps``). Returns them as plan items."""
+    s, itl = rep.state, rep.itl
+    pool = s.pool
+    bs, joins, rep._joins = pool.block_size, rep._joins, []
+    if marks is None:
+        marks = []
+    out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
+    for req, at, chunks in joins:
+        s.admit(req)
+        if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
+            req.first_scheduled_s = float(ends[at - 1])
+        taken = steps - at
+        req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
+        if req.num_computed_tokens == req.prompt_len:
+            e = at + len(chunks) - 1
+            mine = min(req.output_len, steps - e)
+            req.first_token_s = float(ends[e])
+            if mine > 1:
+                opens.append(e)
+                shuts.append(e + mine - 1)
+                sampled.append(req)
+                marks += (e, 1, e + mine - 1, -1)
+            req.num_computed_tokens += mine - 1
+            req.num_output_tokens = mine
+            req.last_token_s = float(ends[e + mine - 1])
+            if mine >= req.output_len:
+                finished.append(req)
+        req.num_blocks = -(-req.num_computed_tokens // bs)
+        pool.used += req.num_blocks
+        out.append((req, 0))
+    if marks:
+        gaps = weighted_gaps(itl, inner, marks)
+        if sampled:
+            _joiner_max_itl(gaps, opens, shuts, sampled)
+    return out
 
 
 def weighted_gaps(itl, inner, marks: list) -> np.ndarray:
