@@ -15,6 +15,7 @@ model each, so attention is held out by context-length bucket). Then the time of
 How each figure moved as the kernel models grew, the terms tried and dropped, and what the
 data themselves limit: docs/kernel-notes.md.
 """
+
 from __future__ import annotations
 
 import sys
@@ -38,8 +39,10 @@ from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
 from costmodel.errors import InputError  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
-FOLDERS = {"RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
-           "RTX PRO 6000 / Qwen3-32B tp2": ("RTXPRO6000/Qwen/Qwen3-32B/bf16/tp2", "rtx-pro-6000")}
+FOLDERS = {
+    "RTX 4090 / Llama-3.1-8B": ("RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx4090"),
+    "RTX PRO 6000 / Qwen3-32B tp2": ("RTXPRO6000/Qwen/Qwen3-32B/bf16/tp2", "rtx-pro-6000"),
+}
 SEEDS = (0, 1, 2)
 
 
@@ -54,18 +57,26 @@ def held_out(df: pd.DataFrame, spec, rows: list | None = None, only: str | None 
         if only:
             train, held = (x[x["op_class"] == only].reset_index(drop=True) for x in (train, held))
         f = fit(train, form="physical", spec=spec)
-        held = held[group_of(held).isin(set(group_of(train))).to_numpy()]   # a kernel the fit saw no row of: not held out
+        held = held[
+            group_of(held).isin(set(group_of(train))).to_numpy()
+        ]  # a kernel the fit saw no row of: not held out
         out.append(error_table(f, held).assign(seed=seed))
         if only == "attention":
             out.append(error_table(f, train).assign(seed=seed, group=lambda e: e["group"] + " (fit)"))
         if rows is not None:
             ar = held[engine_allreduce(held)]
-            rows.append(ar.assign(pred=f.predict(ar), floor=allreduce_floor(train[engine_allreduce(train)], ar), seed=seed))
+            rows.append(
+                ar.assign(pred=f.predict(ar), floor=allreduce_floor(train[engine_allreduce(train)], ar), seed=seed)
+            )
             moe = held[held["op_class"] == "moe"]
             rows.append(moe.assign(pred=f.predict(moe), seed=seed))
     e = pd.concat(out)
-    return e.groupby("group").agg(n=("n", "sum"), mape=("mape", "mean"), median_ape=("median_ape", "mean"),
-                                  p90_ape=("p90_ape", "mean")).round(1).reset_index()
+    return (
+        e.groupby("group")
+        .agg(n=("n", "sum"), mape=("mape", "mean"), median_ape=("median_ape", "mean"), p90_ape=("p90_ape", "mean"))
+        .round(1)
+        .reset_index()
+    )
 
 
 def neighbour_floor(df: pd.DataFrame) -> str:
@@ -93,6 +104,7 @@ def _neighbour_floor(df: pd.DataFrame, rows, keys, pos, what: str) -> str:
     """The held-out rows (``rows`` of each draw) predicted from the training rows of the same
     ``keys``, log time interpolated linearly over ``pos`` (nearest neighbour outside the hull)."""
     from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+
     stats = []
     for seed in SEEDS:
         train, held = (x[rows(x)].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
@@ -103,7 +115,10 @@ def _neighbour_floor(df: pd.DataFrame, rows, keys, pos, what: str) -> str:
                 continue
             y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
             lin = LinearNDInterpolator(pos(t), y)(pos(g))
-            inside[idx], pred[idx] = np.isfinite(lin), np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g)))
+            inside[idx], pred[idx] = (
+                np.isfinite(lin),
+                np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g))),
+            )
         ape = 100 * np.abs(np.exp(pred) / held["time_s"].to_numpy() - 1)
         ok = np.isfinite(ape)
         stats.append((ape[ok].mean(), np.median(ape[ok]), ape[ok & inside].mean(), 100 * (ok & inside).mean()))
@@ -113,7 +128,7 @@ def _neighbour_floor(df: pd.DataFrame, rows, keys, pos, what: str) -> str:
 
 def isotonic(y: np.ndarray) -> np.ndarray:
     """The non-decreasing sequence nearest y in least squares (pool adjacent violators)."""
-    blocks = []                                   # [mean, weight]
+    blocks = []  # [mean, weight]
     for v in y:
         blocks.append([float(v), 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
@@ -152,6 +167,7 @@ def nccl_agreement(folder: str, ar: pd.DataFrame) -> dict:
     NCCL call."""
     from costmodel.calibration.allreduce_model import ONESHOT_MAX_TOKENS
     from costmodel.calibration.importers import read_aiconfigurator
+
     d = DATA / folder / "nccl"
     if not d.is_dir():
         return {}
@@ -190,9 +206,11 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
     full = fit(every, form="physical", spec=spec).predict(ar) if spec is not None else None
     agree = nccl_agreement(folder, ar) if folder else {}
     each = allreduce_each_size(df, spec) if spec is not None else {}
-    lines = [f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
-             f"every size | model fitted on every size | each size held out in turn | custom vs NCCL table where "
-             f"both run NCCL, median / max; then held-out APE by size (elements)"]
+    lines = [
+        f"{name} all-reduce, held out by message size: MAPE | monotone floor (held out) | isotonic fit on "
+        f"every size | model fitted on every size | each size held out in turn | custom vs NCCL table where "
+        f"both run NCCL, median / max; then held-out APE by size (elements)"
+    ]
     for n, g in e.groupby("workers"):
         sel = (ar["workers"] == n).to_numpy()
         a = ar[sel].sort_values("m")
@@ -201,15 +219,21 @@ def allreduce_report(name: str, df: pd.DataFrame, rows: list, spec=None, folder:
         ins = f"{100 * np.mean(np.abs(full[sel] / ar['time_s'].to_numpy()[sel] - 1)):.1f}" if full is not None else "-"
         gap = "{:.0f} / {:.0f}".format(*agree[int(n)]) if int(n) in agree else "-"
         one = f"{each[int(n)]:.1f}" if int(n) in each else "-"
-        lines.append(f"  @{int(n)}: {g['ape'].mean():.1f} | {g['floor'].mean():.1f} | "
-                     f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f} | {ins} | {one} | {gap};  "
-                     + " ".join(f"{int(m / 2)}:{v:.0f}" for m, v in per.items()))
+        lines.append(
+            f"  @{int(n)}: {g['ape'].mean():.1f} | {g['floor'].mean():.1f} | "
+            f"{100 * np.mean(np.abs(iso / a['time_s'].to_numpy() - 1)):.1f} | {ins} | {one} | {gap};  "
+            + " ".join(f"{int(m / 2)}:{v:.0f}" for m, v in per.items())
+        )
     if len(moe):
-        lines.append(f"{name} fused MoE, held out by model configuration (hidden, expert width, top-k, experts; "
-                     "draws that held it out): MAPE / median")
+        lines.append(
+            f"{name} fused MoE, held out by model configuration (hidden, expert width, top-k, experts; "
+            "draws that held it out): MAPE / median"
+        )
         for (h, i, k, ex), g in moe.groupby(["k", "n", "heads", "kv_heads"]):
-            lines.append(f"  H={int(h)} I={int(i)} top-{int(k)} of {int(ex)}: {g['ape'].mean():.1f} / "
-                         f"{g['ape'].median():.1f}  (draws {sorted(set(g['seed']))})")
+            lines.append(
+                f"  H={int(h)} I={int(i)} top-{int(k)} of {int(ex)}: {g['ape'].mean():.1f} / "
+                f"{g['ape'].median():.1f}  (draws {sorted(set(g['seed']))})"
+            )
     return "\n".join(lines)
 
 
@@ -221,6 +245,7 @@ def composed_steps(folder: str, base: str, model: str, tp: int, n: int = 100, se
     out. The all-reduce is not in the tables, so it is left out of both sides."""
     from costmodel import CostModel, load_model
     from costmodel.calibration.profile import profile_from_fit
+
     d = LSS / folder
     tpdir = d if d.name.startswith("tp") else d / f"tp{tp}"
     df, _ = read_llmservingsim(d)
@@ -238,22 +263,35 @@ def composed_steps(folder: str, base: str, model: str, tp: int, n: int = 100, se
     for r in att.itertuples():
         T, S = r.prefill_chunk + r.n_decode, (r.prefill_chunk > 0) + r.n_decode
         layer = sum(at(dense, lay, "tokens", T) for lay in set(dense.layer) - once) + r.time_us
-        meas = (m.L * layer + sum(at(dense, lay, "tokens", T) for lay in once)
-                + at(per_seq, "lm_head", "sequences", S) + at(per_seq, "sampler", "sequences", S)) * 1e-6
+        meas = (
+            m.L * layer
+            + sum(at(dense, lay, "tokens", T) for lay in once)
+            + at(per_seq, "lm_head", "sequences", S)
+            + at(per_seq, "sampler", "sequences", S)
+        ) * 1e-6
         q = ([r.prefill_chunk] if r.prefill_chunk else []) + [1] * r.n_decode
         kv = ([r.kv_prefill] if r.prefill_chunk else []) + [r.kv_decode] * r.n_decode
         b = cm.breakdown(cm.shape(q, kv))
         pred = b.time_s - sum(o.time_s for o in b.operators if o.name == "allreduce")
-        rows.append(dict(kind="mixed" if r.prefill_chunk and r.n_decode else ("prefill" if r.prefill_chunk else "decode"),
-                         ape=100 * abs(pred / meas - 1)))
+        rows.append(
+            dict(
+                kind="mixed" if r.prefill_chunk and r.n_decode else ("prefill" if r.prefill_chunk else "decode"),
+                ape=100 * abs(pred / meas - 1),
+            )
+        )
     e = pd.DataFrame(rows)
-    return e.groupby("kind")["ape"].agg(n="size", mape="mean", median_ape="median",
-                                        p90_ape=lambda x: x.quantile(0.9)).round(1).reset_index()
+    return (
+        e.groupby("kind")["ape"]
+        .agg(n="size", mape="mean", median_ape="median", p90_ape=lambda x: x.quantile(0.9))
+        .round(1)
+        .reset_index()
+    )
 
 
 def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
     """The fused-MoE class alone, each model configuration held out in turn (MAPE / median / p90)."""
     from costmodel.calibration.fit import ape_stats
+
     moe = df[df["op_class"] == "moe"]
     key = ["k", "n", "heads", "kv_heads"]
     lines, all_pred, all_meas = [], [], []
@@ -263,11 +301,18 @@ def moe_leave_one_out(df: pd.DataFrame, spec) -> str:
         e = ape_stats(pred, held["time_s"].to_numpy())
         all_pred.append(pred)
         all_meas.append(held["time_s"].to_numpy())
-        lines.append(f"  H={int(cfg[0])} I={int(cfg[1])} top-{int(cfg[2])} of {int(cfg[3])}: "
-                     f"{e['mape']:.1f} / {e['median_ape']:.1f} / {e['p90_ape']:.1f}")
+        lines.append(
+            f"  H={int(cfg[0])} I={int(cfg[1])} top-{int(cfg[2])} of {int(cfg[3])}: "
+            f"{e['mape']:.1f} / {e['median_ape']:.1f} / {e['p90_ape']:.1f}"
+        )
     e = ape_stats(np.concatenate(all_pred), np.concatenate(all_meas))
-    return "\n".join([f"fused MoE, each configuration held out in turn: all {e['mape']:.1f} / {e['median_ape']:.1f} / "
-                      f"{e['p90_ape']:.1f} (MAPE / median / p90)"] + lines)
+    return "\n".join(
+        [
+            f"fused MoE, each configuration held out in turn: all {e['mape']:.1f} / {e['median_ape']:.1f} / "
+            f"{e['p90_ape']:.1f} (MAPE / median / p90)"
+        ]
+        + lines
+    )
 
 
 def allreduce_only(gpus=None) -> None:
@@ -287,21 +332,32 @@ def allreduce_only(gpus=None) -> None:
 def in_sample(sub: pd.DataFrame, spec) -> None:
     """The class's error fitted on every row (what its form leaves with nothing held out)."""
     from costmodel.calibration.fit import ape_stats
+
     t0 = time.perf_counter()
     f = fit(sub, form="physical", spec=spec)
     e = ape_stats(f.predict(sub), sub["time_s"].to_numpy())
-    print(f"in sample ({len(sub)} rows, fit {time.perf_counter() - t0:.1f} s): MAPE {e['mape']:.1f}, median "
-          f"{e['median_ape']:.1f}, p90 {e['p90_ape']:.1f}")
+    print(
+        f"in sample ({len(sub)} rows, fit {time.perf_counter() - t0:.1f} s): MAPE {e['mape']:.1f}, median "
+        f"{e['median_ape']:.1f}, p90 {e['p90_ape']:.1f}"
+    )
 
 
 def main(argv=None) -> None:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpu", action="append", choices=sorted(GPUS), help="only this AIConfigurator GPU (repeatable); "
-                    "skips the LLMServingSim folders and the fit timing")
-    ap.add_argument("--only", choices=("gemm", "attention", "allreduce", "moe"),
-                    help="one operator class on the AIConfigurator tables (attention also prints its fit error "
-                         "and context attention's neighbour floor; gemm its neighbour floor)")
+    ap.add_argument(
+        "--gpu",
+        action="append",
+        choices=sorted(GPUS),
+        help="only this AIConfigurator GPU (repeatable); skips the LLMServingSim folders and the fit timing",
+    )
+    ap.add_argument(
+        "--only",
+        choices=("gemm", "attention", "allreduce", "moe"),
+        help="one operator class on the AIConfigurator tables (attention also prints its fit error "
+        "and context attention's neighbour floor; gemm its neighbour floor)",
+    )
     args = ap.parse_args(argv)
     if args.only == "allreduce":
         return allreduce_only(args.gpu)
@@ -338,12 +394,14 @@ def main(argv=None) -> None:
         df, _ = read_llmservingsim(LSS / folder)
         print(f"\nLLMServingSim {label}: held out by shape (percent)")
         print(held_out(df, load_hardware(base)).to_string(index=False))
-    for label, folder, base, model, tp in (("RTX 4090 / Llama-3.1-8B", FOLDERS["RTX 4090 / Llama-3.1-8B"][0], "rtx4090",
-                                            "llama-3.1-8b", 1),
-                                           ("RTX PRO 6000 / Qwen3-32B tp2", FOLDERS["RTX PRO 6000 / Qwen3-32B tp2"][0],
-                                            "rtx-pro-6000", "qwen3-32b", 2)):
-        print(f"\nLLMServingSim {label}: whole steps composed from the measured per-layer tables vs the profile "
-              f"fitted with a quarter of the shapes held out (percent; all-reduce excluded)")
+    for label, folder, base, model, tp in (
+        ("RTX 4090 / Llama-3.1-8B", FOLDERS["RTX 4090 / Llama-3.1-8B"][0], "rtx4090", "llama-3.1-8b", 1),
+        ("RTX PRO 6000 / Qwen3-32B tp2", FOLDERS["RTX PRO 6000 / Qwen3-32B tp2"][0], "rtx-pro-6000", "qwen3-32b", 2),
+    ):
+        print(
+            f"\nLLMServingSim {label}: whole steps composed from the measured per-layer tables vs the profile "
+            f"fitted with a quarter of the shapes held out (percent; all-reduce excluded)"
+        )
         print(composed_steps(folder, base, model, tp).to_string(index=False))
     big = pd.concat(tables, ignore_index=True)
     big = big[big["op_class"] != "moe"].sample(40_000, random_state=0).reset_index(drop=True)
@@ -355,8 +413,10 @@ def main(argv=None) -> None:
     big_one = pd.concat([one] * 3, ignore_index=True).head(40_000)
     t0 = time.perf_counter()
     fit(big_one, form="physical", spec=base_of(GPUS["a100-sxm"][1], "a100-sxm"))
-    print(f"fit of a 40,000-row table (the A100 tables, repeated; tile GEMM and unit decode models): "
-          f"{time.perf_counter() - t0:.2f} s")
+    print(
+        f"fit of a 40,000-row table (the A100 tables, repeated; tile GEMM and unit decode models): "
+        f"{time.perf_counter() - t0:.2f} s"
+    )
 
 
 if __name__ == "__main__":

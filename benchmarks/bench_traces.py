@@ -4,6 +4,7 @@ conversation hour through vLLM V1, and Mooncake conversation with prefix caching
 
     python benchmarks/bench_traces.py
 """
+
 from __future__ import annotations
 
 import resource
@@ -26,9 +27,11 @@ def run(label, policy, flags, workload, model, hw, tp=1):
     s, df = res.summary, res.requests
     accounted = int(df.finish_s.notna().sum() + df.rejected.notna().sum())
     hit = s.get("prefix_cache_hit_rate")
-    print(f"{label:44} {len(df):6,} req  accounted {accounted:6,}  completed {s['completed']:6,}  rejected {s['num_rejected']:4}"
-          f"  wall {wall:6.2f} s  p99 TTFT {s['p99_ttft_ms']:9.0f} ms  p99 ITL {s['p99_itl_ms']:6.1f} ms"
-          f"  preempt {s['num_preemptions']:5}" + (f"  hit rate {hit:.3f}" if hit is not None else ""))
+    print(
+        f"{label:44} {len(df):6,} req  accounted {accounted:6,}  completed {s['completed']:6,}  rejected {s['num_rejected']:4}"
+        f"  wall {wall:6.2f} s  p99 TTFT {s['p99_ttft_ms']:9.0f} ms  p99 ITL {s['p99_itl_ms']:6.1f} ms"
+        f"  preempt {s['num_preemptions']:5}" + (f"  hit rate {hit:.3f}" if hit is not None else "")
+    )
 
 
 def main() -> None:
@@ -39,8 +42,10 @@ def main() -> None:
     run("azure conv 1h, vLLM V1 (defaults)", "vllm", {}, conv, m8, h100)
     run("azure conv 1h, vLLM V1 budget 2048", "vllm", {"max_num_batched_tokens": 2048}, conv, m8, h100)
     moon = mooncake(TRACES / "mooncake_conversation.jsonl", time_scale=4.0)
-    print(f"mooncake conversation arrivals slowed 4x ({len(moon)} requests over {moon.arrival_s[-1]:.0f} s): "
-          "at the logged rate one 8B replica is overloaded several times over")
+    print(
+        f"mooncake conversation arrivals slowed 4x ({len(moon)} requests over {moon.arrival_s[-1]:.0f} s): "
+        "at the logged rate one 8B replica is overloaded several times over"
+    )
     for tp in (1, 2):
         run(f"mooncake conv, vLLM APC, tp={tp}", "vllm", {}, moon, m8, h100, tp)
         run(f"mooncake conv, SGLang radix, tp={tp}", "sglang", {}, moon, m8, h100, tp)

@@ -52,6 +52,7 @@ default flags: by CPU time chunksim 41.2k / 44.9k / 46.4k simulated req/s, Vidur
 506 / 520 / 539 req/s by CPU time, ratio 84.7 / 89.9 / 90.6. Vidur completed all 10,000
 requests (simulated end 4,752 s against chunksim's 4,749 s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,14 +75,16 @@ from simcore.simulation import Simulation, fixed_workload
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data"
 TRACE, CONFIG = DATA / "traces/vidur_splitwise_conv_10k_qps2.csv", DATA / "traces/codellama-34b-instruct.config.json"
-KERNELS = DATA / "kernels/vidur"   # Vidur's own profiling tables, in its data/profiling layout
+KERNELS = DATA / "kernels/vidur"  # Vidur's own profiling tables, in its data/profiling layout
 # microsoft/vidur at this commit (2024-11-19), the one the shared data's PROVENANCE files name;
 # benchmarks/vidur_setup.sh installs it and must name the same commit.
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 DRIVER = Path(__file__).resolve().parent / "vidur_driver.py"
-FLAGS = {"vllm": {"max_num_batched_tokens": 512, "max_num_seqs": 128, "block_size": 16},
-         "sglang": {"chunked_prefill_size": 512, "max_prefill_tokens": 512, "max_running_requests": 128, "page_size": 16},
-         "nochunk": {"max_num_seqs": 128, "block_size": 16}}
+FLAGS = {
+    "vllm": {"max_num_batched_tokens": 512, "max_num_seqs": 128, "block_size": 16},
+    "sglang": {"chunked_prefill_size": 512, "max_prefill_tokens": 512, "max_running_requests": 128, "page_size": 16},
+    "nochunk": {"max_num_seqs": 128, "block_size": 16},
+}
 COLUMNS = ("first_scheduled_s", "first_token_s", "finish_s", "max_itl_s")
 
 
@@ -103,6 +106,7 @@ class CountingSim(Simulation):
         def counted():
             self.events += 1
             step()
+
         env.step = counted
         for rep in self.replicas:
             schedule = rep.policy.schedule
@@ -110,11 +114,14 @@ class CountingSim(Simulation):
             def planned(state, schedule=schedule):
                 self.runs += 1
                 return schedule(state)
+
             rep.policy.schedule = planned
 
 
 def simulate(policy: str, wl, ff: bool, count: bool = False):
-    sched, pool, cm, max_len = build_engine(policy, load_model(str(CONFIG)), load_hardware("a100-80gb"), 2, FLAGS[policy])
+    sched, pool, cm, max_len = build_engine(
+        policy, load_model(str(CONFIG)), load_hardware("a100-80gb"), 2, FLAGS[policy]
+    )
     sim = (CountingSim if count else Simulation)([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len)
     t0, c0 = time.perf_counter(), time.process_time()
     res = sim.run()
@@ -148,9 +155,10 @@ def run_vidur(python: str, workdir: Path, cpu: int | None, train_only: bool = Fa
     p = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("VIDUR_RESULT ")]
     if p.returncode != 0 or not lines:
-        raise SystemExit(f"Vidur's run failed (exit {p.returncode}): {' '.join(cmd)}\n"
-                         f"{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
-    return json.loads(lines[-1][len("VIDUR_RESULT "):])
+        raise SystemExit(
+            f"Vidur's run failed (exit {p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1][len("VIDUR_RESULT ") :])
 
 
 def spread(xs: list[float], fmt: str = ",.0f") -> str:
@@ -171,7 +179,8 @@ def versus_report(n: int, chunk: list[tuple[float, float]], vidur: list[tuple[fl
         f"  chunksim  {spread(cw)}   CPU {spread(cc)}",
         f"  Vidur     {spread(vw)}   CPU {spread(vc)}",
         f"  ratio chunksim / Vidur, round by round: {spread(ratio, '.1f')}   CPU {spread(ratio_cpu, '.1f')}",
-        "  rounds (chunksim wall s, Vidur wall s): " + ", ".join(f"({a:.3f}, {b:.2f})" for (a, _), (b, _) in zip(chunk, vidur)),
+        "  rounds (chunksim wall s, Vidur wall s): "
+        + ", ".join(f"({a:.3f}, {b:.2f})" for (a, _), (b, _) in zip(chunk, vidur)),
     ]
 
 
@@ -184,13 +193,17 @@ def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int, f
     aff = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     cpu = min(aff) if len(aff) == 1 else None
     n = len(wl)
-    print(f"Vidur: {python}, commit {vidur_commit(python)} (pinned here: {VIDUR_COMMIT[:7]}); "
-          f"{'taskset -c ' + str(cpu) if cpu is not None and shutil.which('taskset') else 'not pinned'}; "
-          f"work dir {workdir}" + (f"; Vidur flags added: {' '.join(flags)}" if flags else ""))
+    print(
+        f"Vidur: {python}, commit {vidur_commit(python)} (pinned here: {VIDUR_COMMIT[:7]}); "
+        f"{'taskset -c ' + str(cpu) if cpu is not None and shutil.which('taskset') else 'not pinned'}; "
+        f"work dir {workdir}" + (f"; Vidur flags added: {' '.join(flags)}" if flags else "")
+    )
     t0 = time.perf_counter()
     warm = run_vidur(python, workdir, cpu, train_only=True, flags=flags)
-    print(f"Vidur set-up, untimed (import, predictor training or cache load, {warm['requests']:,} requests "
-          f"generated and queued): {time.perf_counter() - t0:.1f} s")
+    print(
+        f"Vidur set-up, untimed (import, predictor training or cache load, {warm['requests']:,} requests "
+        f"generated and queued): {time.perf_counter() - t0:.1f} s"
+    )
     chunk, vidur, res, out, refs = [], [], None, None, []
     for i in range(rounds):
         refs.append(reference_s(3, time.process_time))
@@ -198,22 +211,33 @@ def versus(python: str, workdir: Path, policy: str, wl, ff: bool, rounds: int, f
         chunk.append((wall, cpu_s))
         out = run_vidur(python, workdir, cpu, flags=flags)
         if out["requests"] != n or out["completed"] != n:
-            raise SystemExit(f"Vidur completed {out.get('completed')} of {out['requests']} requests "
-                             f"(the trace has {n:,}): not the same workload")
+            raise SystemExit(
+                f"Vidur completed {out.get('completed')} of {out['requests']} requests "
+                f"(the trace has {n:,}): not the same workload"
+            )
         vidur.append((out["loop_wall_s"], out["loop_cpu_s"]))
-        print(f"round {i + 1}: chunksim {wall:.3f} s ({n / wall:,.0f} req/s), Vidur {out['loop_wall_s']:.2f} s "
-              f"({n / out['loop_wall_s']:,.0f} req/s, set-up {out['setup_s']:.1f} s untimed)", flush=True)
+        print(
+            f"round {i + 1}: chunksim {wall:.3f} s ({n / wall:,.0f} req/s), Vidur {out['loop_wall_s']:.2f} s "
+            f"({n / out['loop_wall_s']:,.0f} req/s, set-up {out['setup_s']:.1f} s untimed)",
+            flush=True,
+        )
     r, s = res.requests, res.summary
     e2e = float(r["e2el_s"].mean())
-    print(f"{n:,} requests, CodeLlama-34B, A100 tp 2; chunksim {policy} {FLAGS[policy]}, fast_forward={ff}; "
-          f"Vidur sarathi chunk 512, batch cap 128, block 16")
-    print(f"completed: chunksim {s['completed']:,}, Vidur {out['completed']:,}; simulated end: chunksim "
-          f"{float(r['finish_s'].max()):,.0f} s, Vidur {out['sim_end_s']:,.0f} s; mean E2E: chunksim {e2e:.2f} s, "
-          f"Vidur {out['mean_e2e_s']:.2f} s (different cost models)")
+    print(
+        f"{n:,} requests, CodeLlama-34B, A100 tp 2; chunksim {policy} {FLAGS[policy]}, fast_forward={ff}; "
+        f"Vidur sarathi chunk 512, batch cap 128, block 16"
+    )
+    print(
+        f"completed: chunksim {s['completed']:,}, Vidur {out['completed']:,}; simulated end: chunksim "
+        f"{float(r['finish_s'].max()):,.0f} s, Vidur {out['sim_end_s']:,.0f} s; mean E2E: chunksim {e2e:.2f} s, "
+        f"Vidur {out['mean_e2e_s']:.2f} s (different cost models)"
+    )
     for line in versus_report(n, chunk, vidur):
         print(line)
-    print(f"machine: CPU reference {min(refs):.3f} s (benchmarks/machine.py, best of {len(refs)} readings, one "
-          f"before each round: {', '.join(f'{r:.3f}' for r in refs)}; 0.105 s on the fastest machine seen)")
+    print(
+        f"machine: CPU reference {min(refs):.3f} s (benchmarks/machine.py, best of {len(refs)} readings, one "
+        f"before each round: {', '.join(f'{r:.3f}' for r in refs)}; 0.105 s on the fastest machine seen)"
+    )
 
 
 def main() -> None:
@@ -223,17 +247,35 @@ def main() -> None:
     ap.add_argument("--no-fast-forward", action="store_true")
     ap.add_argument("--compare", action="store_true", help="also step the run and check the two agree to the bit")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
-    ap.add_argument("--data", type=Path, default=DATA, metavar="DIR",
-                    help="the shared data folder (default ../shared/data beside the repository)")
-    ap.add_argument("--vidur", metavar="PYTHON", help="the Python of Vidur's venv (benchmarks/vidur_setup.sh): "
-                    "run Vidur's own simulator on the workload alternately with chunksim on the same core "
-                    "and print both sides' simulated req/s and their ratio (see the module docstring)")
-    ap.add_argument("--vidur-workdir", type=Path, default=Path.home() / ".cache/chunksim" / f"vidur-{VIDUR_COMMIT[:7]}",
-                    metavar="DIR", help="where Vidur caches its trained predictor and writes its output "
-                    "(default %(default)s)")
-    ap.add_argument("--vidur-flag", action="append", default=[], metavar="FLAG",
-                    help="a flag of Vidur's own CLI added to the benchmark's (repeatable; use the = form), "
-                    "e.g. --vidur-flag=--metrics_config_enable_chrome_trace (Vidur's default, off here)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=DATA,
+        metavar="DIR",
+        help="the shared data folder (default ../shared/data beside the repository)",
+    )
+    ap.add_argument(
+        "--vidur",
+        metavar="PYTHON",
+        help="the Python of Vidur's venv (benchmarks/vidur_setup.sh): "
+        "run Vidur's own simulator on the workload alternately with chunksim on the same core "
+        "and print both sides' simulated req/s and their ratio (see the module docstring)",
+    )
+    ap.add_argument(
+        "--vidur-workdir",
+        type=Path,
+        default=Path.home() / ".cache/chunksim" / f"vidur-{VIDUR_COMMIT[:7]}",
+        metavar="DIR",
+        help="where Vidur caches its trained predictor and writes its output (default %(default)s)",
+    )
+    ap.add_argument(
+        "--vidur-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a flag of Vidur's own CLI added to the benchmark's (repeatable; use the = form), "
+        "e.g. --vidur-flag=--metrics_config_enable_chrome_trace (Vidur's default, off here)",
+    )
     args = ap.parse_args()
     set_data(args.data)
     if not TRACE.is_file() or not CONFIG.is_file():
@@ -245,7 +287,7 @@ def main() -> None:
         versus(args.vidur, args.vidur_workdir, args.policy, wl, ff, max(1, args.repeat), args.vidur_flag)
         return
     walls, cpus, refs, cpu_refs = [], [], [reference_s()], [reference_s(3, time.process_time)]
-    for _ in range(max(1, args.repeat)):   # the reference between runs: both best-of over the same minutes
+    for _ in range(max(1, args.repeat)):  # the reference between runs: both best-of over the same minutes
         res = None
         res, (wall, cpu), _ = simulate(args.policy, wl, ff)
         walls.append(wall)
@@ -255,25 +297,34 @@ def main() -> None:
     _, _, (events, runs) = simulate(args.policy, wl, ff, count=True)
     wall, cpu, s, n = min(walls), min(cpus), res.summary, len(wl)
     print(f"{n:,} requests, CodeLlama-34B, A100 tp 2, {args.policy} {FLAGS[args.policy]}, fast_forward={ff}")
-    print(f"wall {wall:.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  {n / wall:,.0f} simulated req/s  "
-          f"{events:,} SimPy events  {runs:,} plans  {s['num_iterations']:,} iterations  completed {s['completed']:,}  "
-          f"p99 TTFT {s['p99_ttft_ms']:.0f} ms  p99 ITL {s['p99_itl_ms']:.1f} ms")
+    print(
+        f"wall {wall:.3f} s (runs: {', '.join(f'{w:.3f}' for w in walls)})  {n / wall:,.0f} simulated req/s  "
+        f"{events:,} SimPy events  {runs:,} plans  {s['num_iterations']:,} iterations  completed {s['completed']:,}  "
+        f"p99 TTFT {s['p99_ttft_ms']:.0f} ms  p99 ITL {s['p99_itl_ms']:.1f} ms"
+    )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     ref, cpu_ref = min(refs), min(cpu_refs)
-    print(f"machine: reference {ref:.3f} s (benchmarks/machine.py, best of {len(refs)} readings between the runs: "
-          f"{', '.join(f'{r:.3f}' for r in refs)}); at reference 0.105 s: {n / wall * ref / 0.105:,.0f} simulated req/s")
-    print(f"CPU time (steadier on a shared machine): {cpu:.3f} s, reference {cpu_ref:.3f} s CPU; "
-          f"at reference 0.105 s: {n / cpu * cpu_ref / 0.105:,.0f} simulated req/s")
+    print(
+        f"machine: reference {ref:.3f} s (benchmarks/machine.py, best of {len(refs)} readings between the runs: "
+        f"{', '.join(f'{r:.3f}' for r in refs)}); at reference 0.105 s: {n / wall * ref / 0.105:,.0f} simulated req/s"
+    )
+    print(
+        f"CPU time (steadier on a shared machine): {cpu:.3f} s, reference {cpu_ref:.3f} s CPU; "
+        f"at reference 0.105 s: {n / cpu * cpu_ref / 0.105:,.0f} simulated req/s"
+    )
     if args.compare:
         a = res.requests
         b, (tb, _), (ev, pl) = simulate(args.policy, wl, not ff, count=True)
         b = b.requests
         same = all(np.array_equal(a[c].to_numpy(), b[c].to_numpy(), equal_nan=True) for c in COLUMNS)
-        print(f"{'stepping' if ff else 'fast-forward'}: wall {tb:.2f} s, {ev:,} SimPy events, {pl:,} plans; "
-              f"every request's {', '.join(COLUMNS)} bit-identical: {same}")
+        print(
+            f"{'stepping' if ff else 'fast-forward'}: wall {tb:.2f} s, {ev:,} SimPy events, {pl:,} plans; "
+            f"every request's {', '.join(COLUMNS)} bit-identical: {same}"
+        )
     if args.profile:
         import cProfile
         import pstats
+
         pr = cProfile.Profile()
         pr.enable()
         simulate(args.policy, wl, ff)

@@ -2,6 +2,7 @@
 Qwen-72B prediction error per operator class (each fit form), the norm (RMSNorm) model against the
 plain B/β + floor and its sensitivity to the GPU constants it assumes, and the CPU measure → fit →
 predict pipeline. ``python benchmarks/calibration_bench.py [--seeds N] [--kernels DIR] [--no-cpu]``."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,22 @@ from experiments.report import table
 
 TRUTH = {"pi": 7e14, "beta": 3e12, "floor": 6e-6}
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "vidur"
-MODELS = {"Llama-2-7B": "meta-llama/Llama-2-7b-hf", "InternLM-20B": "internlm/internlm-20b", "Qwen-72B": "Qwen/Qwen-72B"}
+MODELS = {
+    "Llama-2-7B": "meta-llama/Llama-2-7b-hf",
+    "InternLM-20B": "internlm/internlm-20b",
+    "Qwen-72B": "Qwen/Qwen-72B",
+}
 
 
 def synthetic(rng, noise=0.03) -> pd.DataFrame:
-    df = pd.DataFrame([gemm_row("g", m, k, n, 2, 0.0) for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
-                       for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))])
-    a = df["flops"] * np.ceil(df["m"] / TILE_ROWS) * TILE_ROWS / df["m"] / TRUTH["pi"]      # the default "smooth" form
+    df = pd.DataFrame(
+        [
+            gemm_row("g", m, k, n, 2, 0.0)
+            for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
+            for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))
+        ]
+    )
+    a = df["flops"] * np.ceil(df["m"] / TILE_ROWS) * TILE_ROWS / df["m"] / TRUTH["pi"]  # the default "smooth" form
     t = np.hypot(a, df["bytes"] / TRUTH["beta"]) + TRUTH["floor"]
     return df.assign(time_s=t * np.exp(noise * rng.standard_normal(len(df))))
 
@@ -38,8 +48,16 @@ def recovery(seeds: int) -> list[dict]:
         est.append(c.values / truth - 1)
         hits.append(np.abs(np.log(c.values / truth)) <= c.rel_sigma)
     est, hits = np.array(est), np.array(hits)
-    return [{"parameter": p, "truth": TRUTH[p], "max |error| %": 100 * np.abs(est[:, j]).max(),
-             "mean 1σ %": 100 * c.rel_sigma[j], "1σ coverage %": 100 * hits[:, j].mean()} for j, p in enumerate(c.params)]
+    return [
+        {
+            "parameter": p,
+            "truth": TRUTH[p],
+            "max |error| %": 100 * np.abs(est[:, j]).max(),
+            "mean 1σ %": 100 * c.rel_sigma[j],
+            "1σ coverage %": 100 * hits[:, j].mean(),
+        }
+        for j, p in enumerate(c.params)
+    ]
 
 
 def transfer(kernels: Path) -> tuple[list[dict], list[dict]]:
@@ -49,8 +67,15 @@ def transfer(kernels: Path) -> tuple[list[dict], list[dict]]:
         t0 = time.perf_counter()
         r = fit(data["Llama-2-7B"], form=form)
         secs = time.perf_counter() - t0
-        params.append({"form": form, "π_eff TFLOP/s": r.value("gemm.pi") / 1e12, "β_eff TB/s": r.value("gemm.beta") / 1e12,
-                       "floor/overhead µs": r.value("gemm.floor") * 1e6, "fit s": secs})
+        params.append(
+            {
+                "form": form,
+                "π_eff TFLOP/s": r.value("gemm.pi") / 1e12,
+                "β_eff TB/s": r.value("gemm.beta") / 1e12,
+                "floor/overhead µs": r.value("gemm.floor") * 1e6,
+                "fit s": secs,
+            }
+        )
         for name, df in data.items():
             for e in r.errors(df).to_dict("records"):
                 rows.append({"form": form, "predicted": name, **e})
@@ -64,8 +89,10 @@ def norm_models(kernels: Path) -> list[dict]:
     data = {name: df[df["op_class"] == "norm"] for name, df in data.items()}
     variants = [("B/β + floor (before)", None), ("waves + L2, H100 (132 SMs × 2 blocks, 50 MB)", H100)]
     variants += [(f"waves + L2, L2 = {l2 / 1e6:g} MB", Device(l2_bytes=l2)) for l2 in (30e6, 40e6, 60e6)]
-    variants += [("waves + L2, 1 block per SM (R = 132)", Device(threads_per_sm=1024)),
-                 ("waves + L2, 128 SMs (R = 256)", Device(sms=128))]
+    variants += [
+        ("waves + L2, 1 block per SM (R = 132)", Device(threads_per_sm=1024)),
+        ("waves + L2, 128 SMs (R = 256)", Device(sms=128)),
+    ]
     rows = []
     for label, dev in variants:
         if dev is None:
@@ -75,8 +102,16 @@ def norm_models(kernels: Path) -> list[dict]:
             c = fit_class(data["Llama-2-7B"], "norm", device=dev)
             pred = {name: c.predict(df) for name, df in data.items()}
         params = ", ".join(f"{p} {v:.3g}±{100 * s:.1f}%" for p, v, s in zip(c.params, c.values, c.rel_sigma))
-        rows.append({"norm model": label, **{name: 100 * float(np.mean(np.abs(pred[name] / df["time_s"].to_numpy() - 1)))
-                                             for name, df in data.items()}, "fitted on Llama (1σ)": params})
+        rows.append(
+            {
+                "norm model": label,
+                **{
+                    name: 100 * float(np.mean(np.abs(pred[name] / df["time_s"].to_numpy() - 1)))
+                    for name, df in data.items()
+                },
+                "fitted on Llama (1σ)": params,
+            }
+        )
     return rows
 
 
@@ -85,8 +120,10 @@ def cpu_pipeline() -> list[dict]:
     train, held = split_holdout(measure(cpu_plan(), "cpu"))
     t1 = time.perf_counter()
     r = fit(train)
-    print(f"cpu: measured {len(train) + len(held)} kernels in {t1 - t0:.1f} s, fit in {r.seconds:.2f} s; "
-          f"gemm π {r.value('gemm.pi') / 1e9:.1f} GFLOP/s, β {r.value('gemm.beta') / 1e9:.1f} GB/s")
+    print(
+        f"cpu: measured {len(train) + len(held)} kernels in {t1 - t0:.1f} s, fit in {r.seconds:.2f} s; "
+        f"gemm π {r.value('gemm.pi') / 1e9:.1f} GFLOP/s, β {r.value('gemm.beta') / 1e9:.1f} GB/s"
+    )
     for w in r.warnings:
         print(f"  warning: {w}")
     fitted = r.errors(train).set_index("op_class")["mape"]

@@ -7,6 +7,7 @@ of each failing scenario.
 
 Needs SGLang (pip install 'chunksim[conformance]'); run from the repository root.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,14 +27,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows, failures = [], []
-    groups = [("seed scenes", seed_scenes())] + [(c, [random_scenario(c, s) for s in range(a.n)])
-                                                   for c in (a.config or CONFIGS)]
+    groups = [("seed scenes", seed_scenes())] + [
+        (c, [random_scenario(c, s) for s in range(a.n)]) for c in (a.config or CONFIGS)
+    ]
     for name, scenes in groups:
         ok = n = retracting = retractions = 0
         for sc in scenes:
             try:
                 v = compare(sc, run_engine(sc))
-            except Exception as e:   # a crash on either side is a failed scenario, reported
+            except Exception as e:  # a crash on either side is a failed scenario, reported
                 failures.append(f"{sc.name}: {type(e).__name__}: {e}")
                 n += 1
                 continue

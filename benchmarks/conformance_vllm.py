@@ -5,6 +5,7 @@ fast-forward and the decode cohort), how many saw a preemption in vLLM, and the 
 divergence of each failing scenario; then the seed scenes. Needs vLLM installed (see
 docs/conformance.md). Run: python benchmarks/conformance_vllm.py [--count 1000] [--config NAME ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,11 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         r = run(random_scenarios(name, args.count, args.seed), args.show)
         rows.append((name, r, time.perf_counter() - t))
-        print(f"{name}: {r['all']}/{r['n']} match in every mode ({r['preempting']} with preemptions) "
-              f"in {rows[-1][2]:.0f} s", flush=True)
+        print(
+            f"{name}: {r['all']}/{r['n']} match in every mode ({r['preempting']} with preemptions) "
+            f"in {rows[-1][2]:.0f} s",
+            flush=True,
+        )
     for async_ in (False, True):
         scenes = seed_scenes(async_)
         r = run(scenes, len(scenes))
@@ -69,8 +73,11 @@ def main(argv=None) -> int:
     print()
     print(f"{'configuration':<20}{'scenarios':>10}{'step':>8}{'fast':>8}{'cohort':>8}{'all':>8}{'preempt':>9}")
     for name, r, _ in rows:
-        print(f"{name:<20}{r['n']:>10}" + "".join(f"{r['ok'][m]:>8}" for m in MODES)
-              + f"{r['all']:>8}{r['preempting']:>9}")
+        print(
+            f"{name:<20}{r['n']:>10}"
+            + "".join(f"{r['ok'][m]:>8}" for m in MODES)
+            + f"{r['all']:>8}{r['preempting']:>9}"
+        )
     return 0 if all(r["all"] == r["n"] for _, r, _ in rows) else 1
 
 

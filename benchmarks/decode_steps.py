@@ -11,6 +11,7 @@ rounded, from seconds wholly inside the wind-down only (the first and last are p
 to ``MAX_STEPS`` steps within ``SLACK`` of a whole number of steps give the step's duration to the
 engine clock's resolution, where the timeseries alone is quantised to one step a second (2-5 %).
 """
+
 from __future__ import annotations
 
 import json

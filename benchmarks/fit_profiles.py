@@ -8,6 +8,7 @@ all-reduce message sizes (``costmodel.calibration.holdout``) is left out of a fi
 predicted; the shipped profile is then fitted on every row. The spec sheets (the caps of the
 fit) are AIConfigurator's own ``<gpu>.yaml`` figures, the same as NVIDIA's data sheets.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,30 +30,59 @@ from costmodel.hardware import HARDWARE_DIR, Hardware  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "kernels" / "aiconfigurator"
 SPEC = "AIConfigurator 0.4.0 systems/<gpu>.yaml (float16_tc_flops, mem_bw, intra_node_bw)"
-GPUS = {   # shipped name: (AIConfigurator folder, base profile or spec fields)
+GPUS = {  # shipped name: (AIConfigurator folder, base profile or spec fields)
     "h100-sxm": ("h100_sxm", "h100"),
     "a100-sxm": ("a100_sxm", "a100-80gb"),
-    "l40s": ("l40s", dict(name="l40s", description="NVIDIA L40S 48GB GDDR6 (PCIe Gen4 x16, no NVLink)",
-                          memory_bytes=48e9, peak_flops=362.05e12, peak_bandwidth=864e9, pi_eff=183.0e12,
-                          beta_eff=670.6e9, interconnect_bandwidth=32e9, interconnect_latency_s=5.7e-6, gpus_per_node=8,
-                          sources=[SPEC, "https://www.nvidia.com/en-us/data-center/l40s/ (48GB GDDR6, 864GB/s, "
-                                         "PCIe Gen4 x16, BF16 Tensor Core 362.05 TFLOPS dense)"])),
-    "b200": ("b200_sxm", dict(name="b200", description="NVIDIA B200 SXM (HBM3e)", memory_bytes=193273528320.0,
-                               peak_flops=2250e12, peak_bandwidth=8.0e12, pi_eff=2250e12 * 500 / 989,
-                               beta_eff=8.0e12 * 2.6 / 3.35, interconnect_bandwidth=900e9,
-                               interconnect_latency_s=3.4e-6, gpus_per_node=8,
-                               sources=[SPEC, "https://www.nvidia.com/en-us/data-center/dgx-b200/"])),
+    "l40s": (
+        "l40s",
+        dict(
+            name="l40s",
+            description="NVIDIA L40S 48GB GDDR6 (PCIe Gen4 x16, no NVLink)",
+            memory_bytes=48e9,
+            peak_flops=362.05e12,
+            peak_bandwidth=864e9,
+            pi_eff=183.0e12,
+            beta_eff=670.6e9,
+            interconnect_bandwidth=32e9,
+            interconnect_latency_s=5.7e-6,
+            gpus_per_node=8,
+            sources=[
+                SPEC,
+                "https://www.nvidia.com/en-us/data-center/l40s/ (48GB GDDR6, 864GB/s, "
+                "PCIe Gen4 x16, BF16 Tensor Core 362.05 TFLOPS dense)",
+            ],
+        ),
+    ),
+    "b200": (
+        "b200_sxm",
+        dict(
+            name="b200",
+            description="NVIDIA B200 SXM (HBM3e)",
+            memory_bytes=193273528320.0,
+            peak_flops=2250e12,
+            peak_bandwidth=8.0e12,
+            pi_eff=2250e12 * 500 / 989,
+            beta_eff=8.0e12 * 2.6 / 3.35,
+            interconnect_bandwidth=900e9,
+            interconnect_latency_s=3.4e-6,
+            gpus_per_node=8,
+            sources=[SPEC, "https://www.nvidia.com/en-us/data-center/dgx-b200/"],
+        ),
+    ),
 }
 
 
-SMS = {"h100-sxm": 132, "a100-sxm": 108, "l40s": 142, "b200": 148}   # SM counts (NVIDIA architecture whitepapers)
+SMS = {"h100-sxm": 132, "a100-sxm": 108, "l40s": 142, "b200": 148}  # SM counts (NVIDIA architecture whitepapers)
 MiB = 1 << 20
 L2 = {"h100-sxm": 50 * MiB, "a100-sxm": 40 * MiB, "l40s": 96 * MiB, "b200": 126 * MiB}
 # L2 sizes: NVIDIA A100 (Ampere) and H100 (Hopper) architecture whitepapers; Ada (AD102) whitepaper
 # for the L40S; B200: chipsandcheese.com "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (126 MB)
 
 
-Q_TILES = {"b200": 128, "h100-sxm": 128}   # context attention's query rows per CTA tile where not shape.Q_TILE (64): TensorRT-LLM
+Q_TILES = {
+    "b200": 128,
+    "h100-sxm": 128,
+}  # context attention's query rows per CTA tile where not shape.Q_TILE (64): TensorRT-LLM
 # runs Blackwell's context attention with the trtllm-gen kernels, whose causal context cubins are all
 # TileSizeQ128 (cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/cubin/, e.g. FmhaSm100Kernel_..._H128LayoutPagedKv
 # MaskCausalP32VarSeqLenTileSizeQ128PersistentContext); sm80/sm89 flash kernels for head dim 128 step 64 query
@@ -63,14 +93,17 @@ Q_TILES = {"b200": 128, "h100-sxm": 128}   # context attention's query rows per 
 
 def base_of(spec, name: str | None = None) -> Hardware:
     hw = load_hardware(spec) if isinstance(spec, str) else Hardware(**spec)
-    return hw.replace(sms=SMS.get(name, hw.sms), l2_bytes=float(L2.get(name, hw.l2_bytes)),
-                      attn_q_tile=Q_TILES.get(name, hw.attn_q_tile))
+    return hw.replace(
+        sms=SMS.get(name, hw.sms),
+        l2_bytes=float(L2.get(name, hw.l2_bytes)),
+        attn_q_tile=Q_TILES.get(name, hw.attn_q_tile),
+    )
 
 
 VIDUR = ROOT.parent / "shared" / "data" / "kernels" / "vidur" / "compute" / "h100"
-GEMM_FROM_VIDUR = {"h100_sxm"}   # see below
-NOT_FITTED: dict = {}   # folder: (class or op, why) for tables no model should be fitted to
-NOT_SHIPPED = {"h100_sxm": "attention"}   # fitted and reported (held out), not written into the profile:
+GEMM_FROM_VIDUR = {"h100_sxm"}  # see below
+NOT_FITTED: dict = {}  # folder: (class or op, why) for tables no model should be fitted to
+NOT_SHIPPED = {"h100_sxm": "attention"}  # fitted and reported (held out), not written into the profile:
 # the SGLang tables time small problems far above their work (see benchmarks/bench_kernels.py),
 # so the fitted per-call overheads are the table's, not the GPU's
 
@@ -84,8 +117,10 @@ def load(folder: str):
     if folder in GEMM_FROM_VIDUR:
         v = pd.concat([load_timings(f) for f in sorted(VIDUR.rglob("mlp.csv"))], ignore_index=True)
         df = pd.concat([df[df["op_class"] != "gemm"], v[v["op_class"] == "gemm"]], ignore_index=True)
-        notes.append(f"{folder}: GEMMs from Vidur's fp16 H100 mlp.csv tables ({int((v['op_class'] == 'gemm').sum())} rows), "
-                     "not AIConfigurator's SGLang table (faster than fp16 can be)")
+        notes.append(
+            f"{folder}: GEMMs from Vidur's fp16 H100 mlp.csv tables ({int((v['op_class'] == 'gemm').sum())} rows), "
+            "not AIConfigurator's SGLang table (faster than fp16 can be)"
+        )
     if folder in NOT_FITTED:
         cls, why = NOT_FITTED[folder]
         notes.append(f"{folder}: {cls} not fitted: {why}")
@@ -118,20 +153,39 @@ def write_profile(name: str, folder: str, base: Hardware) -> pd.DataFrame:
         shipped = fit(df[df["op_class"] != NOT_SHIPPED[folder]], form="physical", spec=base)
         notes.append(f"{folder}: {NOT_SHIPPED[folder]} fitted and reported here, not written into the profile")
     hw = profile_from_fit(shipped, base, f"AIConfigurator 0.4.0 kernel tables, {folder}", name)
-    hw = hw.replace(notes=hw.notes + " Fitted by benchmarks/fit_profiles.py; error report in "
-                    f"benchmarks/profile_reports/{name}.md.")
+    hw = hw.replace(
+        notes=hw.notes + f" Fitted by benchmarks/fit_profiles.py; error report in benchmarks/profile_reports/{name}.md."
+    )
     (HARDWARE_DIR / f"{name}.yaml").write_text(hw.to_yaml())
     held_err, fit_err = error_table(f_held, held), error_table(full, df)
-    report = [f"# {name}: calibrated from AIConfigurator's {folder} kernel tables", "",
-              f"Base (spec caps): {base.name} — {base.peak_flops / 1e12:.4g} TFLOP/s, "
-              f"{base.peak_bandwidth / 1e12:.4g} TB/s, interconnect {base.interconnect_bandwidth / 1e9:.4g} GB/s.",
-              f"Rows: {len(df)} (fit on all {len(df)} in {seconds:.1f} s; held-out check: fit on {len(train)}, "
-              f"predict {len(held)} rows of whole shapes the fit never saw).", "",
-              "## Held out by shape (percent)", "", md_table(held_err), "",
-              "## On the fitted rows (percent)", "", md_table(fit_err), "", "## Parameters", "",
-              md_table(full.table()[["parameter", "value", "unit", "rel_sigma", "active_points"]]), "",
-              "## Skipped on import", "", *[f"- {n}" for n in notes], "", "## Warnings", "",
-              *[f"- {w}" for w in full.warnings]]
+    report = [
+        f"# {name}: calibrated from AIConfigurator's {folder} kernel tables",
+        "",
+        f"Base (spec caps): {base.name} — {base.peak_flops / 1e12:.4g} TFLOP/s, "
+        f"{base.peak_bandwidth / 1e12:.4g} TB/s, interconnect {base.interconnect_bandwidth / 1e9:.4g} GB/s.",
+        f"Rows: {len(df)} (fit on all {len(df)} in {seconds:.1f} s; held-out check: fit on {len(train)}, "
+        f"predict {len(held)} rows of whole shapes the fit never saw).",
+        "",
+        "## Held out by shape (percent)",
+        "",
+        md_table(held_err),
+        "",
+        "## On the fitted rows (percent)",
+        "",
+        md_table(fit_err),
+        "",
+        "## Parameters",
+        "",
+        md_table(full.table()[["parameter", "value", "unit", "rel_sigma", "active_points"]]),
+        "",
+        "## Skipped on import",
+        "",
+        *[f"- {n}" for n in notes],
+        "",
+        "## Warnings",
+        "",
+        *[f"- {w}" for w in full.warnings],
+    ]
     (ROOT / "benchmarks" / "profile_reports" / f"{name}.md").write_text("\n".join(report) + "\n")
     return held_err.assign(gpu=name)
 

@@ -14,6 +14,7 @@ reference (commit 8804b07, the code #16 was filed on) to this loop's time, measu
 alternating pairs of best-of-7 CPU times on one pinned core of the 2-core VM at a load of 1-2
 (32 pairs: median 1.74, range 1.45-2.32; under a load of 4-8, 12 best-of-3 pairs gave 1.83). The ratio is a property of the two workloads on one kind of CPU; on a
 very different CPU it may differ by some percent."""
+
 from __future__ import annotations
 
 import heapq

@@ -18,6 +18,7 @@ Inputs (both from the package registries' ordinary clients):
 
     python benchmarks/sharegpt_first_turns.py SHAREGPT_JSON TOKENIZER_DIR OUT_CSV
 """
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,7 @@ def first_turns(src: Path):
             i += 1
         try:
             obj, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError:   # end of the array, or the cut in a truncated copy
+        except json.JSONDecodeError:  # end of the array, or the cut in a truncated copy
             return
         conv = obj.get("conversations")
         if conv is not None and len(conv) >= 2:

@@ -29,6 +29,7 @@ event-queue set-up (all in `Simulator.__init__`) are timed apart as `setup_s`. T
 carries how many requests Vidur completed and its simulated end time and mean E2E latency, so
 the caller can check that it really simulated them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,31 +46,55 @@ def vidur_argv(trace: str, kernels: str, workdir: str) -> list[str]:
     """Vidur's own command line for the speed workload (the flags `python -m vidur.main` takes)."""
     rf = "--random_forrest_execution_time_predictor_config_"
     return [
-        "--seed", "42",
-        "--log_level", "warning",
-        "--cluster_config_num_replicas", "1",
-        "--replica_config_model_name", MODEL,
-        "--replica_config_device", "a100",
-        "--replica_config_network_device", "a100_pairwise_nvlink",
-        "--replica_config_tensor_parallel_size", "2",
-        "--replica_config_num_pipeline_stages", "1",
-        "--replica_scheduler_config_type", "sarathi",
-        "--sarathi_scheduler_config_chunk_size", "512",
-        "--sarathi_scheduler_config_batch_size_cap", "128",
-        "--sarathi_scheduler_config_block_size", "16",
-        "--request_generator_config_type", "trace_replay",
-        "--trace_request_generator_config_trace_file", trace,
-        "--trace_request_generator_config_max_tokens", "4096",
-        "--execution_time_predictor_config_type", "random_forrest",
-        rf + "compute_input_file", os.path.join(kernels, "compute/a100/codellama/CodeLlama-34b-Instruct-hf/mlp.csv"),
-        rf + "attention_input_file", os.path.join(kernels, "legacy_acb95f6/a100/attention.csv"),
-        rf + "all_reduce_input_file", os.path.join(kernels, "network/a100_pairwise_nvlink/all_reduce.csv"),
-        rf + "num_estimators", "250",
-        rf + "max_depth", "16",
-        rf + "min_samples_split", "2",
-        "--no-metrics_config_enable_chrome_trace",   # on by default; the docstring says why off
-        "--metrics_config_output_dir", os.path.join(workdir, "simulator_output"),
-        "--metrics_config_cache_dir", os.path.join(workdir, "cache"),
+        "--seed",
+        "42",
+        "--log_level",
+        "warning",
+        "--cluster_config_num_replicas",
+        "1",
+        "--replica_config_model_name",
+        MODEL,
+        "--replica_config_device",
+        "a100",
+        "--replica_config_network_device",
+        "a100_pairwise_nvlink",
+        "--replica_config_tensor_parallel_size",
+        "2",
+        "--replica_config_num_pipeline_stages",
+        "1",
+        "--replica_scheduler_config_type",
+        "sarathi",
+        "--sarathi_scheduler_config_chunk_size",
+        "512",
+        "--sarathi_scheduler_config_batch_size_cap",
+        "128",
+        "--sarathi_scheduler_config_block_size",
+        "16",
+        "--request_generator_config_type",
+        "trace_replay",
+        "--trace_request_generator_config_trace_file",
+        trace,
+        "--trace_request_generator_config_max_tokens",
+        "4096",
+        "--execution_time_predictor_config_type",
+        "random_forrest",
+        rf + "compute_input_file",
+        os.path.join(kernels, "compute/a100/codellama/CodeLlama-34b-Instruct-hf/mlp.csv"),
+        rf + "attention_input_file",
+        os.path.join(kernels, "legacy_acb95f6/a100/attention.csv"),
+        rf + "all_reduce_input_file",
+        os.path.join(kernels, "network/a100_pairwise_nvlink/all_reduce.csv"),
+        rf + "num_estimators",
+        "250",
+        rf + "max_depth",
+        "16",
+        rf + "min_samples_split",
+        "2",
+        "--no-metrics_config_enable_chrome_trace",  # on by default; the docstring says why off
+        "--metrics_config_output_dir",
+        os.path.join(workdir, "simulator_output"),
+        "--metrics_config_cache_dir",
+        os.path.join(workdir, "cache"),
     ]
 
 
@@ -78,8 +103,12 @@ def main() -> None:
     ap.add_argument("--trace", required=True)
     ap.add_argument("--kernels", required=True, help="Vidur's profiling tables (../shared/data/kernels/vidur)")
     ap.add_argument("--workdir", required=True, help="Vidur's predictor cache and output folder")
-    ap.add_argument("--train-only", action="store_true", help="build the simulator (training its predictor "
-                    "into the cache when it is not there yet) and stop before the loop")
+    ap.add_argument(
+        "--train-only",
+        action="store_true",
+        help="build the simulator (training its predictor "
+        "into the cache when it is not there yet) and stop before the loop",
+    )
     args, extra = ap.parse_known_args()
     os.makedirs(args.workdir, exist_ok=True)
     t0 = time.perf_counter()
@@ -87,12 +116,15 @@ def main() -> None:
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
-    sys.argv = [sys.argv[0], *vidur_argv(os.path.abspath(args.trace), os.path.abspath(args.kernels),
-                                         os.path.abspath(args.workdir)), *extra]
+    sys.argv = [
+        sys.argv[0],
+        *vidur_argv(os.path.abspath(args.trace), os.path.abspath(args.kernels), os.path.abspath(args.workdir)),
+        *extra,
+    ]
     config = SimulationConfig.create_from_cli_args()
-    set_seeds(config.seed)   # as vidur.main does
+    set_seeds(config.seed)  # as vidur.main does
     sim = Simulator(config)
-    atexit.unregister(sim._write_output)   # plots and metric files after the loop: not timed, not needed
+    atexit.unregister(sim._write_output)  # plots and metric files after the loop: not timed, not needed
     requests = [event._request for _, event in sim._event_queue]
     setup = time.perf_counter() - t0
     out = {"requests": len(requests), "setup_s": setup}

@@ -5,6 +5,7 @@
 Each figure is the best of N loads (the first load also pays imports and a cold page cache).
 Traces that are absent are listed as skipped; the script needs no other data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,11 @@ TRACES = [
     ("mooncake_conversation.jsonl", "mooncake", {"spread_s": 3.0}),
     ("mooncake_synthetic.jsonl", "mooncake", {}),
 ]
-TABLES = ["sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-          "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
-          "bwb_stats_llama2_tokenizer_filtered_v2.csv"]
+TABLES = [
+    "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+    "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+    "bwb_stats_llama2_tokenizer_filtered_v2.csv",
+]
 
 
 def _best_of(repeat: int, load):
@@ -46,21 +49,39 @@ def bench(trace_dir: Path, repeat: int = 5) -> pd.DataFrame:
             rows.append(dict(file=name, options="", skipped="absent"))
             continue
         rng = (lambda i: np.random.default_rng(i)) if "spread_s" in opts else (lambda i: None)
-        best, first, w = _best_of(repeat, lambda i: load_trace(path, fmt, rng=rng(i), **opts))   # noqa: B023 -- called within this iteration
-        rows.append(dict(file=name, options=str(opts or ""), requests=len(w), duration_s=round(w.duration_s, 1),
-                         rate_rps=round((len(w) - 1) / w.duration_s, 3), mean_prompt=round(w.prompt_len.mean(), 1),
-                         mean_output=round(w.output_len.mean(), 1),
-                         hashed=w.block_hashes is not None, first_load_ms=round(first * 1e3, 1),
-                         best_load_ms=round(best * 1e3, 1), notes="; ".join(w.notes)))
+        best, first, w = _best_of(repeat, lambda i: load_trace(path, fmt, rng=rng(i), **opts))  # noqa: B023 -- called within this iteration
+        rows.append(
+            dict(
+                file=name,
+                options=str(opts or ""),
+                requests=len(w),
+                duration_s=round(w.duration_s, 1),
+                rate_rps=round((len(w) - 1) / w.duration_s, 3),
+                mean_prompt=round(w.prompt_len.mean(), 1),
+                mean_output=round(w.output_len.mean(), 1),
+                hashed=w.block_hashes is not None,
+                first_load_ms=round(first * 1e3, 1),
+                best_load_ms=round(best * 1e3, 1),
+                notes="; ".join(w.notes),
+            )
+        )
     for name in TABLES:
         path = trace_dir / name
         if not path.exists():
             rows.append(dict(file=name, options="table", skipped="absent"))
             continue
-        best, first, L = _best_of(repeat, lambda i: lengths.table(path, 10_000, np.random.default_rng(i)))   # noqa: B023 -- called within this iteration
-        rows.append(dict(file=name, options="table, 10k draws", requests=len(L),
-                         mean_prompt=round(L.prompt_len.mean(), 1), mean_output=round(L.output_len.mean(), 1),
-                         first_load_ms=round(first * 1e3, 1), best_load_ms=round(best * 1e3, 1)))
+        best, first, L = _best_of(repeat, lambda i: lengths.table(path, 10_000, np.random.default_rng(i)))  # noqa: B023 -- called within this iteration
+        rows.append(
+            dict(
+                file=name,
+                options="table, 10k draws",
+                requests=len(L),
+                mean_prompt=round(L.prompt_len.mean(), 1),
+                mean_output=round(L.output_len.mean(), 1),
+                first_load_ms=round(first * 1e3, 1),
+                best_load_ms=round(best * 1e3, 1),
+            )
+        )
     return pd.DataFrame(rows)
 
 

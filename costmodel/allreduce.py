@@ -14,11 +14,12 @@ kernel's grid capped at the SM count: ``calibration/allreduce_model.py``, ``wave
 ``CostModel.allreduce_s`` prices a step with the scalar form, the step fit
 (``calibration/step_pricing.py``) with the array form: the same float operations; the logits
 all-gather (NCCL, ``gather_rows``) the same way."""
+
 from __future__ import annotations
 
 import numpy as np
 
-SOFT_P = 8.0   # the NCCL lines' soft minimum: (Σ t_i^-p)^(-1/p), 2^(-1/p) = 0.917 of the lines' time where two cross
+SOFT_P = 8.0  # the NCCL lines' soft minimum: (Σ t_i^-p)^(-1/p), 2^(-1/p) = 0.917 of the lines' time where two cross
 
 
 def soft_min(t: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -48,7 +49,9 @@ def run_times(lat: np.ndarray, bw: np.ndarray, gaps, B: np.ndarray) -> np.ndarra
         gi, ti = g[inside], t[inside]
         w = np.log(B[inside] / a[gi]) / np.log(b[gi] / a[gi])
         t0, t1 = ti[np.arange(len(gi)), gi], ti[np.arange(len(gi)), gi + 1]
-        out[inside] = np.where(crossing(lat, bw, a, b)[gi], np.minimum(t0, t1), np.exp((1.0 - w) * np.log(t0) + w * np.log(t1)))
+        out[inside] = np.where(
+            crossing(lat, bw, a, b)[gi], np.minimum(t0, t1), np.exp((1.0 - w) * np.log(t0) + w * np.log(t1))
+        )
     return out
 
 
@@ -68,7 +71,7 @@ def _sides(r, sw):
     cut = next((i for i, p in enumerate(pairs) if p == (0.0, 0.0) or p == (0, 0)), None)
     if cut is None:
         return (lat, bw, gaps), None
-    return (lat[:cut + 1], bw[:cut + 1], gaps[:2 * cut]), (lat[cut + 1:], bw[cut + 1:], gaps[2 * cut + 2:])
+    return (lat[: cut + 1], bw[: cut + 1], gaps[: 2 * cut]), (lat[cut + 1 :], bw[cut + 1 :], gaps[2 * cut + 2 :])
 
 
 def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int) -> np.ndarray:
@@ -82,8 +85,18 @@ def switched_times(r, sw, size: np.ndarray, rows: np.ndarray, oneshot_tokens: in
     return out
 
 
-def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switches=None, wave: float = 0.0,
-              sms: int = 0, hinge: bool = False, soft: bool = False) -> float:
+def call_time(
+    r,
+    size: float,
+    rows: int,
+    oneshot_tokens: int,
+    alone: bool,
+    switches=None,
+    wave: float = 0.0,
+    sms: int = 0,
+    hinge: bool = False,
+    soft: bool = False,
+) -> float:
     """Seconds of one call of ``size`` bytes carrying ``rows`` tokens."""
     if switches is not None:
         return float(switched_times(r, switches, np.array([float(size)]), np.array([rows]), oneshot_tokens)[0])
@@ -100,8 +113,18 @@ def call_time(r, size: float, rows: int, oneshot_tokens: int, alone: bool, switc
     return min(t)
 
 
-def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone: bool, switches=None,
-               wave: float = 0.0, sms: int = 0, hinge: bool = False, soft: bool = False) -> np.ndarray:
+def call_times(
+    r,
+    size: np.ndarray,
+    rows: np.ndarray,
+    oneshot_tokens: int,
+    alone: bool,
+    switches=None,
+    wave: float = 0.0,
+    sms: int = 0,
+    hinge: bool = False,
+    soft: bool = False,
+) -> np.ndarray:
     """``call_time`` elementwise."""
     if switches is not None:
         return switched_times(r, switches, np.asarray(size, float), np.asarray(rows), oneshot_tokens)
@@ -110,7 +133,7 @@ def call_times(r, size: np.ndarray, rows: np.ndarray, oneshot_tokens: int, alone
         cands[:2] += np.where((rows > sms) & (rows <= oneshot_tokens), wave, 0.0)
     if hinge and oneshot_tokens and len(r) > 4:
         cands[:2] = np.maximum(cands[0], cands[1])
-    if len(r) <= 4:     # one or two lines: no later ones
+    if len(r) <= 4:  # one or two lines: no later ones
         return cands.min(0)
     rest = soft_min(cands[2:]) if soft else cands[2:].min(0)
     low = np.minimum(cands[:2].min(0), rest)

@@ -1,4 +1,5 @@
 """Where a short name or a path given for a model or a GPU profile points."""
+
 from __future__ import annotations
 
 from pathlib import Path

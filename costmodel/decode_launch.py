@@ -24,6 +24,7 @@ AIConfigurator's K-only tables MMHA's value pass re-reads key lines from the L2 
 The measured rows behind each term and the held-out figures before and after it:
 docs/kernel-notes.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,7 @@ from .decode_units import (
     xqa_blocks,
 )
 
-WALK_BYTES = 16.0 * 16.0 * MMHA_WALK_KEYS   # bytes of one walk unit: 64 key rows of 16 threads × 16 B
+WALK_BYTES = 16.0 * 16.0 * MMHA_WALK_KEYS  # bytes of one walk unit: 64 key rows of 16 threads × 16 B
 
 
 def xqa_dispatched(n, h_kv, kv, sms):
@@ -59,7 +60,9 @@ def mmha_launch(units, kv, sms, blocks=MMHA_BLOCKS_SM, tpv=16.0):
     factor = np.minimum(np.ceil(sms * blocks / np.maximum(units, 1.0)), blocks)
     threads = np.where(factor >= 4.0, 1024.0, np.where(factor >= 2.0, 512.0, 256.0))
     per_sm = np.floor(MMHA_THREAD_BLOCK * blocks / threads)
-    cap = np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpv * 8.0)), 1.0), np.ceil(sms / np.maximum(units, 1.0)))
+    cap = np.minimum(
+        np.maximum(np.ceil((kv + 1.0) / (threads / tpv * 8.0)), 1.0), np.ceil(sms / np.maximum(units, 1.0))
+    )
     split = np.clip(np.ceil(sms * per_sm / np.maximum(units, 1.0)), 1.0, cap)
     return threads, per_sm, split
 
@@ -98,7 +101,9 @@ def key_threads(F, units, kv):
 
 def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     """Seconds per layer under the launch split (numpy arrays or floats; ``decode_unit_times``'s arguments)."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[
+        :17
+    ]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1]) & xqa_dispatched(n, h_kv, kv, sms)
     units = np.where(grouped, n * h_kv, n * h)
@@ -115,12 +120,18 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
     x = np.maximum(B / l2, 1.0) ** 2
     r = 1.0 / (x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
-    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
+    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(
+        beta_l2, flow
+    )
     blocks = np.maximum(units * split, 1.0)
     w = (B / blocks * np.minimum(blocks, slots) / l2p) ** 2
     rw = 1.0 / (1.0 + w * w * w)
-    mem = mem * np.where(grouped, np.maximum(1.0 - hide * (16.0 / tpk) * split / kv, 0.0), 1.0)   # each XQA block's first bytes: under its latency
-    mem = mem + np.where(grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow)))
+    mem = mem * np.where(
+        grouped, np.maximum(1.0 - hide * (16.0 / tpk) * split / kv, 0.0), 1.0
+    )  # each XQA block's first bytes: under its latency
+    mem = mem + np.where(
+        grouped, 0.0, alias * B * ((1.0 - rw) / np.minimum(beta_mha, flow) + rw / np.minimum(beta_l2, flow))
+    )
     c = F / np.where(grouped, pi, pi_mha)
     comb = np.where(split > 1.0, split * comb + comb0, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
@@ -128,9 +139,13 @@ def launch_times(v, n, kv, F, B, h, h_kv, sms: int, groups, alias=0.0):
 
 def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: float, sms: int, groups) -> float:
     """``launch_times`` on plain floats for serving (no K-only alias), the same arithmetic."""
-    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[:17]
+    pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb, pi_mha, loop, l2p, hide, comb0 = v[
+        :17
+    ]
     g = h / h_kv
-    grouped = groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
+    grouped = (
+        groups[0] <= g <= groups[1] and n * h_kv * max(math.floor(kv / XQA_MIN_TOKENS), 1.0) * XQA_MIN_BLOCKS >= sms
+    )
     if grouped:
         units = n * h_kv
         split = xqa_block_count(n, units, kv, sms)
@@ -143,8 +158,10 @@ def launch_time(v, n: float, kv: float, F: float, B: float, h: float, h_kv: floa
         threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
         per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
         tpk = _key_threads(F, units, kv)
-        split = min(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
-                    min(max(math.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
+        split = min(
+            max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
+            min(max(math.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))),
+        )
         waves = math.ceil(units * split / (sms * per_sm))
         flow = units * split / waves * cta * (threads / 256.0)
         walk = _walk(max(kv - 1.0, 0.0) / split, threads, tpk)

@@ -5,6 +5,7 @@ depends on Σ(kv + 1) alone. Each method here repeats exactly the float operatio
 would make on each pass, in the same order, so a run's durations and end times are the bits
 stepping would get (tests/test_costmodel.py checks every variant against ``time``).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,14 +17,15 @@ import numpy as np
 from .decode_split_runs import SplitDecodeRuns
 from .decode_unit_runs import UnitDecodeRuns
 
-UNIT_ARRAY_STEPS = 24       # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
-SPLIT_ARRAY_STEPS = 16      # under the xqa, launch and gen splits (a pass priced in plain floats costs more)
-DECODE_TABLE_CAP = 1 << 22   # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
+UNIT_ARRAY_STEPS = 24  # unit-model decode runs this long are priced as arrays (numpy's overhead pays)
+SPLIT_ARRAY_STEPS = 16  # under the xqa, launch and gen splits (a pass priced in plain floats costs more)
+DECODE_TABLE_CAP = 1 << 22  # Σ(kv + 1) values tabulated for decode runs (32 MiB); larger ones are computed
 
 
 class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
     """Needs the CostModel's coefficients, ``_fixed_part`` and ``_decode_memory_bound``."""
-    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         _attention_time: Any
         attn_bound: Any
         attn_coef: Any
@@ -62,15 +64,23 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms  # type: ignore[has-type]
         except AttributeError:
             stepwise, fixed_of, by_seqs, kc, beta, floor, over, fitted, memory_bound = self._decode_terms = (
-                bool(self.has_host or self.units), self._fixed, self._fixed_uses_seqs, self.kv_coef,
-                self.hw.beta_attention, self.floor_attn, self.over_layers, self.attn_fitted, self._decode_memory_bound)
-        if stepwise:   # host terms, unit decode model: step by step (``time``'s operations)
+                bool(self.has_host or self.units),
+                self._fixed,
+                self._fixed_uses_seqs,
+                self.kv_coef,
+                self.hw.beta_attention,
+                self.floor_attn,
+                self.over_layers,
+                self.attn_fitted,
+                self._decode_memory_bound,
+            )
+        if stepwise:  # host terms, unit decode model: step by step (``time``'s operations)
             return self._decode_ends_host(n, decode_kv0, steps, t, stop)
         fixed = fixed_of.get((n, n) if by_seqs else n)
         if fixed is None:
             fixed = self._fixed_part(n, n)
         out = []
-        x, nf = decode_kv0, float(n)   # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
+        x, nf = decode_kv0, float(n)  # kv0 + n·j, exact: integers (x + n converts n as float(n) does)
         if fitted:
             hw = self.hw
             ac, pi, per_n, qo = self.attn_coef, hw.attn_decode_pi, self.dec_seq * n + self.dec_over, self.qo_coef * n
@@ -83,7 +93,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                 x += nf
             return out
         if memory_bound:
-            if x * kc / beta >= floor:   # x only grows, and so does x·kc/β: the floor never acts
+            if x * kc / beta >= floor:  # x only grows, and so does x·kc/β: the floor never acts
                 for _ in range(steps):
                     t += x * kc / beta + over + fixed
                     out.append(t)
@@ -125,8 +135,18 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             length = self._step_lengths[key] = self.prefill_lead_ends(m, decode_kv0, (0, q), kv, 0.0)[0]
         return t + length
 
-    def prefill_lead_ends(self, m: int, decode_kv0: int, qs, kv: int, t: float, stop: float = math.inf,
-                          sealed: int = 0, leaves=(), head=()) -> list[float]:
+    def prefill_lead_ends(
+        self,
+        m: int,
+        decode_kv0: int,
+        qs,
+        kv: int,
+        t: float,
+        stop: float = math.inf,
+        sealed: int = 0,
+        leaves=(),
+        head=(),
+    ) -> list[float]:
         """End times, from t, of steps j = 1, 2, … of a chunked prefill run: one sequence takes
         qs[j] new tokens over kv + Σ qs[1:j] cached, beside m decodes whose Σ(kv + 1) is
         decode_kv0 + m·j. Each is ``step_time((qs[j],), (kv_j,), m, decode_kv0 + m·j)`` with its
@@ -138,21 +158,30 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         decode_kv0 is not read (as step_time reads no decode Σ without decodes)."""
         if not m:
             decode_kv0 = 0
-        if self.attn_fitted or self.has_host:   # each step as step_time prices it
+        if self.attn_fitted or self.has_host:  # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
         try:
             lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms  # type: ignore[has-type]
         except AttributeError:
             lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
-                self._lead_fixed, self.attn_bound, self.attn_coef, self.kv_coef, self.hw.pi_attention,
-                self.hw.beta_attention, self.floor_attn, self.over_layers, self.quadrature, self._fixed_uses_seqs)
-        if len(lead_fixed) >= 1 << 17:   # _fixed_time, memoized here by one int key
+                self._lead_fixed,
+                self.attn_bound,
+                self.attn_coef,
+                self.kv_coef,
+                self.hw.pi_attention,
+                self.hw.beta_attention,
+                self.floor_attn,
+                self.over_layers,
+                self.quadrature,
+                self._fixed_uses_seqs,
+            )
+        if len(lead_fixed) >= 1 << 17:  # _fixed_time, memoized here by one int key
             lead_fixed.clear()
         sqrt = math.sqrt
         decodes_compute_bound = 1 > bound
         out = []
         d = decode_kv0
-        pared = not decodes_compute_bound and not by_seqs   # the common step's loop body: its sums written out
+        pared = not decodes_compute_bound and not by_seqs  # the common step's loop body: its sums written out
         li, nl = 0, len(leaves)
         for j in range(1, len(qs)):
             if t >= stop and j > sealed:
@@ -163,12 +192,12 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                 li += 1
             q = qs[j]
             d += m
-            if pared and not (head and j == 1):   # P beside m decodes (Σ(kv + 1) = d), memory-bound
+            if pared and not (head and j == 1):  # P beside m decodes (Σ(kv + 1) = d), memory-bound
                 p, kq = q * kv + q * (q + 1) // 2, kv + q
                 g = lead_fixed.get(m + q)
                 if g is None:
                     g = lead_fixed[m + q] = self._fixed_time(m + q, m + 1)
-                if p > bound * kq:   # P compute-bound
+                if p > bound * kq:  # P compute-bound
                     x, y = (ac * p) / pi, (kc * kq) / beta
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                     a = (x if x >= floor else floor) + over
@@ -176,7 +205,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                         x, y = (ac * d) / pi, (kc * d) / beta
                         x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                         a += (x if x >= floor else floor) + over
-                else:                # P memory-bound too
+                else:  # P memory-bound too
                     x, y = (ac * (d + p)) / pi, (kc * (d + kq)) / beta
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                     a = (x if x >= floor else floor) + over
@@ -210,11 +239,11 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                     else:
                         dpairs += hp
                         dkv += hkv + hq
-            key = rows << 20 | m + 1 if by_seqs else rows   # _fixed_time of (rows, seqs < 2^20), or of rows alone
+            key = rows << 20 | m + 1 if by_seqs else rows  # _fixed_time of (rows, seqs < 2^20), or of rows alone
             g = lead_fixed.get(key)
             if g is None:
                 g = lead_fixed[key] = self._fixed_time(rows, m + 1)
-            a = 0.0   # _attention_time's operators, inlined (float × int converts the int as float() does)
+            a = 0.0  # _attention_time's operators, inlined (float × int converts the int as float() does)
             if pkv:
                 x, y = (ac * pairs) / pi, (kc * pkv) / beta
                 x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
@@ -240,8 +269,12 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             q = qs[j]
             d += m
             if head and j == 1:
-                t += self.step_time([hq for hq, _ in head] + [q], [hkv for _, hkv in head] + [kv], m - len(head),
-                                    d - sum(hq + hkv for hq, hkv in head))
+                t += self.step_time(
+                    [hq for hq, _ in head] + [q],
+                    [hkv for _, hkv in head] + [kv],
+                    m - len(head),
+                    d - sum(hq + hkv for hq, hkv in head),
+                )
             else:
                 t += self.step_time((q,), (kv,), m, d)
             out.append(t)
@@ -249,7 +282,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         return out
 
     def _decode_ends_host(self, n: int, x: float, steps: int, t: float, stop: float) -> list[float]:
-        if self.units and steps >= (UNIT_ARRAY_STEPS if self.unit_runs else SPLIT_ARRAY_STEPS) and x > 0:   # one array
+        if self.units and steps >= (UNIT_ARRAY_STEPS if self.unit_runs else SPLIT_ARRAY_STEPS) and x > 0:  # one array
             xs = np.arange(steps, dtype=np.float64) * n + x
             d = (self._unit_decode_run(xs, n) if self.unit_runs else self._split_decode_run(xs, n)).tolist()
             if stop == math.inf:
@@ -281,12 +314,15 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         n sequences added."""
         lo = int(decode_kv0)
         hi = lo + n * steps
-        if self.unit_runs:        # unit decode model: every pass at once, ``time``'s operations elementwise
+        if self.unit_runs:  # unit decode model: every pass at once, ``time``'s operations elementwise
             return self._unit_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
-        if self.units:            # the xqa, launch and gen splits (decode_split_runs), each pass as ``time`` prices it
-            return (self._split_decode_run(np.arange(lo, hi, n, dtype=np.float64), n) if lo > 0
-                    else np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)]))
-        if self.attn_fitted:      # fitted decode attention depends on n too: computed, not tabulated
+        if self.units:  # the xqa, launch and gen splits (decode_split_runs), each pass as ``time`` prices it
+            return (
+                self._split_decode_run(np.arange(lo, hi, n, dtype=np.float64), n)
+                if lo > 0
+                else np.array([self.time(self.shape((), (), n, x)) for x in range(lo, hi, n)])
+            )
+        if self.attn_fitted:  # fitted decode attention depends on n too: computed, not tabulated
             att = self._fitted_decode_of(np.arange(lo, hi, n, dtype=np.float64), n)
             return (att + (self.dec_seq * n + self.dec_over)) + self._fixed_part(n, n)
         if hi > DECODE_TABLE_CAP:

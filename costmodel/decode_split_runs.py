@@ -12,6 +12,7 @@ KV length, so a run may start under MMHA and go on under XQA; under "xqa" and "g
 fixed by h/h_kv for the whole run. (B/C)² is Python's float power per element, as in
 ``decode_unit_runs``. The durations are the bits of pricing each pass with ``time``
 (tests/test_decode_split_runs.py checks it)."""
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,8 @@ from .decode_launch import (  # after decode_units, which imports it last
 
 class SplitDecodeRuns:
     """Needs the CostModel's unit-model constants (``_init_fitted_attention``), ``_fixed_part`` and host terms."""
-    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         attn_coef: Any
         _fixed_part: Any
         has_host: Any
@@ -51,7 +53,14 @@ class SplitDecodeRuns:
     def _split_decode_run(self, x: np.ndarray, n: int) -> np.ndarray:
         """Durations of decode-only passes of n sequences with Σ(kv + 1) = x (> 0) under the xqa,
         launch or gen split, each the bits of ``time`` on its shape."""
-        v, h, h_kv, La, groups, sms = self.unit_v, self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups, self.hw.sms
+        v, h, h_kv, La, groups, sms = (
+            self.unit_v,
+            self.unit_h,
+            self.unit_hkv,
+            self.unit_layers,
+            self.unit_groups,
+            self.hw.sms,
+        )
         g0, g1, split = groups[:3]
         nf, g = float(n), h / h_kv
         kv = x / max(n, 1)
@@ -59,16 +68,24 @@ class SplitDecodeRuns:
         B = (self.kv_coef * x) / La
         l2 = v[4]
         grouped = g0 <= g <= g1
-        if split == "launch" or (split == "gen" and not grouped):     # ``launch_time``'s residency
+        if split == "launch" or (split == "gen" and not grouped):  # ``launch_time``'s residency
             y = np.array([max(b / l2, 1.0) ** 2 for b in B.tolist()])
             r = 1.0 / (y * y * y)
         else:
             y = np.array([(b / l2) ** 2 for b in B.tolist()])
             r = 1.0 / (1.0 + y * y * y)
         if split == "gen":
-            att = _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms, nf * h) if grouped else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
+            att = (
+                _flow_hidden(v, nf * h_kv, g, kv, F, B, r, sms, nf * h)
+                if grouped
+                else _mmha_launch(v, nf * h, g, kv, F, B, r, sms, mmha_blocks(groups))
+            )
         elif split == "xqa":
-            att = _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, False, nf * h) if grouped else _mmha_xqa(v, nf * h, g, kv, F, B, r, sms)
+            att = (
+                _xqa(v, nf, nf * h_kv, g, kv, F, B, r, sms, False, nf * h)
+                if grouped
+                else _mmha_xqa(v, nf * h, g, kv, F, B, r, sms)
+            )
         else:
             xqa = xqa_dispatched(nf, h_kv, kv, sms) if grouped else np.zeros(len(x), dtype=bool)
             nx = int(np.count_nonzero(xqa))
@@ -89,7 +106,14 @@ class SplitDecodeRuns:
         """End times from t of a short run under the xqa, launch or gen split: ``time``'s path for a
         decode-only pass with its per-run work hoisted (``_unit_decode``'s arguments, the same
         ``decode_unit_time``)."""
-        v, h, h_kv, La, groups, sms = self.unit_v, self.unit_h, self.unit_hkv, self.unit_layers, self.unit_groups, self.hw.sms
+        v, h, h_kv, La, groups, sms = (
+            self.unit_v,
+            self.unit_h,
+            self.unit_hkv,
+            self.unit_layers,
+            self.unit_groups,
+            self.hw.sms,
+        )
         ac, kc, nf, per, gemm = self.attn_coef, self.kv_coef, float(n), max(n, 1), self._fixed_part(n, n)
         host, out = self.has_host, []
         for _ in range(steps):
@@ -111,8 +135,18 @@ def _mem(B, r, beta_k, beta_l2, flow, reread):
 def _xqa(v, nf, units, g, kv, F, B, r, sms, launch, nh):
     """XQA passes: ``xqa_block_count`` and the grouped branch of ``decode_unit_time`` ("xqa") or of
     ``launch_time`` (``launch``: each block's hidden keys and the reduction's fixed cost), elementwise."""
-    pi, beta, beta_l2, cta, cq, unit, over, comb, hide, comb0 = (v[0], v[1], v[3], v[5], v[6], v[7], v[8], v[11],
-                                                                 v[15], v[16])
+    pi, beta, beta_l2, cta, cq, unit, over, comb, hide, comb0 = (
+        v[0],
+        v[1],
+        v[3],
+        v[5],
+        v[6],
+        v[7],
+        v[8],
+        v[11],
+        v[15],
+        v[16],
+    )
     m0 = np.maximum(np.floor(kv / XQA_MIN_TOKENS), 1.0)
     split = np.maximum(np.minimum(m0, np.round(np.sqrt(8.0 * m0))), 1.0)
     wave = units * split / sms
@@ -132,14 +166,25 @@ def _xqa(v, nf, units, g, kv, F, B, r, sms, launch, nh):
 def _mmha_launch(v, units, g, kv, F, B, r, sms, nb):
     """MMHA passes under the launch split (and gen's fallback): the per-head branch of ``launch_time``
     with nb 256-thread blocks per SM, elementwise."""
-    beta_l2, cta, unit_mha, over_mha, comb, pi_mha, loop, comb0, beta_mha = (v[3], v[5], v[9], v[10], v[11], v[12],
-                                                                             v[13], v[16], v[2])
+    beta_l2, cta, unit_mha, over_mha, comb, pi_mha, loop, comb0, beta_mha = (
+        v[3],
+        v[5],
+        v[9],
+        v[10],
+        v[11],
+        v[12],
+        v[13],
+        v[16],
+        v[2],
+    )
     factor = min(math.ceil(sms * nb / max(units, 1.0)), nb)
     threads = 1024.0 if factor >= 4.0 else (512.0 if factor >= 2.0 else 256.0)
     per_sm = math.floor(MMHA_THREAD_BLOCK * nb / threads)
     tpk = key_threads(F, units, kv)
-    split = np.minimum(max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
-                       np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))))
+    split = np.minimum(
+        max(math.ceil(sms * per_sm / max(units, 1.0)), 1.0),
+        np.minimum(np.maximum(np.ceil((kv + 1.0) / (threads / tpk * 8.0)), 1.0), math.ceil(sms / max(units, 1.0))),
+    )
     waves = np.ceil(units * split / (sms * per_sm))
     flow = units * split / waves * cta * (threads / 256.0)
     walk = mmha_walk(np.maximum(kv - 1.0, 0.0) / split, threads, tpk)
@@ -173,4 +218,3 @@ def _flow_hidden(v, units, g, kv, F, B, r, sms, nh):
         mem *= np.maximum(1.0 - hide * (16.0 / key_threads(F, nh, kv)) * split / kv, 0.0)
     c = F / pi
     return np.sqrt(c * c + mem * mem + fixed * fixed) + np.where(split > 1.0, split * comb, 0.0) + over
-

@@ -4,6 +4,7 @@ plain-float loop for short ones, under the "flow" split (the "xqa", "launch" and
 ``decode_split_runs``). Both repeat ``decode_unit_time``'s operations in its order, the ones that
 hold for a whole run (n fixed) once, so every duration is the bits of pricing the pass with ``time``
 (tests/test_costmodel.py checks the calibrated profiles against it)."""
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,8 @@ import numpy as np
 
 class UnitDecodeRuns:
     """Needs the CostModel's unit-model constants (``_init_fitted_attention``), ``_fixed_part`` and host terms."""
-    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         attn_coef: Any
         _fixed_part: Any
         has_host: Any
@@ -42,7 +44,9 @@ class UnitDecodeRuns:
         g = h / h_kv
         grouped = g0 <= g <= g1
         units = float(n) * h_kv if grouped else float(n) * h
-        split = np.minimum(max(math.floor(self.hw.sms / max(units, 1.0)), 1.0), np.maximum(np.ceil((x / max(n, 1)) / 256.0), 1.0))
+        split = np.minimum(
+            max(math.floor(self.hw.sms / max(units, 1.0)), 1.0), np.maximum(np.ceil((x / max(n, 1)) / 256.0), 1.0)
+        )
         flow = units * split
         flow *= cta
         B = (self.kv_coef * x) / La
@@ -72,7 +76,14 @@ class UnitDecodeRuns:
         beta_k, reread = (beta, 0.0) if grouped else (beta_mha, g - 1.0)
         fixed = units * (unit if grouped else unit_mha) * (1.0 + cq * (g if grouped else 1.0))
         ff, o = fixed * fixed, over if grouped else over_mha
-        ac, kc, per, gemm, sqrt, ceil = self.attn_coef, self.kv_coef, max(n, 1), self._fixed_part(n, n), math.sqrt, math.ceil
+        ac, kc, per, gemm, sqrt, ceil = (
+            self.attn_coef,
+            self.kv_coef,
+            max(n, 1),
+            self._fixed_part(n, n),
+            math.sqrt,
+            math.ceil,
+        )
         host = self.has_host
         if host:
             hs, overlap = self.host_step + self.host_seq * n + self.host_prefill * 0, self.overlap_host
@@ -85,7 +96,9 @@ class UnitDecodeRuns:
             B = kc * x / La
             y = (B / l2) ** 2
             r = 1.0 / (1.0 + y * y * y)
-            mem = B * (1.0 - r) / (beta_k if beta_k <= flow else flow) + (B * r + (reread and B * reread)) / (beta_l2 if beta_l2 <= flow else flow)
+            mem = B * (1.0 - r) / (beta_k if beta_k <= flow else flow) + (B * r + (reread and B * reread)) / (
+                beta_l2 if beta_l2 <= flow else flow
+            )
             c = (ac * x / La) / pi
             d = gemm + La * ((sqrt(c * c + mem * mem + ff) + (split * comb if split > 1.0 else 0.0)) + o)
             if host:

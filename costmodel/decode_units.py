@@ -50,6 +50,7 @@ their KV is 8 MB; the L2
 term lets small working sets run above HBM speed only while they fit (the β ≤ spec bound stays
 honest for HBM). Used by the fit (``calibration/operator_models.py``) and by fitted attention.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,28 +58,78 @@ import math
 import numpy as np
 
 GROUP_MAX = 32
-SPLITS = ("flow", "xqa", "launch", "gen")   # how the kernels split the KV sequence, chosen by the fit (see above)
+SPLITS = ("flow", "xqa", "launch", "gen")  # how the kernels split the KV sequence, chosen by the fit (see above)
 GROUPINGS = tuple((a, b, s) for s in SPLITS for a, b in ((2, 32), (2, 16), (1, 32), (1, 16)))  # (g_min, g_max, split)
-XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0   # TensorRT-LLM's kMinHistoryTokensPerBlock,
+XQA_MIN_TOKENS, XQA_WAVES, XQA_SUB_SEQ = 128.0, 8.0, 6000.0  # TensorRT-LLM's kMinHistoryTokensPerBlock,
 #   kTargetWaveFactor, getXqaMaxNumSubSeq (decoderXQAConstants.h)
-MMHA_TOKENS = 128.0          # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
-XQA_MIN_BLOCKS = 4.0         # kEnableMinBlockFactor: XQA runs when its blocks × 4 reach the SMs (else MMHA)
-MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK = 4.0, 256.0   # MMHA: 256-thread blocks per SM (register-limited: 32 warps), its base block
-MMHA_OCCUPANCY = (4, 3)      # the blocks per SM the fit tries (groups' fourth element; see ``decode_launch``)
-MMHA_WALK_KEYS = 64.0        # MMHA's key walk: one latency (loop_mha) per 64 of a block's keys, whatever its size
-PARAMS = ("pi_decode", "beta_decode", "beta_decode_mha", "beta_l2_decode", "l2_decode", "cta_decode",
-          "unit_q", "unit", "overhead_decode", "unit_mha", "overhead_decode_mha", "combine",
-          "pi_decode_mha", "loop_mha", "l2_pass", "hidden_keys", "combine_fixed", "beta_issue")
-FIELDS = {"pi_decode": "attn_decode_pi", "beta_decode": "beta_attn", "beta_decode_mha": "attn_decode_beta_mha",
-          "beta_l2_decode": "attn_decode_l2_beta", "l2_decode": "attn_decode_l2_bytes", "cta_decode": "attn_decode_cta_beta",
-          "unit_q": "attn_decode_unit_q", "unit": "attn_decode_unit_s", "overhead_decode": "attn_decode_overhead_s",
-          "unit_mha": "attn_decode_unit_mha_s", "overhead_decode_mha": "attn_decode_overhead_mha_s",
-          "combine": "attn_decode_combine_s", "pi_decode_mha": "attn_decode_pi_mha", "loop_mha": "attn_decode_loop_mha_s",
-          "l2_pass": "attn_decode_l2_pass_bytes", "hidden_keys": "attn_decode_hidden_keys", "combine_fixed": "attn_decode_combine_fixed_s",
-          "beta_issue": "attn_decode_issue_beta"}
-UNITS = {"pi_decode": "FLOP/s", "beta_decode": "B/s", "beta_decode_mha": "B/s", "beta_l2_decode": "B/s",
-         "l2_decode": "B", "cta_decode": "B/s", "unit_q": "1", "unit": "s", "overhead_decode": "s", "unit_mha": "s",
-         "overhead_decode_mha": "s", "combine": "s", "pi_decode_mha": "FLOP/s", "loop_mha": "s", "l2_pass": "B", "hidden_keys": "1", "combine_fixed": "s", "beta_issue": "B/s"}
+MMHA_TOKENS = 128.0  # MMHA's seq_len_per_kv_loop for 16-bit, d = 128: ⌈256 threads / 16 per value⌉·8
+XQA_MIN_BLOCKS = 4.0  # kEnableMinBlockFactor: XQA runs when its blocks × 4 reach the SMs (else MMHA)
+MMHA_BLOCKS_SM, MMHA_THREAD_BLOCK = (
+    4.0,
+    256.0,
+)  # MMHA: 256-thread blocks per SM (register-limited: 32 warps), its base block
+MMHA_OCCUPANCY = (4, 3)  # the blocks per SM the fit tries (groups' fourth element; see ``decode_launch``)
+MMHA_WALK_KEYS = 64.0  # MMHA's key walk: one latency (loop_mha) per 64 of a block's keys, whatever its size
+PARAMS = (
+    "pi_decode",
+    "beta_decode",
+    "beta_decode_mha",
+    "beta_l2_decode",
+    "l2_decode",
+    "cta_decode",
+    "unit_q",
+    "unit",
+    "overhead_decode",
+    "unit_mha",
+    "overhead_decode_mha",
+    "combine",
+    "pi_decode_mha",
+    "loop_mha",
+    "l2_pass",
+    "hidden_keys",
+    "combine_fixed",
+    "beta_issue",
+)
+FIELDS = {
+    "pi_decode": "attn_decode_pi",
+    "beta_decode": "beta_attn",
+    "beta_decode_mha": "attn_decode_beta_mha",
+    "beta_l2_decode": "attn_decode_l2_beta",
+    "l2_decode": "attn_decode_l2_bytes",
+    "cta_decode": "attn_decode_cta_beta",
+    "unit_q": "attn_decode_unit_q",
+    "unit": "attn_decode_unit_s",
+    "overhead_decode": "attn_decode_overhead_s",
+    "unit_mha": "attn_decode_unit_mha_s",
+    "overhead_decode_mha": "attn_decode_overhead_mha_s",
+    "combine": "attn_decode_combine_s",
+    "pi_decode_mha": "attn_decode_pi_mha",
+    "loop_mha": "attn_decode_loop_mha_s",
+    "l2_pass": "attn_decode_l2_pass_bytes",
+    "hidden_keys": "attn_decode_hidden_keys",
+    "combine_fixed": "attn_decode_combine_fixed_s",
+    "beta_issue": "attn_decode_issue_beta",
+}
+UNITS = {
+    "pi_decode": "FLOP/s",
+    "beta_decode": "B/s",
+    "beta_decode_mha": "B/s",
+    "beta_l2_decode": "B/s",
+    "l2_decode": "B",
+    "cta_decode": "B/s",
+    "unit_q": "1",
+    "unit": "s",
+    "overhead_decode": "s",
+    "unit_mha": "s",
+    "overhead_decode_mha": "s",
+    "combine": "s",
+    "pi_decode_mha": "FLOP/s",
+    "loop_mha": "s",
+    "l2_pass": "B",
+    "hidden_keys": "1",
+    "combine_fixed": "s",
+    "beta_issue": "B/s",
+}
 
 
 def xqa_blocks(n, units, kv, sms):
@@ -108,16 +159,22 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
         return launch_times(v, n, kv_mean, F, B, h, h_kv, sms, groups, alias)
     if len(groups) > 2 and groups[2] == "gen":
         g = h / h_kv
-        return np.where((g >= groups[0]) & (g <= groups[1]), decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2], alias, True),
-                        launch_times(v, n, kv_mean, F, B, h, h_kv, sms, (np.inf, np.inf) + tuple(groups[2:]), alias))
+        return np.where(
+            (g >= groups[0]) & (g <= groups[1]),
+            decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms, groups[:2], alias, True),
+            launch_times(v, n, kv_mean, F, B, h, h_kv, sms, (np.inf, np.inf) + tuple(groups[2:]), alias),
+        )
     pi, beta, beta_mha, beta_l2, l2, cta, cq, unit, over, unit_mha, over_mha, comb = v[:12]
     g = h / h_kv
     grouped = (g >= groups[0]) & (g <= groups[1])
     units = np.where(grouped, n * h_kv, n * h)
     one = np.maximum(units, 1.0)
     if len(groups) > 2 and groups[2] == "xqa":
-        split = np.where(grouped, xqa_blocks(n, units, kv_mean, sms),
-                         np.clip(np.ceil(sms / one), 1.0, np.maximum(np.ceil(kv_mean / MMHA_TOKENS), 1.0)))
+        split = np.where(
+            grouped,
+            xqa_blocks(n, units, kv_mean, sms),
+            np.clip(np.ceil(sms / one), 1.0, np.maximum(np.ceil(kv_mean / MMHA_TOKENS), 1.0)),
+        )
         waves = np.ceil(units * split / sms)
         flow = units * split / waves * cta
         add = np.where(grouped, waves * unit * (1.0 + cq * g), 0.0)
@@ -130,16 +187,30 @@ def decode_unit_times(v, n, kv_mean, F, B, h, h_kv, sms: int, groups=(2, GROUP_M
     x = (B / l2) ** 2
     r = 1.0 / (1.0 + x * x * x)
     reread = np.where(grouped, 0.0, B * (g - 1.0))
-    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(beta_l2, flow)
+    mem = B * (1.0 - r) / np.minimum(np.where(grouped, beta, beta_mha), flow) + (B * r + reread) / np.minimum(
+        beta_l2, flow
+    )
     if hidden:
-        mem = mem * np.where(grouped, np.maximum(1.0 - v[15] * (16.0 / key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0), 1.0)
+        mem = mem * np.where(
+            grouped, np.maximum(1.0 - v[15] * (16.0 / key_threads(F, n * h, kv_mean)) * split / kv_mean, 0.0), 1.0
+        )
     c = F / pi
     comb = np.where(split > 1.0, split * comb, 0.0)
     return np.sqrt(c * c + mem * mem + fixed * fixed) + add + comb + np.where(grouped, over, over_mha)
 
 
-def decode_unit_time(v, n: float, kv_mean: float, F: float, B: float, h: float, h_kv: float, sms: int,
-                     groups=(2, GROUP_MAX), hidden: bool = False) -> float:
+def decode_unit_time(
+    v,
+    n: float,
+    kv_mean: float,
+    F: float,
+    B: float,
+    h: float,
+    h_kv: float,
+    sms: int,
+    groups=(2, GROUP_MAX),
+    hidden: bool = False,
+) -> float:
     """``decode_unit_times`` on plain floats (the simulator's hot path), the same arithmetic."""
     if len(groups) > 2 and groups[2] == "launch":
         return launch_time(v, n, kv_mean, F, B, h, h_kv, sms, groups)

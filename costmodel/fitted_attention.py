@@ -18,6 +18,7 @@ attention with the kernel models ``calibration/operator_models.py`` fits, per la
 B is the KV read and written plus Q read and O written. ``_fitted_attention_time`` is the hot path;
 ``decode_runs`` repeats its decode-only float operations in the same order (bit-identical).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,41 +31,62 @@ from .shape import Q_TILE, ShapeStats
 
 class FittedAttention:
     """Needs the CostModel's attn_coef, kv_coef and hw."""
-    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         attn_coef: Any
         hw: Any
         kv_coef: Any
 
     def _init_fitted_attention(self, m, hw, tp: int, La: int, b: int) -> None:
         self.attn_fitted = hw.attn_form != "roofline"
-        if self.attn_fitted:            # q > 1 is prefill, q = 1 decode: pairs > 1·(kv + q) exactly when q > 1
+        if self.attn_fitted:  # q > 1 is prefill, q = 1 decode: pairs > 1·(kv + q) exactly when q > 1
             self.attn_bound = 1.0
             self.varlen = hw.attn_form == "varlen"
             self.pre_over, self.dec_over = La * hw.attn_prefill_overhead_s, La * hw.attn_decode_overhead_s
             self.dec_seq, self.mix_seq = La * hw.attn_decode_seq_s, La * hw.attn_mixed_seq_s
-            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b            # Q read and O written, bytes per row
-            self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # C, over all layers
-            self.pre_l2_kv = La * hw.attn_prefill_kv_l2_bytes if hw.attn_prefill_l2_beta else 0.0   # K/V's own C (0: C)
-            rho = hw.attn_softmax_rate   # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
+            self.qo_coef = 2 * La * (m.h // tp) * m.d_h * b  # Q read and O written, bytes per row
+            self.pre_l2 = La * hw.attn_prefill_l2_bytes if hw.attn_prefill_l2_beta else 0.0  # C, over all layers
+            self.pre_l2_kv = La * hw.attn_prefill_kv_l2_bytes if hw.attn_prefill_l2_beta else 0.0  # K/V's own C (0: C)
+            rho = hw.attn_softmax_rate  # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
             self.pi_pre = 1.0 / (1.0 / hw.pi_attention + 1.0 / (4.0 * m.d_h * rho)) if rho else hw.pi_attention
-            self.row_coef = La * (m.h // tp) * hw.attn_prefill_row_s    # per prefill row beyond the L2, over all layers
+            self.row_coef = La * (m.h // tp) * hw.attn_prefill_row_s  # per prefill row beyond the L2, over all layers
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
-        if self.units:                    # unit decode model: per layer, the layer's KV bytes and FLOPs
-            self.unit_v = (hw.attn_decode_pi, hw.beta_attention, hw.attn_decode_beta_mha, hw.attn_decode_l2_beta,
-                           hw.attn_decode_l2_bytes, hw.attn_decode_cta_beta, hw.attn_decode_unit_q, hw.attn_decode_unit_s,
-                           hw.attn_decode_overhead_s, hw.attn_decode_unit_mha_s, hw.attn_decode_overhead_mha_s,
-                           hw.attn_decode_combine_s, hw.attn_decode_pi_mha, hw.attn_decode_loop_mha_s,
-                           hw.attn_decode_l2_pass_bytes, hw.attn_decode_hidden_keys, hw.attn_decode_combine_fixed_s,
-                           hw.attn_decode_issue_beta)
+        if self.units:  # unit decode model: per layer, the layer's KV bytes and FLOPs
+            self.unit_v = (
+                hw.attn_decode_pi,
+                hw.beta_attention,
+                hw.attn_decode_beta_mha,
+                hw.attn_decode_l2_beta,
+                hw.attn_decode_l2_bytes,
+                hw.attn_decode_cta_beta,
+                hw.attn_decode_unit_q,
+                hw.attn_decode_unit_s,
+                hw.attn_decode_overhead_s,
+                hw.attn_decode_unit_mha_s,
+                hw.attn_decode_overhead_mha_s,
+                hw.attn_decode_combine_s,
+                hw.attn_decode_pi_mha,
+                hw.attn_decode_loop_mha_s,
+                hw.attn_decode_l2_pass_bytes,
+                hw.attn_decode_hidden_keys,
+                hw.attn_decode_combine_fixed_s,
+                hw.attn_decode_issue_beta,
+            )
             self.unit_layers, self.unit_h, self.unit_hkv = La, m.h // tp, max(1, m.h_kv // tp)
-            self.unit_groups = (hw.attn_decode_group_min, hw.attn_decode_group_max, hw.attn_decode_split,
-                                hw.attn_decode_mmha_blocks)
-        self.unit_runs = self.units and hw.attn_decode_split == "flow"   # decode runs priced by decode_unit_runs
+            self.unit_groups = (
+                hw.attn_decode_group_min,
+                hw.attn_decode_group_max,
+                hw.attn_decode_split,
+                hw.attn_decode_mmha_blocks,
+            )
+        self.unit_runs = self.units and hw.attn_decode_split == "flow"  # decode runs priced by decode_unit_runs
         self.q_tile = (hw.attn_q_tile or Q_TILE) if self.attn_fitted and hw.attn_wave_s else 0
-        if self.q_tile:                   # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
+        if self.q_tile:  # wave model: h·Σ⌈q/T⌉ tiles in ⌈·/SMs⌉ waves, each a tile over the longest prefix
             self.heads_gpu, self.wave_coef = m.h // tp, La * hw.attn_wave_s
-            self.tail_coef = La * 4 * m.d_h * self.q_tile * hw.sms / 2      # causal tail: (q_max - T)/2 keys at one SM's rate
-            self.tail_key = La * hw.attn_tail_key_s / 2                        # ... and each key's latency on its lone SM
+            self.tail_coef = (
+                La * 4 * m.d_h * self.q_tile * hw.sms / 2
+            )  # causal tail: (q_max - T)/2 keys at one SM's rate
+            self.tail_key = La * hw.attn_tail_key_s / 2  # ... and each key's latency on its lone SM
 
     def _fitted_attention_terms(self, s: ShapeStats):
         """(name, time) of the fitted attention kernels; their sum is ``_attention_time``'s."""
@@ -99,7 +121,9 @@ class FittedAttention:
         r = l2_resident_share_one(by / self.pre_l2)
         if hw.attn_prefill_kv_beta and self.pre_l2_kv:
             rk = l2_resident_share_one(by / self.pre_l2_kv)
-            dram = (1.0 - r) * ((by - kv) / hw.attn_prefill_beta + self.row_coef * rows) + (1.0 - rk) * kv / hw.attn_prefill_kv_beta
+            dram = (1.0 - r) * ((by - kv) / hw.attn_prefill_beta + self.row_coef * rows) + (
+                1.0 - rk
+            ) * kv / hw.attn_prefill_kv_beta
             resident = r * (by - kv) / hw.attn_prefill_l2_beta + rk * kv / hw.attn_prefill_kv_l2_beta
             return overlap_dram(c, dram, hw.attn_prefill_dram_exposed) + resident
         if hw.attn_prefill_kv_beta:
@@ -113,8 +137,17 @@ class FittedAttention:
     def _unit_decode(self, flops: float, decode_kv: float, n: int) -> float:
         """The unit decode model over all layers (``decode_units``): n sequences, Σ(kv + 1) = decode_kv."""
         La = self.unit_layers
-        return La * decode_unit_time(self.unit_v, float(n), decode_kv / max(n, 1), flops / La, self.kv_coef * decode_kv / La,
-                                     self.unit_h, self.unit_hkv, self.hw.sms, self.unit_groups)
+        return La * decode_unit_time(
+            self.unit_v,
+            float(n),
+            decode_kv / max(n, 1),
+            flops / La,
+            self.kv_coef * decode_kv / La,
+            self.unit_h,
+            self.unit_hkv,
+            self.hw.sms,
+            self.unit_groups,
+        )
 
     def _prefill_compute(self, s: ShapeStats) -> float:
         """F/π_attn, or the wave model's max(F'/π_attn, waves·wave·(kv_max + T/2))
@@ -132,8 +165,16 @@ class FittedAttention:
             return padded * (waves * self.hw.sms / max(tiles, 1)) + latency + tail
         return max(padded, latency)
 
-    def _fitted_attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
-                               decodes: int, rows: int, compute: float | None) -> float:
+    def _fitted_attention_time(
+        self,
+        prefill_pairs: float,
+        prefill_kv: float,
+        decode_pairs: float,
+        decode_kv: float,
+        decodes: int,
+        rows: int,
+        compute: float | None,
+    ) -> float:
         hw = self.hw
         t = 0.0
         if prefill_kv:

@@ -12,6 +12,7 @@ L40S's m = 1 GEMV rows, 40-55 % below the tile model at n ≤ 256; docs/kernel-n
 residuals with a second-difference smoothness penalty (``calibration/gemm_fit.py``); a profile
 ships the knots and values (``gemm_corr_knots``, ``gemm_corr``), empty: no correction.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-BOUND = float(np.log(3.0))     # the factor stays within [1/3, 3]
+BOUND = float(np.log(3.0))  # the factor stays within [1/3, 3]
 
 
 def cells(knots, m, n, k):
@@ -51,19 +52,28 @@ class Correction:
 
     def __init__(self, knots, coef):
         self.knots = tuple(np.asarray(kn, float) for kn in knots)
-        self.axes = [(2.0 ** kn[0], kn[-1], np.r_[kn[0] - 1.0, kn[:-1]], kn - np.r_[kn[0] - 1.0, kn[:-1]],
-                      np.r_[kn[1:], kn[-1] + 1.0], np.r_[kn[1:], kn[-1] + 1.0] - kn) for kn in self.knots]
+        self.axes = [
+            (
+                2.0 ** kn[0],
+                kn[-1],
+                np.r_[kn[0] - 1.0, kn[:-1]],
+                kn - np.r_[kn[0] - 1.0, kn[:-1]],
+                np.r_[kn[1:], kn[-1] + 1.0],
+                np.r_[kn[1:], kn[-1] + 1.0] - kn,
+            )
+            for kn in self.knots
+        ]
         self.coef = np.asarray(coef, float).reshape(len(self.knots[0]), -1)
         self.shape = tuple(len(kn) for kn in self.knots)
         self.m_knots = [float(v) for v in self.knots[0]]
-        self._by_shapes: dict = {}   # (n, k) bytes -> shapes × m-knots: c with n, k contracted
+        self._by_shapes: dict = {}  # (n, k) bytes -> shapes × m-knots: c with n, k contracted
 
     def hats(self, axis: int, v) -> np.ndarray:
         """points × knots: each knot's hat-function weight at log₂ v (clipped to the knots' range):
         a point's weights sum to 1 and interpolate linearly between its two knots."""
         lo, hi, prev, left, nxt, right = self.axes[axis]
         x = np.minimum(np.log2(np.maximum(v, lo)), hi)[:, None]
-        w = np.minimum((x - prev) / left, (nxt - x) / right)   # ≤ 1: one side is within its knot gap
+        w = np.minimum((x - prev) / left, (nxt - x) / right)  # ≤ 1: one side is within its knot gap
         return np.maximum(w, 0.0, out=w)
 
     def __call__(self, m, n, k) -> np.ndarray:
@@ -97,13 +107,26 @@ def log_factor(knots, coef, m, n, k) -> np.ndarray:
 def check(knots, coef, source: str = "gemm_corr") -> None:
     """Consistent shapes, increasing knots and values within ±BOUND (else InputError)."""
     from .errors import require
+
     if not knots and not coef:
         return
-    require(len(knots) == 3 and all(len(kn) >= 2 for kn in knots), f"{source}_knots", knots,
-            "must be three lists (log2 m, n, k) of at least 2 knots")
-    require(all(np.all(np.diff(np.asarray(kn, float)) > 0) for kn in knots), f"{source}_knots", knots,
-            "each list must increase")
+    require(
+        len(knots) == 3 and all(len(kn) >= 2 for kn in knots),
+        f"{source}_knots",
+        knots,
+        "must be three lists (log2 m, n, k) of at least 2 knots",
+    )
+    require(
+        all(np.all(np.diff(np.asarray(kn, float)) > 0) for kn in knots),
+        f"{source}_knots",
+        knots,
+        "each list must increase",
+    )
     size = len(knots[0]) * len(knots[1]) * len(knots[2])
     require(len(coef) == size, source, len(coef), f"must hold {size} values (one per knot triple)")
-    require(bool(np.all(np.abs(np.asarray(coef, float)) <= BOUND + 1e-9)), source, max(map(abs, coef)),
-            f"values must lie within ±{BOUND:.4f} (ln 3)")
+    require(
+        bool(np.all(np.abs(np.asarray(coef, float)) <= BOUND + 1e-9)),
+        source,
+        max(map(abs, coef)),
+        f"values must lie within ±{BOUND:.4f} (ln 3)",
+    )

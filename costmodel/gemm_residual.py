@@ -25,6 +25,7 @@ shapes' log₂ (n, k), the residuals (NaN where a shape has no row), [h_n, h_k] 
 ``gemm_field_m``, ``gemm_field_shapes``, ``gemm_field``, ``gemm_field_h``, ``gemm_field_shrink``;
 empty: no field.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,7 @@ from bisect import bisect_right
 import numpy as np
 
 BOUND = float(np.log(1.5))
-FADE = 1.5          # grid steps from the nearest measured shape at which the field has half faded
+FADE = 1.5  # grid steps from the nearest measured shape at which the field has half faded
 
 
 def _steps(v: np.ndarray, axis: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ class Field:
         if len(self.grid) < 2:
             return g[:, 0]
         m = np.asarray(m, float)
-        if len(m) and m[0] == m[-1] and (len(m) < 3 or (m == m[0]).all()):    # one m: a pass's GEMMs
+        if len(m) and m[0] == m[-1] and (len(m) < 3 or (m == m[0]).all()):  # one m: a pass's GEMMs
             kn = self._grid_list
             x = min(max(math.log2(max(float(m[0]), 1.0)), kn[0]), kn[-1])
             i = min(bisect_right(kn, x) - 1, len(kn) - 2)
@@ -120,18 +121,35 @@ def check(m_grid, shapes, values, h, shrink, source: str = "gemm_field") -> None
     """Consistent shapes, an increasing m grid, widths h (one, or [h_n, h_k]) > 0, 0 ≤ a ≤ 1 (else
     InputError)."""
     from .errors import require
+
     if not m_grid and not shapes and not values:
         return
-    require(len(m_grid) >= 1 and bool(np.all(np.diff(np.asarray(m_grid, float)) > 0)), f"{source}_m", m_grid,
-            "must be an increasing list of log2 row counts")
-    require(all(len(s) == 2 for s in shapes) and len(shapes) >= 1, f"{source}_shapes", len(shapes),
-            "must be a list of [log2 n, log2 k] pairs")
-    require(len(values) == len(shapes) and all(len(v) == len(m_grid) for v in values), source, len(values),
-            f"must hold one row of {len(m_grid)} values per shape ({len(shapes)} shapes)")
+    require(
+        len(m_grid) >= 1 and bool(np.all(np.diff(np.asarray(m_grid, float)) > 0)),
+        f"{source}_m",
+        m_grid,
+        "must be an increasing list of log2 row counts",
+    )
+    require(
+        all(len(s) == 2 for s in shapes) and len(shapes) >= 1,
+        f"{source}_shapes",
+        len(shapes),
+        "must be a list of [log2 n, log2 k] pairs",
+    )
+    require(
+        len(values) == len(shapes) and all(len(v) == len(m_grid) for v in values),
+        source,
+        len(values),
+        f"must hold one row of {len(m_grid)} values per shape ({len(shapes)} shapes)",
+    )
     finite = np.asarray(values, float)
     finite = finite[np.isfinite(finite)]
-    require(bool(np.all(np.abs(finite) <= BOUND + 1e-9)), source, float(np.abs(finite).max(initial=0.0)),
-            f"values must lie within ±{BOUND:.4f} (ln 1.5) or be NaN")
+    require(
+        bool(np.all(np.abs(finite) <= BOUND + 1e-9)),
+        source,
+        float(np.abs(finite).max(initial=0.0)),
+        f"values must lie within ±{BOUND:.4f} (ln 1.5) or be NaN",
+    )
     hs = np.atleast_1d(np.asarray(h, float))
     require(hs.size in (1, 2) and bool(np.all(hs > 0)), f"{source}_h", h, "must be one width or [h_n, h_k], each > 0")
     require(0 <= shrink <= 1, f"{source}_shrink", shrink, "must lie in [0, 1]")

@@ -19,6 +19,7 @@ splits K only while the output grid leaves most SMs idle, so the wide branch is 
 fitted rows (``calibration/gemm_fit.py``), t₀ and τ by least squares on their rows; a profile
 ships [t₀, τ, S, K, M] or [t₀, τ, S, K, M, N, M_w] as ``gemm_serial`` (empty: none).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,9 +46,14 @@ def apply(t: np.ndarray, m, n, k, serial) -> np.ndarray:
 def check(serial, source: str = "gemm_serial") -> None:
     """Five values [t0, tau, S, K, M] or seven [.., N, M_w], each > 0, or none (else InputError)."""
     from .errors import require
+
     if not serial:
         return
-    require(len(serial) in (5, 7) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                          for v in serial), source, serial,
-            "must be [t0_s, tau_s_per_k, max_nk, max_k, max_m] or those and [min_n_wide, max_m_wide], "
-            "each a number > 0, or empty")
+    require(
+        len(serial) in (5, 7)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in serial),
+        source,
+        serial,
+        "must be [t0_s, tau_s_per_k, max_nk, max_k, max_m] or those and [min_n_wide, max_m_wide], "
+        "each a number > 0, or empty",
+    )

@@ -38,6 +38,7 @@ tiles are CUTLASS's sm80/sm90 tensor-core tile shapes (64–256 rows and columns
 spread the whole-GPU rates over the SMs. Used by the fit (``calibration/gemm_fit.py``) and by the
 roofline to price weight GEMMs of profiles with gemm_form "tiles", so both are one formula.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,18 @@ from .gemm_serial import apply as serial_apply
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out", "l2_act")
-UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "beta_cta": "B/s", "floor": "s", "split": "s",
-         "wave": "s", "l2": "B", "l2_out": "B", "l2_act": "B"}
+UNITS = {
+    "pi": "FLOP/s",
+    "beta": "B/s",
+    "beta_l2": "B/s",
+    "beta_cta": "B/s",
+    "floor": "s",
+    "split": "s",
+    "wave": "s",
+    "l2": "B",
+    "l2_out": "B",
+    "l2_act": "B",
+}
 
 
 def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
@@ -67,9 +78,21 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
     W, X = b * n * k + 0.0 * s + 0.0 * m, b * m * k + 0.0 * s + 0.0 * n
     B = W + X
     out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
-    return {"waves": np.ceil(ctas / sms), "kk": np.ceil(k / s), "ctas": np.ceil(n / tn) * s + 0.0 * m, "B": B, "W": W, "X": X, "out": out, "split": (s > 1) + 0.0 * m,
-            "mma": 2.0 * tm * tn + 0 * m, "feed": b * (tm + tn) + 0 * m, "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
-            "sms": float(sms), "mnk": (m, n, k)}
+    return {
+        "waves": np.ceil(ctas / sms),
+        "kk": np.ceil(k / s),
+        "ctas": np.ceil(n / tn) * s + 0.0 * m,
+        "B": B,
+        "W": W,
+        "X": X,
+        "out": out,
+        "split": (s > 1) + 0.0 * m,
+        "mma": 2.0 * tm * tn + 0 * m,
+        "feed": b * (tm + tn) + 0 * m,
+        "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
+        "sms": float(sms),
+        "mnk": (m, n, k),
+    }
 
 
 def shortlist(g: dict, values, keep: int = 6) -> dict:
@@ -125,6 +148,7 @@ def times_all(g: dict, values) -> np.ndarray:
 @dataclass(frozen=True)
 class GemmTiles:
     """The fitted constants (SI) and the GPU's SM count."""
+
     pi: float
     beta: float
     beta_l2: float
@@ -135,11 +159,11 @@ class GemmTiles:
     l2: float
     l2_out: float
     sms: int
-    corr_knots: tuple = ()      # the bounded shape correction (gemm_correction.py); empty: none
+    corr_knots: tuple = ()  # the bounded shape correction (gemm_correction.py); empty: none
     corr: tuple = ()
-    l2_act: float = 0.0         # activations' L2-resident capacity (0: inputs together below l2)
-    field: tuple = ()           # (m grid, shapes, residuals, h, a): the residual field (gemm_residual.py); (): none
-    serial: tuple = ()          # [t0, tau, S, K, M]: the unsplit kernel's region (gemm_serial.py); (): none
+    l2_act: float = 0.0  # activations' L2-resident capacity (0: inputs together below l2)
+    field: tuple = ()  # (m grid, shapes, residuals, h, a): the residual field (gemm_residual.py); (): none
+    serial: tuple = ()  # [t0, tau, S, K, M]: the unsplit kernel's region (gemm_serial.py); (): none
 
     def __post_init__(self):
         object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)

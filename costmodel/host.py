@@ -22,6 +22,7 @@ A replica prices with overlap when its policy says ``overlaps_host`` is True
 (simcore/replica.py). With the four terms zero (every built-in profile) the price is the GPU
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,8 @@ HOST_FIELDS = ("host_step_s", "host_per_seq_s", "host_per_prefill_seq_s", "host_
 
 class HostTime:
     """Needs ``self.hw`` and ``self.overlap_host``; sets ``self.has_host`` in ``_init_host``."""
-    if TYPE_CHECKING:   # the CostModel this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         counting: Any
         hw: Any
         model: Any
@@ -49,8 +51,12 @@ class HostTime:
 
     def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
         """Seconds of host work for a step of `seqs` sequences, `prefill_seqs` of them with q > 1."""
-        return (self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
-                + (self.host_prefill_step if prefill_seqs else 0.0))
+        return (
+            self.host_step
+            + self.host_seq * seqs
+            + self.host_prefill * prefill_seqs
+            + (self.host_prefill_step if prefill_seqs else 0.0)
+        )
 
     def _with_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
         h = self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs

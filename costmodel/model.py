@@ -8,6 +8,7 @@ full-attention layers, which keep a KV cache, with Gated DeltaNet linear-attenti
 keep a fixed-size state per sequence instead: there ``kv_layers`` < L and k = 2·kv_layers·h_kv·d_h·b.
 Every other model has kv_layers = L, and nothing about it changes.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,30 +25,30 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    L: int                      # decoder layers
-    H: int                      # hidden size
-    h: int                      # query heads
-    h_kv: int                   # KV heads
-    d_h: int                    # head dim
-    ffn: int                    # dense MLP intermediate size
+    L: int  # decoder layers
+    H: int  # hidden size
+    h: int  # query heads
+    h_kv: int  # KV heads
+    d_h: int  # head dim
+    ffn: int  # dense MLP intermediate size
     vocab: int
-    tied: bool                  # lm_head shares the embedding matrix
-    b: int = 2                  # bytes per weight / KV element
-    num_experts: int = 0        # 0 = dense
+    tied: bool  # lm_head shares the embedding matrix
+    b: int = 2  # bytes per weight / KV element
+    num_experts: int = 0  # 0 = dense
     experts_per_tok: int = 0
     expert_ffn: int = 0
     shared_expert_ffn: int = 0
-    moe_layers: int = 0         # layers whose MLP is MoE (the rest are dense)
+    moe_layers: int = 0  # layers whose MLP is MoE (the rest are dense)
     qkv_bias: bool = False
     max_model_len: int = 0
     kv_layers: int | None = None  # full-attention layers (a KV cache each); None = L
     attn_output_gate: bool = False  # Qwen3-Next gated attention: q_proj also emits a sigmoid gate
-    lin_k_heads: int = 0          # Gated DeltaNet layers (L - kv_layers of them): key heads,
-    lin_v_heads: int = 0          # value heads,
-    lin_k_dim: int = 0            # key head dim,
-    lin_v_dim: int = 0            # value head dim,
-    lin_conv_kernel: int = 0      # causal short-convolution width
-    gated_mlp: bool = True        # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
+    lin_k_heads: int = 0  # Gated DeltaNet layers (L - kv_layers of them): key heads,
+    lin_v_heads: int = 0  # value heads,
+    lin_k_dim: int = 0  # key head dim,
+    lin_v_dim: int = 0  # value head dim,
+    lin_conv_kernel: int = 0  # causal short-convolution width
+    gated_mlp: bool = True  # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
 
     def __post_init__(self):
         if self.kv_layers is None:
@@ -87,8 +88,14 @@ class ModelSpec:
         if not self.lin_v_heads:
             return 0
         kd, vd, hv = self.linear_key_dim, self.linear_value_dim, self.lin_v_heads
-        return (self.H * (2 * kd + 2 * vd + 2 * hv) + self.linear_conv_dim * self.lin_conv_kernel
-                + 2 * hv + self.lin_v_dim + vd * self.H + 2 * self.H)
+        return (
+            self.H * (2 * kd + 2 * vd + 2 * hv)
+            + self.linear_conv_dim * self.lin_conv_kernel
+            + 2 * hv
+            + self.lin_v_dim
+            + vd * self.H
+            + 2 * self.H
+        )
 
     @property
     def linear_state_elems(self) -> int:
@@ -121,9 +128,13 @@ class ModelSpec:
     @property
     def always_on_layer_params(self) -> int:
         """Layer weights every row uses: attention, dense MLPs, routers, shared experts."""
-        return (self.kv_layers * self.attn_params_per_layer + self.linear_layers * self.linear_attn_params_per_layer  # type: ignore[operator]
-                + self.dense_layers * self.dense_mlp_params
-                + self.moe_layers * self.moe_always_on_params_per_layer + self.H)  # + final norm
+        return (
+            self.kv_layers * self.attn_params_per_layer  # type: ignore[operator]
+            + self.linear_layers * self.linear_attn_params_per_layer
+            + self.dense_layers * self.dense_mlp_params
+            + self.moe_layers * self.moe_always_on_params_per_layer
+            + self.H
+        )  # + final norm
 
     @property
     def embed_params(self) -> int:
@@ -136,14 +147,22 @@ class ModelSpec:
     @property
     def P(self) -> int:
         """Total parameters."""
-        return (self.always_on_layer_params + self.moe_layers * self.num_experts * self.expert_params
-                + self.embed_params + self.head_params)
+        return (
+            self.always_on_layer_params
+            + self.moe_layers * self.num_experts * self.expert_params
+            + self.embed_params
+            + self.head_params
+        )
 
     @property
     def P_active(self) -> int:
         """Parameters one token touches (MoE: only its routed experts)."""
-        return (self.always_on_layer_params + self.moe_layers * self.experts_per_tok * self.expert_params
-                + self.embed_params + self.head_params)
+        return (
+            self.always_on_layer_params
+            + self.moe_layers * self.experts_per_tok * self.expert_params
+            + self.embed_params
+            + self.head_params
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -168,12 +187,32 @@ def _field(cfg: dict, source: str, *names, default=None):
     raise InputError(f"{source}:{names[0]}", None, "missing from config.json")
 
 
-INT_FIELDS = ("hidden_size", "d_model", "num_hidden_layers", "n_layer", "num_attention_heads", "num_key_value_heads",
-              "head_dim", "intermediate_size", "vocab_size", "num_local_experts", "num_experts", "n_routed_experts",
-              "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
-              "decoder_sparse_step", "first_k_dense_replace", "max_position_embeddings", "full_attention_interval",
-              "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-              "linear_conv_kernel_dim")
+INT_FIELDS = (
+    "hidden_size",
+    "d_model",
+    "num_hidden_layers",
+    "n_layer",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "decoder_sparse_step",
+    "first_k_dense_replace",
+    "max_position_embeddings",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
 BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "attn_output_gate")
 
 
@@ -197,10 +236,18 @@ def _check_types(cfg, source: str) -> dict:
         if key in merged:
             _checked(merged, source, key)
     for key in ("mlp_only_layers", "layer_types"):
-        require(merged.get(key) is None or isinstance(merged[key], list), f"{source}:{key}", merged.get(key),
-                "must be a list")
-    require(isinstance(merged.get("torch_dtype", "bfloat16"), str), f"{source}:torch_dtype", merged.get("torch_dtype"),
-            "must be a string")
+        require(
+            merged.get(key) is None or isinstance(merged[key], list),
+            f"{source}:{key}",
+            merged.get(key),
+            "must be a list",
+        )
+    require(
+        isinstance(merged.get("torch_dtype", "bfloat16"), str),
+        f"{source}:torch_dtype",
+        merged.get("torch_dtype"),
+        "must be a string",
+    )
     return merged
 
 
@@ -210,8 +257,12 @@ def _hybrid_layers(cfg: dict, name: str, L: int) -> tuple[int, dict]:
     full attention when (i+1) % n == 0 and linear otherwise (HF Qwen3NextConfig's default)."""
     types = cfg.get("layer_types")
     if types is not None:
-        require(isinstance(types, list) and len(types) == L, f"{name}:layer_types", types if not isinstance(types, list)
-                else len(types), f"must list one type per layer ({L})")
+        require(
+            isinstance(types, list) and len(types) == L,
+            f"{name}:layer_types",
+            types if not isinstance(types, list) else len(types),
+            f"must list one type per layer ({L})",
+        )
         linear = sum(1 for t in types if t == "linear_attention")
     elif cfg.get("full_attention_interval"):
         n = int(cfg["full_attention_interval"])
@@ -222,9 +273,13 @@ def _hybrid_layers(cfg: dict, name: str, L: int) -> tuple[int, dict]:
     if not linear:
         return L, {}
     f = lambda k: int(_field(cfg, name, k))  # noqa: E731
-    lin = dict(lin_k_heads=f("linear_num_key_heads"), lin_v_heads=f("linear_num_value_heads"),
-               lin_k_dim=f("linear_key_head_dim"), lin_v_dim=f("linear_value_head_dim"),
-               lin_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 0))
+    lin = dict(
+        lin_k_heads=f("linear_num_key_heads"),
+        lin_v_heads=f("linear_num_value_heads"),
+        lin_k_dim=f("linear_key_head_dim"),
+        lin_v_dim=f("linear_value_head_dim"),
+        lin_conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 0),
+    )
     for k, v in lin.items():
         require(v > 0 or k == "lin_conv_kernel", f"{name}:{k}", v, "must be positive")
     return L - linear, lin
@@ -234,10 +289,18 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary."""
     cfg = _check_types(cfg, name)
     f = lambda *n, default=None: _field(cfg, name, *n, default=default)  # noqa: E731
-    H, L, h = int(f("hidden_size", "d_model")), int(f("num_hidden_layers", "n_layer")), int(f("num_attention_heads", "n_head"))
+    H, L, h = (
+        int(f("hidden_size", "d_model")),
+        int(f("num_hidden_layers", "n_layer")),
+        int(f("num_attention_heads", "n_head")),
+    )
     h_kv = int(f("num_key_value_heads", default=h))
-    for key, v in (("hidden_size", H), ("num_hidden_layers", L), ("num_attention_heads", h),
-                   ("num_key_value_heads", h_kv)):
+    for key, v in (
+        ("hidden_size", H),
+        ("num_hidden_layers", L),
+        ("num_attention_heads", h),
+        ("num_key_value_heads", h_kv),
+    ):
         require(v > 0, f"{name}:{key}", v, "must be positive")
     d_h = int(cfg.get("head_dim") or H // h)
     E = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
@@ -249,9 +312,14 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         moe_layers = sum(1 for i in range(L) if (i + 1) % step == 0 and i not in only_dense and i >= first_dense)
     model_type = str(cfg.get("model_type", ""))
     kv_layers, lin = _hybrid_layers(cfg, name, L)
-    bloom = model_type == "bloom"   # HF BloomConfig: no intermediate_size, the MLP is 4h wide, not gated
+    bloom = model_type == "bloom"  # HF BloomConfig: no intermediate_size, the MLP is 4h wide, not gated
     spec = ModelSpec(
-        name=name, L=L, H=H, h=h, h_kv=h_kv, d_h=d_h,
+        name=name,
+        L=L,
+        H=H,
+        h=h,
+        h_kv=h_kv,
+        d_h=d_h,
         ffn=int(f("intermediate_size", default=0)) if not bloom else int(cfg.get("n_inner") or 4 * H),
         vocab=int(f("vocab_size")),
         tied=bool(cfg.get("tie_word_embeddings", bloom)),
@@ -315,8 +383,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     p = Path(str(name_or_path)).expanduser()
     if "/" in str(name_or_path) and not p.exists() and shipped_for_id(name_or_path):
         name_or_path = shipped_for_id(name_or_path)  # type: ignore[assignment]
-    path = find("model", name_or_path, MODELS_DIR, ".json",
-                "a Hugging Face id of one of them, or a config.json path", folder_file="config.json")
+    path = find(
+        "model",
+        name_or_path,
+        MODELS_DIR,
+        ".json",
+        "a Hugging Face id of one of them, or a config.json path",
+        folder_file="config.json",
+    )
     try:
         cfg = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as e:

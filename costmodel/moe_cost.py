@@ -19,6 +19,7 @@ engine's default kernel config; shapes it ships a tuned config for run at their 
 (``calibration/moe_fit.py``: the profile's moe_tuned_pi and moe_tuned_shapes). A held-out shape
 cannot tell whether the engine ships a tuned config for it. The held-out figures: docs/kernel-notes.md.
 """
+
 from __future__ import annotations
 
 import numpy as np

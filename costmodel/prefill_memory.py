@@ -2,14 +2,15 @@
 the share of a replayed working set the L2 holds, and how the DRAM part's time meets the compute.
 The K/V part of the bytes takes its share of a capacity of its own (``attn_prefill_kv_l2_bytes``,
 fitted): on the L40S it loses its residency at a smaller working set than Q and O do."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-_EDGE = 1.0 + 1e-9      # W₀ at its branch point -1/e (x = 1) returns nan
-OVERLAP_P = 4.0         # the soft maximum's power in ``overlap_dram`` (a hard max: the fit took 155 steps, not 23)
+_EDGE = 1.0 + 1e-9  # W₀ at its branch point -1/e (x = 1) returns nan
+OVERLAP_P = 4.0  # the soft maximum's power in ``overlap_dram`` (a hard max: the fit took 155 steps, not 23)
 
 
 def l2_resident_share(x):
@@ -31,7 +32,7 @@ def _w0(z):
     the branch-point series (z < -0.25) or the Taylor series at 0; 4 steps reach 1e-15."""
     p = np.sqrt(np.maximum(2.0 * (math.e * z + 1.0), 0.0))
     w = np.where(z < -0.25, -1.0 + p * (1.0 - p * (1.0 / 3.0 - 11.0 / 72.0 * p)), z * (1.0 - z * (1.0 - 1.5 * z)))
-    live = p > 1e-4             # nearer the branch point the series is exact to rounding (and Halley's step 0/0)
+    live = p > 1e-4  # nearer the branch point the series is exact to rounding (and Halley's step 0/0)
     for _ in range(4):
         ew = np.exp(w)
         f = w * ew - z
@@ -67,4 +68,4 @@ def overlap_dram(comp, dram, exposed):
     query row·head to D (L40S beyond the L2: d = 64 rows ran 5-10 % slower than their bytes gave
     them, d = 128 ones as much faster)."""
     hidden = (1.0 - exposed) * dram
-    return exposed * dram + (comp ** OVERLAP_P + hidden ** OVERLAP_P) ** (1.0 / OVERLAP_P)
+    return exposed * dram + (comp**OVERLAP_P + hidden**OVERLAP_P) ** (1.0 / OVERLAP_P)

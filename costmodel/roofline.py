@@ -71,6 +71,7 @@ Profiles with gemm_form "tiles" price the weight GEMMs of linear and lm_head wit
 model instead (``costmodel/gemm_tiles.py``: CTA tiles in waves over the SMs, split-K, L2 residency,
 and the profile's fitted shape correction, ``costmodel/gemm_correction.py``).
 """
+
 from __future__ import annotations
 
 import math
@@ -89,7 +90,7 @@ from .model import ModelSpec
 from .shape import ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
-LINEAR_STATE_BYTES = 4   # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
+LINEAR_STATE_BYTES = 4  # Gated DeltaNet recurrent state: float32 (SGLang --mamba-ssm-dtype default)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class Operator:
     flops: float
     bytes: float
     time_s: float
-    bound: str   # "compute", "memory", "interconnect" or "overhead"
+    bound: str  # "compute", "memory", "interconnect" or "overhead"
 
 
 @dataclass(frozen=True)
@@ -121,61 +122,90 @@ class Breakdown:
         return next(o for o in self.operators if o.name == name)
 
     def to_dict(self) -> dict:
-        return {"time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
-                "operators": [op.__dict__.copy() for op in self.operators]}
+        return {
+            "time_s": self.time_s,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "operators": [op.__dict__.copy() for op in self.operators],
+        }
 
 
 class CostModel(DecodeRuns, FittedAttention, HostTime):
     """One (model, hardware, tp, counting) bound once; prices many batch shapes (with
     ``overlap_host``, a step's host time hides behind its GPU time: costmodel/host.py)."""
 
-    def __init__(self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None,
-                 overlap_host: bool = False):
+    def __init__(
+        self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None, overlap_host: bool = False
+    ):
         counting = counting or hw.counting
         require(counting in COUNTINGS, "counting", counting, f"must be one of {COUNTINGS}")
         require(isinstance(tp, int) and tp >= 1, "tp", tp, "must be a positive integer")
         require(model.h % tp == 0, "tp", tp, f"must divide the {model.h} attention heads of {model.name}")
-        require(model.h_kv % tp == 0 or tp % model.h_kv == 0, "tp", tp,
-                f"must divide, or be a multiple of, the {model.h_kv} KV heads of {model.name}")
-        require(tp == 1 or hw.interconnect_bandwidth > 0, "tp", tp,
-                f"hardware {hw.name} has no interconnect_bandwidth for tensor parallelism")
+        require(
+            model.h_kv % tp == 0 or tp % model.h_kv == 0,
+            "tp",
+            tp,
+            f"must divide, or be a multiple of, the {model.h_kv} KV heads of {model.name}",
+        )
+        require(
+            tp == 1 or hw.interconnect_bandwidth > 0,
+            "tp",
+            tp,
+            f"hardware {hw.name} has no interconnect_bandwidth for tensor parallelism",
+        )
         self.model, self.hw, self.tp, self.counting = model, hw, tp, counting
         self._init_host(overlap_host)
         m, b = model, model.b
         self.lin_params = m.always_on_layer_params / tp
-        self.expert_params = m.moe_layers * m.expert_params / tp          # one expert in every MoE layer
-        self.vocab_params = m.vocab * m.H / tp                             # vocab-parallel
+        self.expert_params = m.moe_layers * m.expert_params / tp  # one expert in every MoE layer
+        self.vocab_params = m.vocab * m.H / tp  # vocab-parallel
         self.embed_gemm_params = m.embed_params / tp
         self.head_gemm_params = m.head_params / tp
-        La = m.kv_layers                                                    # full-attention layers
-        self.attn_coef = 4 * La * (m.h // tp) * m.d_h                      # type: ignore[operator]  # FLOPs per query-key pair
-        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b           # type: ignore[operator]  # k per GPU, bytes per token
+        La = m.kv_layers  # full-attention layers
+        self.attn_coef = 4 * La * (m.h // tp) * m.d_h  # type: ignore[operator]  # FLOPs per query-key pair
+        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b  # type: ignore[operator]  # k per GPU, bytes per token
         self.floor_layers = m.L * hw.kernel_floor_s
         self.floor_attn = La * hw.kernel_floor_s  # type: ignore[operator]
         over = hw.kernel_overhead_s
         self.over_linear, self.over_moe, self.over_layers = 4 * m.L * over, 2 * m.moe_layers * over, La * over  # type: ignore[operator]
-        Ll = m.linear_layers                                                # Gated DeltaNet layers
+        Ll = m.linear_layers  # Gated DeltaNet layers
         hv = m.lin_v_heads / tp if Ll else 0.0
         conv = m.linear_conv_dim / tp
         self.lin_attn_flops_per_row = Ll * (6 * hv * m.lin_k_dim * m.lin_v_dim + 2 * conv * m.lin_conv_kernel)
-        self.lin_state_bytes_per_seq = Ll * (hv * m.lin_k_dim * m.lin_v_dim * LINEAR_STATE_BYTES
-                                             + conv * max(0, m.lin_conv_kernel - 1) * b)
+        self.lin_state_bytes_per_seq = Ll * (
+            hv * m.lin_k_dim * m.lin_v_dim * LINEAR_STATE_BYTES + conv * max(0, m.lin_conv_kernel - 1) * b
+        )
         self.floor_lin_attn, self.over_lin_attn = Ll * hw.kernel_floor_s, Ll * over
         self.tile = hw.gemm_tile_rows
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
         self.rows_budget = hw.gemm_rows_budget
         self.tiles = None
-        if hw.gemm_form == "tiles":   # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
-            rest = (hw.beta_eff, hw.gemm_l2_beta, hw.gemm_cta_beta, hw.kernel_overhead_s, hw.gemm_split_s, hw.gemm_wave_s,
-                    hw.gemm_l2_resident_bytes, hw.gemm_l2_out_bytes, hw.sms, tuple(map(tuple, hw.gemm_corr_knots)),
-                    tuple(hw.gemm_corr))
-            fld = ((hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
-                   if hw.gemm_field else ())
+        if hw.gemm_form == "tiles":  # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
+            rest = (
+                hw.beta_eff,
+                hw.gemm_l2_beta,
+                hw.gemm_cta_beta,
+                hw.kernel_overhead_s,
+                hw.gemm_split_s,
+                hw.gemm_wave_s,
+                hw.gemm_l2_resident_bytes,
+                hw.gemm_l2_out_bytes,
+                hw.sms,
+                tuple(map(tuple, hw.gemm_corr_knots)),
+                tuple(hw.gemm_corr),
+            )
+            fld = (
+                (hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
+                if hw.gemm_field
+                else ()
+            )
             ser = tuple(hw.gemm_serial)
             self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld, serial=ser)
-            self.tiles_above = (GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld,
-                                          serial=ser)
-                                if self.rows_break else self.tiles)
+            self.tiles_above = (
+                GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld, serial=ser)
+                if self.rows_break
+                else self.tiles
+            )
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
@@ -183,20 +213,26 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self._init_fitted_attention(m, hw, tp, La, b)  # type: ignore[arg-type]
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
         # per-token ratio does by more than rounding can blur: decode_run may then skip the compute side.
-        self._decode_memory_bound = (not self.quadrature and not self.attn_fitted and
-                                     self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9))
+        self._decode_memory_bound = (
+            not self.quadrature
+            and not self.attn_fitted
+            and self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9)
+        )
         self._fixed: dict = {}
-        self._tiled_memo: dict = {}   # _tiled_time by (operator, the count it reads)
-        self._lead_fixed: dict = {}   # _fixed_time by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
-        self._step_lengths: dict = {}   # one lead step's length by shape (DecodeRuns.prefill_step_end)
+        self._tiled_memo: dict = {}  # _tiled_time by (operator, the count it reads)
+        self._lead_fixed: dict = {}  # _fixed_time by rows << 20 | seqs (DecodeRuns.prefill_lead_ends)
+        self._step_lengths: dict = {}  # one lead step's length by shape (DecodeRuns.prefill_step_end)
         self._decode_attention = np.empty(0)
-        self._decode_by_n: dict = {}   # n -> _decode_attention + the fixed part of n (DecodeRuns.decode_run_ends)
-        self._fixed_uses_seqs = (self.counting != "seed" or bool(self.lin_attn_flops_per_row)   # else rows alone decide it
-                                 or bool(hw.sampler_seq_s))
+        self._decode_by_n: dict = {}  # n -> _decode_attention + the fixed part of n (DecodeRuns.decode_run_ends)
+        self._fixed_uses_seqs = (
+            self.counting != "seed"
+            or bool(self.lin_attn_flops_per_row)  # else rows alone decide it
+            or bool(hw.sampler_seq_s)
+        )
         ring = 2 * (tp - 1) / tp
         faithful_tp = tp > 1 and counting != "seed"
-        calls = 2 * m.L + faithful_tp                                       # + the embedding's all-reduce
-        self.ar_bytes_per_row = calls * ring * m.H * b                     # bytes each GPU sends per row
+        calls = 2 * m.L + faithful_tp  # + the embedding's all-reduce
+        self.ar_bytes_per_row = calls * ring * m.H * b  # bytes each GPU sends per row
         self.ar_latency = calls * 2 * (tp - 1) * hw.interconnect_latency_s
         self.gather_bytes_per_seq = (tp - 1) / tp * m.vocab * b if faithful_tp else 0.0
         self.ar_regimes = (hw.allreduce_regimes or {}).get(tp)
@@ -207,7 +243,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_hinge = tp in (hw.allreduce_oneshot_max or [])
         self.ar_soft = tp in (hw.allreduce_soft or [])
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
-        if self.moe_fitted:          # per MoE layer and GPU: costmodel/moe_cost.py
+        if self.moe_fitted:  # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
             tuned = [m.num_experts, round(n)] in [list(x) for x in hw.moe_tuned_shapes]
             self.moe_pi = hw.moe_tuned_pi if tuned else hw.moe_pi
@@ -231,7 +267,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         m = self.model
         if not m.is_moe or rows == 0:
             return 0.0
-        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)   # moe_cost.experts_touched
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)  # moe_cost.experts_touched
 
     def _moe_terms(self, rows: int) -> tuple[float, float, float]:
         """Fitted MoE, summed over the MoE layers: (true FLOPs, the fit's FLOPs F', bytes)."""
@@ -277,40 +313,118 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         hw, b, m = self.hw, self.model.b, self.model
         beta, over = hw.beta_eff, hw.kernel_overhead_s
         pi = self._pi_rows(hw.pi_eff, rows)
-        out = [("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)]
-        if self.moe_fitted:         # the fit's F'/π_moe as true FLOPs over an effective π
+        out = [
+            ("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)
+        ]
+        if self.moe_fitted:  # the fit's F'/π_moe as true FLOPs over an effective π
             true, eff, by = self._moe_terms(rows)
-            out.append(("moe_experts", true, by, self.moe_pi * true / eff if eff else self.moe_pi, hw.moe_beta, 0.0,
-                        m.moe_layers * hw.moe_floor_s))
+            out.append(
+                (
+                    "moe_experts",
+                    true,
+                    by,
+                    self.moe_pi * true / eff if eff else self.moe_pi,
+                    hw.moe_beta,
+                    0.0,
+                    m.moe_layers * hw.moe_floor_s,
+                )
+            )
         elif m.is_moe:
-            out.append(("moe_experts", 2 * m.experts_per_tok * self.expert_params * rows,
-                        b * self.expert_params * self._experts_touched(rows), pi, beta, self.floor_layers, self.over_moe))
+            out.append(
+                (
+                    "moe_experts",
+                    2 * m.experts_per_tok * self.expert_params * rows,
+                    b * self.expert_params * self._experts_touched(rows),
+                    pi,
+                    beta,
+                    self.floor_layers,
+                    self.over_moe,
+                )
+            )
         if self.counting == "seed":
-            out.append(("embedding", 2 * self.embed_gemm_params * rows, b * self.embed_gemm_params, pi, beta, hw.kernel_floor_s, over))
+            out.append(
+                (
+                    "embedding",
+                    2 * self.embed_gemm_params * rows,
+                    b * self.embed_gemm_params,
+                    pi,
+                    beta,
+                    hw.kernel_floor_s,
+                    over,
+                )
+            )
             if self.head_gemm_params:
-                out.append(("lm_head", 2 * self.head_gemm_params * rows, b * self.head_gemm_params, pi, beta, hw.kernel_floor_s, over))
+                out.append(
+                    (
+                        "lm_head",
+                        2 * self.head_gemm_params * rows,
+                        b * self.head_gemm_params,
+                        pi,
+                        beta,
+                        hw.kernel_floor_s,
+                        over,
+                    )
+                )
         else:
             out.append(("embedding", 0.0, b * m.H * rows, pi, beta, hw.kernel_floor_s, over))
-            out.append(("lm_head", 2 * self.vocab_params * seqs, b * self.vocab_params, self._pi_rows(hw.pi_eff, seqs),
-                        beta, hw.kernel_floor_s, over))
+            out.append(
+                (
+                    "lm_head",
+                    2 * self.vocab_params * seqs,
+                    b * self.vocab_params,
+                    self._pi_rows(hw.pi_eff, seqs),
+                    beta,
+                    hw.kernel_floor_s,
+                    over,
+                )
+            )
         if hw.elementwise_beta:
-            out.append(("elementwise", 0.0, self.elem_bytes_per_row * rows, pi, hw.elementwise_beta, 0.0, self.elem_over))
+            out.append(
+                ("elementwise", 0.0, self.elem_bytes_per_row * rows, pi, hw.elementwise_beta, 0.0, self.elem_over)
+            )
         if hw.sampler_s or hw.sampler_seq_s:
             out.append(("sampler", 0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * seqs))
-        if self.lin_attn_flops_per_row:   # rows and sequences only, so decode_run's per-n fixed part holds it
-            out.append(("linear_attention", self.lin_attn_flops_per_row * rows, 2 * self.lin_state_bytes_per_seq * seqs,
-                        hw.pi_attention, hw.beta_attention, self.floor_lin_attn, self.over_lin_attn))
+        if self.lin_attn_flops_per_row:  # rows and sequences only, so decode_run's per-n fixed part holds it
+            out.append(
+                (
+                    "linear_attention",
+                    self.lin_attn_flops_per_row * rows,
+                    2 * self.lin_state_bytes_per_seq * seqs,
+                    hw.pi_attention,
+                    hw.beta_attention,
+                    self.floor_lin_attn,
+                    self.over_lin_attn,
+                )
+            )
         return out
 
     def attention_terms(self, s: ShapeStats):
         hw = self.hw
         out = []
         if s.prefill_kv:
-            out.append(("attention_prefill", self.attn_coef * s.prefill_pairs, self.kv_coef * s.prefill_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers))
+            out.append(
+                (
+                    "attention_prefill",
+                    self.attn_coef * s.prefill_pairs,
+                    self.kv_coef * s.prefill_kv,
+                    hw.pi_attention,
+                    hw.beta_attention,
+                    self.floor_attn,
+                    self.over_layers,
+                )
+            )
         if s.decode_kv:
-            out.append(("attention_decode", self.attn_coef * s.memory_bound_pairs, self.kv_coef * s.decode_kv,
-                        hw.pi_attention, hw.beta_attention, self.floor_attn, self.over_layers))
+            out.append(
+                (
+                    "attention_decode",
+                    self.attn_coef * s.memory_bound_pairs,
+                    self.kv_coef * s.decode_kv,
+                    hw.pi_attention,
+                    hw.beta_attention,
+                    self.floor_attn,
+                    self.over_layers,
+                )
+            )
         return out
 
     def _op_time(self, fl: float, by: float, pi: float, beta: float, floor: float, over: float) -> float:
@@ -323,9 +437,18 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if self.tp == 1:
             return 0.0
         if self.ar_regimes:
-            return self.ar_calls * call_time(self.ar_regimes, self.ar_bytes_per_call_row * rows, rows,
-                                             self.ar_oneshot_tokens, self.ar_oneshot_alone, self.ar_switches,
-                                             self.ar_wave, self.ar_sms, self.ar_hinge, self.ar_soft)
+            return self.ar_calls * call_time(
+                self.ar_regimes,
+                self.ar_bytes_per_call_row * rows,
+                rows,
+                self.ar_oneshot_tokens,
+                self.ar_oneshot_alone,
+                self.ar_switches,
+                self.ar_wave,
+                self.ar_sms,
+                self.ar_hinge,
+                self.ar_soft,
+            )
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:
@@ -343,12 +466,12 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         the roofline) or the LM head, by ``gemm_tiles``."""
         hw, b = self.hw, self.model.b
         m = rows if name != "lm_head" or self.counting == "seed" else seqs
-        above = bool(self.rows_break) and m > self.rows_break     # gemm_rows_break: π scaled, as in _pi_rows
+        above = bool(self.rows_break) and m > self.rows_break  # gemm_rows_break: π scaled, as in _pi_rows
         tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
             return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b) * self.budget_factor(m)  # type: ignore[union-attr]
         t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())  # type: ignore[union-attr]
-        t *= self.budget_factor(rows)    # past the budget the tiles' time, compute-bound there, as π scaled
+        t *= self.budget_factor(rows)  # past the budget the tiles' time, compute-bound there, as π scaled
         if self.lin_rest:
             pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff / self.budget_factor(rows)
             t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
@@ -367,7 +490,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
 
     def _fixed_time(self, rows: int, seqs: int) -> float:
         t = self.hw.step_overhead_s
-        for name, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):   # _op_time, inlined (hot path)
+        for name, fl, by, pi, beta, floor, over in self._weight_terms(rows, seqs):  # _op_time, inlined (hot path)
             if self.tiles is not None and name in ("linear", "lm_head"):
                 t += self._tiled_part(name, rows, seqs)
                 continue
@@ -389,14 +512,24 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             t = self._fixed[key] = self._fixed_time(rows, seqs)
         return t
 
-    def _attention_time(self, prefill_pairs: float, prefill_kv: float, decode_pairs: float, decode_kv: float,
-                        decodes: int = 0, rows: int = 0, compute: float | None = None) -> float:
+    def _attention_time(
+        self,
+        prefill_pairs: float,
+        prefill_kv: float,
+        decode_pairs: float,
+        decode_kv: float,
+        decodes: int = 0,
+        rows: int = 0,
+        compute: float | None = None,
+    ) -> float:
         """The attention operators of ``attention_terms``, priced as ``_op_time`` does (hot path: inlined);
         `decodes` (memory-bound sequences), the pass's `rows` and prefill's `compute` time (the wave
         model's, from ``_prefill_compute``) matter to fitted attention only."""
         pi, beta, floor, over = self.hw.pi_attention, self.hw.beta_attention, self.floor_attn, self.over_layers
         if self.attn_fitted:
-            return self._fitted_attention_time(prefill_pairs, prefill_kv, decode_pairs, decode_kv, decodes, rows, compute)
+            return self._fitted_attention_time(
+                prefill_pairs, prefill_kv, decode_pairs, decode_kv, decodes, rows, compute
+            )
         t = 0.0
         if prefill_kv:
             a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
@@ -408,10 +541,15 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
 
     def time(self, s: ShapeStats) -> float:
         """Seconds for one forward pass (the simulator's hot path: plain floats)."""
-        gpu = self._fixed_part(s.rows, s.seqs) + self._attention_time(s.prefill_pairs, s.prefill_kv,
-                                                                    s.memory_bound_pairs, s.decode_kv,
-                                                                    s.seqs - s.prefill_seqs, s.rows,
-                                                                    self._prefill_compute(s) if self.q_tile else None)
+        gpu = self._fixed_part(s.rows, s.seqs) + self._attention_time(
+            s.prefill_pairs,
+            s.prefill_kv,
+            s.memory_bound_pairs,
+            s.decode_kv,
+            s.seqs - s.prefill_seqs,
+            s.rows,
+            self._prefill_compute(s) if self.q_tile else None,
+        )
         return self._with_host(gpu, s.seqs, s.prefill_seqs) if self.has_host else gpu
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
@@ -421,8 +559,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes
-        gpu = self._fixed_part(rows, seqs) + self._attention_time(float(pairs), float(pkv), float(dpairs), float(dkv),
-                                                                 seqs - pseqs, rows)
+        gpu = self._fixed_part(rows, seqs) + self._attention_time(
+            float(pairs), float(pkv), float(dpairs), float(dkv), seqs - pseqs, rows
+        )
         return self._with_host(gpu, seqs, pseqs) if self.has_host else gpu
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
@@ -430,16 +569,28 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         fitted = self._fitted_attention_terms(s) if self.attn_fitted else []
         for name, fl, by, pi, beta, floor, over in self.weight_terms(s) + ([] if fitted else self.attention_terms(s)):
             tc, tm = fl / pi, by / beta
-            t = (self._tiled_time(name, s.rows, s.seqs) if self.tiles is not None and name in ("linear", "lm_head")
-                 else self._moe_time(s.rows) if self.moe_fitted and name == "moe_experts"
-                 else self._op_time(fl, by, pi, beta, floor, over))
+            t = (
+                self._tiled_time(name, s.rows, s.seqs)
+                if self.tiles is not None and name in ("linear", "lm_head")
+                else self._moe_time(s.rows)
+                if self.moe_fitted and name == "moe_experts"
+                else self._op_time(fl, by, pi, beta, floor, over)
+            )
             ops.append(Operator(name, fl, by, t, "compute" if tc >= tm else "memory"))
-        ops += [Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute") for name, fl, by, t in fitted]
+        ops += [
+            Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute")
+            for name, fl, by, t in fitted
+        ]
         if self.tp > 1:
-            ops.append(Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect"))
+            ops.append(
+                Operator("allreduce", 0.0, self.ar_bytes_per_row * s.rows, self.allreduce_s(s.rows), "interconnect")
+            )
         if self.gather_bytes_per_seq:
-            ops.append(Operator("logits_gather", 0.0, self.gather_bytes_per_seq * s.seqs, self.gather_s(s.seqs),
-                                "interconnect"))
+            ops.append(
+                Operator(
+                    "logits_gather", 0.0, self.gather_bytes_per_seq * s.seqs, self.gather_s(s.seqs), "interconnect"
+                )
+            )
         if self.hw.step_overhead_s:
             ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
         if self.has_host:
@@ -448,8 +599,15 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         return Breakdown(tuple(ops))
 
 
-def cost(model: ModelSpec, hardware: Hardware, q_lens, kv_lens, tp: int = 1, counting: str | None = None,
-         overlap_host: bool = False) -> Breakdown:
+def cost(
+    model: ModelSpec,
+    hardware: Hardware,
+    q_lens,
+    kv_lens,
+    tp: int = 1,
+    counting: str | None = None,
+    overlap_host: bool = False,
+) -> Breakdown:
     """Price one forward pass of the batch whose sequences have q_lens new and kv_lens cached tokens."""
     q, kv = np.asarray(q_lens), np.asarray(kv_lens)
     require(q.shape == kv.shape, "kv_lens", list(kv_lens), f"has {kv.size} entries but q_lens has {q.size}")

@@ -12,6 +12,7 @@ outputs longer than one token; percentiles are ``np.percentile`` of the selected
 one JSON line appended per run. Inter-token gaps come from the run's log-histogram (within
 0.12 % of the exact sample), never from a list per token, unless detail is asked for.
 """
+
 from __future__ import annotations
 
 import math
@@ -90,6 +91,7 @@ def _stats(values_s: np.ndarray, percentiles) -> dict:
 
 def run_itl_histogram(res):
     from simcore.histogram import LogHistogram
+
     h = LogHistogram()
     for r in res.replicas:
         h.merge(r.itl)
@@ -99,6 +101,7 @@ def run_itl_histogram(res):
 def _token_buckets(res, t0: float, seconds: int) -> np.ndarray:
     """Tokens sampled per one-second bucket from t0, replayed from the iteration log."""
     from .iterlog import replay
+
     tokens = np.zeros(seconds)
     cms = [r.cm for r in res.replicas]
     for e in replay(res.iterations, cms):
@@ -129,13 +132,15 @@ def _peaks(res, done) -> tuple[float | None, int]:
 
 def per_request_itls(res) -> list[list[float]]:
     from .iterlog import token_times
+
     df = res.requests
     times = token_times(res.iterations, df.rid.tolist(), [r.cm for r in res.replicas])
     return [np.diff(times[rid]).tolist() for rid in df.rid.tolist()]
 
 
-def vllm_result(res, run: dict, percentile_metrics: list[str], percentiles: list[float], detailed: bool,
-                goodput: dict | None) -> dict:
+def vllm_result(
+    res, run: dict, percentile_metrics: list[str], percentiles: list[float], detailed: bool, goodput: dict | None
+) -> dict:
     """``run``: date, backend, label, model_id, num_prompts, request_rate, burstiness, max_concurrency,
     metadata, ramp (None or (strategy, start, end)), planned_arrival_s, config."""
     df = res.requests
@@ -148,24 +153,44 @@ def vllm_result(res, run: dict, percentile_metrics: list[str], percentiles: list
     max_tok, max_conc = _peaks(res, done)
     planned = np.asarray(run["planned_arrival_s"], dtype=float)
     queue = (df.arrival_s.to_numpy() - planned[df.rid.to_numpy()])[ok] if run["max_concurrency"] else np.zeros(ok.sum())
-    head = {"date": run["date"], "endpoint_type": run["backend"], "backend": run["backend"], "label": run["label"],
-            "model_id": run["model_id"], "tokenizer_id": run["model_id"], "num_prompts": run["num_prompts"],
-            **run["metadata"],
-            "request_rate": run["request_rate"] if math.isfinite(run["request_rate"]) else "inf",
-            "burstiness": run["burstiness"], "max_concurrency": run["max_concurrency"]}
+    head = {
+        "date": run["date"],
+        "endpoint_type": run["backend"],
+        "backend": run["backend"],
+        "label": run["label"],
+        "model_id": run["model_id"],
+        "tokenizer_id": run["model_id"],
+        "num_prompts": run["num_prompts"],
+        **run["metadata"],
+        "request_rate": run["request_rate"] if math.isfinite(run["request_rate"]) else "inf",
+        "burstiness": run["burstiness"],
+        "max_concurrency": run["max_concurrency"],
+    }
     if run["ramp"]:
         head.update(zip(("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"), run["ramp"]))
-    r = {"duration": duration, "completed": int(ok.sum()), "failed": int((~ok).sum()),
-         "total_input_tokens": total_in, "total_output_tokens": total_out,
-         "request_throughput": per_s(int(ok.sum())),
-         "request_goodput": per_s(int(_good(done, goodput).sum())) if goodput else None,
-         "output_throughput": per_s(total_out), "total_token_throughput": per_s(total_in + total_out),
-         "input_lens": df.prompt_len.tolist(), "output_lens": out_lens.tolist(),
-         "ttfts": df.ttft_s.fillna(0.0).tolist(), "itls": per_request_itls(res) if detailed else None,
-         "latencies": df.e2el_s.fillna(0.0).tolist(), "start_times": df.arrival_s.tolist(),
-         "queue_times": queue.tolist(), "generated_texts": [""] * len(df),
-         "errors": _errors(df),
-         "max_output_tokens_per_s": max_tok, "max_concurrent_requests": max_conc, "rtfx": 0.0}
+    r = {
+        "duration": duration,
+        "completed": int(ok.sum()),
+        "failed": int((~ok).sum()),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(int(ok.sum())),
+        "request_goodput": per_s(int(_good(done, goodput).sum())) if goodput else None,
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+        "input_lens": df.prompt_len.tolist(),
+        "output_lens": out_lens.tolist(),
+        "ttfts": df.ttft_s.fillna(0.0).tolist(),
+        "itls": per_request_itls(res) if detailed else None,
+        "latencies": df.e2el_s.fillna(0.0).tolist(),
+        "start_times": df.arrival_s.tolist(),
+        "queue_times": queue.tolist(),
+        "generated_texts": [""] * len(df),
+        "errors": _errors(df),
+        "max_output_tokens_per_s": max_tok,
+        "max_concurrent_requests": max_conc,
+        "rtfx": 0.0,
+    }
     if run["ramp"]:
         r["rps_change_events"] = _rps_events(*run["ramp"], run["num_prompts"], run["date"])
     r.update(percentile_keys(res, percentile_metrics, percentiles))
@@ -200,6 +225,7 @@ def _good(done, slos_ms: dict) -> np.ndarray:
 
 def _rps_events(strategy, start, end, n, date) -> list[dict]:
     from workloads.arrivals import ramp_rates
+
     events, last = [{"rps": int(start), "timestamp": date}], int(start)
     for rate in ramp_rates(strategy, start, end, n):
         cur = int(rate)
@@ -218,29 +244,61 @@ def sglang_result(res, run: dict, detailed: bool) -> dict:
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     total_in, total_out = int(done.prompt_len.sum()), int(done.num_output_tokens.sum())
     max_tok, max_conc = _peaks(res, done)
-    out = {"tag": run.get("tag"), "backend": run["backend"], "dataset_name": run["dataset_name"],
-           "request_rate": run["request_rate"], "max_concurrency": run["max_concurrency"],
-           "sharegpt_output_len": run["sharegpt_output_len"], "random_input_len": run["random_input_len"],
-           "random_output_len": run["random_output_len"], "random_range_ratio": run["random_range_ratio"],
-           "server_info": run["config"], "duration": duration, "completed": int(ok.sum()),
-           "total_input_tokens": total_in, "total_input_text_tokens": total_in, "total_input_vision_tokens": 0,
-           "total_output_tokens": total_out, "total_output_tokens_retokenized": total_out,
-           "request_throughput": per_s(int(ok.sum())), "input_throughput": per_s(total_in),
-           "output_throughput": per_s(total_out), "total_throughput": per_s(total_in + total_out)}
-    values = {"e2e_latency": done.e2el_s.to_numpy(), "ttft": done.ttft_s.to_numpy(),
-              "tpot": done.tpot_s.dropna().to_numpy()}
+    out = {
+        "tag": run.get("tag"),
+        "backend": run["backend"],
+        "dataset_name": run["dataset_name"],
+        "request_rate": run["request_rate"],
+        "max_concurrency": run["max_concurrency"],
+        "sharegpt_output_len": run["sharegpt_output_len"],
+        "random_input_len": run["random_input_len"],
+        "random_output_len": run["random_output_len"],
+        "random_range_ratio": run["random_range_ratio"],
+        "server_info": run["config"],
+        "duration": duration,
+        "completed": int(ok.sum()),
+        "total_input_tokens": total_in,
+        "total_input_text_tokens": total_in,
+        "total_input_vision_tokens": 0,
+        "total_output_tokens": total_out,
+        "total_output_tokens_retokenized": total_out,
+        "request_throughput": per_s(int(ok.sum())),
+        "input_throughput": per_s(total_in),
+        "output_throughput": per_s(total_out),
+        "total_throughput": per_s(total_in + total_out),
+    }
+    values = {
+        "e2e_latency": done.e2el_s.to_numpy(),
+        "ttft": done.ttft_s.to_numpy(),
+        "tpot": done.tpot_s.dropna().to_numpy(),
+    }
     for m in ("e2e_latency", "ttft", "tpot", "itl"):
-        st = _itl_stats(run_itl_histogram(res), SGLANG_PERCENTILES) if m == "itl" else \
-            _stats(values[m], SGLANG_PERCENTILES)
+        st = (
+            _itl_stats(run_itl_histogram(res), SGLANG_PERCENTILES)
+            if m == "itl"
+            else _stats(values[m], SGLANG_PERCENTILES)
+        )
         out.update({f"mean_{m}_ms": st["mean"], f"median_{m}_ms": st["median"], f"std_{m}_ms": st["std"]})
         out.update({f"p{p}_{m}_ms": st[p] for p in SGLANG_PERCENTILES})
-    out.update({"concurrency": per_s(float(done.e2el_s.sum())), "accept_length": None,
-                "max_output_tokens_per_s": max_tok, "max_concurrent_requests": max_conc})
+    out.update(
+        {
+            "concurrency": per_s(float(done.e2el_s.sum())),
+            "accept_length": None,
+            "max_output_tokens_per_s": max_tok,
+            "max_concurrent_requests": max_conc,
+        }
+    )
     if detailed:
-        out.update({"input_lens": df.prompt_len.tolist(),
-                    "output_lens": np.where(ok, df.num_output_tokens.to_numpy(), 0).tolist(),
-                    "ttfts": df.ttft_s.fillna(0.0).tolist(), "itls": per_request_itls(res),
-                    "generated_texts": [""] * len(df), "errors": _errors(df)})
+        out.update(
+            {
+                "input_lens": df.prompt_len.tolist(),
+                "output_lens": np.where(ok, df.num_output_tokens.to_numpy(), 0).tolist(),
+                "ttfts": df.ttft_s.fillna(0.0).tolist(),
+                "itls": per_request_itls(res),
+                "generated_texts": [""] * len(df),
+                "errors": _errors(df),
+            }
+        )
     return out
 
 
@@ -251,8 +309,11 @@ def result_path(fmt: str, result_dir: str | None, result_filename: str | None, r
         name = result_filename
     elif fmt == "sglang":
         day = run["date"][4:8]
-        tail = (f"{run['random_input_len']}_{run['random_output_len']}" if run["dataset_name"].startswith("random")
-                else run["dataset_name"])
+        tail = (
+            f"{run['random_input_len']}_{run['random_output_len']}"
+            if run["dataset_name"].startswith("random")
+            else run["dataset_name"]
+        )
         name = f"{run['backend']}_{day}_{run['num_prompts']}_{tail}.jsonl"
     else:
         conc = f"-concurrency{run['max_concurrency']}" if run["max_concurrency"] is not None else ""

@@ -7,6 +7,7 @@ SGLang's ``ServerArgs.add_cli_args`` (sglang/srt/server_args.py): ``--context-le
 ``--tensor-parallel-size`` / ``-tp`` the TP degree. Flags chunksim does not model are returned,
 so the caller can list them in one warning, never dropped silently.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -21,8 +22,15 @@ from .engine_flags import BOOL, FLAGS
 ENGINES = ("vllm", "sglang")
 PARALLEL = {  # spelling -> ("tp" | "dp"); vLLM: EngineArgs' ParallelConfig flags, SGLang: ServerArgs
     "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--data-parallel-size": "dp", "-dp": "dp"},
-    "sglang": {"--tp-size": "tp", "--tp": "tp", "--tensor-parallel-size": "tp", "--dp-size": "dp", "--dp": "dp",
-               "--data-parallel-size": "dp"}}
+    "sglang": {
+        "--tp-size": "tp",
+        "--tp": "tp",
+        "--tensor-parallel-size": "tp",
+        "--dp-size": "dp",
+        "--dp": "dp",
+        "--data-parallel-size": "dp",
+    },
+}
 DP_ROUTER = {"vllm": "least_outstanding", "sglang": "round_robin"}
 """The router standing in for each engine's own data-parallel balancer. vLLM: the API server's
 ``DPLBAsyncMPClient.get_core_engine_for_request`` (vllm/v1/engine/core_client.py) sends a request
@@ -30,22 +38,57 @@ to the engine with the lowest 4·waiting + running, nearest here to least_outsta
 ``ServerArgs.load_balance_method = "round_robin"`` (server_args.py) in its DataParallelController."""
 MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-TYPO_CUTOFF = 0.85   # difflib ratio above which an unknown flag is read as a misspelt modelled one
+TYPO_CUTOFF = 0.85  # difflib ratio above which an unknown flag is read as a misspelt modelled one
 NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as unmodelled, not "did you mean"
-    "vllm": ("--max-num-partial-prefills", "--max-long-partial-prefills", "--max-seq-len-to-capture",
-             "--max-cudagraph-capture-size", "--enable-prompt-embeds", "--enable-expert-parallel",
-             "--enable-eplb", "--enable-lora", "--enable-sleep-mode", "--kv-cache-memory-bytes",
-             "--prefix-caching-hash-algo", "--max-logprobs", "--max-loras",
-             "--max-lora-rank", "--max-cpu-loras", "--cpu-offload-gb", "--swap-space", "--scheduler-cls",
-             "--scheduling-policy", "--no-enable-prompt-embeds", "--num-lookahead-slots", "--seed",
-             "--data-parallel-size-local", "--data-parallel-rank", "--data-parallel-address",
-             "--data-parallel-rpc-port", "--data-parallel-backend", "--pipeline-parallel-size"),
-    "sglang": ("--max-queued-requests", "--disable-cuda-graph", "--disable-cuda-graph-padding",
-               "--disable-chunked-prefix-cache", "--enable-dp-attention",
-               "--enable-dynamic-chunking", "--pp-size",
-               "--ep-size", "--nnodes", "--node-rank", "--schedule-policy", "--schedule-conservativeness",
-               "--cuda-graph-max-bs", "--disable-outlines-disk-cache", "--disable-custom-all-reduce",
-               "--enable-torch-compile", "--enable-metrics"),
+    "vllm": (
+        "--max-num-partial-prefills",
+        "--max-long-partial-prefills",
+        "--max-seq-len-to-capture",
+        "--max-cudagraph-capture-size",
+        "--enable-prompt-embeds",
+        "--enable-expert-parallel",
+        "--enable-eplb",
+        "--enable-lora",
+        "--enable-sleep-mode",
+        "--kv-cache-memory-bytes",
+        "--prefix-caching-hash-algo",
+        "--max-logprobs",
+        "--max-loras",
+        "--max-lora-rank",
+        "--max-cpu-loras",
+        "--cpu-offload-gb",
+        "--swap-space",
+        "--scheduler-cls",
+        "--scheduling-policy",
+        "--no-enable-prompt-embeds",
+        "--num-lookahead-slots",
+        "--seed",
+        "--data-parallel-size-local",
+        "--data-parallel-rank",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-backend",
+        "--pipeline-parallel-size",
+    ),
+    "sglang": (
+        "--max-queued-requests",
+        "--disable-cuda-graph",
+        "--disable-cuda-graph-padding",
+        "--disable-chunked-prefix-cache",
+        "--enable-dp-attention",
+        "--enable-dynamic-chunking",
+        "--pp-size",
+        "--ep-size",
+        "--nnodes",
+        "--node-rank",
+        "--schedule-policy",
+        "--schedule-conservativeness",
+        "--cuda-graph-max-bs",
+        "--disable-outlines-disk-cache",
+        "--disable-custom-all-reduce",
+        "--enable-torch-compile",
+        "--enable-metrics",
+    ),
 }
 
 
@@ -82,8 +125,9 @@ def _program(tokens: list[str]) -> tuple[str, list[str]]:
             return "vllm", tokens[3:]
     if len(tokens) >= 2 and tokens[0] == "sglang" and tokens[1] == "serve":
         return "sglang", tokens[2:]
-    raise InputError("--engine-cmd", " ".join(tokens[:3]),
-                     "must start with `vllm serve` or `python -m sglang.launch_server`")
+    raise InputError(
+        "--engine-cmd", " ".join(tokens[:3]), "must start with `vllm serve` or `python -m sglang.launch_server`"
+    )
 
 
 def _strip_env(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -112,6 +156,7 @@ def _not_modelled(engine: str, flag: str) -> None:
 def parse_engine_cmd(line: str) -> EngineCommand:
     """The engine, its modelled flags (chunksim's names), the model id and the rest of the flags."""
     from .engine_flags import convert
+
     require(isinstance(line, str) and line.strip(), "--engine-cmd", line, "give the engine's command line")
     try:
         tokens = shlex.split(line.replace("\\\n", " "))
@@ -169,12 +214,16 @@ def shipped_model(model_id: str) -> str:
     from pathlib import Path
 
     from costmodel.model import shipped_for_id, shipped_sources
+
     p = Path(model_id).expanduser()
     if p.is_file() or (p.is_dir() and (p / "config.json").is_file()):
         return str(p)
     stem = shipped_for_id(model_id)
     if stem:
         return stem
-    raise InputError("--engine-cmd model", model_id,
-                     f"no shipped config for this Hugging Face id (shipped: {', '.join(sorted(shipped_sources().values()))}); "
-                     "download its config.json and pass --model PATH")
+    raise InputError(
+        "--engine-cmd model",
+        model_id,
+        f"no shipped config for this Hugging Face id (shipped: {', '.join(sorted(shipped_sources().values()))}); "
+        "download its config.json and pass --model PATH",
+    )

@@ -2,11 +2,12 @@
 engine's default for this GPU (vLLM: ``EngineArgs._set_default_args`` in vllm/engine/arg_utils.py
 by device memory and usage context; SGLang: ``ServerArgs._handle_gpu_memory_settings`` in
 sglang/srt/server_args.py by GPU memory), or a plain default of the engine's dataclass."""
+
 from __future__ import annotations
 
 import dataclasses
 
-GiB = 1024 ** 3
+GiB = 1024**3
 
 
 def _vllm_why(key: str, value, hw, usage: str, chunked: bool, user: dict) -> str:
@@ -41,18 +42,31 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
             why = f"SGLang default for {hw.memory_bytes / 1e9:.0f} GB of GPU memory"
         elif policy == "sglang" and key == "mem_fraction_static":
             from policies.sglang_config import sglang_mem_fraction_static
+
             value = sglang_mem_fraction_static(hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp)
             why = "SGLang default: (GPU memory − reserved) / GPU memory"
         else:
             why = f"{policy} default"
         rows.append({"flag": key, "value": value, "why": why})
     if max_len and not any(r["flag"] == "max_model_len" for r in rows):
-        rows.append({"flag": "max_model_len", "value": max_len,
-                     "why": "given" if "max_model_len" in user else f"the model's max_position_embeddings ({model.name})"})
-    rows.append({"flag": "kv_pool_tokens", "value": pool.total * pool.block_size,
-                 "why": "given (num_gpu_blocks_override)" if "num_gpu_blocks_override" in user else
-                 "given (max_total_tokens)" if "max_total_tokens" in user else
-                 f"from {hw.name}'s memory, the weights and the memory fraction"})
+        rows.append(
+            {
+                "flag": "max_model_len",
+                "value": max_len,
+                "why": "given" if "max_model_len" in user else f"the model's max_position_embeddings ({model.name})",
+            }
+        )
+    rows.append(
+        {
+            "flag": "kv_pool_tokens",
+            "value": pool.total * pool.block_size,
+            "why": "given (num_gpu_blocks_override)"
+            if "num_gpu_blocks_override" in user
+            else "given (max_total_tokens)"
+            if "max_total_tokens" in user
+            else f"from {hw.name}'s memory, the weights and the memory fraction",
+        }
+    )
     return rows
 
 

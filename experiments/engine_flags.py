@@ -7,6 +7,7 @@ so a new flag is one field here (plus the engine config field it sets).
 Spellings follow vLLM's ``EngineArgs.add_cli_args`` (vllm/engine/arg_utils.py) and SGLang's
 ``ServerArgs.add_cli_args`` (sglang/srt/server_args.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,11 @@ def _fraction(v):
 
 
 def _block(v):
-    return None if v in VLLM_BLOCK_SIZES else \
-        f"must be one of {', '.join(map(str, VLLM_BLOCK_SIZES))} (vLLM's BlockSize, vllm/config/cache.py)"
+    return (
+        None
+        if v in VLLM_BLOCK_SIZES
+        else f"must be one of {', '.join(map(str, VLLM_BLOCK_SIZES))} (vLLM's BlockSize, vllm/config/cache.py)"
+    )
 
 
 def _chunk(v):
@@ -46,8 +50,18 @@ def _chunk(v):
 def flag(kind: str, engines: tuple, help: str, vllm: tuple = (), sglang: tuple = (), check=None, cli: bool = True):
     """A field of EngineFlags. ``vllm`` / ``sglang``: the spellings each engine's command line accepts
     (booleans: the first switches on, a ``--no-`` one off); ``cli``: also a flag of ``chunksim simulate``."""
-    return field(default=None, metadata={"kind": kind, "engines": engines, "help": help, "vllm": vllm,
-                                         "sglang": sglang, "check": check, "cli": cli})
+    return field(
+        default=None,
+        metadata={
+            "kind": kind,
+            "engines": engines,
+            "help": help,
+            "vllm": vllm,
+            "sglang": sglang,
+            "check": check,
+            "cli": cli,
+        },
+    )
 
 
 V, S, N = "vllm", "sglang", "nochunk"
@@ -56,62 +70,120 @@ V, S, N = "vllm", "sglang", "nochunk"
 @dataclass(frozen=True)
 class EngineFlags:
     max_num_batched_tokens: int | None = flag(
-        INT, (V, N), "vLLM token budget per step (default by GPU: 8192 on an H100)",
-        vllm=("--max-num-batched-tokens",), check=_positive)
+        INT,
+        (V, N),
+        "vLLM token budget per step (default by GPU: 8192 on an H100)",
+        vllm=("--max-num-batched-tokens",),
+        check=_positive,
+    )
     long_prefill_token_threshold: int | None = flag(
-        INT, (V,), "vLLM: cap a prefill's tokens per step (0 = no cap, vLLM's default)",
-        vllm=("--long-prefill-token-threshold",), check=_nonneg)
+        INT,
+        (V,),
+        "vLLM: cap a prefill's tokens per step (0 = no cap, vLLM's default)",
+        vllm=("--long-prefill-token-threshold",),
+        check=_nonneg,
+    )
     max_num_seqs: int | None = flag(
-        INT, (V, N), "vLLM: most sequences per step (default by GPU)", vllm=("--max-num-seqs",), check=_positive)
+        INT, (V, N), "vLLM: most sequences per step (default by GPU)", vllm=("--max-num-seqs",), check=_positive
+    )
     chunked_prefill_size: int | None = flag(
-        INT, (S,), "SGLang chunk size (default by GPU memory; 0 or -1 = chunking off, as SGLang reads <= 0)",
-        sglang=("--chunked-prefill-size",), check=_chunk)
+        INT,
+        (S,),
+        "SGLang chunk size (default by GPU memory; 0 or -1 = chunking off, as SGLang reads <= 0)",
+        sglang=("--chunked-prefill-size",),
+        check=_chunk,
+    )
     max_prefill_tokens: int | None = flag(
-        INT, (S,), "SGLang prefill token budget per step (default 16384)", sglang=("--max-prefill-tokens",),
-        check=_positive)
+        INT,
+        (S,),
+        "SGLang prefill token budget per step (default 16384)",
+        sglang=("--max-prefill-tokens",),
+        check=_positive,
+    )
     page_size: int | None = flag(
-        INT, (S,), "SGLang KV page size in tokens (default 1)", sglang=("--page-size",), check=_positive)
+        INT, (S,), "SGLang KV page size in tokens (default 1)", sglang=("--page-size",), check=_positive
+    )
     max_model_len: int | None = flag(
-        INT, (V, S, N), "longest prompt + output (default: the model's max_position_embeddings); "
-        "SGLang spells it --context-length", vllm=("--max-model-len",), sglang=("--context-length",),
-        check=_positive)
+        INT,
+        (V, S, N),
+        "longest prompt + output (default: the model's max_position_embeddings); SGLang spells it --context-length",
+        vllm=("--max-model-len",),
+        sglang=("--context-length",),
+        check=_positive,
+    )
     num_gpu_blocks_override: int | None = flag(
-        INT, (V, N), "vLLM: KV pool size in blocks instead of the memory estimate",
-        vllm=("--num-gpu-blocks-override",), check=_positive)
+        INT,
+        (V, N),
+        "vLLM: KV pool size in blocks instead of the memory estimate",
+        vllm=("--num-gpu-blocks-override",),
+        check=_positive,
+    )
     max_total_tokens: int | None = flag(
-        INT, (S,), "SGLang: cap the KV pool at this many tokens", sglang=("--max-total-tokens",), check=_positive)
+        INT, (S,), "SGLang: cap the KV pool at this many tokens", sglang=("--max-total-tokens",), check=_positive
+    )
     max_running_requests: int | None = flag(
-        INT, (S,), "SGLang: most running requests", sglang=("--max-running-requests",), check=_positive)
+        INT, (S,), "SGLang: most running requests", sglang=("--max-running-requests",), check=_positive
+    )
     block_size: int | None = flag(
-        INT, (V, N), f"vLLM KV block size in tokens (default 16; one of {', '.join(map(str, VLLM_BLOCK_SIZES))})",
-        vllm=("--block-size",), check=_block)
+        INT,
+        (V, N),
+        f"vLLM KV block size in tokens (default 16; one of {', '.join(map(str, VLLM_BLOCK_SIZES))})",
+        vllm=("--block-size",),
+        check=_block,
+    )
     gpu_memory_utilization: float | None = flag(
-        FLOAT, (V, N), "vLLM memory fraction for weights + KV (0.9)", vllm=("--gpu-memory-utilization",),
-        check=_fraction)
+        FLOAT,
+        (V, N),
+        "vLLM memory fraction for weights + KV (0.9)",
+        vllm=("--gpu-memory-utilization",),
+        check=_fraction,
+    )
     mem_fraction_static: float | None = flag(
-        FLOAT, (S,), "SGLang memory fraction (default by GPU memory)", sglang=("--mem-fraction-static",),
-        check=_fraction)
+        FLOAT,
+        (S,),
+        "SGLang memory fraction (default by GPU memory)",
+        sglang=("--mem-fraction-static",),
+        check=_fraction,
+    )
     enable_chunked_prefill: bool | None = flag(
-        BOOL, (V,), "vLLM chunked prefill (on by default in V1)",
-        vllm=("--enable-chunked-prefill", "--no-enable-chunked-prefill"))
+        BOOL,
+        (V,),
+        "vLLM chunked prefill (on by default in V1)",
+        vllm=("--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+    )
     enable_mixed_chunk: bool | None = flag(
-        BOOL, (S,), "SGLang: run decodes in the same batch as a prefill chunk", sglang=("--enable-mixed-chunk",))
+        BOOL, (S,), "SGLang: run decodes in the same batch as a prefill chunk", sglang=("--enable-mixed-chunk",)
+    )
     enable_prefix_caching: bool | None = flag(
-        BOOL, (V, N), "vLLM prefix caching (on by default; acts when requests carry block hashes)",
-        vllm=("--enable-prefix-caching", "--no-enable-prefix-caching"))
+        BOOL,
+        (V, N),
+        "vLLM prefix caching (on by default; acts when requests carry block hashes)",
+        vllm=("--enable-prefix-caching", "--no-enable-prefix-caching"),
+    )
     disable_radix_cache: bool | None = flag(
-        BOOL, (S,), "SGLang: no prefix (radix) cache", sglang=("--disable-radix-cache",))
+        BOOL, (S,), "SGLang: no prefix (radix) cache", sglang=("--disable-radix-cache",)
+    )
     disable_overlap_schedule: bool | None = flag(
-        BOOL, (S,), "SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish",
-        sglang=("--disable-overlap-schedule",))
+        BOOL,
+        (S,),
+        "SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish",
+        sglang=("--disable-overlap-schedule",),
+    )
     async_scheduling: bool | None = flag(
-        BOOL, (V,), "vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step",
-        vllm=("--async-scheduling", "--no-async-scheduling"))
+        BOOL,
+        (V,),
+        "vLLM (default on, as vLLM 0.33): a finished request holds its slot and KV through the next step",
+        vllm=("--async-scheduling", "--no-async-scheduling"),
+    )
     scheduler_reserve_full_isl: bool | None = flag(
-        BOOL, (V,), "vLLM (default on): admit a request only when its whole current length fits in free KV",
-        vllm=("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"))
+        BOOL,
+        (V,),
+        "vLLM (default on): admit a request only when its whole current length fits in free KV",
+        vllm=("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"),
+    )
     usage_context: str | None = flag(
-        STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False)
+        STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False
+    )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 Defaults follow each engine: vLLM by GPU memory and usage context (vllm/engine/arg_utils.py),
 SGLang's chunked_prefill_size and mem_fraction_static by GPU memory (server_args.py).
 """
+
 from __future__ import annotations
 
 from costmodel import CostModel, Hardware, ModelSpec
@@ -21,7 +22,7 @@ from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 from .engine_flags import POLICY_FLAGS
 
 POLICIES = ("vllm", "sglang", "nochunk")
-VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)   # declared in engine_flags
+VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)  # declared in engine_flags
 
 
 def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):
@@ -38,7 +39,9 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
         max_total = flags.pop("max_total_tokens", None)
         cfg = SGLangConfig(**{**flags, "chunked_prefill_size": chunk, "max_model_len": max_len})
-        frac = cfg.mem_fraction_static or sglang_mem_fraction_static(hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp)
+        frac = cfg.mem_fraction_static or sglang_mem_fraction_static(
+            hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp
+        )
         tokens = sglang_kv_tokens(cm, frac, cfg.page_size)
         if max_total:
             tokens = min(tokens, int(max_total) // cfg.page_size * cfg.page_size)
@@ -66,14 +69,26 @@ MAX_REPLICAS = 4096
 before the first arrival, so a mistyped count (10**6) would take tens of GB before any error."""
 
 
-def build_cluster(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None,
-                  replicas: int = 1, router: str = "round_robin"):
+def build_cluster(
+    policy: str,
+    model: ModelSpec,
+    hw: Hardware,
+    tp: int = 1,
+    flags: dict | None = None,
+    replicas: int = 1,
+    router: str = "round_robin",
+):
     """N identical replicas of tp GPUs each behind a router: (engines, router, max_model_len). The
     replicas share one CostModel (it holds nothing but memos of prices), so one memo serves all."""
     from simcore.router import make_router
+
     require(isinstance(replicas, int) and replicas >= 1, "replicas", replicas, "must be a positive integer")
-    require(replicas <= MAX_REPLICAS, "replicas", replicas, f"at most {MAX_REPLICAS} (each replica is its own scheduler "
-            "and KV pool, built up front)")
+    require(
+        replicas <= MAX_REPLICAS,
+        "replicas",
+        replicas,
+        f"at most {MAX_REPLICAS} (each replica is its own scheduler and KV pool, built up front)",
+    )
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     route = make_router(router)
     engines, max_len = [], 0

@@ -4,6 +4,7 @@ All three are ``concurrent.futures`` executors (Dask through ``Client.get_execut
 sweep sees one interface and hands each finished point to ``on_result`` as it completes: that
 callback appends it to the results file at once, which is what makes ``--resume`` cheap.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -20,8 +21,9 @@ def executor_for(kind: str = "local", jobs: int = 1, scheduler_address: str | No
     on the cluster at ``scheduler_address`` or on a LocalCluster of ``jobs`` single-threaded workers."""
     require(kind in EXECUTORS, "executor", kind, f"must be one of {', '.join(EXECUTORS)}")
     require(jobs >= 1, "jobs", jobs, "must be >= 1")
-    require(scheduler_address is None or kind == "dask", "scheduler-address", scheduler_address,
-            "only with --executor dask")
+    require(
+        scheduler_address is None or kind == "dask", "scheduler-address", scheduler_address, "only with --executor dask"
+    )
     if kind == "local":
         if jobs == 1:
             yield None
@@ -30,6 +32,7 @@ def executor_for(kind: str = "local", jobs: int = 1, scheduler_address: str | No
             yield ex
         return
     from distributed import Client, LocalCluster
+
     cluster = None
     if scheduler_address:
         client = Client(scheduler_address)
@@ -48,6 +51,7 @@ def map_points(fn, items: list, on_result, executor=None, progress: bool = False
     """Run ``fn`` on every item; ``on_result`` gets each result as it finishes. A failure of the
     executor itself (a worker lost) becomes the item's record with an ``error``."""
     from tqdm import tqdm
+
     with tqdm(total=len(items), disable=not progress, unit="point", desc="sweep") as bar:
         if executor is None:
             for item in items:

@@ -6,6 +6,7 @@ and passing that back with ``-f`` reruns the same experiment. Relative paths in 
 against the file's folder and are stored absolute. Every key must be known; an unknown one is an
 ``InputError`` that names it.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,41 @@ from . import datasets, engine_flags
 from .engines import POLICIES
 from .scenarios import stall_scene
 
-KEYS = ("model", "hardware", "tp", "policy", "engine", "workload", "seed", "goodput", "fast_forward", "replicas",
-        "router")
+KEYS = (
+    "model",
+    "hardware",
+    "tp",
+    "policy",
+    "engine",
+    "workload",
+    "seed",
+    "goodput",
+    "fast_forward",
+    "replicas",
+    "router",
+)
 ENGINE_FLAGS = engine_flags.ALL
-SCENARIOS = {"stall": {"prompt_len", "num_decodes", "decode_context", "long_arrival_s", "decode_output_len",
-                       "stagger_s"}}
-DEFAULT_WORKLOAD = {"kind": "poisson", "request_rate": "inf", "num_prompts": 1000,
-                    "lengths": {"kind": "fixed", "input_len": 1024, "output_len": 128}}
-DEFAULTS = {"model": "llama-3.1-8b", "hardware": "h100", "tp": 1, "policy": "vllm", "engine": {},
-            "workload": DEFAULT_WORKLOAD, "seed": 0, "fast_forward": True, "replicas": 1, "router": "round_robin"}
+SCENARIOS = {
+    "stall": {"prompt_len", "num_decodes", "decode_context", "long_arrival_s", "decode_output_len", "stagger_s"}
+}
+DEFAULT_WORKLOAD = {
+    "kind": "poisson",
+    "request_rate": "inf",
+    "num_prompts": 1000,
+    "lengths": {"kind": "fixed", "input_len": 1024, "output_len": 128},
+}
+DEFAULTS = {
+    "model": "llama-3.1-8b",
+    "hardware": "h100",
+    "tp": 1,
+    "policy": "vllm",
+    "engine": {},
+    "workload": DEFAULT_WORKLOAD,
+    "seed": 0,
+    "fast_forward": True,
+    "replicas": 1,
+    "router": "round_robin",
+}
 TRACE_SUFFIX_FORMAT = {".csv": "azure", ".jsonl": "mooncake"}
 
 
@@ -90,7 +117,9 @@ def validate(cfg: dict) -> dict:
     if "tp" in out:
         require(_is_int(out["tp"]) and out["tp"] >= 1, "tp", out["tp"], "must be an integer >= 1")
     if "replicas" in out:
-        require(_is_int(out["replicas"]) and out["replicas"] >= 1, "replicas", out["replicas"], "must be an integer >= 1")
+        require(
+            _is_int(out["replicas"]) and out["replicas"] >= 1, "replicas", out["replicas"], "must be an integer >= 1"
+        )
     if "seed" in out:
         require(_is_int(out["seed"]) and out["seed"] >= 0, "seed", out["seed"], "must be an integer >= 0")
     if "fast_forward" in out:
@@ -129,8 +158,9 @@ def in_file(path, e: InputError, section: str = "") -> InputError:
     field = str(e.field)
     if field.startswith(str(path)):
         return e
-    return InputError(f"{path}:{section + ':' if section and not field.startswith(section) else ''}{field}",
-                      e.value, e.reason)
+    return InputError(
+        f"{path}:{section + ':' if section and not field.startswith(section) else ''}{field}", e.value, e.reason
+    )
 
 
 def load_experiment(path) -> dict:
@@ -162,8 +192,12 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         require(k not in o or (_is_int(o[k]) and o[k] >= 1), k.replace("_", "-"), o.get(k), "must be an integer >= 1")
     for k in ("request_rate", "burstiness"):
         require(k not in o or o[k] > 0, k.replace("_", "-"), o.get(k), "must be > 0 (inf allowed)")
-    require(not ("scenario" in o and "workload_file" in o), "--scenario", o.get("scenario"),
-            "not with --workload-file (the scenario is its own workload)")
+    require(
+        not ("scenario" in o and "workload_file" in o),
+        "--scenario",
+        o.get("scenario"),
+        "not with --workload-file (the scenario is its own workload)",
+    )
     w = dict(w)
     if "scenario" in o and w.get("scenario") != o["scenario"]:
         w = {"scenario": o["scenario"]}
@@ -181,8 +215,12 @@ def _workload_overrides(w: dict, o: dict) -> dict:
         key = "columns" if "columns" in o else "time_unit"
         require(False, f"--{'trace-columns' if key == 'columns' else 'time-unit'}", o[key], "needs --workload-file")
     elif "trace_format" in o:
-        require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), "trace-format", o["trace_format"],
-                "needs --workload-file or a trace workload in the experiment file")
+        require(
+            w.get("kind") == "trace" and isinstance(w.get("trace"), dict),
+            "trace-format",
+            o["trace_format"],
+            "needs --workload-file or a trace workload in the experiment file",
+        )
         w["trace"] = {**w["trace"], "format": o["trace_format"]}
     w = _trace_rate(w, o)
     for k in ("request_rate", "num_prompts", "max_concurrency", "burstiness"):
@@ -191,10 +229,14 @@ def _workload_overrides(w: dict, o: dict) -> dict:
     if "burstiness" in o and w.get("kind", "poisson") == "poisson":
         w["kind"] = "gamma"
     if "scenario" in w and ("input_len" in o or "output_len" in o):
-        require("output_len" not in o, "output-len", o.get("output_len"),
-                "the stall scenario's outputs are decode_output_len (decoders) and 16 (the long prompt): set "
-                "decode_output_len in the experiment file")
-        w["prompt_len"] = o["input_len"]          # the long prompt's length
+        require(
+            "output_len" not in o,
+            "output-len",
+            o.get("output_len"),
+            "the stall scenario's outputs are decode_output_len (decoders) and 16 (the long prompt): set "
+            "decode_output_len in the experiment file",
+        )
+        w["prompt_len"] = o["input_len"]  # the long prompt's length
     elif "input_len" in o or "output_len" in o:
         lengths = dict(w.get("lengths") or {"kind": "random"})
         lengths.update({k: o[k] for k in ("input_len", "output_len") if k in o})
@@ -210,10 +252,18 @@ def _trace_rate(w: dict, o: dict) -> dict:
         return w
     require(len(given) == 1, "--time-scale", o.get("time_scale"), "give --time-scale or --target-rate, not both")
     k = given[0]
-    require(w.get("kind") == "trace" and isinstance(w.get("trace"), dict), f"--{k.replace('_', '-')}", o[k],
-            "needs --workload-file or a trace workload in the experiment file")
-    require("request_rate" not in o, f"--{k.replace('_', '-')}", o[k],
-            "not with --request-rate (a trace keeps its own arrivals; rescale them with this flag)")
+    require(
+        w.get("kind") == "trace" and isinstance(w.get("trace"), dict),
+        f"--{k.replace('_', '-')}",
+        o[k],
+        "needs --workload-file or a trace workload in the experiment file",
+    )
+    require(
+        "request_rate" not in o,
+        f"--{k.replace('_', '-')}",
+        o[k],
+        "not with --request-rate (a trace keeps its own arrivals; rescale them with this flag)",
+    )
     trace = {kk: v for kk, v in w["trace"].items() if kk not in ("time_scale", "target_rate")}
     return {**w, "trace": {**trace, k: o[k]}}
 
@@ -223,8 +273,9 @@ def effective(file_cfg: dict | None, overrides: dict) -> dict:
     by their argparse names (``request_rate``, ``max_num_seqs``, ``workload_file``, ...)."""
     o = {k: v for k, v in overrides.items() if v is not None}
     cfg = {**DEFAULTS, **(file_cfg or {})}
-    cfg.update({k: o[k] for k in ("model", "hardware", "tp", "policy", "seed", "fast_forward", "replicas", "router")
-                if k in o})
+    cfg.update(
+        {k: o[k] for k in ("model", "hardware", "tp", "policy", "seed", "fast_forward", "replicas", "router") if k in o}
+    )
     cfg["engine"] = {**cfg["engine"], **{k: v for k, v in o.items() if k in ENGINE_FLAGS}}
     cfg["workload"] = _workload_overrides(cfg["workload"], o)
     if "goodput" in o:
@@ -236,13 +287,21 @@ def build_workload(cfg: dict):
     w = cfg["workload"]
     if "scenario" not in w:
         return workload_from_config(w, cfg["seed"])
-    require(isinstance(w["scenario"], str) and w["scenario"] in SCENARIOS, "workload:scenario", w["scenario"],
-            f"must be one of {', '.join(SCENARIOS)}")
+    require(
+        isinstance(w["scenario"], str) and w["scenario"] in SCENARIOS,
+        "workload:scenario",
+        w["scenario"],
+        f"must be one of {', '.join(SCENARIOS)}",
+    )
     args = {k: v for k, v in w.items() if k != "scenario"}
     _known(args, SCENARIOS[w["scenario"]], "workload")
     for k, v in args.items():
-        require(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, f"workload:{k}", v,
-                "must be a number >= 0")
+        require(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+            f"workload:{k}",
+            v,
+            "must be a number >= 0",
+        )
     for k, low in (("prompt_len", 1), ("num_decodes", 1), ("decode_output_len", 1), ("decode_context", 129)):
         v = args.get(k, low)
         require(_is_int(v) and v >= low, f"workload:{k}", v, f"must be an integer >= {low}")

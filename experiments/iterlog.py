@@ -7,6 +7,7 @@ decode-only passes; given the run's cost model their end times are recomputed ex
 (``CostModel.decode_run``), else they are spread evenly over the entry.
 Prefix-cache hits are taken from each request's final ``num_cached_tokens`` at its first pass.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,12 +20,12 @@ import pandas as pd
 class Entry:
     replica: int
     start_s: float
-    ends: np.ndarray          # end of each step, seconds
-    rids: list                # request ids in batch order
-    q_lens: list              # new tokens per sequence, first step
-    kv_lens: list             # tokens already in KV per sequence, first step
-    decode: list              # per sequence: True when its token is a decode
-    sampled: list             # per sequence: True when the pass samples a token for it
+    ends: np.ndarray  # end of each step, seconds
+    rids: list  # request ids in batch order
+    q_lens: list  # new tokens per sequence, first step
+    kv_lens: list  # tokens already in KV per sequence, first step
+    decode: list  # per sequence: True when its token is a decode
+    sampled: list  # per sequence: True when the pass samples a token for it
 
     @property
     def steps(self) -> int:
@@ -82,8 +83,9 @@ def iteration_frame(log, cm=None) -> pd.DataFrame:
         starts = np.r_[e.start_s, e.ends[:-1]]
         for s, t in zip(starts, e.ends):
             rows.append((e.replica, float(s), float(t), e.prefill_tokens, e.decode_tokens, len(e.rids), e.steps > 1))
-    return pd.DataFrame(rows, columns=["replica", "start_s", "end_s", "prefill_tokens", "decode_tokens", "sequences",
-                                       "fast_forwarded"])
+    return pd.DataFrame(
+        rows, columns=["replica", "start_s", "end_s", "prefill_tokens", "decode_tokens", "sequences", "fast_forwarded"]
+    )
 
 
 def token_times(log, rids, cm=None) -> dict:

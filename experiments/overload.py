@@ -14,11 +14,12 @@ neither median. A request that never produced a token (rejected) waits forever, 
 an infinite TTFT. Runs whose requests all arrive at once (request rate inf), or with fewer than
 ``MIN_REQUESTS`` requests, have no rate to keep up with: growth is NaN and they are not flagged.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-GROWTH_LIMIT = 0.10   # s of extra TTFT per s of arrivals: throughput below 1/1.1 of the offered rate
+GROWTH_LIMIT = 0.10  # s of extra TTFT per s of arrivals: throughput below 1/1.1 of the offered rate
 MIN_REQUESTS = 20
 
 
@@ -43,5 +44,8 @@ def load_figures(arrival_s: np.ndarray, ttft_s: np.ndarray) -> dict:
     a = np.asarray(arrival_s, dtype=float)
     span = float(a.max() - a.min()) if len(a) else 0.0
     g = queue_growth(a, ttft_s)
-    return {"offered_rate": (len(a) - 1) / span if span > 0 else float("inf"), "queue_growth": g,
-            "overloaded": bool(g > GROWTH_LIMIT)}
+    return {
+        "offered_rate": (len(a) - 1) / span if span > 0 else float("inf"),
+        "queue_growth": g,
+        "overloaded": bool(g > GROWTH_LIMIT),
+    }

@@ -5,6 +5,7 @@ front (nothing else has both more throughput and less ITL) is ringed, the recomm
 Figures are built without pyplot (no global state, no backend switch); functions take a
 DataFrame from ``sweep.run_sweep`` and return the Figure.
 """
+
 from __future__ import annotations
 
 import matplotlib
@@ -14,13 +15,19 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from .sweep import KNOBS, mark_slo, pareto_mask
 
-SHORT = {"max_num_batched_tokens": "budget", "long_prefill_token_threshold": "threshold",
-         "chunked_prefill_size": "chunk"}
+SHORT = {
+    "max_num_batched_tokens": "budget",
+    "long_prefill_token_threshold": "threshold",
+    "chunked_prefill_size": "chunk",
+}
 
 
 def knob_label(row) -> str:
-    parts = [f"{SHORT.get(k, k)}={int(row[k]) if float(row[k]).is_integer() else row[k]}"
-             for k in KNOBS[row["policy"]] if k in SHORT and row.get(k) is not None and not _isnan(row[k])]
+    parts = [
+        f"{SHORT.get(k, k)}={int(row[k]) if float(row[k]).is_integer() else row[k]}"
+        for k in KNOBS[row["policy"]]
+        if k in SHORT and row.get(k) is not None and not _isnan(row[k])
+    ]
     return ", ".join(parts) or "defaults"
 
 
@@ -40,8 +47,14 @@ def _lines(g):
     return g.groupby("_label", sort=False)
 
 
-def itl_vs_throughput(df, itl_slo_ms: float | None = None, percentile: int = 99, recommendation=None,
-                      x: str = "output_throughput", ttft_slo_ms: float | None = None):
+def itl_vs_throughput(
+    df,
+    itl_slo_ms: float | None = None,
+    percentile: int = 99,
+    recommendation=None,
+    x: str = "output_throughput",
+    ttft_slo_ms: float | None = None,
+):
     """Hollow markers: points that miss an SLO (with ``ttft_slo_ms``, also those that miss only TTFT)."""
     y = f"p{percentile}_itl_ms"
     ok = df[df.error.isna()]
@@ -60,16 +73,31 @@ def itl_vs_throughput(df, itl_slo_ms: float | None = None, percentile: int = 99,
         if recommendation is not None and "point_id" in recommendation:
             rec = recommendation[(recommendation.engine == engine) & recommendation.point_id.notna()]
             if len(rec):
-                best = g[g.point_id == rec.point_id.iloc[0]]   # a star behind its point, the point redrawn on top
-                ax.plot(best[x], best[y], "*", color="gold", mec="darkgoldenrod", ms=24, alpha=0.6,
-                        label="recommended", zorder=1)
+                best = g[g.point_id == rec.point_id.iloc[0]]  # a star behind its point, the point redrawn on top
+                ax.plot(
+                    best[x],
+                    best[y],
+                    "*",
+                    color="gold",
+                    mec="darkgoldenrod",
+                    ms=24,
+                    alpha=0.6,
+                    label="recommended",
+                    zorder=1,
+                )
                 i = list(_lines(g).groups).index(knob_label(best.iloc[0])) if len(best) else 0
                 filled = bool(meets[best.index].all()) if len(best) else True
                 ax.plot(best[x], best[y], "o", color=cmap(i), mfc=cmap(i) if filled else "white", ms=4, zorder=6)
         if itl_slo_ms is not None:
             ax.axhline(itl_slo_ms, ls="--", color="crimson", lw=1)
-            ax.annotate(f"SLO {itl_slo_ms:g} ms", (0.01, itl_slo_ms), xycoords=("axes fraction", "data"),
-                        va="bottom", color="crimson", fontsize=8)
+            ax.annotate(
+                f"SLO {itl_slo_ms:g} ms",
+                (0.01, itl_slo_ms),
+                xycoords=("axes fraction", "data"),
+                va="bottom",
+                color="crimson",
+                fontsize=8,
+            )
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ScalarFormatter())
@@ -79,8 +107,10 @@ def itl_vs_throughput(df, itl_slo_ms: float | None = None, percentile: int = 99,
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper left")
     next(iter(axes.values())).set_ylabel(f"p{percentile} ITL (ms)")
-    fig.suptitle(f"p{percentile} inter-token latency vs throughput (each line: one knob value across request rates; "
-                 "hollow: misses an SLO)")
+    fig.suptitle(
+        f"p{percentile} inter-token latency vs throughput (each line: one knob value across request rates; "
+        "hollow: misses an SLO)"
+    )
     fig.tight_layout()
     return fig
 

@@ -13,6 +13,7 @@ provider, so they compare GPUs with each other, not providers:
 No default for h200, l40s, rtx4090 and the RTX PRO 6000s: that list has no on-demand price for
 them, and a figure from elsewhere would not compare with the ones above.
 """
+
 from __future__ import annotations
 
 from costmodel.errors import require
@@ -48,7 +49,9 @@ def cost_per_million(summary: dict, gpus: int, price: float) -> dict:
     it served at the run's throughput (tokens/s from the summary)."""
     usd_per_s = price * gpus / 3600.0
     out = {}
-    for key, rate in (("usd_per_million_output_tokens", summary.get("output_throughput")),
-                      ("usd_per_million_total_tokens", summary.get("total_token_throughput"))):
+    for key, rate in (
+        ("usd_per_million_output_tokens", summary.get("output_throughput")),
+        ("usd_per_million_total_tokens", summary.get("total_token_throughput")),
+    ):
         out[key] = usd_per_s / rate * 1e6 if rate else float("inf")
     return out

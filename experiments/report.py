@@ -1,4 +1,5 @@
 """Plain-text tables for the terminal."""
+
 from __future__ import annotations
 
 

@@ -9,6 +9,7 @@ the few requests drawn. Past ``MAX_PASSES`` passes a replica's passes are binned
 bin shows the mean tokens per pass and the mean pass time of the passes in it (a fast-forwarded
 entry's passes are spread evenly over the entry).
 """
+
 from __future__ import annotations
 
 import sys
@@ -20,10 +21,10 @@ from matplotlib.ticker import NullFormatter
 
 from .iterlog import replay
 
-MAX_PASSES = 4000        # per replica: drawn pass by pass up to this many, binned beyond
-BINS = 600               # time bins of a binned replica
-MAX_CDF_POINTS = 2000    # a CDF of more values is drawn through this many quantiles
-MAX_REPLICA_ROWS = 8     # iteration_composition draws at most this many replicas, and says so
+MAX_PASSES = 4000  # per replica: drawn pass by pass up to this many, binned beyond
+BINS = 600  # time bins of a binned replica
+MAX_CDF_POINTS = 2000  # a CDF of more values is drawn through this many quantiles
+MAX_REPLICA_ROWS = 8  # iteration_composition draws at most this many replicas, and says so
 PASS_COLUMNS = ["replica", "start_s", "end_s", "steps", "prefill_tokens", "decode_tokens", "sequences"]
 
 
@@ -39,8 +40,17 @@ def run_title(policy: str, model: str, hardware: str, tp: int = 1, replicas: int
 
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="entry", file=sys.stderr, disable=not enabled, leave=False,
-                delay=1.0, mininterval=0.5)
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="entry",
+        file=sys.stderr,
+        disable=not enabled,
+        leave=False,
+        delay=1.0,
+        mininterval=0.5,
+    )
 
 
 def pass_table(result, rids=(), progress: bool = False) -> tuple[pd.DataFrame, dict]:
@@ -55,8 +65,9 @@ def pass_table(result, rids=(), progress: bool = False) -> tuple[pd.DataFrame, d
     log = result.iterations or []
     with _progress(len(log), "plots: replay", progress) as bar:
         for i, e in enumerate(replay(log, _cms(result))):
-            for a, v in zip(app, (e.replica, e.start_s, float(e.ends[-1]), e.steps, e.prefill_tokens,
-                                  e.decode_tokens, len(e.rids))):
+            for a, v in zip(
+                app, (e.replica, e.start_s, float(e.ends[-1]), e.steps, e.prefill_tokens, e.decode_tokens, len(e.rids))
+            ):
                 a(v)
             ends.append(e.ends)
             if want and not want.isdisjoint(e.rids):
@@ -65,8 +76,9 @@ def pass_table(result, rids=(), progress: bool = False) -> tuple[pd.DataFrame, d
                         times[rid].append(e.ends)
             if not i & 4095:
                 bar.update(i - bar.n)
-    frame = pd.DataFrame({c: np.asarray(v, dtype=float if c.endswith("_s") else np.int64)
-                          for c, v in zip(PASS_COLUMNS, cols)})
+    frame = pd.DataFrame(
+        {c: np.asarray(v, dtype=float if c.endswith("_s") else np.int64) for c, v in zip(PASS_COLUMNS, cols)}
+    )
     col = np.empty(len(ends), dtype=object)
     for i, v in enumerate(ends):
         col[i] = v
@@ -83,8 +95,13 @@ def stalled_requests(result, k: int = 4) -> list[int]:
 def _margins(fig, right: float = 0.98, hspace: float | None = None) -> None:
     """Fixed margins in inches (tight_layout measures every tick label: seconds on a tall figure)."""
     w, h = fig.get_size_inches()
-    fig.subplots_adjust(left=0.9 / w, right=right, bottom=0.55 / h, top=1 - 0.75 / h,
-                        hspace=hspace if hspace is not None else 0.35 / (h / 4))
+    fig.subplots_adjust(
+        left=0.9 / w,
+        right=right,
+        bottom=0.55 / h,
+        top=1 - 0.75 / h,
+        hspace=hspace if hspace is not None else 0.35 / (h / 4),
+    )
 
 
 def _suptitle(fig, title: str | None, what: str) -> None:
@@ -118,9 +135,16 @@ def itl_timeline(result, rids=None, itl_slo_ms: float | None = None, title: str 
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.set_ylabel("gap (ms)")
-        ax.text(0.005, 0.95, f"request {rid} · replica {int(r.replica)} · prompt {int(r.prompt_len):,} · "
-                f"{int(r.num_output_tokens):,} tokens · worst gap {r.max_itl_s * 1e3:,.1f} ms",
-                transform=ax.transAxes, va="top", fontsize=7, bbox={"fc": "white", "ec": "none", "alpha": 0.8})
+        ax.text(
+            0.005,
+            0.95,
+            f"request {rid} · replica {int(r.replica)} · prompt {int(r.prompt_len):,} · "
+            f"{int(r.num_output_tokens):,} tokens · worst gap {r.max_itl_s * 1e3:,.1f} ms",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+            bbox={"fc": "white", "ec": "none", "alpha": 0.8},
+        )
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper right")
     axes[-1].set_xlabel("time (s)")
@@ -133,7 +157,7 @@ def _binned(p: pd.DataFrame, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     """Prefill and decode tokens per second, and mean pass time (s), in each bin of ``edges``, from
     cumulative counts that rise linearly over each entry (pass time NaN where a bin holds no pass)."""
     start, end, steps = p.start_s.to_numpy(), p.end_s.to_numpy(), p.steps.to_numpy()
-    x = np.maximum.accumulate(np.column_stack([start, end]).ravel())   # entries of a replica never overlap
+    x = np.maximum.accumulate(np.column_stack([start, end]).ravel())  # entries of a replica never overlap
     out = []
     for per_entry in (steps, p.prefill_tokens.to_numpy() * steps, p.decode_tokens.to_numpy() * steps, end - start):
         cum = np.cumsum(per_entry, dtype=float)
@@ -158,8 +182,13 @@ def _replica_series(p: pd.DataFrame, edges: np.ndarray | None):
 
     def both(v, idle):
         return np.column_stack([v, idle]).ravel()[:-1]
-    return (np.column_stack([starts, ends]).ravel(), both(np.repeat(p.prefill_tokens.to_numpy(), steps), gap),
-            both(np.repeat(p.decode_tokens.to_numpy(), steps), gap), both(ends - starts, gap * np.nan))
+
+    return (
+        np.column_stack([starts, ends]).ravel(),
+        both(np.repeat(p.prefill_tokens.to_numpy(), steps), gap),
+        both(np.repeat(p.decode_tokens.to_numpy(), steps), gap),
+        both(ends - starts, gap * np.nan),
+    )
 
 
 def iteration_composition(result, replica: int | None = None, title: str | None = None, passes=None):
@@ -182,7 +211,7 @@ def iteration_composition(result, replica: int | None = None, title: str | None 
         e, pre, dec, dur = _replica_series(q, edges)
         tw = ax.twinx()
         if len(pre):
-            last = lambda v: np.r_[v, v[-1:]]   # noqa: E731  (steps-post: the last value holds to the last edge)
+            last = lambda v: np.r_[v, v[-1:]]  # noqa: E731  (steps-post: the last value holds to the last edge)
             ax.fill_between(e, 0, last(pre), step="post", color="tab:orange", lw=0, label="prefill tokens")
             ax.fill_between(e, last(pre), last(pre + dec), step="post", color="tab:blue", lw=0, label="decode tokens")
             tw.plot(e, last(dur * 1e3), drawstyle="steps-post", color="k", lw=0.6, label="pass time (ms, right)")
@@ -190,15 +219,29 @@ def iteration_composition(result, replica: int | None = None, title: str | None 
         ax.set_ylabel(f"replica {rep}\n{'tokens/s' if edges is not None else 'tokens/pass'}", fontsize=8)
         tw.set_ylabel("pass (ms)", fontsize=8)
         ax.grid(alpha=0.3)
-        ax.text(0.005, 0.92, f"{n:,} passes", transform=ax.transAxes, va="top", fontsize=7,
-                bbox={"fc": "white", "ec": "none", "alpha": 0.7})
+        ax.text(
+            0.005,
+            0.92,
+            f"{n:,} passes",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+            bbox={"fc": "white", "ec": "none", "alpha": 0.7},
+        )
         if ax is axes[0]:
             h1, l1 = ax.get_legend_handles_labels()
             h2, l2 = tw.get_legend_handles_labels()
             ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper right", ncol=3)
     axes[-1].set_xlabel("time (s)")
-    which = f"replica {reps[0]}" if replica is not None else "1 replica" if total == 1 else \
-        f"all {total} replicas" if total == len(reps) else f"replicas {reps[0]}–{reps[-1]} of {total}"
+    which = (
+        f"replica {reps[0]}"
+        if replica is not None
+        else "1 replica"
+        if total == 1
+        else f"all {total} replicas"
+        if total == len(reps)
+        else f"replicas {reps[0]}–{reps[-1]} of {total}"
+    )
     how = f"; tokens/s and mean pass time in {BINS:,} time bins" if binned else ""
     _suptitle(fig, title, f"what each forward pass held, {which}{how}")
     _margins(fig, right=0.92)
@@ -216,7 +259,12 @@ def cdf_points(values: np.ndarray, max_points: int = MAX_CDF_POINTS) -> tuple[np
     return v[idx], (idx + 1) / n
 
 
-CDF_COLUMNS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2el_s", "E2E latency"), ("max_itl_s", "worst ITL of the request"))
+CDF_COLUMNS = (
+    ("ttft_s", "TTFT"),
+    ("tpot_s", "TPOT"),
+    ("e2el_s", "E2E latency"),
+    ("max_itl_s", "worst ITL of the request"),
+)
 
 
 def latency_cdfs(result, labels=None, title: str | None = None):
@@ -247,23 +295,34 @@ def latency_cdfs(result, labels=None, title: str | None = None):
     return fig
 
 
-def save_run_plots(result, folder, itl_slo_ms: float | None = None, title: str | None = None,
-                   progress: bool = False, passes=None, times=None) -> dict:
+def save_run_plots(
+    result,
+    folder,
+    itl_slo_ms: float | None = None,
+    title: str | None = None,
+    progress: bool = False,
+    passes=None,
+    times=None,
+) -> dict:
     """itl_timeline.png, iteration_composition.png, latency_cdfs.png in ``folder``; one replay of the log."""
     from pathlib import Path
 
     from tqdm import tqdm
+
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     rids = stalled_requests(result)
     if passes is None or times is None or not set(rids) <= set(times):
         passes, times = pass_table(result, rids, progress)
-    makers = {"itl_timeline": lambda: itl_timeline(result, rids, itl_slo_ms, title, times),
-              "iteration_composition": lambda: iteration_composition(result, title=title, passes=passes),
-              "latency_cdfs": lambda: latency_cdfs(result, title=title)}
+    makers = {
+        "itl_timeline": lambda: itl_timeline(result, rids, itl_slo_ms, title, times),
+        "iteration_composition": lambda: iteration_composition(result, title=title, passes=passes),
+        "latency_cdfs": lambda: latency_cdfs(result, title=title),
+    }
     files = {}
-    with tqdm(total=len(makers), desc="plots", unit="plot", file=sys.stderr, disable=not progress, leave=False,
-              delay=1.0) as bar:
+    with tqdm(
+        total=len(makers), desc="plots", unit="plot", file=sys.stderr, disable=not progress, leave=False, delay=1.0
+    ) as bar:
         for key, make in makers.items():
             files[key] = out / f"{key}.png"
             make().savefig(files[key], dpi=110)

@@ -1,4 +1,5 @@
 """Named workloads for `simulate --scenario` and the simple Poisson/fixed-length workload."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,14 @@ from simcore.simulation import fixed_workload
 from workloads.arrivals import poisson
 
 
-def stall_scene(prompt_len: int = 32768, num_decodes: int = 32, decode_context: int = 2048,
-                long_arrival_s: float = 4.0, decode_output_len: int = 1024, stagger_s: float = 0.1):
+def stall_scene(
+    prompt_len: int = 32768,
+    num_decodes: int = 32,
+    decode_context: int = 2048,
+    long_arrival_s: float = 4.0,
+    decode_output_len: int = 1024,
+    stagger_s: float = 0.1,
+):
     """Seed 000's scene: decoders already running when one long prompt arrives. Decoders arrive
     `stagger_s` apart, so each one's own prefill is short, and their prompts are sized so their
     context is about `decode_context` when the long prompt arrives."""

@@ -23,6 +23,7 @@ closed-loop (a load test: ``concurrency`` requests in flight, the next sent when
 the server is saturated; sessions run in waves of ``concurrency`` and their turns interleave
 round-robin, so a turn is normally sent after its predecessor finished.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ from experiments.engines import build_cluster
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
-SEED_TABLE = {   # seed 001 §七
+SEED_TABLE = {  # seed 001 §七
     8192: dict(prefill_batches=2214, total_token_throughput=19589.0, runtime_min=106.0, median_tpot_ms=19.6),
     16384: dict(prefill_batches=1785, total_token_throughput=22314.0, runtime_min=91.0, median_tpot_ms=19.9),
 }
@@ -44,10 +45,18 @@ BLOCK_TOKENS = 256
 SYSTEM_PROMPT = 8192
 
 
-def agentic_workload(n_requests: int = 1600, turns: int = 20, concurrency: int = 16, seed: int = 0,
-                     system_prompt: int = SYSTEM_PROMPT, context=(8192, 24576), tool_median: float = 3500.0,
-                     answer_median: float = 300.0, output_median: float = 1500.0, block_tokens: int = BLOCK_TOKENS
-                     ) -> Workload:
+def agentic_workload(
+    n_requests: int = 1600,
+    turns: int = 20,
+    concurrency: int = 16,
+    seed: int = 0,
+    system_prompt: int = SYSTEM_PROMPT,
+    context=(8192, 24576),
+    tool_median: float = 3500.0,
+    answer_median: float = 300.0,
+    output_median: float = 1500.0,
+    block_tokens: int = BLOCK_TOKENS,
+) -> Workload:
     """Multi-turn agent sessions (see the module docstring), closed loop at ``concurrency``."""
     rng = np.random.default_rng(seed)
     sessions = -(-n_requests // turns)
@@ -56,7 +65,7 @@ def agentic_workload(n_requests: int = 1600, turns: int = 20, concurrency: int =
     next_id = len(sys_ids)
     prompts, outputs, hashes, order = [], [], [], []
     for s in range(sessions):
-        stream_ids = list(sys_ids)                # ids of the session's full 256-token blocks so far
+        stream_ids = list(sys_ids)  # ids of the session's full 256-token blocks so far
         length = system_prompt + int(rng.integers(context[0], context[1] + 1))
         for t in range(turns):
             full = length // block_tokens
@@ -64,20 +73,27 @@ def agentic_workload(n_requests: int = 1600, turns: int = 20, concurrency: int =
                 stream_ids.append(next_id)
                 next_id += 1
             ids = stream_ids[:full]
-            if length % block_tokens:             # a partial last block is this prompt's own
+            if length % block_tokens:  # a partial last block is this prompt's own
                 ids = ids + [next_id]
                 next_id += 1
             out = int(np.clip(rng.lognormal(np.log(output_median), 0.8), 64, 16384))
             prompts.append(length)
             outputs.append(out)
             hashes.append(tuple(ids))
-            order.append((s // wave, t, s))       # waves of sessions, turns round-robin within a wave
+            order.append((s // wave, t, s))  # waves of sessions, turns round-robin within a wave
             answer = int(np.clip(rng.lognormal(np.log(answer_median), 0.5), 16, 4096))
             tool = int(np.clip(rng.lognormal(np.log(tool_median), 0.9), 64, 65536))
             length += answer + tool
     idx = sorted(range(len(order)), key=order.__getitem__)[:n_requests]
-    return Workload(np.zeros(len(idx)), np.array(prompts)[idx], np.array(outputs)[idx], [hashes[i] for i in idx],
-                    block_tokens, concurrency, (f"agentic: {sessions} sessions x {turns} turns, waves of {wave}",))
+    return Workload(
+        np.zeros(len(idx)),
+        np.array(prompts)[idx],
+        np.array(outputs)[idx],
+        [hashes[i] for i in idx],
+        block_tokens,
+        concurrency,
+        (f"agentic: {sessions} sessions x {turns} turns, waves of {wave}",),
+    )
 
 
 def _is_prefill(plan) -> bool:
@@ -89,23 +105,45 @@ def prefill_batches(iterations) -> int:
     return sum(1 for _, _, _, _, plan in iterations if _is_prefill(plan))
 
 
-def run_one(chunk: int, workload: Workload, model: str = "qwen3.5-122b-a10b", hardware: str = "h100",
-            tp: int = 8, flags: dict | None = None) -> dict:
+def run_one(
+    chunk: int,
+    workload: Workload,
+    model: str = "qwen3.5-122b-a10b",
+    hardware: str = "h100",
+    tp: int = 8,
+    flags: dict | None = None,
+) -> dict:
     m, hw = load_model(model), load_hardware(hardware)
     engines, _, max_len = build_cluster("sglang", m, hw, tp, {"chunked_prefill_size": chunk, **(flags or {})})
     res = Simulation(engines, workload, max_model_len=max_len, record_iterations=True).run()
     s = res.summary
-    return dict(chunked_prefill_size=chunk, prefill_batches=prefill_batches(res.iterations),
-                total_token_throughput=s["total_token_throughput"], runtime_min=s["duration"] / 60,
-                median_tpot_ms=s["median_tpot_ms"], completed=s["completed"], rejected=s["num_rejected"],
-                iterations=s["num_iterations"], prefix_cache_hit_rate=s.get("prefix_cache_hit_rate", float("nan")),
-                kv_pool_tokens=engines[0][1].total * engines[0][1].block_size,
-                prefill_time_s=sum(e - b for _, b, e, _, plan in res.iterations if _is_prefill(plan)),
-                output_throughput=s["output_throughput"], median_ttft_s=s["median_ttft_ms"] / 1e3)
+    return dict(
+        chunked_prefill_size=chunk,
+        prefill_batches=prefill_batches(res.iterations),
+        total_token_throughput=s["total_token_throughput"],
+        runtime_min=s["duration"] / 60,
+        median_tpot_ms=s["median_tpot_ms"],
+        completed=s["completed"],
+        rejected=s["num_rejected"],
+        iterations=s["num_iterations"],
+        prefix_cache_hit_rate=s.get("prefix_cache_hit_rate", float("nan")),
+        kv_pool_tokens=engines[0][1].total * engines[0][1].block_size,
+        prefill_time_s=sum(e - b for _, b, e, _, plan in res.iterations if _is_prefill(plan)),
+        output_throughput=s["output_throughput"],
+        median_ttft_s=s["median_ttft_ms"] / 1e3,
+    )
 
 
-def run_study(chunks=(8192, 16384), n_requests: int = 1600, concurrency: int = 16, seed: int = 0,
-              model: str = "qwen3.5-122b-a10b", hardware: str = "h100", tp: int = 8, **workload_kw) -> pd.DataFrame:
+def run_study(
+    chunks=(8192, 16384),
+    n_requests: int = 1600,
+    concurrency: int = 16,
+    seed: int = 0,
+    model: str = "qwen3.5-122b-a10b",
+    hardware: str = "h100",
+    tp: int = 8,
+    **workload_kw,
+) -> pd.DataFrame:
     """One row per chunk size: simulated figures, with the seed's next to them where it has them."""
     w = agentic_workload(n_requests, concurrency=concurrency, seed=seed, **workload_kw)
     rows = []
@@ -118,19 +156,34 @@ def run_study(chunks=(8192, 16384), n_requests: int = 1600, concurrency: int = 1
 
 
 def format_table(df: pd.DataFrame) -> str:
-    keys = [("prefill_batches", "prefill batches", "{:,.0f}"), ("total_token_throughput", "total TPS (tok/s)", "{:,.0f}"),
-            ("runtime_min", "runtime (min)", "{:.1f}"), ("median_tpot_ms", "TPOT P50 (ms)", "{:.2f}")]
+    keys = [
+        ("prefill_batches", "prefill batches", "{:,.0f}"),
+        ("total_token_throughput", "total TPS (tok/s)", "{:,.0f}"),
+        ("runtime_min", "runtime (min)", "{:.1f}"),
+        ("median_tpot_ms", "TPOT P50 (ms)", "{:.2f}"),
+    ]
     a, b = df.index[0], df.index[-1]
-    lines = [f"{'metric':20s} {'sim ' + str(a):>12s} {'sim ' + str(b):>12s} {'sim Δ':>8s} "
-             f"{'seed ' + str(a):>12s} {'seed ' + str(b):>12s} {'seed Δ':>8s}"]
+    lines = [
+        f"{'metric':20s} {'sim ' + str(a):>12s} {'sim ' + str(b):>12s} {'sim Δ':>8s} "
+        f"{'seed ' + str(a):>12s} {'seed ' + str(b):>12s} {'seed Δ':>8s}"
+    ]
     for k, label, fmt in keys:
         x, y = df.loc[a, k], df.loc[b, k]
         sx, sy = df.loc[a].get(f"seed_{k}", np.nan), df.loc[b].get(f"seed_{k}", np.nan)
         sd = f"{(sy / sx - 1) * 100:+.1f}%" if sx == sx and sy == sy else ""
-        lines.append(f"{label:20s} {fmt.format(x):>12s} {fmt.format(y):>12s} {(y / x - 1) * 100:+7.1f}% "
-                     f"{fmt.format(sx) if sx == sx else '':>12s} {fmt.format(sy) if sy == sy else '':>12s} {sd:>8s}")
-    extra = ["completed", "rejected", "prefix_cache_hit_rate", "kv_pool_tokens", "prefill_time_s", "median_ttft_s",
-             "output_throughput"]
+        lines.append(
+            f"{label:20s} {fmt.format(x):>12s} {fmt.format(y):>12s} {(y / x - 1) * 100:+7.1f}% "
+            f"{fmt.format(sx) if sx == sx else '':>12s} {fmt.format(sy) if sy == sy else '':>12s} {sd:>8s}"
+        )
+    extra = [
+        "completed",
+        "rejected",
+        "prefix_cache_hit_rate",
+        "kv_pool_tokens",
+        "prefill_time_s",
+        "median_ttft_s",
+        "output_throughput",
+    ]
     lines.append("")
     lines.append(df[extra].to_string(float_format=lambda v: f"{v:,.3f}"))
     return "\n".join(lines)
@@ -145,8 +198,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     df = run_study(n_requests=args.requests, concurrency=args.concurrency, seed=args.seed, model=args.model)
-    print(f"SGLang chunk-size study: {args.model}, 8xH100 (tp=8, 1 replica), {args.requests} agentic requests, "
-          f"closed loop at {args.concurrency}, radix cache on, mixed chunk off")
+    print(
+        f"SGLang chunk-size study: {args.model}, 8xH100 (tp=8, 1 replica), {args.requests} agentic requests, "
+        f"closed loop at {args.concurrency}, radix cache on, mixed chunk off"
+    )
     print(format_table(df))
     print(f"\n(wall time {time.perf_counter() - t0:.1f} s)")
     return 0

@@ -22,6 +22,7 @@ and is refused for MoE models.
 Figures: mean, median, p90, p99 of TTFT, TPOT, ITL (where measured) and E2E, the duration and the
 request and output throughputs; the overall error is the mean |relative error| over them.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,26 +41,40 @@ from .engines import build_cluster
 
 STATS = ("mean", "median", "p90", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-DEVICES = {"rtx 4090": "rtx4090", "rtx pro 6000 blackwell server edition": "rtx-pro-6000-server",
-           "rtx pro 6000": "rtx-pro-6000", "h100": "h100", "a100": "a100-80gb",
-           "h200": "h200", "l40s": "l40s"}
-ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "enable_chunked_prefill",
-               "long_prefill_token_threshold", "enable_prefix_caching", "block_size", "gpu_memory_utilization")
+DEVICES = {
+    "rtx 4090": "rtx4090",
+    "rtx pro 6000 blackwell server edition": "rtx-pro-6000-server",
+    "rtx pro 6000": "rtx-pro-6000",
+    "h100": "h100",
+    "a100": "a100-80gb",
+    "h200": "h200",
+    "l40s": "l40s",
+}
+ENGINE_KEYS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "enable_chunked_prefill",
+    "long_prefill_token_threshold",
+    "enable_prefix_caching",
+    "block_size",
+    "gpu_memory_utilization",
+)
 
 
 @dataclass
 class MeasuredRun:
     name: str
     model_id: str
-    requests: pd.DataFrame          # arrival_s (from 0), prompt_len, output_len, ttft_s, tpot_s, e2el_s
+    requests: pd.DataFrame  # arrival_s (from 0), prompt_len, output_len, ttft_s, tpot_s, e2el_s
     duration_s: float
-    engine: dict = field(default_factory=dict)   # vLLM flags as VLLM_FLAGS spells them
+    engine: dict = field(default_factory=dict)  # vLLM flags as VLLM_FLAGS spells them
     tp: int = 1
     dp: int = 1
     expert_parallel: bool = False
     itl_s: np.ndarray | None = None
     device: str = ""
-    async_scheduling: bool | None = None   # None: not recorded, the policy's default (vLLM's) applies
+    async_scheduling: bool | None = None  # None: not recorded, the policy's default (vLLM's) applies
 
 
 def _json(path: Path):
@@ -92,15 +107,31 @@ def read_llmservingsim(folder: Path) -> MeasuredRun:
         except json.JSONDecodeError as e:
             raise InputError(f"{path}:{i}", line[:40], f"not valid JSON ({e.msg})") from None
         miss = [k for k in need if not isinstance(r.get(k), (int, float))]
-        require(not miss, f"{path}:{i}:{miss[0] if miss else ''}", r.get(miss[0]) if miss else None, "missing or not a number")
+        require(
+            not miss,
+            f"{path}:{i}:{miss[0] if miss else ''}",
+            r.get(miss[0]) if miss else None,
+            "missing or not a number",
+        )
         rows.append([r[k] for k in need])
     require(bool(rows), "run", str(path), "no requests")
     a = np.array(rows, dtype=float)
     p, o, q, f, last = (a[:, j] for j in range(5))
     t0 = q.min()
-    df = pd.DataFrame({"arrival_s": q - t0, "prompt_len": p.astype(np.int64), "output_len": o.astype(np.int64),
-                       "ttft_s": f - q, "tpot_s": np.where(o > 1, (last - f) / np.maximum(o - 1, 1), np.nan),
-                       "e2el_s": last - q}).sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    df = (
+        pd.DataFrame(
+            {
+                "arrival_s": q - t0,
+                "prompt_len": p.astype(np.int64),
+                "output_len": o.astype(np.int64),
+                "ttft_s": f - q,
+                "tpot_s": np.where(o > 1, (last - f) / np.maximum(o - 1, 1), np.nan),
+                "e2el_s": last - q,
+            }
+        )
+        .sort_values("arrival_s", kind="stable")
+        .reset_index(drop=True)
+    )
     engine = {k: kw.get(k, sched.get(k)) for k in ENGINE_KEYS}
     engine["enable_chunked_prefill"] = sched.get("enable_chunked_prefill", kw.get("enable_chunked_prefill"))
     engine["enable_prefix_caching"] = cache.get("enable_prefix_caching", kw.get("enable_prefix_caching"))
@@ -108,37 +139,74 @@ def read_llmservingsim(folder: Path) -> MeasuredRun:
     engine["gpu_memory_utilization"] = cache.get("gpu_memory_utilization", kw.get("gpu_memory_utilization"))
     engine["num_gpu_blocks_override"] = cache.get("num_gpu_blocks")
     hw = meta.get("hardware") or {}
-    return MeasuredRun(str(folder), str(meta.get("model") or kw.get("model") or ""), df, float(last.max() - t0),
-                       {k: v for k, v in engine.items() if v is not None}, int(kw.get("tensor_parallel_size") or 1),
-                       int(kw.get("data_parallel_size") or 1), bool(kw.get("enable_expert_parallel")),
-                       None, str(hw.get("device_name") or ""), sched.get("async_scheduling"))
+    return MeasuredRun(
+        str(folder),
+        str(meta.get("model") or kw.get("model") or ""),
+        df,
+        float(last.max() - t0),
+        {k: v for k, v in engine.items() if v is not None},
+        int(kw.get("tensor_parallel_size") or 1),
+        int(kw.get("data_parallel_size") or 1),
+        bool(kw.get("enable_expert_parallel")),
+        None,
+        str(hw.get("device_name") or ""),
+        sched.get("async_scheduling"),
+    )
 
 
 def read_vllm_bench(path: Path) -> MeasuredRun:
     d = _json(path)
     need = ("start_times", "input_lens", "output_lens", "ttfts", "latencies")
     miss = [k for k in need if not isinstance(d.get(k), list)]
-    require(not miss, f"{path}:{miss[0] if miss else ''}", None,
-            "missing: save the result with `vllm bench serve --save-result --save-detailed`")
+    require(
+        not miss,
+        f"{path}:{miss[0] if miss else ''}",
+        None,
+        "missing: save the result with `vllm bench serve --save-result --save-detailed`",
+    )
     n = len(d["start_times"])
     bad = [k for k in need if len(d[k]) != n]
-    require(not bad, f"{path}:{bad[0] if bad else ''}", len(d[bad[0]]) if bad else 0, f"must have {n} entries like start_times")
+    require(
+        not bad,
+        f"{path}:{bad[0] if bad else ''}",
+        len(d[bad[0]]) if bad else 0,
+        f"must have {n} entries like start_times",
+    )
     ok = np.array([not e for e in d.get("errors") or [""] * n])
     s, p, o = (np.asarray(d[k], dtype=float) for k in ("start_times", "input_lens", "output_lens"))
     ttft, lat = (np.asarray([np.nan if v is None else v for v in d[k]], dtype=float) for k in ("ttfts", "latencies"))
     ok &= np.isfinite(ttft) & np.isfinite(lat) & (o >= 1)
     require(ok.any(), f"{path}:errors", int((~ok).sum()), "no request succeeded")
     t0 = s[ok].min()
-    df = pd.DataFrame({"arrival_s": s[ok] - t0, "prompt_len": p[ok].astype(np.int64), "output_len": o[ok].astype(np.int64),
-                       "ttft_s": ttft[ok], "tpot_s": np.where(o[ok] > 1, (lat[ok] - ttft[ok]) / np.maximum(o[ok] - 1, 1), np.nan),
-                       "e2el_s": lat[ok]}).sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    df = (
+        pd.DataFrame(
+            {
+                "arrival_s": s[ok] - t0,
+                "prompt_len": p[ok].astype(np.int64),
+                "output_len": o[ok].astype(np.int64),
+                "ttft_s": ttft[ok],
+                "tpot_s": np.where(o[ok] > 1, (lat[ok] - ttft[ok]) / np.maximum(o[ok] - 1, 1), np.nan),
+                "e2el_s": lat[ok],
+            }
+        )
+        .sort_values("arrival_s", kind="stable")
+        .reset_index(drop=True)
+    )
     itls = d.get("itls")
     parts = [np.asarray(x, dtype=float) for x, k in zip(itls or [], ok) if k and x]
     itl = np.concatenate(parts) if parts else None
     tp = int(d.get("tensor_parallel_size") or 1)
-    return MeasuredRun(str(path), str(d.get("model_id") or ""), df, float(d.get("duration") or df.e2el_s.add(df.arrival_s).max()),
-                       {}, tp, int(d.get("data_parallel_size") or 1), str(d.get("enable_expert_parallel", "")).lower() == "true",
-                       itl)
+    return MeasuredRun(
+        str(path),
+        str(d.get("model_id") or ""),
+        df,
+        float(d.get("duration") or df.e2el_s.add(df.arrival_s).max()),
+        {},
+        tp,
+        int(d.get("data_parallel_size") or 1),
+        str(d.get("enable_expert_parallel", "")).lower() == "true",
+        itl,
+    )
 
 
 def load_run(path) -> MeasuredRun:
@@ -171,19 +239,25 @@ def simulate(run: MeasuredRun, model: ModelSpec, hw: Hardware, flags: dict | Non
     """The run's requests, at their measured arrival times, through vLLM's scheduler with the
     run's engine settings (``flags`` override them) on tp GPUs, dp replicas."""
     if run.expert_parallel:
-        require(not model.is_moe, "enable_expert_parallel", True,
-                "expert parallel is not modelled (experts would be sharded across the data-parallel ranks); "
-                "refusing rather than simulate another layout")
+        require(
+            not model.is_moe,
+            "enable_expert_parallel",
+            True,
+            "expert parallel is not modelled (experts would be sharded across the data-parallel ranks); "
+            "refusing rather than simulate another layout",
+        )
     engine = {**run.engine, **{k: v for k, v in (flags or {}).items() if v is not None}}
     engine.setdefault("max_model_len", max(int((run.requests.prompt_len + run.requests.output_len).max()), 1))
     if run.async_scheduling is not None:
         engine.setdefault("async_scheduling", bool(run.async_scheduling))
-    engines, router, max_len = build_cluster("vllm", model, hw, run.tp, engine, run.dp,
-                                             "least_outstanding" if run.dp > 1 else "round_robin")
+    engines, router, max_len = build_cluster(
+        "vllm", model, hw, run.tp, engine, run.dp, "least_outstanding" if run.dp > 1 else "round_robin"
+    )
     r = run.requests
     wl = fixed_workload(r.arrival_s.to_numpy(), r.prompt_len.to_numpy(), r.output_len.to_numpy())
-    return Simulation(engines, wl, fast_forward=fast_forward, max_model_len=max_len,
-                      router=router if run.dp > 1 else None).run()
+    return Simulation(
+        engines, wl, fast_forward=fast_forward, max_model_len=max_len, router=router if run.dp > 1 else None
+    ).run()
 
 
 def _stat(v: np.ndarray, s: str) -> float:
@@ -205,10 +279,15 @@ def compare(run: MeasuredRun, result) -> pd.DataFrame:
             simv = summ[f"{s}_itl_ms"] / 1e3 if m == "itl" else _stat(sim[f"{m}_s"].to_numpy(float), s)
             rows.append({"metric": f"{s}_{m}_ms", "measured": meas * 1e3, "simulated": simv * 1e3})
     out = int(run.requests.output_len.sum())
-    rows += [{"metric": "duration_s", "measured": run.duration_s, "simulated": summ["duration"]},
-             {"metric": "request_throughput", "measured": len(run.requests) / run.duration_s,
-              "simulated": summ["request_throughput"]},
-             {"metric": "output_throughput", "measured": out / run.duration_s, "simulated": summ["output_throughput"]}]
+    rows += [
+        {"metric": "duration_s", "measured": run.duration_s, "simulated": summ["duration"]},
+        {
+            "metric": "request_throughput",
+            "measured": len(run.requests) / run.duration_s,
+            "simulated": summ["request_throughput"],
+        },
+        {"metric": "output_throughput", "measured": out / run.duration_s, "simulated": summ["output_throughput"]},
+    ]
     df = pd.DataFrame(rows)
     df["rel_error"] = df.simulated / df.measured - 1.0
     return df
@@ -224,8 +303,13 @@ def validate(path, model: ModelSpec, hw: Hardware, flags: dict | None = None, ru
     run = run or load_run(path)
     result = simulate(run, model, hw, flags)
     rejected = int(result.requests.rejected.notna().sum())
-    require(rejected == 0, "run", str(path), f"{rejected} requests were rejected in simulation "
-            f"(first: {result.requests.rejected.dropna().iloc[0] if rejected else ''})")
+    require(
+        rejected == 0,
+        "run",
+        str(path),
+        f"{rejected} requests were rejected in simulation "
+        f"(first: {result.requests.rejected.dropna().iloc[0] if rejected else ''})",
+    )
     table = compare(run, result)
     return table, overall_error(table), result, run
 
@@ -233,6 +317,7 @@ def validate(path, model: ModelSpec, hw: Hardware, flags: dict | None = None, ru
 def cdf_plots(run: MeasuredRun, result, folder, title: str | None = None) -> dict:
     """One PNG per metric: the measured and the simulated CDF on one axis."""
     from matplotlib.figure import Figure
+
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -245,6 +330,7 @@ def cdf_plots(run: MeasuredRun, result, folder, title: str | None = None) -> dic
             sim = np.array([result.replicas[0].itl.quantile(q) for q in qs]) if len(result.replicas) == 1 else None
             if sim is None:
                 from simcore.histogram import LogHistogram
+
                 h = LogHistogram()
                 for r in result.replicas:
                     h.merge(r.itl)

@@ -1,4 +1,5 @@
 """What every policy receives and returns. A policy decides; the replica does (and keeps time)."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -13,14 +14,15 @@ from simcore.request import Request
 class SchedulerState:
     """The queues and the KV pool of one replica. Policies move requests between the queues and
     hold or release KV blocks, as the engines' schedulers do; they never advance tokens or time."""
+
     pool: BlockPool
-    waiting: deque = field(default_factory=deque)    # arrived, holding no KV
-    running: list = field(default_factory=list)      # holding KV: prefilling or decoding (outside the cohort)
-    cohort: DecodeCohort | None = None               # running decodes advanced as a group (policies with lazy_decodes)
+    waiting: deque = field(default_factory=deque)  # arrived, holding no KV
+    running: list = field(default_factory=list)  # holding KV: prefilling or decoding (outside the cohort)
+    cohort: DecodeCohort | None = None  # running decodes advanced as a group (policies with lazy_decodes)
     admitted: int = 0
     looked_up: list = field(default_factory=list)
-    hold_finished: bool = False                      # vLLM async scheduling: see ``retire``
-    finished: list = field(default_factory=list)     # sampled their last token in the step just applied; still held
+    hold_finished: bool = False  # vLLM async scheduling: see ``retire``
+    finished: list = field(default_factory=list)  # sampled their last token in the step just applied; still held
 
     @property
     def num_running(self) -> int:
@@ -67,8 +69,11 @@ class SchedulerState:
                 n = left
             left -= n
             tokens += n
-            need = (-(-(req.num_computed_tokens + n) // bs) - req.num_blocks if plain   # blocks_missing, no cache
-                    else pool.blocks_missing(req, req.num_computed_tokens + n))
+            need = (
+                -(-(req.num_computed_tokens + n) // bs) - req.num_blocks
+                if plain  # blocks_missing, no cache
+                else pool.blocks_missing(req, req.num_computed_tokens + n)
+            )
             if need > 0:
                 blocks += need
         if tokens > budget or blocks > pool.free:
@@ -178,7 +183,7 @@ class SchedulerState:
         blocks (``publish``). False when `req` itself was preempted."""
         pool = self.pool
         tokens = req.num_computed_tokens + num_new_tokens
-        if pool.cache is None:   # pool.grow without a cache, inline (the common case: the blocks are free)
+        if pool.cache is None:  # pool.grow without a cache, inline (the common case: the blocks are free)
             need = -(-tokens // pool.block_size) - req.num_blocks
             if need <= 0:
                 return True
@@ -199,17 +204,19 @@ class SchedulerState:
         blocks. False, holding nothing more, when they are not free."""
         pool = self.pool
         tokens = req.num_computed_tokens + num_new_tokens
-        if pool.cache is None and not req.num_blocks:   # the same without a cache to consult, inline
+        if pool.cache is None and not req.num_blocks:  # the same without a cache to consult, inline
             free = pool.total - pool.used
             need = -(-tokens // pool.block_size)
-            if (full_sequence_must_fit and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > free) \
-                    or need > free:
+            if (
+                full_sequence_must_fit and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > free
+            ) or need > free:
                 return False
             pool.used += need
             req.num_blocks = need
             return True
-        if (full_sequence_must_fit and pool.blocks_missing(req, req.num_tokens) > pool.available) \
-                or not pool.grow(req, tokens):
+        if (full_sequence_must_fit and pool.blocks_missing(req, req.num_tokens) > pool.available) or not pool.grow(
+            req, tokens
+        ):
             return False
         self.publish(req, tokens)
         return True
@@ -224,10 +231,11 @@ class SchedulerState:
 @dataclass(slots=True)
 class Plan:
     """The next forward pass: (request, new tokens) in batch order, and who was preempted for it."""
+
     items: list = field(default_factory=list)
     preempted: list = field(default_factory=list)
-    cohort: int = 0          # decode cohort members riding along, one token each (not in items)
-    released: int = 0        # held finished requests freed by this schedule() (see SchedulerState.retire)
+    cohort: int = 0  # decode cohort members riding along, one token each (not in items)
+    released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
 
     @property
     def num_tokens(self) -> int:
@@ -243,8 +251,8 @@ class PolicyHooks:
     overrides them in a lookahead module of its own (policies/vllm_lookahead.py,
     sglang_lookahead.py)."""
 
-    cohort_max_outputs_left = 1 << 62   # a decode joins the cohort only with at most this many outputs left
-    kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
+    cohort_max_outputs_left = 1 << 62  # a decode joins the cohort only with at most this many outputs left
+    kv_observed = False  # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """FAST-FORWARD HOOK (simcore/fastforward/runs.py, chunked.py): whether the steps after the plan just
@@ -270,8 +278,9 @@ class PolicyHooks:
         request sits it out (the hook refuses a plan where that is not what schedule() does)."""
         return [], 0
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
-                       queued: bool = False) -> tuple[list[int], int]:
+    def arrival_chunks(
+        self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0, queued: bool = False
+    ) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (simcore/fastforward/arrival_folds.py). `req` has just arrived and is the only
         request waiting, at a step where `decodes` running requests all decode one token (in that
         step one of them takes `extra` more: a prompt's last chunk) and

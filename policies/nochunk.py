@@ -4,6 +4,7 @@ Running requests decode first; then waiting prompts are admitted whole, in order
 max_num_seqs and the KV pool allow (the first one whatever its length). This is the seed's
 pathological baseline: one long prompt owns an iteration and every decoder waits for it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from .base import Plan, PolicyHooks, SchedulerState
 @dataclass(frozen=True)
 class NoChunkConfig:
     max_num_seqs: int = 1024
-    max_num_batched_tokens: int = 0     # 0 = no cap beyond the first prompt
+    max_num_batched_tokens: int = 0  # 0 = no cap beyond the first prompt
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 0
@@ -29,7 +30,7 @@ class NoChunkConfig:
 
 
 class NoChunkScheduler(PolicyHooks):
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
+    lazy_decodes = True  # the replica may keep plain decodes in a DecodeCohort
 
     def __init__(self, cfg: NoChunkConfig):
         self.cfg = cfg

@@ -14,6 +14,7 @@ PrefillAdder itself is policies/sglang_prefill.py; with the radix cache on, the 
 args and their defaults are policies/sglang_config.py; the fast-forward hooks,
 policies/sglang_lookahead.py.
 """
+
 from __future__ import annotations
 
 from .base import Plan, SchedulerState
@@ -40,7 +41,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.batch_is_full = False
         self._extends = 0
-        self._replaced = False   # the last prefill batch replaced the running batch (see schedule)
+        self._replaced = False  # the last prefill batch replaced the running batch (see schedule)
         self._init_radix()
 
     def _decoding(self, s: SchedulerState) -> list:
@@ -52,10 +53,12 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
         if not self._decode_fits(s, decoding):
             return plan
-        evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)   # prepare_for_decode
+        evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)  # prepare_for_decode
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
-        if had and not plan.cohort:   # dissolved into the running queue: decode it in queue order, but not this step's extends
+        if (
+            had and not plan.cohort
+        ):  # dissolved into the running queue: decode it in queue order, but not this step's extends
             extends = {id(r) for r, _ in plan.items}
             decoding = [r for r in s.running if r is not self.chunked_req and id(r) not in extends]
         for r in decoding:
@@ -73,7 +76,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         decoding = self._decoding(s)
         had_running = bool(decoding) or bool(s.num_in_cohort)
         plan = self._prefill(s, decoding)
-        self._extends = len(plan.items)   # the plan's first items are extends (prefill), the rest decodes
+        self._extends = len(plan.items)  # the plan's first items are extends (prefill), the rest decodes
         if plan:
             # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
             # batch_is_full) when none ran beside it or a mixed step took the decodes along; a
@@ -113,12 +116,12 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
             res = adder.add_one(req)
             if res != "continue":
                 if not adder.items or adder.items[-1][0] is not req:
-                    s.unlookup(req)   # not added: its prefix is not pinned (inc_lock_ref is on add only)
+                    s.unlookup(req)  # not added: its prefix is not pinned (inc_lock_ref is on add only)
                 if res == "no_token":
                     self.batch_is_full = bool(adder.items) or bool(decoding) or bool(s.num_in_cohort)
                 break
         plan = Plan()
-        if adder.items:   # ScheduleBatch.prepare_for_extend: evict for the extend, a page a request when paged
+        if adder.items:  # ScheduleBatch.prepare_for_extend: evict for the extend, a page a request when paged
             page = self.cfg.page_size
             evict_for(s.pool, sum(n for _, n in adder.items) + (len(adder.items) * page if page > 1 else 0))
         for req, n in adder.items:
@@ -181,7 +184,9 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
             evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
         self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
-        self.new_token_ratio = min(1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new)
+        self.new_token_ratio = min(
+            1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new
+        )
         self.batch_is_full = False
 
     def reject_reason(self, req, pool) -> str | None:
@@ -194,8 +199,10 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
             return f"prompt_len={req.prompt_len} is at least SGLang's max_req_input_len={max_req_len - 5} (max_total_num_tokens-6)"
         limit = max_req_len - 1
         if req.prompt_len + req.output_len > limit:
-            return (f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
-                    "(SGLang would clip max_new_tokens)")
+            return (
+                f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
+                "(SGLang would clip max_new_tokens)"
+            )
         return self._never_admitted(req, pool.total * pool.block_size)
 
     def _never_admitted(self, req, total: int) -> str | None:
@@ -207,14 +214,17 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         if req.ignore_eos and self.cfg.disable_radix_cache:
             paged = page_up(req.prompt_len, page) + page
             if paged > total or total - paged - req.output_len <= IGNORE_EOS_RESERVE_TOKENS:
-                return (f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
-                        f"(add_one_req_ignore_eos needs {paged + req.output_len + IGNORE_EOS_RESERVE_TOKENS + 1} "
-                        f"of max_total_num_tokens={total})")
+                return (
+                    f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
+                    f"(add_one_req_ignore_eos needs {paged + req.output_len + IGNORE_EOS_RESERVE_TOKENS + 1} "
+                    f"of max_total_num_tokens={total})"
+                )
         elif req.prompt_len + min(req.output_len, CLIP_MAX_NEW_TOKENS) + page >= total:
-            return (f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
-                    f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)")
+            return (
+                f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
+                f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)"
+            )
         return None
-
 
     def on_finish(self) -> None:
         self.batch_is_full = False
@@ -222,7 +232,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
     def check(self, plan, s) -> None:
         """Extends and decodes are told apart by where the plan put them, not by request state: a
         retracted request's last re-prefill chunk can be a single token."""
-        extends, decodes = plan.items[:self._extends], plan.items[self._extends:]
+        extends, decodes = plan.items[: self._extends], plan.items[self._extends :]
         assert all(n == 1 and r.remaining_tokens == 1 for r, n in decodes), "a decode of more than one token"
         chunk = self.cfg.chunk
         if chunk is not None and extends:

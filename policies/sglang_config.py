@@ -2,6 +2,7 @@
 defaults SGLang derives from the GPU (server_args.py, model_runner.py) and the environment
 constants of its scheduler (the new-token ratio, retraction). The scheduler is policies/sglang.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from costmodel import CostModel
 from costmodel.errors import require
 
-RETRACT_DECODE_STEPS = 20   # SGLANG_RETRACT_DECODE_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
@@ -17,7 +18,7 @@ NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 
 @dataclass(frozen=True)
 class SGLangConfig:
-    chunked_prefill_size: int | None = 8192   # None or <= 0: chunking off
+    chunked_prefill_size: int | None = 8192  # None or <= 0: chunking off
     max_prefill_tokens: int = 16384
     enable_mixed_chunk: bool = False
     page_size: int = 1
@@ -25,16 +26,24 @@ class SGLangConfig:
     mem_fraction_static: float | None = None  # None: derived from GPU memory and chunk size
     max_model_len: int = 0
     disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False     # SGLang's default on CUDA: the overlap scheduler runs
+    disable_overlap_schedule: bool = False  # SGLang's default on CUDA: the overlap scheduler runs
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
         require(self.page_size > 0, "page_size", self.page_size, "must be positive")
         require(self.max_running_requests > 0, "max_running_requests", self.max_running_requests, "must be positive")
-        require(self.chunk is None or self.chunk >= self.page_size, "chunked_prefill_size", self.chunked_prefill_size,
-                f"must be at least page_size ({self.page_size})")
-        require(self.mem_fraction_static is None or 0 < self.mem_fraction_static < 1, "mem_fraction_static",
-                self.mem_fraction_static, "must be in (0, 1)")
+        require(
+            self.chunk is None or self.chunk >= self.page_size,
+            "chunked_prefill_size",
+            self.chunked_prefill_size,
+            f"must be at least page_size ({self.page_size})",
+        )
+        require(
+            self.mem_fraction_static is None or 0 < self.mem_fraction_static < 1,
+            "mem_fraction_static",
+            self.mem_fraction_static,
+            "must be in (0, 1)",
+        )
 
     @property
     def chunk(self) -> int | None:
@@ -68,7 +77,9 @@ def sglang_default_chunked_prefill_size(memory_bytes: float) -> int:
     return 2048 if gb < 35 else 4096 if gb < 60 else 8192 if gb < 160 else 16384
 
 
-def sglang_mem_fraction_static(memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int) -> float:
+def sglang_mem_fraction_static(
+    memory_bytes: float, chunked_prefill_size: int | None, max_prefill_tokens: int, tp: int
+) -> float:
     mem_mib = memory_bytes / MiB
     chunk = chunked_prefill_size if chunked_prefill_size else max_prefill_tokens
     reserved = 512 + 1.5 * max(chunk, 2048) + 2 * sglang_cuda_graph_max_bs(memory_bytes, tp) + tp / 8 * 1024

@@ -8,6 +8,7 @@ The radix tree keeps SGLang's order (policies/sglang_radix.py): a run's complete
 checkpointed after its first step (``on_fast_forward``), a lead chunk by chunk
 (``_lead_checkpoints``), and runs stop short of any step that would evict (``run_headroom``).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,8 @@ from .sglang_radix import checkpoint
 class SGLangLookahead(PolicyHooks):
     """Needs SGLangScheduler's cfg, chunked_req, new_token_ratio, _extends and _decoding, and
     RadixDriving's _cache, _pool, _last and _decoded."""
-    if TYPE_CHECKING:   # SGLangScheduler and RadixDriving provide these; declared for mypy only
+
+    if TYPE_CHECKING:  # SGLangScheduler and RadixDriving provide these; declared for mypy only
         cfg: Any
         chunked_req: Any
         new_token_ratio: float
@@ -32,9 +34,9 @@ class SGLangLookahead(PolicyHooks):
         _last: Any
         _decoded: Any
 
-    lazy_decodes = True   # the replica may keep plain decodes in a DecodeCohort
-    cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS   # then a member's reserve is its outputs left, unclipped
-    kv_observed = False   # set by Simulation when the router reads replicas' KV usage mid-run (can_fast_forward)
+    lazy_decodes = True  # the replica may keep plain decodes in a DecodeCohort
+    cohort_max_outputs_left = CLIP_MAX_NEW_TOKENS  # then a member's reserve is its outputs left, unclipped
+    kv_observed = False  # set by Simulation when the router reads replicas' KV usage mid-run (can_fast_forward)
 
     @property
     def planned_extends(self) -> int:
@@ -46,8 +48,11 @@ class SGLangLookahead(PolicyHooks):
         """Not with a chunked request or a queue; nor, when a router reads the KV usage mid-run, a
         plan with extends under the radix cache: their checkpoint after the first step frees what
         the tree already held (``checkpoint``), which ``Replica.kv_usage`` cannot show inside a run."""
-        return self.chunked_req is None and not s.waiting and not (self.kv_observed and self._cache is not None
-                                                                   and self._extends)
+        return (
+            self.chunked_req is None
+            and not s.waiting
+            and not (self.kv_observed and self._cache is not None and self._extends)
+        )
 
     def on_fast_forward(self, steps: int) -> None:
         """FAST-FORWARD HOOK: the plan's completed prefills are checkpointed after its first step,
@@ -78,13 +83,13 @@ class SGLangLookahead(PolicyHooks):
         now, used, blocks = req.num_computed_tokens, pool.used, req.num_blocks
         try:
             while done < req.num_tokens:
-                held = pool.blocks_held(req, done)   # the request as it would stand then
+                held = pool.blocks_held(req, done)  # the request as it would stand then
                 req.num_computed_tokens, req.num_blocks, pool.used = done, held, used + held - blocks
                 adder = PrefillAdder(self.cfg, s, decoding, self.new_token_ratio)
                 adder.add_chunked(req)
                 n = adder.items[-1][1]
                 if n <= 0 or (self._cache is not None and pool.blocks_for(n + (page if page > 1 else 0)) > pool.free):
-                    break   # (prepare_for_extend would evict: the tree changes shape)
+                    break  # (prepare_for_extend would evict: the tree changes shape)
                 out.append(n)
                 done += n
         finally:

@@ -1,6 +1,7 @@
 """SGLang's PrefillAdder (python/sglang/srt/managers/schedule_policy.py) and what it reads: the
 budgets of one prefill batch, and the running batch in queue order (cohort members included).
 The scheduler loop that drives it is policies/sglang.py."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -84,7 +85,7 @@ class PrefillAdder:
 
     def add_one(self, req) -> str:
         """PrefillAdder.add_one_req and _select_prefill_admission."""
-        if req.ignore_eos and self.radix_off:   # getattr(tree_cache, 'disable', True)
+        if req.ignore_eos and self.radix_off:  # getattr(tree_cache, 'disable', True)
             return self._add_ignore_eos(req)
         extend = req.remaining_tokens
         max_new = min(max(req.outputs_left, 0), CLIP_MAX_NEW_TOKENS)
@@ -92,7 +93,7 @@ class PrefillAdder:
             return "no_token"
         tokens = page_up(extend, self.page)
         if self.rem_chunk is None and self.items and tokens >= self.rem_input:
-            return "other"   # without chunking, the first request may exceed the input cap
+            return "other"  # without chunking, the first request may exceed the input cap
         if self.rem_chunk is not None and tokens > self.rem_chunk:
             trunc = self.rem_chunk // self.page * self.page
             prefix = req.num_computed_tokens
@@ -121,7 +122,9 @@ class PrefillAdder:
         if paged > min(self.rem_current, self.rem_total):
             return "no_token"
         if self.req_states is None:
-            states = [self._state_of(r) for r in [req] + running_order(self.s, self.decoding) + [r for r, _ in self.items]]
+            states = [
+                self._state_of(r) for r in [req] + running_order(self.s, self.decoding) + [r for r, _ in self.items]
+            ]
             self.req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])  # type: ignore[assignment]
         else:
             x = self._state_of(req)
@@ -164,6 +167,7 @@ def running_order(s: SchedulerState, decoding: list) -> list:
 
 class _MemberView:
     """A cohort member as the adder reads it (outputs left now, without materializing it)."""
+
     __slots__ = ("seq", "ignore_eos", "output_len", "num_output_tokens", "prompt_len")
 
     def __init__(self, r, c):

@@ -17,6 +17,7 @@ checkpointed after a run's first step (``on_fast_forward``), a chunked lead node
 (``_lead_checkpoints``), and runs stop short of any step that would evict (``run_headroom``; the
 tree would change shape between steps nobody plans).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -26,14 +27,15 @@ from simcore.radix_cache import REFRESH_INTERVAL, REFRESH_MAX, RadixCache
 
 class RadixDriving:
     """Needs SGLangScheduler's chunked_req, cfg and _extends."""
-    if TYPE_CHECKING:   # the SGLangScheduler this mixes into provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # the SGLangScheduler this mixes into provides these; declared for mypy only
         chunked_req: Any
 
     def _init_radix(self) -> None:
         self._cache = self._pool = None
-        self._last = []       # type: ignore[var-annotated]  # the last plan in batch order: (request, its extend's end, or None for a decode)
+        self._last = []  # type: ignore[var-annotated]  # the last plan in batch order: (request, its extend's end, or None for a decode)
         self._refreshes = 0
-        self._decoded = 0     # decode-only steps of the run being applied (on_fast_forward, for on_lead)
+        self._decoded = 0  # decode-only steps of the run being applied (on_fast_forward, for on_lead)
 
     def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
         self._cache = RadixCache(block_tokens, engine_block_size)  # type: ignore[assignment]
@@ -71,7 +73,9 @@ class RadixDriving:
 
     def _remember(self, plan):
         if self._cache is not None:
-            self._last = [(r, r.num_computed_tokens + n if i < self._extends else None) for i, (r, n) in enumerate(plan.items)]
+            self._last = [
+                (r, r.num_computed_tokens + n if i < self._extends else None) for i, (r, n) in enumerate(plan.items)
+            ]
         return plan
 
     def _refresh_waiting(self, s) -> None:

@@ -12,6 +12,7 @@ last token keeps its slot and blocks through the next schedule() (SchedulerState
 prefix caching, blocks are cached, hit and evicted as vLLM's BlockPool does (simcore/apc.py).
 Checked step for step against vLLM's own Scheduler and AsyncScheduler (tests/conformance).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,28 +29,51 @@ from .vllm_lookahead import VLLMLookahead
 class VLLMConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
-    long_prefill_token_threshold: int = 0      # 0 = off
+    long_prefill_token_threshold: int = 0  # 0 = off
     enable_chunked_prefill: bool = True
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
-    max_model_len: int = 0                     # 0 = the model's max_position_embeddings
-    enable_prefix_caching: bool = True         # V1 default; acts only when requests carry block hashes
-    async_scheduling: bool = True              # vllm/config/vllm.py: None resolves to True unless incompatible
-    scheduler_reserve_full_isl: bool = True    # SchedulerConfig.scheduler_reserve_full_isl
+    max_model_len: int = 0  # 0 = the model's max_position_embeddings
+    enable_prefix_caching: bool = True  # V1 default; acts only when requests carry block hashes
+    async_scheduling: bool = True  # vllm/config/vllm.py: None resolves to True unless incompatible
+    scheduler_reserve_full_isl: bool = True  # SchedulerConfig.scheduler_reserve_full_isl
 
     def __post_init__(self):
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
-        require(self.max_num_batched_tokens >= self.max_num_seqs, "max_num_batched_tokens", self.max_num_batched_tokens,
-                f"must be greater than or equal to max_num_seqs ({self.max_num_seqs})")
-        require(self.long_prefill_token_threshold >= 0, "long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
+        require(
+            self.max_num_batched_tokens >= self.max_num_seqs,
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            f"must be greater than or equal to max_num_seqs ({self.max_num_seqs})",
+        )
+        require(
+            self.long_prefill_token_threshold >= 0,
+            "long_prefill_token_threshold",
+            self.long_prefill_token_threshold,
+            "must be >= 0",
+        )
         require(self.block_size > 0, "block_size", self.block_size, "must be positive")
-        require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "must be in (0, 1]")
-        require(self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len, "max_num_batched_tokens",
-                self.max_num_batched_tokens, f"is smaller than max_model_len ({self.max_model_len}) with chunked prefill disabled")
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            self.gpu_memory_utilization,
+            "must be in (0, 1]",
+        )
+        require(
+            self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len,
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            f"is smaller than max_model_len ({self.max_model_len}) with chunked prefill disabled",
+        )
 
 
-def vllm_defaults(memory_bytes: float, device_name: str, usage_context: str = "api_server",
-                  enable_chunked_prefill: bool = True, max_model_len: int = 0) -> dict:
+def vllm_defaults(
+    memory_bytes: float,
+    device_name: str,
+    usage_context: str = "api_server",
+    enable_chunked_prefill: bool = True,
+    max_model_len: int = 0,
+) -> dict:
     """EngineArgs defaults by device memory and usage context (vllm/engine/arg_utils.py, seed 000)."""
     big = memory_bytes >= 160 * GiB
     mid = memory_bytes >= 70 * GiB and "a100" not in device_name.lower()
@@ -95,7 +119,7 @@ class VLLMScheduler(VLLMLookahead):
         plan, token_budget, cfg = Plan(), self.cfg.max_num_batched_tokens, self.cfg
         cache = s.pool.cache if isinstance(s.pool.cache, BlockHashCache) else None
         if cache is not None:
-            cache.begin_schedule()   # kv_cache_manager.new_step_starts()
+            cache.begin_schedule()  # kv_cache_manager.new_step_starts()
 
         # `long_prefill_token_threshold` exists to stop a long prefill from starving other
         # requests of the token budget. When it is the only request there is nobody to starve.
@@ -117,7 +141,7 @@ class VLLMScheduler(VLLMLookahead):
             num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
             if 0 < long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = long_prefill_token_threshold
-            if num_new_tokens > token_budget:   # min(num_new_tokens, token_budget): no call in the hot loop
+            if num_new_tokens > token_budget:  # min(num_new_tokens, token_budget): no call in the hot loop
                 num_new_tokens = token_budget
             # allocate_slots, preempting the last running request until it fits
             if not allocate_slots(request, num_new_tokens, preempted_reqs):
@@ -135,7 +159,7 @@ class VLLMScheduler(VLLMLookahead):
             while waiting and token_budget > 0 and num_running < cfg.max_num_seqs:
                 request = waiting[0]
                 if s.pool.cache is not None:
-                    s.lookup(request)   # get_computed_blocks
+                    s.lookup(request)  # get_computed_blocks
                 num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
                 if 0 < long_prefill_token_threshold < num_new_tokens:
                     num_new_tokens = long_prefill_token_threshold
@@ -164,4 +188,3 @@ class VLLMScheduler(VLLMLookahead):
     @property
     def prefix_caching(self) -> bool:
         return self.cfg.enable_prefix_caching
-

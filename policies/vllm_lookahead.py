@@ -8,6 +8,7 @@ budget), ``_threshold`` its threshold (off when running + waiting == 1). A chang
 that these do not follow shows up as fast-forward parting from stepping (tests/test_chunked_runs.py,
 test_arrival_folds.py, test_cohort.py).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -17,11 +18,12 @@ from .base import Plan, PolicyHooks, SchedulerState
 
 class VLLMLookahead(PolicyHooks):
     """Needs VLLMScheduler's cfg and _thr (the threshold its last schedule() used)."""
-    if TYPE_CHECKING:   # VLLMScheduler provides these; declared for mypy only
+
+    if TYPE_CHECKING:  # VLLMScheduler provides these; declared for mypy only
         cfg: Any
         _thr: int
 
-    lazy_decodes = True     # the replica may keep plain decodes in a DecodeCohort
+    lazy_decodes = True  # the replica may keep plain decodes in a DecodeCohort
 
     def _threshold(self, s: SchedulerState) -> int:
         """schedule()'s long_prefill_token_threshold: "When it is the only request there is nobody
@@ -69,13 +71,20 @@ class VLLMLookahead(PolicyHooks):
         budget = cfg.max_num_batched_tokens - (len(items) - 1 + nc)
         running, waiting = len(items) + nc, len(s.waiting)
         if not leaves:
-            return _even_chunks(req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q, budget, cfg.long_prefill_token_threshold,
-                                running + waiting > 1, bool(waiting) and running < cfg.max_num_seqs)
+            return _even_chunks(
+                req.prompt_len + req.num_output_tokens - req.num_computed_tokens - q,
+                budget,
+                cfg.long_prefill_token_threshold,
+                running + waiting > 1,
+                bool(waiting) and running < cfg.max_num_seqs,
+            )
         out: list[int]
         out, sealed, done, now = [], 0, req.num_computed_tokens + q, req.num_computed_tokens
-        hold = self.cfg.async_scheduling   # holds_finished
+        hold = self.cfg.async_scheduling  # holds_finished
         li, nl, tokens = 0, len(leaves), req.prompt_len + req.num_output_tokens
-        if not cfg.long_prefill_token_threshold:   # _clamp is min(left, budget) at every step; every full chunk is sealed
+        if (
+            not cfg.long_prefill_token_threshold
+        ):  # _clamp is min(left, budget) at every step; every full chunk is sealed
             cap = cfg.max_num_seqs
             while done < tokens:
                 j = len(out) + 1
@@ -99,12 +108,12 @@ class VLLMLookahead(PolicyHooks):
             while done < tokens:
                 j = len(out) + 1
                 held = 0
-                while li < nl and leaves[li] <= j:   # a decode fewer from this step on
+                while li < nl and leaves[li] <= j:  # a decode fewer from this step on
                     budget += 1
                     running -= 1
                     held += hold and leaves[li] == j
                     li += 1
-                req.num_computed_tokens = done   # _clamp reads the request as it would stand then
+                req.num_computed_tokens = done  # _clamp reads the request as it would stand then
                 self._thr = cfg.long_prefill_token_threshold if running + held + waiting > 1 else 0
                 n = self._clamp(req, budget)
                 if n <= 0 or (waiting and running + held < cfg.max_num_seqs and n < budget):
@@ -119,8 +128,9 @@ class VLLMLookahead(PolicyHooks):
             req.num_computed_tokens, self._thr = now, thr0
         return out, sealed
 
-    def arrival_chunks(self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0,
-                       queued: bool = False) -> tuple[list[int], int]:
+    def arrival_chunks(
+        self, s: SchedulerState, req, decodes: int, seated: int, leaves=(), extra: int = 0, queued: bool = False
+    ) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). Schedule() walks the decodes (one token each)
         and reaches the waiting queue with ``budget − decodes`` left; req is admitted while
         `seated` is below max_num_seqs (the replica's KV bound covers scheduler_reserve_full_isl)
@@ -144,11 +154,11 @@ class VLLMLookahead(PolicyHooks):
             n = budget - extra if out == [] else budget
             if rem < n:
                 n = rem
-            if out and n == budget and sealed == len(out) - 1:   # the whole budget
+            if out and n == budget and sealed == len(out) - 1:  # the whole budget
                 sealed += 1
             out.append(n)
             rem -= n
-        if queued and out[0] < cfg.max_num_batched_tokens - decodes - extra:   # the next in the queue would get the rest
+        if queued and out[0] < cfg.max_num_batched_tokens - decodes - extra:  # the next in the queue would get the rest
             return [], 0
         return out, sealed
 
@@ -182,6 +192,7 @@ class VLLMLookahead(PolicyHooks):
         def need(head):
             n = min(self._clamp(head, 1 << 62), self.cfg.max_num_batched_tokens - running)
             return max(n, head.num_tokens - head.num_computed_tokens) if full and n > 0 else n
+
         return s.head_blocked(need)
 
 

@@ -21,6 +21,7 @@ caches them: when scheduled (``publish_scheduled``, KVCacheManager.allocate_slot
 cache_blocks) and, for generated tokens, when their output is processed, which for anyone but
 the request itself is unobservable and is done here when it leaves (``release``).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -32,6 +33,7 @@ class _Copy:
     """One physical cached block (or cache unit). ``refs``: requests holding it (vLLM's ref_cnt);
     ``pins``: lookups of this schedule() not yet admitted (vLLM has not touched it for them, so
     they leave its place in the queue alone, but it must not be handed out under them)."""
+
     __slots__ = ("key", "refs", "pins", "stamp", "queued", "cached", "serial")
 
     def __init__(self, key: int, serial: int):
@@ -44,6 +46,7 @@ class _Held(list):
     ``pub`` the schedule() that did it, ``pub_T`` the positions it held then, ``ph`` whether its
     last token was still in flight (async), ``samp`` whether that step samples (it reaches
     num_tokens), ``skip`` the last schedule() that did not reach it."""
+
     __slots__ = ("pub", "pub_T", "ph", "samp", "skip")
 
     def __init__(self):
@@ -67,8 +70,8 @@ class BlockHashCache(HitCount):
         self.block_tokens, self.engine_block_size, self.outputs_lag = block_tokens, engine_block_size, outputs_lag
         self.sched, self.in_schedule = 0, False
         self.engine_blocks = -(-block_tokens // engine_block_size)
-        self._map: dict = {}            # chained key -> [copies], oldest first (get_one_block's pick)
-        self._queue: list = []          # (stamp, serial, copy): copies nobody references, in free-queue order
+        self._map: dict = {}  # chained key -> [copies], oldest first (get_one_block's pick)
+        self._queue: list = []  # (stamp, serial, copy): copies nobody references, in free-queue order
         self._stamp = self._serial = 0
         self.copies = self.free_copies = 0
 
@@ -158,7 +161,8 @@ class BlockHashCache(HitCount):
         """Whether `req` sampled in the step just applied: the last schedule() reached it and it
         sampled there, or it has decoded since its last publish (in a cohort or a run)."""
         return path.skip != self.sched - 1 and (
-            (path.pub == self.sched - 1 and path.samp) or req.num_computed_tokens > path.pub_T)
+            (path.pub == self.sched - 1 and path.samp) or req.num_computed_tokens > path.pub_T
+        )
 
     def publish_scheduled(self, req, tokens: int) -> int:
         """allocate_slots -> cache_full_blocks up to `tokens` positions (less a token still in
@@ -205,9 +209,13 @@ class BlockHashCache(HitCount):
         path, tokens = req.cache_path, req.num_computed_tokens
         if path is None:
             path = _Held()
-        elif self.in_schedule and self.outputs_lag and self._sampled_last(req, path) and (
-                tokens > path.pub_T or (path.pub == self.sched - 1 and path.ph)):
-            tokens -= 1   # preempted with steps n − 1 and n both sampling: cached to step n − 1's positions
+        elif (
+            self.in_schedule
+            and self.outputs_lag
+            and self._sampled_last(req, path)
+            and (tokens > path.pub_T or (path.pub == self.sched - 1 and path.ph))
+        ):
+            tokens -= 1  # preempted with steps n − 1 and n both sampling: cached to step n − 1's positions
         adopted = self._cache(req, path, tokens)
         req.cache_path = None
         queue = self._queue

@@ -1,5 +1,6 @@
 """Prefix-cache hits, counted alike by every engine's cache model so that their hit rates compare
 (Simulation sums them over replicas into prefix_cache_hit_rate)."""
+
 from __future__ import annotations
 
 
@@ -7,6 +8,7 @@ class HitCount:
     """A lookup counts the request's prompt tokens and, as hits, those of them its cached prefix
     covers; a lookup that is undone (the request was not admitted) is not counted. A request
     looked up again after a preemption counts again."""
+
     hit_tokens = 0
     lookup_tokens = 0
 

@@ -14,6 +14,7 @@ so insertion order alone would differ).
 This is the one module that touches SimPy's internals (``_now``, ``_queue``, ``_eid``, an event's
 ``_ok`` / ``_value``, a process's ``_target``); everything else goes through the methods below.
 """
+
 from __future__ import annotations
 
 from heapq import _siftdown, _siftup, heappush  # type: ignore[attr-defined]  # private helpers, absent from typeshed
@@ -22,7 +23,7 @@ from operator import attrgetter
 import simpy
 from simpy.events import NORMAL
 
-LATE = NORMAL + 1   # after every NORMAL event due at the same time
+LATE = NORMAL + 1  # after every NORMAL event due at the same time
 
 
 class ExactEnvironment(simpy.Environment):
@@ -50,7 +51,7 @@ class ExactEnvironment(simpy.Environment):
         new ``at(t)`` would be: the same priority, ordered after every event already queued for
         t. The event keeps its callbacks, and no emptied event is left in the queue to pop."""
         queue = self._queue
-        for i, entry in enumerate(queue):   # noqa: B007 -- i is the position used after the loop
+        for i, entry in enumerate(queue):  # noqa: B007 -- i is the position used after the loop
             if entry[3] is event:
                 break
         else:
@@ -60,7 +61,7 @@ class ExactEnvironment(simpy.Environment):
         queue[i] = (t, entry[1], next(self._eid), event)
         if t < entry[0]:
             _siftdown(queue, 0, i)
-        else:   # its own time, a later sequence number: the key grew
+        else:  # its own time, a later sequence number: the key grew
             _siftup(queue, i)
 
     def due_by(self, t: float) -> bool:
@@ -81,7 +82,6 @@ class ExactEnvironment(simpy.Environment):
         """Queue an event whose callbacks already ran to fire again at t, as a new ``at(t)`` would
         be queued (the next sequence number), with the callbacks it has now."""
         heappush(self._queue, (t, priority, next(self._eid), event))  # type: ignore[misc]
-
 
     def move_wait_earlier(self, process, t: float) -> None:
         """``move_earlier`` for the ``at`` event a process is waiting on."""

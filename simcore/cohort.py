@@ -21,6 +21,7 @@ SGLang prefill batch, which the decodes sit out). A folded run
 (see simcore/replica.py) takes the members that finish inside it off the heap in advance and
 hands them to ``advance`` at the step they leave after.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -40,7 +41,7 @@ class DecodeCohort:
         self.last_finish = 0
         self._ticks: list[int] = []
         self._gaps: list[float] = []
-        self._top = 0   # the largest seq among members; -1: not known (it left)
+        self._top = 0  # the largest seq among members; -1: not known (it left)
 
     @property
     def n(self) -> int:
@@ -108,12 +109,12 @@ class DecodeCohort:
             if steps == 1:
                 return self._due[start_tick % bs]
             i = start_tick % bs
-            return sum(self._due[i:i + steps])
+            return sum(self._due[i : i + steps])
         full, rem = divmod(steps, bs)
         if not rem:
             return full * len(self.members)
         i = start_tick % bs
-        return full * len(self.members) + sum(self._due[i:i + rem])
+        return full * len(self.members) + sum(self._due[i : i + rem])
 
     def advance(self, steps: int, max_gap: float, last_end: float, leaving=()) -> list:
         """The cohort took `steps` steps whose largest gap for members was `max_gap`; returns the
@@ -180,7 +181,7 @@ class DecodeCohort:
         self.members.clear()
         self._top = 0
         self.finish.clear()
-        self.last_finish = self.tick   # no members: no steps to empty (the bound would stay at theirs)
+        self.last_finish = self.tick  # no members: no steps to empty (the bound would stay at theirs)
         self._due = [0] * (2 * self.bs)
         self.kv = 0
         self.left = 0

@@ -15,6 +15,7 @@ the NaN that arithmetic gives (0/0, inf - inf: the sign set on x86) in the first
 raises NaNValue for a NaN: a latency that is not a number is a bug upstream (a cost model's
 constant, a step time), never a value to bin.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-BLOCK = 16384   # values indexed at a time: their temporaries stay in the cache (twice as fast as 65,536 at once)
+BLOCK = 16384  # values indexed at a time: their temporaries stay in the cache (twice as fast as 65,536 at once)
 
 
 class NaNValue(ValueError):
@@ -43,9 +44,10 @@ def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarra
     j = np.arange(1, nbins, dtype=np.float64)
     want = np.arange(1, nbins, dtype=np.int64)
     guess = (lo * 10.0 ** ((j - 1) / per_decade)).view(np.int64)
-    below, above = guess - 1024, guess + 1024   # float bits: the formula is < want at below, >= want at above
-    if (_formula(below.view(np.float64), lo, per_decade, nbins) >= want).any() or \
-            (_formula(above.view(np.float64), lo, per_decade, nbins) < want).any():
+    below, above = guess - 1024, guess + 1024  # float bits: the formula is < want at below, >= want at above
+    if (_formula(below.view(np.float64), lo, per_decade, nbins) >= want).any() or (
+        _formula(above.view(np.float64), lo, per_decade, nbins) < want
+    ).any():
         raise RuntimeError("histogram edges are not within 1024 ulps of lo * 10**(i / per_decade)")
     while (above - below > 1).any():
         mid = below + (above - below) // 2
@@ -53,13 +55,13 @@ def _bins(lo: float, per_decade: int, nbins: int) -> tuple[np.ndarray, np.ndarra
         above, below = np.where(up, mid, above), np.where(up, below, mid)
     edge = above.view(np.float64)
     edges = np.concatenate([[-np.inf], edge, [np.inf]])
-    mantissa = max(math.ceil(-math.log2(10.0 ** (1.0 / per_decade) - 1.0)) + 1, 0)   # a bucket at most a binade
+    mantissa = max(math.ceil(-math.log2(10.0 ** (1.0 / per_decade) - 1.0)) + 1, 0)  # a bucket at most a binade
     shift = 52 - mantissa
     first = int(np.array(lo / 4).view(np.int64)) >> shift
     last = int(np.array(float(edge[-1]) * 4).view(np.int64)) >> shift
     starts = (np.arange(first, last + 1, dtype=np.int64) << shift).view(np.float64)
     table = (np.searchsorted(edges, starts, side="right") - 1).astype(np.int64)
-    edges[-1] = np.nan   # +inf stays in the last bin: nothing compares >= NaN
+    edges[-1] = np.nan  # +inf stays in the last bin: nothing compares >= NaN
     return table.astype(np.int32), edges[1:].copy(), shift, first
 
 
@@ -69,12 +71,12 @@ class LogHistogram:
         self.nbins = int(np.ceil(np.log10(hi / lo) * bins_per_decade)) + 2
         self._counts = np.zeros(self.nbins, dtype=np.int64)
         self._count, self._total, self._max = 0, 0.0, 0.0
-        self._unit_values: list[float] = []   # weight 1 (most gaps: one request's)
-        self._unit_chunks: list = []          # arrays of weight-1 values
+        self._unit_values: list[float] = []  # weight 1 (most gaps: one request's)
+        self._unit_chunks: list = []  # arrays of weight-1 values
         self._values: list[float] = []
         self._weights: list[int] = []
-        self._chunks: list = []               # (array of values, weight)
-        self._weighted: list = []             # (array of values, array of weights)
+        self._chunks: list = []  # (array of values, weight)
+        self._weighted: list = []  # (array of values, array of weights)
         self._pending = 0
 
     def _index(self, x: np.ndarray) -> np.ndarray:
@@ -136,11 +138,18 @@ class LogHistogram:
         if units or unit_chunks:
             self._bin(np.concatenate([np.asarray(units, dtype=np.float64)] + unit_chunks, dtype=np.float64))
         if values or chunks or weighted:
-            v = np.concatenate([np.asarray(values, dtype=np.float64)] + [c for c, _ in chunks] + [c for c, _ in weighted],
-                               dtype=np.float64)
-            w = np.concatenate([np.asarray(weights, dtype=np.float64),
-                                np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks])]
-                               + [w for _, w in weighted], dtype=np.float64)
+            v = np.concatenate(
+                [np.asarray(values, dtype=np.float64)] + [c for c, _ in chunks] + [c for c, _ in weighted],
+                dtype=np.float64,
+            )
+            w = np.concatenate(
+                [
+                    np.asarray(weights, dtype=np.float64),
+                    np.repeat(np.array([w for _, w in chunks], dtype=np.float64), [len(c) for c, _ in chunks]),
+                ]
+                + [w for _, w in weighted],
+                dtype=np.float64,
+            )
             self._bin(v, w)
 
     def _bin(self, v: np.ndarray, w: np.ndarray | None = None) -> None:
@@ -148,10 +157,12 @@ class LogHistogram:
 
         The weighted total is numpy's own sum, not a BLAS dot: OpenBLAS threads a long dot, which
         spins a second core and makes the last bits depend on the thread count."""
-        top = float(v.max())   # NaN if any value is
+        top = float(v.max())  # NaN if any value is
         if top != top:
-            raise NaNValue(f"latency histogram: {int(np.isnan(v).sum())} of {len(v)} values are NaN "
-                           "(a step time or gap that is not a number: check the cost model's constants)")
+            raise NaNValue(
+                f"latency histogram: {int(np.isnan(v).sum())} of {len(v)} values are NaN "
+                "(a step time or gap that is not a number: check the cost model's constants)"
+            )
         self._max = max(self._max, top)
         counts, index = self._counts, self._index
         if w is None:
@@ -161,11 +172,11 @@ class LogHistogram:
             self._count += int(w.sum())
             self._total += float(np.multiply(v, w).sum())
         for s in range(0, len(v), BLOCK):
-            i = index(v[s:s + BLOCK])
-            low = int(i.min())   # the bins a block spans are few: count only from the lowest
+            i = index(v[s : s + BLOCK])
+            low = int(i.min())  # the bins a block spans are few: count only from the lowest
             i -= low
-            c = np.bincount(i) if w is None else np.bincount(i, weights=w[s:s + BLOCK]).astype(np.int64)
-            counts[low:low + len(c)] += c
+            c = np.bincount(i) if w is None else np.bincount(i, weights=w[s : s + BLOCK]).astype(np.int64)
+            counts[low : low + len(c)] += c
 
     @property
     def counts(self) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Conservation invariants of a replica, asserted after every plan when a Simulation runs with
 check=True (the tests do): KV blocks, queue membership, token counts, the cohort's sums."""
+
 from __future__ import annotations
 
 
@@ -12,7 +13,7 @@ def check_replica(replica, plan) -> None:
         assert plan.cohort or plan.items, "the cohort sat out an empty step"
         assert c.kv == sum(c.current(r) for r in c.members)
         assert c.outputs_left() == sum(r.output_len - r.num_output_tokens - c.tick + r.cohort_tick for r in c.members)
-        ahead = 1 if plan.cohort else 0   # the blocks of the planned step are held
+        ahead = 1 if plan.cohort else 0  # the blocks of the planned step are held
         cohort_held = sum(pool.blocks_held(r, c.current(r) + ahead) for r in c.members)
         assert all(c.current(r) + 1 == r.prompt_len + r.num_output_tokens + c.tick - r.cohort_tick for r in c.members)
     cached = pool.cache.cached_blocks if pool.cache else 0

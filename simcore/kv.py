@@ -4,6 +4,7 @@ vLLM usable = total·gpu_memory_utilization − weights − activation peak of t
 (vllm/v1/worker/gpu_worker.py, determine_available_memory); blocks of block_size tokens.
 SGLang's memory defaults live with its policy (policies/sglang_config.py, sglang_kv_tokens).
 """
+
 from __future__ import annotations
 
 from costmodel import CostModel
@@ -48,7 +49,7 @@ class BlockPool:
         if need <= 0:
             return True
         free = self.total - self.used
-        if need > free:   # evict only when that makes room (vLLM allocate_slots checks first)
+        if need > free:  # evict only when that makes room (vLLM allocate_slots checks first)
             if not self.cache or need > free + self.cache.evictable_blocks:
                 return False
             self.used -= self.cache.evict(need - free)
@@ -75,7 +76,7 @@ def vllm_block_pool(num_gpu_blocks: int, block_size: int) -> BlockPool:
     """vLLM's pool of num_gpu_blocks blocks: BlockPool.__init__ (vllm/v1/core/block_pool.py) takes
     the first free block as the null block, which no request ever gets, so N − 1 are usable."""
     if num_gpu_blocks <= 0:
-        return BlockPool(num_gpu_blocks, block_size)   # says why: the weights do not fit
+        return BlockPool(num_gpu_blocks, block_size)  # says why: the weights do not fit
     require(num_gpu_blocks > 1, "num_gpu_blocks", num_gpu_blocks, "leaves no block beside vLLM's null block")
     return BlockPool(num_gpu_blocks - 1, block_size)
 
@@ -90,5 +91,9 @@ def activation_peak_bytes(cm: CostModel, max_num_batched_tokens: int) -> float:
 
 
 def vllm_kv_blocks(cm: CostModel, gpu_memory_utilization: float, block_size: int, max_num_batched_tokens: int) -> int:
-    avail = cm.hw.memory_bytes * gpu_memory_utilization - cm.weight_bytes_per_gpu - activation_peak_bytes(cm, max_num_batched_tokens)
+    avail = (
+        cm.hw.memory_bytes * gpu_memory_utilization
+        - cm.weight_bytes_per_gpu
+        - activation_peak_bytes(cm, max_num_batched_tokens)
+    )
     return int(avail // (block_size * cm.kv_coef))

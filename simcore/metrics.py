@@ -4,6 +4,7 @@ TTFT = first token − arrival; TPOT = (E2EL − TTFT)/(output − 1) for output
 between consecutive tokens of a request; E2EL = last token − arrival. Goodput counts requests
 meeting every given SLO (inclusive), per second (vllm/benchmarks/serve.py, calculate_metrics).
 """
+
 from __future__ import annotations
 
 from operator import attrgetter
@@ -16,10 +17,21 @@ from .histogram import LogHistogram
 PERCENTILES = (50, 90, 99)
 
 
-COLUMNS = {"rid": np.int64, "replica": np.int64, "arrival_s": np.float64, "prompt_len": np.int64, "output_len": np.int64,
-           "num_output_tokens": np.int64, "first_scheduled_s": np.float64, "first_token_s": np.float64,
-           "finish_s": np.float64, "max_itl_s": np.float64, "num_preemptions": np.int64, "num_cached_tokens": np.int64,
-           "rejected": object}   # None in a float column is NaN: not reached (np.fromiter reads it so)
+COLUMNS = {
+    "rid": np.int64,
+    "replica": np.int64,
+    "arrival_s": np.float64,
+    "prompt_len": np.int64,
+    "output_len": np.int64,
+    "num_output_tokens": np.int64,
+    "first_scheduled_s": np.float64,
+    "first_token_s": np.float64,
+    "finish_s": np.float64,
+    "max_itl_s": np.float64,
+    "num_preemptions": np.int64,
+    "num_cached_tokens": np.int64,
+    "rejected": object,
+}  # None in a float column is NaN: not reached (np.fromiter reads it so)
 
 
 def requests_frame(requests, known: dict | None = None) -> pd.DataFrame:
@@ -65,9 +77,13 @@ def summarize(df: pd.DataFrame, itl: LogHistogram, num_iterations: int, goodput:
     duration = float(done.finish_s.max() - df.arrival_s.min()) if len(done) else 0.0
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
     out = {
-        "duration": duration, "completed": int(len(done)), "num_rejected": int(df.rejected.notna().sum()),
-        "total_input_tokens": int(done.prompt_len.sum()), "total_output_tokens": int(done.num_output_tokens.sum()),
-        "request_throughput": per_s(len(done)), "output_throughput": per_s(float(done.num_output_tokens.sum())),
+        "duration": duration,
+        "completed": int(len(done)),
+        "num_rejected": int(df.rejected.notna().sum()),
+        "total_input_tokens": int(done.prompt_len.sum()),
+        "total_output_tokens": int(done.num_output_tokens.sum()),
+        "request_throughput": per_s(len(done)),
+        "output_throughput": per_s(float(done.num_output_tokens.sum())),
         "total_token_throughput": per_s(float(done.prompt_len.sum() + done.num_output_tokens.sum())),
     }
     for name in ("ttft", "tpot", "e2el"):
@@ -95,6 +111,7 @@ def good_mask(df: pd.DataFrame, slos_ms: dict) -> np.ndarray:
 def parse_goodput(items: list[str]) -> dict:
     """`ttft:MS tpot:MS e2el:MS` as `vllm bench serve --goodput` takes them."""
     from costmodel.errors import InputError
+
     out = {}
     for item in items:
         key, _, val = item.partition(":")

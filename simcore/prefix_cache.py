@@ -12,6 +12,7 @@ A request pins its matched prefix only once admitted; a lookup that is not admit
 A hit moves num_computed_tokens forward, by whole cache blocks, to at most num_tokens − 1 (the
 last token is always recomputed to sample from it).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -22,13 +23,13 @@ from .cache_hits import HitCount
 
 @dataclass(eq=False)
 class _Node:
-    key: tuple             # (parent's serial, 0 at the root; this block's hash): a trie edge, O(1) to hash
+    key: tuple  # (parent's serial, 0 at the root; this block's hash): a trie edge, O(1) to hash
     parent: _Node | None
-    depth: int             # blocks from the root, this one included
+    depth: int  # blocks from the root, this one included
     refs: int = 0
     children: int = 0
     last_use: int = 0
-    serial: int = 0        # creation order, never reused: with depth, breaks LRU ties the same way every run
+    serial: int = 0  # creation order, never reused: with depth, breaks LRU ties the same way every run
 
 
 @dataclass
@@ -39,12 +40,12 @@ class PrefixCache(HitCount):
     clock: int = 0
     hit_tokens: int = 0
     lookup_tokens: int = 0
-    unreferenced: int = 0          # nodes with no request referencing them (evictable or inner)
+    unreferenced: int = 0  # nodes with no request referencing them (evictable or inner)
     created: int = 0
     _lru: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.engine_blocks = -(-self.block_tokens // self.engine_block_size)   # pool blocks one cache node holds
+        self.engine_blocks = -(-self.block_tokens // self.engine_block_size)  # pool blocks one cache node holds
 
     @property
     def cached_blocks(self) -> int:
@@ -114,7 +115,7 @@ class PrefixCache(HitCount):
         for node in path:
             node.last_use = clock
         self._unpin(path)
-        if parent is not None and len(path) < computed_blocks:   # only the chain's last node can be a leaf
+        if parent is not None and len(path) < computed_blocks:  # only the chain's last node can be a leaf
             self._push_if_evictable(parent)
         return adopted * self.engine_blocks
 

@@ -22,14 +22,15 @@ Times are a counter: each walk stamps its path with one new value and each new n
 next (SGLang reads time.monotonic() once per walk and again in TreeNode()). Memory is a node per
 distinct run, O(requests); matching compares runs by slices, not block by block.
 """
+
 from __future__ import annotations
 
 import heapq
 
 from .cache_hits import HitCount
 
-REFRESH_INTERVAL = 32   # schedule_policy.py, WAITING_PREFIX_REFRESH_INTERVAL
-REFRESH_MAX = 128       # schedule_policy.py, WAITING_QUEUE_PREFIX_MATCH_MAX
+REFRESH_INTERVAL = 32  # schedule_policy.py, WAITING_PREFIX_REFRESH_INTERVAL
+REFRESH_MAX = 128  # schedule_policy.py, WAITING_QUEUE_PREFIX_MATCH_MAX
 
 
 class _Node:
@@ -43,12 +44,12 @@ class _Node:
 def _common(names: tuple, key: tuple, pos: int, end: int) -> int:
     """How many leading names of `names` equal key[pos:end] (the first is known to)."""
     n = min(len(names), end - pos)
-    if names[:n] == key[pos:pos + n]:
+    if names[:n] == key[pos : pos + n]:
         return n
-    lo, hi = 1, n   # names[:lo] matches, names[:hi] does not
+    lo, hi = 1, n  # names[:lo] matches, names[:hi] does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if names[:mid] == key[pos:pos + mid]:
+        if names[:mid] == key[pos : pos + mid]:
             lo = mid
         else:
             hi = mid
@@ -63,7 +64,7 @@ class RadixCache(HitCount):
         self.engine_blocks = -(-block_tokens // engine_block_size)
         self.root = _Node(None, (), 0, 0, 0, refs=1)
         self.clock = self.created = self.nodes = 0
-        self.blocks = self.unreferenced = 0   # names in the tree, and in unpinned nodes
+        self.blocks = self.unreferenced = 0  # names in the tree, and in unpinned nodes
         self._heap: list = []
         self._keys: dict = {}
 
@@ -127,7 +128,7 @@ class RadixCache(HitCount):
         if node.end < n:
             self.created += 1
             self.nodes += 1
-            leaf = _Node(node, key[node.end:n], n, self._tick(), self.created)
+            leaf = _Node(node, key[node.end : n], n, self._tick(), self.created)
             node.children[key[node.end]] = leaf
             self.blocks += n - node.end
             self.unreferenced += n - node.end
@@ -167,8 +168,13 @@ class RadixCache(HitCount):
                 heapq.heapify(self._heap)
 
     def _fresh(self, time, _serial, node) -> bool:
-        return (node.time == time and node.refs == 0 and not node.children and node.parent is not None
-                and node.parent.children.get(node.names[0]) is node)
+        return (
+            node.time == time
+            and node.refs == 0
+            and not node.children
+            and node.parent is not None
+            and node.parent.children.get(node.names[0]) is node
+        )
 
     # --- what the policy and the pool call ------------------------------------------------------
     def match(self, req) -> int:

@@ -26,6 +26,7 @@ queue for a DecodeCohort that advances them as a group, so a step's Python work 
 that change) rather than O(batch). `--no-fast-forward` keeps every request explicit, one event
 per step: the reference the tests compare against.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,44 +53,68 @@ from .invariants import check_replica
 class Replica:
     """One engine instance, fast-forwarding: its state, and the fast paths of simcore/fastforward/
     as functions of it (``runs._step_ends(replica, …)``), each behind a switch (``switches``)."""
-    _headroom = True   # whether to ask policy.run_headroom (False where it is PolicyHooks', always 0)
+
+    _headroom = True  # whether to ask policy.run_headroom (False where it is PolicyHooks', always 0)
     _ends_all = False  # the last plan's run ends with all of its requests finished (DEFERRED FINISH)
-    _folds_arrivals = False   # the policy has the hook and the run may fold arrivals (simcore/fastforward/arrival_folds.py)
-    if TYPE_CHECKING:   # the state's cohort is there wherever a plan has cohort members (Plan.cohort > 0)
+    _folds_arrivals = (
+        False  # the policy has the hook and the run may fold arrivals (simcore/fastforward/arrival_folds.py)
+    )
+    if TYPE_CHECKING:  # the state's cohort is there wherever a plan has cohort members (Plan.cohort > 0)
         state: Any
 
-    def __init__(self, env, index: int, policy, state: SchedulerState, cm: CostModel,
-                 next_arrival, on_finish, switches: FastForward = FastForward(), check: bool = False,
-                 log_iterations: bool = False):
+    def __init__(
+        self,
+        env,
+        index: int,
+        policy,
+        state: SchedulerState,
+        cm: CostModel,
+        next_arrival,
+        on_finish,
+        switches: FastForward = FastForward(),
+        check: bool = False,
+        log_iterations: bool = False,
+    ):
         self.env, self.index, self.policy, self.state = env, index, policy, state
-        self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))   # host/GPU overlap: costmodel/host.py
+        self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
         self._running_ends = None
         self._running_plan = None
-        self._lead: Any = None   # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
+        self._lead: Any = None  # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
         self.fast_forward, self.switches, self.checking = True, switches, check
-        self.settle = False   # True in closed loop: a finish may release an arrival at the same instant
-        self.pull = None      # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
-        self.fold = False     # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
-        self._leaving: list = []   # (steps, request): members or planned requests whose last step in this run is steps - 1
-        self._leave_times = None   # their last steps' end times, once read (``outstanding``)
-        self._joins: list = []     # arrivals folded into the running run (simcore/fastforward/arrival_folds.py)
+        self.settle = False  # True in closed loop: a finish may release an arrival at the same instant
+        self.pull = (
+            None  # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
+        )
+        self.fold = False  # True when a finish matters to nobody until the run ends (open loop, router blind to KV)
+        self._leaving: list = []  # (steps, request): members or planned requests whose last step in this run is steps - 1
+        self._leave_times = None  # their last steps' end times, once read (``outstanding``)
+        self._joins: list = []  # arrivals folded into the running run (simcore/fastforward/arrival_folds.py)
         self._step_estimate = 0.01  # a recent decode step's length: sizes a folded run's pieces
-        self._deferred_end = math.inf   # a deferred run's end (see DEFERRED FINISH)
-        self._done_at, self._done_n = math.inf, 0   # the same: _done_n requests, finishing in its last step, out from then
+        self._deferred_end = math.inf  # a deferred run's end (see DEFERRED FINISH)
+        self._done_at, self._done_n = (
+            math.inf,
+            0,
+        )  # the same: _done_n requests, finishing in its last step, out from then
         self.inbox: list = []
         self.idle = None
-        self.wakes = None   # where submit leaves a triggered idle event for the caller to process, if not None
-        self._clock = None   # when the last step ended, as planned (SimPy's now may be an ulp off it)
+        self.wakes = None  # where submit leaves a triggered idle event for the caller to process, if not None
+        self._clock = None  # when the last step ended, as planned (SimPy's now may be an ulp off it)
         self.num_iterations = 0
-        self._outstanding = 0   # submitted and not yet applied as finished
+        self._outstanding = 0  # submitted and not yet applied as finished
         self.iteration_log: list | None = [] if log_iterations else None
         state.hold_finished = getattr(policy, "holds_finished", False)
-        self._counts_runs = getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward   # no-ops skipped
+        self._counts_runs = (
+            getattr(type(policy), "on_fast_forward", None) is not PolicyHooks.on_fast_forward
+        )  # no-ops skipped
         self._counts_finishes = getattr(type(policy), "on_finish", None) is not PolicyHooks.on_finish
-        self.rejects = getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason   # beyond the pool's size
-        self._headroom = getattr(type(policy), "run_headroom", None) is not PolicyHooks.run_headroom   # else none
-        if switches.cohort and getattr(policy, "lazy_decodes", False) and not log_iterations:   # the log lists every request
+        self.rejects = (
+            getattr(type(policy), "reject_reason", None) is not PolicyHooks.reject_reason
+        )  # beyond the pool's size
+        self._headroom = getattr(type(policy), "run_headroom", None) is not PolicyHooks.run_headroom  # else none
+        if (
+            switches.cohort and getattr(policy, "lazy_decodes", False) and not log_iterations
+        ):  # the log lists every request
             state.cohort = DecodeCohort(state.pool.block_size)
         self.process = env.process(self.run())
 
@@ -97,18 +122,20 @@ class Replica:
         req.replica = self.index
         self.inbox.append(req)
         self._outstanding += 1
-        if self.pull is not None:   # collected by the replica itself: its runs already end at the arrival
+        if self.pull is not None:  # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
-            if self.env.now < self._deferred_end < math.inf:   # a deferred run still going: wake at its end, or where it is cut
+            if (
+                self.env.now < self._deferred_end < math.inf
+            ):  # a deferred run still going: wake at its end, or where it is cut
                 self.env.queue_at(self.idle, self._deferred_end)
-                self._deferred_end = self._done_at = math.inf   # counted until then, as a run's requests are
+                self._deferred_end = self._done_at = math.inf  # counted until then, as a run's requests are
                 ends = self._running_ends
                 if len(ends) > 1 and ends[-2] >= self.env.now:
                     self._cut()
             elif self.wakes is None:
                 self.idle.succeed()
-            else:   # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
+            else:  # triggered now, its callbacks run by the caller (Simulation._plain_arrivals)
                 trigger_unscheduled(self.idle)
                 self.wakes.append(self.idle)
         elif self._running_ends is not None and len(self._running_ends) > 1 and self._running_ends[-2] >= self.env.now:
@@ -134,10 +161,10 @@ class Replica:
         if self.pull is not None:
             self.pull(self.env.now)
         n = self._outstanding
-        if self._done_at < math.inf and self._done_at <= self.env.now:   # a deferred run's finishers
+        if self._done_at < math.inf and self._done_at <= self.env.now:  # a deferred run's finishers
             n -= self._done_n
         if self._leaving and self._running_ends is not None:
-            times = self._leave_times   # when each leaver's last step ends: leavers are in step order
+            times = self._leave_times  # when each leaver's last step ends: leavers are in step order
             if times is None:
                 ends = self._running_ends
                 times = self._leave_times = [float(ends[f - 1]) for f, _ in self._leaving]
@@ -155,7 +182,7 @@ class Replica:
             return
         j = bisect_left(ends, t)
         runs._keep_leavers(self, j)
-        if self._joins:   # arrivals whose admission step was not reached are still to be planned
+        if self._joins:  # arrivals whose admission step was not reached are still to be planned
             back = [req for req, at, _ in self._joins if at >= j]
             self._joins = [x for x in self._joins if x[1] < j]
             self.inbox[:0] = back
@@ -181,12 +208,18 @@ class Replica:
         if ends is not None and len(ends) > 1:
             j = steps_started(ends, self.env.now)
             bs = pool.block_size
-            used += sum(-(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
-                        for r, q in self._running_plan.items)
-            if self._lead is not None:   # P grows by its chunks, not by one a step: replace its term
+            used += sum(
+                -(-(r.num_computed_tokens + q - 1 + j) // bs) + (r.num_computed_tokens + q) // -bs
+                for r, q in self._running_plan.items
+            )
+            if self._lead is not None:  # P grows by its chunks, not by one a step: replace its term
                 r, qs = self._lead
-                used += (-(-chunked._lead_positions(self, j) // bs) + (r.num_computed_tokens + qs[0]) // -bs
-                         + -(-(r.num_computed_tokens + qs[0]) // bs) - -(-(r.num_computed_tokens + qs[0] - 1 + j) // bs))
+                used += (
+                    -(-chunked._lead_positions(self, j) // bs)
+                    + (r.num_computed_tokens + qs[0]) // -bs
+                    + -(-(r.num_computed_tokens + qs[0]) // bs)
+                    - -(-(r.num_computed_tokens + qs[0] - 1 + j) // bs)
+                )
             if self._running_plan.cohort:
                 c = self.state.cohort
                 used += c.new_blocks(c.tick + 1, j - 1)
@@ -195,17 +228,24 @@ class Replica:
     def run(self):
         state = self.state
         env = self.env
-        skipping = self.pull is not None and self.fast_forward   # set before the run starts (Simulation)
-        self._folds_arrivals = (skipping and self.fold and self.switches.arrival_folds and self.iteration_log is None and self.state.cohort is not None
-                                and getattr(type(self.policy), "arrival_chunks", PolicyHooks.arrival_chunks) is not PolicyHooks.arrival_chunks)
+        skipping = self.pull is not None and self.fast_forward  # set before the run starts (Simulation)
+        self._folds_arrivals = (
+            skipping
+            and self.fold
+            and self.switches.arrival_folds
+            and self.iteration_log is None
+            and self.state.cohort is not None
+            and getattr(type(self.policy), "arrival_chunks", PolicyHooks.arrival_chunks)
+            is not PolicyHooks.arrival_chunks
+        )
         while True:
             now = env.now if self._clock is None else self._clock
             if self.pull is not None:
                 self.pull(now)
-            if not self._outstanding:      # nothing in the inbox, waiting or running
+            if not self._outstanding:  # nothing in the inbox, waiting or running
                 if state.finished:
                     state.release_finished()
-                if self.pull is None:      # _wait_for_work, inlined
+                if self.pull is None:  # _wait_for_work, inlined
                     idle = self.idle = Event(env)
                     yield idle
                     self._clock = None
@@ -222,8 +262,8 @@ class Replica:
                 state.settle_lookups()
             if self.checking:
                 check_replica(self, plan)
-            if not plan.items and not plan.cohort:   # an empty plan (Plan.__bool__)
-                if not plan.preempted and not plan.released:   # else plan again at once, from the queue
+            if not plan.items and not plan.cohort:  # an empty plan (Plan.__bool__)
+                if not plan.preempted and not plan.released:  # else plan again at once, from the queue
                     yield from self._wait_for_work()
                 continue
             start = now
@@ -231,27 +271,45 @@ class Replica:
             self._running_ends, self._leave_times = ends, None
             self._running_plan, self._running_start = plan, start
             t = ends[-1] if type(ends) is list else float(ends[-1])
-            if (self._ends_all and self.wakes is not None and self.fold and not state.waiting and self.iteration_log is None
-                    and self.switches.deferred_finish):
+            if (
+                self._ends_all
+                and self.wakes is not None
+                and self.fold
+                and not state.waiting
+                and self.iteration_log is None
+                and self.switches.deferred_finish
+            ):
                 self._deferred_end = self._done_at = t
-                self._done_n = len(plan.items) + plan.cohort - len(self._leaving)   # the rest are leavers
+                self._done_n = len(plan.items) + plan.cohort - len(self._leaving)  # the rest are leavers
                 idle = self.idle = Event(env)
                 yield idle
                 self.apply_deferred()
                 continue
             if not (skipping and env.skip_to(t)):
                 yield env.at(t)
-                ends = self._running_ends   # an arrival may have cut the run (``_cut``)
+                ends = self._running_ends  # an arrival may have cut the run (``_cut``)
             self._running_ends = None
             self._clock = ends[-1] if type(ends) is list else float(ends[-1])
             self._apply_run(plan, start, ends)
 
     def _apply_run(self, plan: Plan, start: float, ends) -> None:
         """Apply a run by the commonest plans' fast paths (simcore/fastforward/applies.py) or the general one."""
-        if (not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins
-                and self.iteration_log is None):
+        if (
+            not plan.cohort
+            and len(plan.items) == 1
+            and self._lead is None
+            and not self._leaving
+            and not self._joins
+            and self.iteration_log is None
+        ):
             applies._apply_lone(self, plan.items, start, ends)
-        elif plan.cohort == 1 and len(plan.items) == 1 and self._lead is None and not self._joins and self.iteration_log is None:
+        elif (
+            plan.cohort == 1
+            and len(plan.items) == 1
+            and self._lead is None
+            and not self._joins
+            and self.iteration_log is None
+        ):
             applies._apply_beside(self, plan, start, ends)
         else:
             self._apply(plan, start, ends)
@@ -260,7 +318,7 @@ class Replica:
         """Apply the deferred run (to where it was cut, if it was); the next plan starts at its end
         if that is now, else now (an arrival after it). Where nothing arrived before its end, the
         replica was idle from then, and so held no finished request (``run``'s idle branch)."""
-        idle_after = self._deferred_end < math.inf   # else an arrival queued the wait at the end
+        idle_after = self._deferred_end < math.inf  # else an arrival queued the wait at the end
         ends, plan = self._running_ends, self._running_plan
         self._running_ends = None
         self._deferred_end = self._done_at = math.inf
@@ -275,7 +333,7 @@ class Replica:
         if self.pull is not None:
             a = self.next_arrival()
             if a == math.inf:
-                yield self.env.event()   # nothing more will come
+                yield self.env.event()  # nothing more will come
             if not (self.fast_forward and self._skip_to(max(a, self.env.now))):
                 yield self.env.at(max(a, self.env.now))
             self._clock = a
@@ -292,8 +350,14 @@ class Replica:
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""
-        if not plan.cohort and len(plan.items) == 1 and self._lead is None and not self._leaving and not self._joins \
-                and self.iteration_log is None:
+        if (
+            not plan.cohort
+            and len(plan.items) == 1
+            and self._lead is None
+            and not self._leaving
+            and not self._joins
+            and self.iteration_log is None
+        ):
             return applies._apply_lone(self, plan.items, start, ends)
         steps = len(ends)
         self.num_iterations += steps
@@ -305,16 +369,18 @@ class Replica:
         bs, cache = pool.block_size, pool.cache
         inner, inner_max, done, marks = None, 0.0, (), None
         leaving = self._leaving
-        left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None   # planned, leaving early
+        left_at = {req: f for f, req in leaving if req.cohort_tick < 0} if leaving else None  # planned, leaving early
         P: Any
-        lead, quiet, P = self._lead, 0, None   # quiet: inner gaps before the lead's P samples (it is not in them)
+        lead, quiet, P = self._lead, 0, None  # quiet: inner gaps before the lead's P samples (it is not in them)
         if lead is not None:
             P, chunks = lead
-            P.num_computed_tokens += sum(chunks[1:steps])   # the loop below adds its first chunk
+            P.num_computed_tokens += sum(chunks[1:steps])  # the loop below adds its first chunk
             quiet = min(len(chunks), steps) - 1
         if steps > 1:
             if self._counts_runs:
-                self.policy.on_fast_forward(steps - 1 if lead is None else max(0, steps - len(lead[1])))   # decode-only steps
+                self.policy.on_fast_forward(
+                    steps - 1 if lead is None else max(0, steps - len(lead[1]))
+                )  # decode-only steps
             inner = list(map(sub, ends[1:], ends)) if type(ends) is list else ends[1:] - ends[:-1]
         if plan.cohort:
             gap = first - c.last_end
@@ -335,24 +401,31 @@ class Replica:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
-            s0, mine, top, at = 0, steps, inner_max, first   # its first sampling step, steps it samples in, largest inner gap, first sample
+            s0, mine, top, at = (
+                0,
+                steps,
+                inner_max,
+                first,
+            )  # its first sampling step, steps it samples in, largest inner gap, first sample
             if req is P:
                 self.policy.on_lead(s, req, chunks[:steps])
                 if req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                     if steps > 1:
-                        held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)   # blocks_held
+                        held = -(-req.num_computed_tokens // bs) - (
+                            cache.shared_blocks(req) if cache else 0
+                        )  # blocks_held
                         pool.used += held - req.num_blocks
                         req.num_blocks = held
                     continue
                 s0 = quiet
                 at = float(ends[s0])
                 mine = (left_at[req] if left_at and req in left_at else steps) - s0
-                top = _max(inner[s0:s0 + mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
+                top = _max(inner[s0 : s0 + mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
             elif req.num_computed_tokens < req.prompt_len + req.num_output_tokens:
                 continue
             elif left_at and req in left_at:
                 mine = left_at[req]
-                top = _max(inner[:mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
+                top = _max(inner[: mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
             gap = _sample(req, at, top)
             if gap is not None:
                 gaps.append(gap)
@@ -376,10 +449,10 @@ class Replica:
             for req in done:
                 req.num_blocks = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)
             finished = sorted(finished + done, key=self._finish_key(plan, ends, P, quiet)) if finished else done
-        elif steps > 1 and len(finished) > 1 and s.hold_finished:   # held in the order they finished
+        elif steps > 1 and len(finished) > 1 and s.hold_finished:  # held in the order they finished
             finished.sort(key=self._finish_key(plan, ends, P, quiet))
         assert pool.used <= pool.total
-        if c is not None and (plan.cohort or not c.members):   # _join_cohort
+        if c is not None and (plan.cohort or not c.members):  # _join_cohort
             self._join_cohort(items, last)
         if finished:
             running, on_finish = s.running, self.policy.on_finish if self._counts_finishes else None
@@ -393,7 +466,9 @@ class Replica:
                     on_finish()
                 self.on_finish(req)
 
-    def _advance_folded(self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0) -> tuple[list, float, list | None]:
+    def _advance_folded(
+        self, steps: int, gap: float, inner, ends, riders: int, quiet: int = 0
+    ) -> tuple[list, float, list | None]:
         """The cohort through a folded run, segment by segment between the steps where members or
         riders (planned requests) left: each segment's gaps count once per member and rider
         present (less the lead's P in the first `quiet` gaps, before it samples), and its largest
@@ -401,7 +476,7 @@ class Replica:
         inner gap, and, where arrivals joined the run, the gaps' weights as marks for their
         ``_admit_joins`` to add with theirs in one go (simcore/fastforward/arrival_folds.py), else None."""
         c, pool, add = self.state.cohort, self.state.pool, self.itl.add_many
-        marks = [] if self._joins else None   # type: ignore[var-annotated]  # with joiners: (gap, weight change from it on), flattened, added with theirs
+        marks = [] if self._joins else None  # type: ignore[var-annotated]  # with joiners: (gap, weight change from it on), flattened, added with theirs
         leaving, self._leaving = self._leaving, []
         members, listed, nl = c.members, type(inner) is list, len(leaving)
         done, s0, i, inner_max, used = [], 0, 0, 0.0, 0
@@ -410,12 +485,15 @@ class Replica:
             top = gap if s0 == 0 else -math.inf
             if f > 1:
                 a = s0 - 1 if s0 else 0
-                seg = inner[a: f - 1]
+                seg = inner[a : f - 1]
                 if len(seg):
-                    w, q = len(members) + riders, (quiet if quiet < f - 1 else f - 1) - a   # weight w on [a, f − 1), less 1 on [a, a + q)
+                    w, q = (
+                        len(members) + riders,
+                        (quiet if quiet < f - 1 else f - 1) - a,
+                    )  # weight w on [a, f − 1), less 1 on [a, a + q)
                     if marks is not None:
                         marks += (a, w, f - 1, -w, a, -1, a + q, 1) if q > 0 else (a, w, f - 1, -w)
-                    elif q > 0:   # _add_gaps, inlined
+                    elif q > 0:  # _add_gaps, inlined
                         if w > 1:
                             add(seg[:q], w - 1)
                         add(seg[q:], w)
@@ -452,9 +530,12 @@ class Replica:
         c = self.state.cohort
         joined, limit = False, self.policy.cohort_max_outputs_left
         for req, _ in items:
-            if (req.last_token_s == last and req.num_output_tokens < req.output_len
-                    and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens
-                    and req.output_len - req.num_output_tokens <= limit):
+            if (
+                req.last_token_s == last
+                and req.num_output_tokens < req.output_len
+                and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens
+                and req.output_len - req.num_output_tokens <= limit
+            ):
                 if not joined:
                     c.last_end, joined = last, True
                 c.join(req)
@@ -491,5 +572,3 @@ def _extends_first(plan, ends, P, quiet: int, extends: int):
     extend step leaves before that step's decodes."""
     at = {id(r): float(ends[quiet if r is P else 0]) for r, _ in plan.items[:extends]}
     return lambda r: (r.last_token_s, at.get(id(r)) != r.last_token_s, r.seq)
-
-

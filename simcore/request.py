@@ -6,6 +6,7 @@ Token positions of a request, in order:
 num_tokens = prompt_len + num_output_tokens. A step that brings num_computed_tokens up to
 num_tokens samples one new token (a non-final prefill chunk samples nothing: seed 000).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,11 +17,11 @@ class Request:
     rid: int
     arrival_s: float
     prompt_len: int
-    output_len: int                       # tokens to generate (max_tokens with ignore_eos)
+    output_len: int  # tokens to generate (max_tokens with ignore_eos)
     block_hashes: tuple = ()
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
-    num_blocks: int = 0                   # KV blocks (pages) held
+    num_blocks: int = 0  # KV blocks (pages) held
     # metrics, seconds
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
@@ -28,13 +29,13 @@ class Request:
     finish_s: float | None = None
     max_itl_s: float = 0.0
     num_preemptions: int = 0
-    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     rejected: str | None = None
     replica: int = 0
-    seq: int = 0                          # order in the running queue (stamped at each admission)
-    cohort_tick: int = -1                 # the decode cohort's tick when it joined; -1: not a member
-    cache_path: list | None = None        # prefix-cache nodes matched (pinned while this request holds them)
-    ignore_eos: bool = True               # runs to output_len regardless of EOS (what fixed output lengths are)
+    seq: int = 0  # order in the running queue (stamped at each admission)
+    cohort_tick: int = -1  # the decode cohort's tick when it joined; -1: not a member
+    cache_path: list | None = None  # prefix-cache nodes matched (pinned while this request holds them)
+    ignore_eos: bool = True  # runs to output_len regardless of EOS (what fixed output lengths are)
 
     @property
     def num_tokens(self) -> int:

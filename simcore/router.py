@@ -7,6 +7,7 @@ prefix_affinity    requests sharing their first `affinity_blocks` block hashes g
                    that served that prefix last, unless it has `imbalance` more outstanding requests
                    than the least loaded one, then to the least loaded (SGLang cache-aware router)
 """
+
 from __future__ import annotations
 
 from costmodel.errors import require
@@ -46,7 +47,7 @@ def least_kv(req, replicas) -> int:
     return _least(replicas, lambda r: (r.kv_usage(), r.outstanding))
 
 
-least_kv.reads_kv_usage = True   # type: ignore[attr-defined]  # a replica then applies every finish when it happens
+least_kv.reads_kv_usage = True  # type: ignore[attr-defined]  # a replica then applies every finish when it happens
 
 
 class PrefixAffinity:
@@ -68,6 +69,10 @@ class PrefixAffinity:
 
 def make_router(name: str):
     require(name in ROUTERS, "router", name, f"must be one of {', '.join(ROUTERS)}")
-    factories = {"round_robin": RoundRobin, "least_outstanding": lambda: least_outstanding,
-                 "least_kv": lambda: least_kv, "prefix_affinity": PrefixAffinity}
+    factories = {
+        "round_robin": RoundRobin,
+        "least_outstanding": lambda: least_outstanding,
+        "least_kv": lambda: least_kv,
+        "prefix_affinity": PrefixAffinity,
+    }
     return factories[name]()

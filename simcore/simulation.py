@@ -3,6 +3,7 @@
 Requests whose prompt plus output exceeds max_model_len, or which could never fit in the KV
 pool, are rejected at arrival with the reason recorded, never dropped silently.
 """
+
 from __future__ import annotations
 
 import gc
@@ -37,8 +38,17 @@ class Result:
 
 
 class Simulation:
-    def __init__(self, engines, workload, *, fast_forward: bool | FastForward = True, check: bool = False,
-                 max_model_len: int = 0, record_iterations: bool = False, router=None):
+    def __init__(
+        self,
+        engines,
+        workload,
+        *,
+        fast_forward: bool | FastForward = True,
+        check: bool = False,
+        max_model_len: int = 0,
+        record_iterations: bool = False,
+        router=None,
+    ):
         """engines: list of (policy, BlockPool, CostModel), one per replica. fast_forward: True (every
         fast path), False (the reference loop, simcore/stepping.py), or a FastForward of switches."""
         require(len(engines) > 0, "replicas", len(engines), "must be at least 1")
@@ -57,18 +67,37 @@ class Simulation:
         for pol, pool, _ in engines:
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
                 tokens = int(getattr(workload, "block_tokens", pool.block_size))
-                require(tokens % pool.block_size == 0, "workload:block_tokens", tokens,
-                        f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching")
+                require(
+                    tokens % pool.block_size == 0,
+                    "workload:block_tokens",
+                    tokens,
+                    f"must be a multiple of the engine's KV block size ({pool.block_size}) for prefix caching",
+                )
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
-        if ff is None:   # the reference: simcore/stepping.py alone
+        if ff is None:  # the reference: simcore/stepping.py alone
             # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class
-            self.replicas: list[Any] = [SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
-                             for i, (pol, pool, cm) in enumerate(engines)]
+            self.replicas: list[Any] = [
+                SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
+                for i, (pol, pool, cm) in enumerate(engines)
+            ]
             self.env.process(arrivals(self))
             return
-        self.replicas = [Replica(self.env, i, pol, SchedulerState(pool), cm, self.next_arrival, self.finished,
-                                 ff, check, record_iterations) for i, (pol, pool, cm) in enumerate(engines)]
+        self.replicas = [
+            Replica(
+                self.env,
+                i,
+                pol,
+                SchedulerState(pool),
+                cm,
+                self.next_arrival,
+                self.finished,
+                ff,
+                check,
+                record_iterations,
+            )
+            for i, (pol, pool, cm) in enumerate(engines)
+        ]
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
         self._hashes, self._n = hashes, len(workload)
         eos = getattr(workload, "ignore_eos", None)
@@ -118,7 +147,7 @@ class Simulation:
         if timeout is not None:
             self._arrive(self._next, float(self._arrival_s[self._next]))
             self._next += 1
-        if self._arrival_s[self._next] <= env.now:   # arrive_until's own test, before calling it
+        if self._arrival_s[self._next] <= env.now:  # arrive_until's own test, before calling it
             self.arrive_until(env.now)
         if self._next < self._n:
             env.at(float(self._arrival_s[self._next]), LATE).callbacks.append(self._arrival_due)
@@ -138,10 +167,18 @@ class Simulation:
             self.arrive_until(env.now)
         if self._next >= n:
             return
-        replicas, router, requests, prompts, outputs = self.replicas, self.router, self.requests, self._prompts, self._outputs
+        replicas, router, requests, prompts, outputs = (
+            self.replicas,
+            self.router,
+            self.requests,
+            self._prompts,
+            self._outputs,
+        )
         reject, wakes, requeue = self._reject_reason, [], env.requeue  # type: ignore[var-annotated]
-        fits = [-1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
-                for r in replicas]
+        fits = [
+            -1 if r.rejects else min(self.max_model_len or math.inf, r.state.pool.total * r.state.pool.block_size)
+            for r in replicas
+        ]
         event = env.at(float(arrival_s[self._next]), LATE)
 
         def due(_event) -> None:
@@ -181,8 +218,16 @@ class Simulation:
             return
         self._arriving = True
         arrival_s, i, n, arrive = self._arrival_s, self._next, self._n, self._arrive
-        if self.router is None and self._hashes is None and self._ignore_eos is None:   # _arrive, inlined for the plain stream
-            rep, requests, prompts, outputs, reject = self.replicas[0], self.requests, self._prompts, self._outputs, self._reject_reason
+        if (
+            self.router is None and self._hashes is None and self._ignore_eos is None
+        ):  # _arrive, inlined for the plain stream
+            rep, requests, prompts, outputs, reject = (
+                self.replicas[0],
+                self.requests,
+                self._prompts,
+                self._outputs,
+                self._reject_reason,
+            )
             while i < n and arrival_s[i] <= t:
                 req = Request(i, float(arrival_s[i]), prompts[i], outputs[i])
                 requests.append(req)
@@ -221,7 +266,7 @@ class Simulation:
             for r in self.replicas:
                 r.wakes = self._wakes
         collecting = gc.isenabled()
-        gc.disable()   # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
+        gc.disable()  # a run makes no reference cycles (tests check): the collector would only re-walk the live requests
         try:
             self.env.run(until=until)
             return self._results(until, goodput)
@@ -232,15 +277,17 @@ class Simulation:
     def _results(self, until: float | None, goodput: dict | None) -> Result:
         for r in self.replicas:
             r.finish_run(until)
-        if getattr(self.replicas[0], "pull", None) is not None:   # stopped at t: arrivals stamped t, like steps ending
-            self.arrive_until(math.nextafter(until, -math.inf) if until is not None else math.inf)   # at t, come too late
+        if getattr(self.replicas[0], "pull", None) is not None:  # stopped at t: arrivals stamped t, like steps ending
+            self.arrive_until(
+                math.nextafter(until, -math.inf) if until is not None else math.inf
+            )  # at t, come too late
         requests, wl = self.requests, self.workload
         n = len(requests)
-        known = {"rid": np.arange(n), "prompt_len": wl.prompt_len[:n], "output_len": wl.output_len[:n]}   # as arrived
+        known = {"rid": np.arange(n), "prompt_len": wl.prompt_len[:n], "output_len": wl.output_len[:n]}  # as arrived
         if not self.concurrency:
-            known["arrival_s"] = wl.arrival_s[:n]   # open loop: stamped with its send time
+            known["arrival_s"] = wl.arrival_s[:n]  # open loop: stamped with its send time
         df = requests_frame(requests, known)
-        if until is None:   # rows in list order: rid i is requests[i]
+        if until is None:  # rows in list order: rid i is requests[i]
             missing = (df.finish_s.isna() & df.rejected.isna()).to_numpy()
             if missing.any():
                 why = "never admitted: the engine could not fit it before the run ended"
@@ -254,15 +301,19 @@ class Simulation:
             itl.merge(r.itl)
         summary = summarize(df, itl, iters, goodput)
         if len(self.replicas) > 1:
-            summary["replicas"] = [summarize(df[df.replica == r.index], r.itl, r.num_iterations, goodput)
-                                   for r in self.replicas]
+            summary["replicas"] = [
+                summarize(df[df.replica == r.index], r.itl, r.num_iterations, goodput) for r in self.replicas
+            ]
             routed = df[df.rejected.isna()]
             span = float(routed.finish_s.max() - routed.arrival_s.min()) if len(routed) else 0.0
-            for r, rs in zip(self.replicas, summary["replicas"]):   # Little's law: time in system per second
+            for r, rs in zip(self.replicas, summary["replicas"]):  # Little's law: time in system per second
                 mine = routed[routed.replica == r.index]
                 rs["routed"] = len(mine)
-                rs["mean_load"] = float((mine.finish_s.fillna(routed.finish_s.max()) - mine.arrival_s).sum() / span) \
-                    if span > 0 else 0.0
+                rs["mean_load"] = (
+                    float((mine.finish_s.fillna(routed.finish_s.max()) - mine.arrival_s).sum() / span)
+                    if span > 0
+                    else 0.0
+                )
         caches = [r.state.pool.cache for r in self.replicas if r.state.pool.cache is not None]
         if caches:
             lookups = sum(c.lookup_tokens for c in caches)

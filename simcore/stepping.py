@@ -18,6 +18,7 @@ This is the oracle the fast paths are tested against: no decode cohort, no runs 
 steps, no folding, no deferred finish, and no SimPy internals. It imports no fast-forward module
 (tests/test_import_contract.py).
 """
+
 from __future__ import annotations
 
 from .admission import new_request, reject_reason
@@ -29,15 +30,17 @@ from .invariants import check_replica
 class SteppingReplica:
     """One engine instance: its scheduler state, policy and cost model; one event per step."""
 
-    def __init__(self, env, index: int, policy, state, cm, on_finish, check: bool = False, log_iterations: bool = False):
+    def __init__(
+        self, env, index: int, policy, state, cm, on_finish, check: bool = False, log_iterations: bool = False
+    ):
         self.env, self.index, self.policy, self.state = env, index, policy, state
-        self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))   # host/GPU overlap: costmodel/host.py
+        self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
         self.on_finish, self.checking = on_finish, check
         self.itl = LogHistogram()
         self.inbox: list = []
         self.num_iterations = 0
         self.iteration_log: list | None = [] if log_iterations else None
-        self._outstanding = 0   # submitted and not yet finished
+        self._outstanding = 0  # submitted and not yet finished
         self._wake = None
         state.hold_finished = getattr(policy, "holds_finished", False)
         self.process = env.process(self.run())
@@ -65,10 +68,10 @@ class SteppingReplica:
     def run(self):
         env, s = self.env, self.state
         while True:
-            if not self._outstanding:                 # idle: held finished requests leave; wait for a request
+            if not self._outstanding:  # idle: held finished requests leave; wait for a request
                 s.release_finished()
                 yield from self._wait_for_work()
-            yield env.at(env.now, LATE)               # behind every arrival stamped now (ORDERING)
+            yield env.at(env.now, LATE)  # behind every arrival stamped now (ORDERING)
             s.waiting.extend(self.inbox)
             self.inbox.clear()
             plan = self.policy.schedule(s)
@@ -77,7 +80,7 @@ class SteppingReplica:
             if self.checking:
                 check_replica(self, plan)
             if not plan.items:
-                if not plan.preempted and not plan.released:   # nothing can run until a request arrives
+                if not plan.preempted and not plan.released:  # nothing can run until a request arrives
                     yield from self._wait_for_work()
                 continue
             start = env.now
@@ -100,7 +103,7 @@ class SteppingReplica:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:   # a prefill chunk that is not the prompt's last
+            if req.num_computed_tokens < req.num_tokens:  # a prefill chunk that is not the prompt's last
                 continue
             if req.first_token_s is None:
                 req.first_token_s = end
@@ -114,7 +117,7 @@ class SteppingReplica:
                 finished.append(req)
         if gaps:
             self.itl.add_many(gaps)
-        for req in finished:                            # in the step's batch order
+        for req in finished:  # in the step's batch order
             req.finish_s = end
             self.state.retire(req)
             self.state.running.remove(req)

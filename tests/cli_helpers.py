@@ -1,4 +1,5 @@
 """Run `chunksim` in-process: main(argv) with stdout and stderr captured, no subprocess."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,7 @@
 """NCCL over PCIe as runs of lines (calibration/allreduce_runs.py): recovery on synthetic
 non-concave curves, the blend across a switch, the importer's routing of a PCIe spec sheet, the
 profile round trip and the roofline pricing it as the fit does."""
+
 from __future__ import annotations
 
 import shutil
@@ -27,8 +28,12 @@ ELEMS = 2.0 ** np.arange(7, 30)
 def pcie_truth(n: int, scale: float):
     """Runs (first size in elements, ℓ, bw) below and above the token switch: a slower run per byte
     between two faster ones, as NCCL's tuner over PCIe runs it."""
-    return [(0, 20e-6 * scale, 1e9 * scale, True), (2 ** 17, 90e-6, 2.0e9 * scale, True),
-            (0, 50e-6, 1.0e9 * scale, False), (2 ** 24, 60e-6, 2.1e9 * scale, False)]
+    return [
+        (0, 20e-6 * scale, 1e9 * scale, True),
+        (2**17, 90e-6, 2.0e9 * scale, True),
+        (0, 50e-6, 1.0e9 * scale, False),
+        (2**24, 60e-6, 2.1e9 * scale, False),
+    ]
 
 
 def pcie_time(n: int, scale: float, elems: np.ndarray) -> np.ndarray:
@@ -46,8 +51,21 @@ def pcie_rows(seed: int, counts=(2, 8), scale=1.0, elems=ELEMS, noise=0.01) -> p
     rows = []
     for n in counts:
         t = pcie_time(n, scale, elems) * np.exp(noise * rng.standard_normal(len(elems)))
-        rows.append(pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=np.maximum(1, np.floor(elems / 4096)),
-                                      m=2 * elems, workers=n, tp=n, flops=0.0, bytes=2 * (n - 1) / n * 2 * elems, time_s=t)))
+        rows.append(
+            pd.DataFrame(
+                dict(
+                    op_class="allreduce",
+                    op=NCCL_PCIE,
+                    tokens=np.maximum(1, np.floor(elems / 4096)),
+                    m=2 * elems,
+                    workers=n,
+                    tp=n,
+                    flops=0.0,
+                    bytes=2 * (n - 1) / n * 2 * elems,
+                    time_s=t,
+                )
+            )
+        )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -63,8 +81,19 @@ def test_runs_recover_a_curve_no_minimum_of_lines_follows(seed, scale):
     assert any(p.startswith("latency_run") for p in c.params)
     for n in (2, 8):
         e = ELEMS[held]
-        probe = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=np.maximum(1, np.floor(e / 4096)), m=2 * e,
-                                  workers=n, tp=n, flops=0.0, bytes=2 * (n - 1) / n * 2 * e, time_s=1.0))
+        probe = pd.DataFrame(
+            dict(
+                op_class="allreduce",
+                op=NCCL_PCIE,
+                tokens=np.maximum(1, np.floor(e / 4096)),
+                m=2 * e,
+                workers=n,
+                tp=n,
+                flops=0.0,
+                bytes=2 * (n - 1) / n * 2 * e,
+                time_s=1.0,
+            )
+        )
         assert f.predict(probe) == pytest.approx(pcie_time(n, scale, e), rel=0.04)
         lat = [v for p, v in zip(c.params, c.values) if p.startswith("latency_run") and p.endswith(f"@{n}")]
         assert max(lat) <= latency_bound(n) * (1 + 1e-9)
@@ -100,14 +129,25 @@ def test_held_out_sizes_where_two_runs_cross_come_back_within_noise():
     """NCCL over PCIe switching from LL to Simple where their lines cross (8 GPUs: 40K elements):
     with 32K and 64K elements held out, the gap between the runs spans the crossing and both
     sizes come back within noise (the blend across the gap missed 64K by 7 %)."""
-    n, e = 8, ELEMS[ELEMS <= 2 ** 19]
+    n, e = 8, ELEMS[ELEMS <= 2**19]
     B = 2 * (n - 1) / n * 2 * e
     truth = np.minimum(2e-5 + B / 1e9, 9e-5 + B / 2e9)
-    held = np.isin(e, [2 ** 15, 2 ** 16])
+    held = np.isin(e, [2**15, 2**16])
     rng = np.random.default_rng(7)
     t = truth * np.exp(0.003 * rng.standard_normal(len(e)))
-    df = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=np.maximum(1, np.floor(e / 4096)), m=2 * e, workers=n,
-                           tp=n, flops=0.0, bytes=B, time_s=t))
+    df = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op=NCCL_PCIE,
+            tokens=np.maximum(1, np.floor(e / 4096)),
+            m=2 * e,
+            workers=n,
+            tp=n,
+            flops=0.0,
+            bytes=B,
+            time_s=t,
+        )
+    )
     f = fit(df[~held].reset_index(drop=True), form="physical")
     assert f.classes["allreduce"].switches
     assert f.predict(df[held]) == pytest.approx(truth[held], rel=0.02)
@@ -120,27 +160,39 @@ def test_roofline_prices_switched_runs_as_the_fit():
     back = hardware_from_dict(hw.__dict__, "round trip")
     m = load_model("llama-3.1-8b")
     from costmodel.calibration.step_pricing import _allreduce
+
     for tp in (2, 8):
         cm = CostModel(m, back, tp)
         rows = np.array([1, 3, 64, 128, 129, 700, 1024, 8192, 30000])
         for r in rows:
             size = 2.0 * m.H * r
-            probe = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=[float(r)], m=size, workers=tp, tp=tp,
-                                      flops=0.0, bytes=2 * (tp - 1) / tp * size, time_s=1.0))
-            calls = 2 * m.L + (back.counting != "seed")   # faithful: the vocab-parallel embedding's too
+            probe = pd.DataFrame(
+                dict(
+                    op_class="allreduce",
+                    op=NCCL_PCIE,
+                    tokens=[float(r)],
+                    m=size,
+                    workers=tp,
+                    tp=tp,
+                    flops=0.0,
+                    bytes=2 * (tp - 1) / tp * size,
+                    time_s=1.0,
+                )
+            )
+            calls = 2 * m.L + (back.counting != "seed")  # faithful: the vocab-parallel embedding's too
             assert cm.allreduce_s(int(r)) == pytest.approx(calls * f.predict(probe)[0], rel=1e-9)
         assert list(_allreduce(cm, rows)) == [cm.allreduce_s(int(r)) for r in rows]
     bad = {**hw.__dict__, "allreduce_switches": {8: [1.0, 2.0]}}
     with pytest.raises(InputError, match="allreduce_switches:8"):
         hardware_from_dict(bad, "bad")
     good = [float(x) for x in hw.allreduce_switches[8]]
-    gap = next(i for i in range(0, len(good), 2) if good[i:i + 2] != [0.0, 0.0])
+    gap = next(i for i in range(0, len(good), 2) if good[i : i + 2] != [0.0, 0.0])
     a, b = good[gap], good[gap + 1]
-    opened = good[:gap] + [0.0, b or 1.0] + good[gap + 2:]          # log(B / 0): NaN step times
-    flipped = good[:gap] + [b + 1.0, a] + good[gap + 2:]
+    opened = good[:gap] + [0.0, b or 1.0] + good[gap + 2 :]  # log(B / 0): NaN step times
+    flipped = good[:gap] + [b + 1.0, a] + good[gap + 2 :]
     cases = [opened, flipped]
-    if any(good[i:i + 2] == [0.0, 0.0] for i in range(0, len(good), 2)):
-        cases.append(None)                                           # a token switch with no one-shot cap
+    if any(good[i : i + 2] == [0.0, 0.0] for i in range(0, len(good), 2)):
+        cases.append(None)  # a token switch with no one-shot cap
     for v in cases:
         bad = {**hw.__dict__, "allreduce_switches": {8: v if v is not None else good}}
         if v is None:
@@ -176,14 +228,26 @@ def test_logits_gather_on_a_switched_tp_takes_the_runs_of_its_bus_bytes():
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "pcie-test")
     m = load_model("llama-3.1-8b")
     from costmodel.calibration.step_pricing import _gather
+
     for tp in (2, 8):
         cm = CostModel(m, hw, tp, counting="faithful")
         seqs = np.array([1, 2, 8, 64, 500, 4000])
         for s in seqs:
             B = (tp - 1) / tp * m.vocab * m.b * s
             tok = B / (2 * (tp - 1) / tp * m.H * m.b)
-            probe = pd.DataFrame(dict(op_class="allreduce", op=NCCL_PCIE, tokens=[tok], m=B * tp / (2 * (tp - 1)), workers=tp,
-                                      tp=tp, flops=0.0, bytes=B, time_s=1.0))
+            probe = pd.DataFrame(
+                dict(
+                    op_class="allreduce",
+                    op=NCCL_PCIE,
+                    tokens=[tok],
+                    m=B * tp / (2 * (tp - 1)),
+                    workers=tp,
+                    tp=tp,
+                    flops=0.0,
+                    bytes=B,
+                    time_s=1.0,
+                )
+            )
             assert cm.gather_s(int(s)) == pytest.approx(f.predict(probe)[0], rel=1e-9)
         assert list(_gather(cm, seqs)) == [cm.gather_s(int(s)) for s in seqs]
 

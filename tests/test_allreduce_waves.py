@@ -1,6 +1,7 @@
 """The one-shot all-reduce past the SM count (``allreduce_model.wave_rows``): TensorRT-LLM's fusion
 kernel caps its grid at the SMs, so more tokens than SMs take a second round that the one-shot
 lines of the smaller sizes do not follow."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +26,7 @@ needs_data = pytest.mark.skipif(not A100.is_dir(), reason="AIConfigurator tables
 @pytest.fixture(scope="module")
 def a100():
     df = read_aiconfigurator(A100, classes=["allreduce"])[0]
-    return df, load_hardware("a100-80gb").replace(sms=108)       # A100 SXM: 108 SMs (Ampere whitepaper)
+    return df, load_hardware("a100-80gb").replace(sms=108)  # A100 SXM: 108 SMs (Ampere whitepaper)
 
 
 @needs_data
@@ -55,19 +56,31 @@ def test_profile_prices_the_second_round_as_the_fit(a100):
     assert prof.allreduce_wave_s[8] > 10e-6 > prof.allreduce_wave_s[2]
     back = hardware_from_dict(__import__("yaml").safe_load(prof.to_yaml()), "roundtrip")
     assert back.allreduce_wave_s == prof.allreduce_wave_s
-    m = load_model("llama-3.1-8b")                                 # hidden 4096: the collector's layout
+    m = load_model("llama-3.1-8b")  # hidden 4096: the collector's layout
     cm = CostModel(m, prof, 8)
     calls = 2 * m.L + (prof.counting != "seed")
     rows = np.array([1, 64, 108, 109, 128, 129, 4096])
     size = 2.0 * m.H * rows
-    probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=rows.astype(float), m=size,
-                              workers=8, tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
+    probe = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op="custom_all_reduce",
+            tokens=rows.astype(float),
+            m=size,
+            workers=8,
+            tp=8,
+            flops=0.0,
+            bytes=2 * 7 / 8 * size,
+            time_s=1.0,
+        )
+    )
     want = calls * f.predict(probe)
     got = np.array([cm.allreduce_s(int(r)) for r in rows])
     assert got == pytest.approx(want, rel=1e-9)
     assert want[4] / calls == pytest.approx(83.2e-6, rel=0.05)
     assert want[3] - want[2] > 0.5 * calls * prof.allreduce_wave_s[8]
     from costmodel.calibration.step_pricing import _allreduce
+
     assert list(_allreduce(cm, rows)) == list(got)
 
 
@@ -75,13 +88,14 @@ def test_wave_time_is_checked_and_added_only_past_the_sm_count():
     """A wave time on a tp prices sms < rows <= the one-shot cap only, on the one-shot lines only;
     it needs sms and a tp of allreduce_regimes."""
     lines = [5e-6, 1e12, 6e-6, 1e12, 7e-6, 1e11, 9e-6, 1e12]
-    hw = load_hardware("h100").replace(allreduce_regimes={8: lines}, allreduce_oneshot_tokens=ONESHOT_MAX_TOKENS,
-                                       sms=100)
+    hw = load_hardware("h100").replace(
+        allreduce_regimes={8: lines}, allreduce_oneshot_tokens=ONESHOT_MAX_TOKENS, sms=100
+    )
     m = load_model("llama-3.1-8b")
     plain, waved = CostModel(m, hw, 8), CostModel(m, hw.replace(allreduce_wave_s={8: 40e-6}), 8)
     for rows in (1, 100, 129, 4096):
         assert waved.allreduce_s(rows) == plain.allreduce_s(rows)
-    for rows in (101, 128):                            # one-shot 5 µs + 40: NCCL's 9 µs line is cheaper
+    for rows in (101, 128):  # one-shot 5 µs + 40: NCCL's 9 µs line is cheaper
         size = 2 * 7 / 8 * 2.0 * m.H * rows
         assert waved.allreduce_s(rows) == pytest.approx(waved.ar_calls * (9e-6 + size / 1e12))
     alone = CostModel(m, hw.replace(allreduce_wave_s={8: 40e-6}, allreduce_oneshot_alone=[8]), 8)
@@ -106,11 +120,26 @@ def test_convex_one_shot_sizes_are_fitted_as_a_floor_then_a_rate():
     os_ = tok <= ONESHOT_MAX_TOKENS
     line = lambda b: min(lat + b / bw for lat, bw in nccl)  # noqa: E731
     t = np.array([max(5e-6, 3e-6 + b / 60e9) if o else line(b) for b, o in zip(B, os_)])
-    frame = lambda op, tt, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
-                                                  workers=8, tp=8, flops=0.0, bytes=B[sel],
-                                                  time_s=tt * np.exp(0.005 * rng.standard_normal(len(tt)))))
-    df = pd.concat([frame("custom_all_reduce", t, np.ones(len(B), bool)),
-                    frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_)], ignore_index=True)
+    frame = lambda op, tt, sel: pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op=op,
+            tokens=tok[sel],
+            m=2 * elems[sel],  # noqa: E731
+            workers=8,
+            tp=8,
+            flops=0.0,
+            bytes=B[sel],
+            time_s=tt * np.exp(0.005 * rng.standard_normal(len(tt))),
+        )
+    )
+    df = pd.concat(
+        [
+            frame("custom_all_reduce", t, np.ones(len(B), bool)),
+            frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_),
+        ],
+        ignore_index=True,
+    )
     held = df["m"].isin([2 * 4096.0, 2 * 65536.0]) & (df["op"] == "custom_all_reduce")
     f = fit(df[~df["m"].isin([2 * 4096.0, 2 * 65536.0])], form="physical")
     assert "latency_floor@8" in f.classes["allreduce"].params
@@ -123,11 +152,23 @@ def test_convex_one_shot_sizes_are_fitted_as_a_floor_then_a_rate():
     cm = CostModel(m, hw, 8)
     rows = np.array([1, 8, 16, 64, 128, 129, 4096])
     size = 2.0 * m.H * rows
-    probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=rows.astype(float), m=size,
-                              workers=8, tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
+    probe = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op="custom_all_reduce",
+            tokens=rows.astype(float),
+            m=size,
+            workers=8,
+            tp=8,
+            flops=0.0,
+            bytes=2 * 7 / 8 * size,
+            time_s=1.0,
+        )
+    )
     got = np.array([cm.allreduce_s(int(r)) for r in rows])
     assert got == pytest.approx(cm.ar_calls * f.predict(probe), rel=1e-9)
     from costmodel.calibration.step_pricing import _allreduce
+
     assert list(_allreduce(cm, rows)) == list(got)
     with pytest.raises(InputError, match="allreduce_oneshot_max"):
         hardware_from_dict({**hw.__dict__, "allreduce_oneshot_max": ["8"]}, "bad")
@@ -162,6 +203,7 @@ def test_soft_minimum_of_lines():
     """Two lines that cross: 2^(-1/p) of their time there; far from a crossing the smaller line;
     lines at infinity (not allowed) count for nothing, and all of them give infinity."""
     from costmodel.allreduce import SOFT_P, soft_min
+
     assert soft_min(np.array([10.0, 10.0])) == pytest.approx(10.0 * 2 ** (-1 / SOFT_P))
     assert soft_min(np.array([10.0, 100.0])) == pytest.approx(10.0, rel=1e-7)
     assert soft_min(np.array([[10.0, np.inf], [np.inf, np.inf]]), axis=1).tolist() == [10.0, np.inf]
@@ -176,12 +218,16 @@ def test_array_pricing_of_one_or_two_lines_is_the_scalar_one(lines, oneshot_toke
     """A tp with one or two all-reduce lines (a valid profile: one pair per regime) is priced by
     the step fit's array form as by ``call_time``, whatever the new flags say."""
     from costmodel.allreduce import call_time, call_times
+
     r = [8e-6, 2e11, 2e-5, 4e11][: 2 * lines]
     rows = np.array([1, 64, 120, 200, 4096])
     size = rows * 16384.0
     for soft in (False, True):
         vec = call_times(r, size, rows, oneshot_tokens, False, None, 1e-5, 108, True, soft)
-        ref = [call_time(r, float(s), int(n), oneshot_tokens, False, None, 1e-5, 108, True, soft) for s, n in zip(size, rows)]
+        ref = [
+            call_time(r, float(s), int(n), oneshot_tokens, False, None, 1e-5, 108, True, soft)
+            for s, n in zip(size, rows)
+        ]
         assert vec.tolist() == ref
 
 

@@ -1,6 +1,7 @@
 """vLLM's automatic prefix caching (simcore/apc.py): the rules of vllm/v1/core/block_pool.py that
 decide who hits what, and fast-forward and the decode cohort exact against stepping when
 requests compute the same prefix at once."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -43,7 +44,7 @@ def test_a_prefix_computed_twice_is_cached_twice_and_the_first_copy_hits(bt):
     cache their blocks; a later request hits the first copy; it still hits once that is evicted."""
     cache = BlockHashCache(bt, bt)
     a, b = computed(0, [7, 8, 9], bt), computed(1, [7, 8, 9], bt)
-    assert admit(cache, a, run=False) == 0 and admit(cache, b, run=False) == 0   # both before either is cached
+    assert admit(cache, a, run=False) == 0 and admit(cache, b, run=False) == 0  # both before either is cached
     prefill(cache, a), prefill(cache, b)
     assert cache.cached_blocks == 6 and cache.evictable_blocks == 0
     first, second = list(a.cache_path), list(b.cache_path)
@@ -52,7 +53,7 @@ def test_a_prefix_computed_twice_is_cached_twice_and_the_first_copy_hits(bt):
     for r in (c, a, b):
         cache.release(r)
     assert cache.evictable_blocks == cache.cached_blocks == 7
-    assert cache.evict(4) == 4          # c's own block, then a's copies (freed when a left, after c)
+    assert cache.evict(4) == 4  # c's own block, then a's copies (freed when a left, after c)
     d = computed(3, [7, 8, 9, 11], bt)
     assert admit(cache, d) == 3 * bt and d.cache_path[:3] == second
 
@@ -64,7 +65,7 @@ def test_eviction_follows_the_free_order_tail_first():
     a, b = computed(0, [1, 2, 3], 1), computed(1, [5, 6], 1)
     admit(cache, a), admit(cache, b)
     cache.release(a), cache.release(b)
-    c = computed(2, [1, 9], 1)          # hits a's first block and frees it again, last
+    c = computed(2, [1, 9], 1)  # hits a's first block and frees it again, last
     assert admit(cache, c) == 1
     cache.release(c)
     evicted = []
@@ -90,13 +91,13 @@ def test_a_lookup_that_is_not_admitted_moves_nothing():
     cache = BlockHashCache(1, 1)
     old = computed(0, [40, 41], 1)
     admit(cache, old)
-    cache.release(old)                     # queued first
+    cache.release(old)  # queued first
     a = computed(1, [1, 2], 1)
     admit(cache, a)
     w = computed(2, [1, 2, 3], 1)
-    assert cache.match(w) == 2             # looked up while a still holds the blocks
-    assert cache.evictable_blocks == 2     # old's: w's hits may not be handed out under it
-    cache.release(a)                       # a's blocks go to the queue's end now
+    assert cache.match(w) == 2  # looked up while a still holds the blocks
+    assert cache.evictable_blocks == 2  # old's: w's hits may not be handed out under it
+    cache.release(a)  # a's blocks go to the queue's end now
     cache.unmatch(w)
     assert cache.evictable_blocks == 4
     assert cache.evict(2) == 2 and cache._key(a, 0, 0) in cache._map and cache._key(old, 0, 0) not in cache._map
@@ -117,15 +118,30 @@ def bursts(draw):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wl=bursts(), budget=st.sampled_from([16, 64, 256, 2048]), seqs=st.integers(1, 16),
-       thr=st.sampled_from([0, 0, 16]), blocks=st.integers(50, 400), async_=st.booleans())
+@given(
+    wl=bursts(),
+    budget=st.sampled_from([16, 64, 256, 2048]),
+    seqs=st.integers(1, 16),
+    thr=st.sampled_from([0, 0, 16]),
+    blocks=st.integers(50, 400),
+    async_=st.booleans(),
+)
 def test_fast_forward_and_cohort_match_stepping_on_concurrent_prefixes(wl, budget, seqs, thr, blocks, async_):
-    flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
-                 num_gpu_blocks_override=blocks, block_size=16, max_model_len=8192, async_scheduling=async_)
+    flags = dict(
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(seqs, budget),
+        long_prefill_token_threshold=thr,
+        num_gpu_blocks_override=blocks,
+        block_size=16,
+        max_model_len=8192,
+        async_scheduling=async_,
+    )
     runs = []
-    for ff, log in ((False, True), (True, True), (True, False)):   # stepping, fast-forward, cohort
+    for ff, log in ((False, True), (True, True), (True, False)):  # stepping, fast-forward, cohort
         sched, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, flags)
-        sim = Simulation([(sched, pool, cm)], wl, fast_forward=ff, check=ff, max_model_len=max_len, record_iterations=log)
+        sim = Simulation(
+            [(sched, pool, cm)], wl, fast_forward=ff, check=ff, max_model_len=max_len, record_iterations=log
+        )
         runs.append((sim, sim.run()))
     (_, ref), *others = runs
     for sim, res in others:

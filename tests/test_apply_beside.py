@@ -8,6 +8,7 @@ just before (the copy's fast path turned off); the end times must be the same bi
 must leave the same state and leavers. Every plan ``_apply_beside`` applies is also applied by
 the general ``_apply`` to a deep copy, and the two must leave the same state, field for field,
 and hand the same finished requests on in the same order (tests/test_apply_lone.py's picture)."""
+
 import copy
 
 import numpy as np
@@ -43,13 +44,13 @@ class BesideChecker:
     def __init__(self, monkeypatch, slack: int = 0):
         self.priced = self.applied = self.folded = self.plain = self.two_left = self.member_first = self.arrays = 0
         self.cut = 0
-        priced_steps = {}   # replica → steps its last beside run was priced with
+        priced_steps = {}  # replica → steps its last beside run was priced with
         beside, apply = runs._beside_ends, applies._apply_beside
 
         def checked_ends(replica, item, start):
-            if getattr(replica, "_general", False):   # the twin takes the general path
+            if getattr(replica, "_general", False):  # the twin takes the general path
                 return None
-            replica.state.cohort.last_finish += slack   # still an upper bound (DecodeCohort.steps_to_empty)
+            replica.state.cohort.last_finish += slack  # still an upper bound (DecodeCohort.steps_to_empty)
             twin, memo = _twin(replica)
             twin._general = True
             plan = Plan([(memo[id(item[0])], item[1])])
@@ -59,7 +60,9 @@ class BesideChecker:
                 return None
             theirs = runs._step_ends(twin, plan, start)
             assert _bits(ends) == _bits(theirs), (item, start, len(ends), len(theirs))
-            assert canon((replica.state, replica._leaving, replica._lead), {}) == canon((twin.state, twin._leaving, twin._lead), {})
+            assert canon((replica.state, replica._leaving, replica._lead), {}) == canon(
+                (twin.state, twin._leaving, twin._lead), {}
+            )
             self.priced += 1
             self.folded += bool(replica._leaving)
             self.plain += len(ends) > 1 and not replica._leaving
@@ -81,25 +84,35 @@ class BesideChecker:
             assert canon(replica._leaving, {}) == canon(twin._leaving, {})
             self.applied += 1
             self.cut += len(ends) < priced_steps.pop(replica, 0)
+
         monkeypatch.setattr(runs, "_beside_ends", checked_ends)
         monkeypatch.setattr(applies, "_apply_beside", checked_apply)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(policy=st.sampled_from(["vllm", "sglang", "nochunk"]), router=st.sampled_from(["round_robin", "least_outstanding"]),
-       reqs=st.lists(REQUEST, min_size=2, max_size=10), budget=st.integers(16, 1024), block=st.integers(0, 2),
-       tight=st.sampled_from([0, 0, 20, 40, 80, 160]), cache=st.booleans(), async_scheduling=st.booleans(),
-       replicas=st.integers(2, 3))
-def test_the_beside_path_prices_and_applies_as_the_general_path(policy, router, reqs, budget, block, tight, cache,
-                                                                async_scheduling, replicas, monkeypatch):
+@given(
+    policy=st.sampled_from(["vllm", "sglang", "nochunk"]),
+    router=st.sampled_from(["round_robin", "least_outstanding"]),
+    reqs=st.lists(REQUEST, min_size=2, max_size=10),
+    budget=st.integers(16, 1024),
+    block=st.integers(0, 2),
+    tight=st.sampled_from([0, 0, 20, 40, 80, 160]),
+    cache=st.booleans(),
+    async_scheduling=st.booleans(),
+    replicas=st.integers(2, 3),
+)
+def test_the_beside_path_prices_and_applies_as_the_general_path(
+    policy, router, reqs, budget, block, tight, cache, async_scheduling, replicas, monkeypatch
+):
     """Clusters of every policy, chunk budgets, block sizes, prefix caching on and off, vLLM async
     scheduling on and off, pools tight enough to cut runs at their blocks and to preempt: each
     beside plan's end times and leavers, and the state it leaves once applied, are the general
     paths'."""
     with monkeypatch.context() as m:
         checker = BesideChecker(m)
-        engines, route, max_len = build_cluster(policy, MODEL, HW, 1, _flags(policy, budget, block, tight, cache,
-                                                                             async_scheduling), replicas, router)
+        engines, route, max_len = build_cluster(
+            policy, MODEL, HW, 1, _flags(policy, budget, block, tight, cache, async_scheduling), replicas, router
+        )
         sim = Simulation(engines, _workload(reqs, cache), router=route, check=True, max_model_len=max_len)
         res = sim.run()
     assert sim.accounted() and res.summary["completed"] + res.requests.rejected.notna().sum() == len(reqs)
@@ -118,12 +131,28 @@ def test_the_checker_sees_every_kind_of_beside_run(policy, slack, monkeypatch):
     (by 1: the second leaves a step before the run's end). SGLang's decodes sit out a prefill
     step, so it has no beside runs to price, only such plans to apply."""
     checker = BesideChecker(monkeypatch, slack)
-    reqs = [(0.0, 100, 80, 0), (0.0, 50, 3, 0), (0.2, 60, 47, 0), (0.0, 50, 3, 0), (0.15, 60, 12, 0), (0.0, 50, 3, 0),
-            (2.0, 100, 12, 0), (0.0, 50, 3, 0), (0.03, 60, 5, 0), (0.0, 50, 3, 0),
-            (2.0, 100, 60, 0), (0.0, 50, 3, 0), (0.1, 60, 20, 0), (0.0, 50, 3, 0),
-            (2.0, 100, 20, 0), (0.0, 50, 3, 0), (0.05, 60, 60, 0)]
-    engines, route, max_len = build_cluster(policy, MODEL, HW, 1, _flags(policy, 512, 1, 0, False, True), 2,
-                                            "round_robin")
+    reqs = [
+        (0.0, 100, 80, 0),
+        (0.0, 50, 3, 0),
+        (0.2, 60, 47, 0),
+        (0.0, 50, 3, 0),
+        (0.15, 60, 12, 0),
+        (0.0, 50, 3, 0),
+        (2.0, 100, 12, 0),
+        (0.0, 50, 3, 0),
+        (0.03, 60, 5, 0),
+        (0.0, 50, 3, 0),
+        (2.0, 100, 60, 0),
+        (0.0, 50, 3, 0),
+        (0.1, 60, 20, 0),
+        (0.0, 50, 3, 0),
+        (2.0, 100, 20, 0),
+        (0.0, 50, 3, 0),
+        (0.05, 60, 60, 0),
+    ]
+    engines, route, max_len = build_cluster(
+        policy, MODEL, HW, 1, _flags(policy, 512, 1, 0, False, True), 2, "round_robin"
+    )
     Simulation(engines, _workload(reqs, False), router=route, max_model_len=max_len).run()
     assert checker.applied >= 4
     if policy != "sglang":

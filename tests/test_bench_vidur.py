@@ -2,6 +2,7 @@
 command line, and the whole alternation against a fake Vidur Python (no Vidur needed). The run
 against Vidur itself is `pytest -m slow`, and skips unless a Vidur venv is there
 (CHUNKSIM_VIDUR_PYTHON, or ../venvs/vidur/bin/python beside the repository)."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-SHARED = Path(os.environ.get("CHUNKSIM_SHARED_DATA", ROOT.parent / "shared" / "data"))   # a worktree elsewhere
+SHARED = Path(os.environ.get("CHUNKSIM_SHARED_DATA", ROOT.parent / "shared" / "data"))  # a worktree elsewhere
 sys.path.insert(0, str(BENCH))
 import bench_vidur_workload as bvw  # noqa: E402
 import vidur_driver  # noqa: E402   (imports no Vidur at module level)
@@ -48,10 +49,12 @@ def test_vidur_command_line_is_the_speed_workload():
     assert flags["--sarathi_scheduler_config_block_size"] == "16"
     assert flags["--request_generator_config_type"] == "trace_replay"
     assert flags["--trace_request_generator_config_trace_file"] == "/t.csv"
-    assert flags["--random_forrest_execution_time_predictor_config_attention_input_file"] == \
-        "/k/legacy_acb95f6/a100/attention.csv"
+    assert (
+        flags["--random_forrest_execution_time_predictor_config_attention_input_file"]
+        == "/k/legacy_acb95f6/a100/attention.csv"
+    )
     assert flags["--metrics_config_cache_dir"] == "/w/cache"
-    assert "--no-metrics_config_enable_chrome_trace" in argv   # the faster Vidur (the docstring)
+    assert "--no-metrics_config_enable_chrome_trace" in argv  # the faster Vidur (the docstring)
 
 
 FAKE = """#!{python}
@@ -69,9 +72,24 @@ def run_bench(tmp_path, completed):
     fake = tmp_path / "python"
     fake.write_text(FAKE.format(python=sys.executable, completed=completed))
     fake.chmod(0o755)
-    return subprocess.run([sys.executable, str(BENCH / "bench_vidur_workload.py"), "--data", str(SHARED),
-                           "--vidur", str(fake), "--vidur-workdir", str(tmp_path / "w"), "--repeat", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_vidur_workload.py"),
+            "--data",
+            str(SHARED),
+            "--vidur",
+            str(fake),
+            "--vidur-workdir",
+            str(tmp_path / "w"),
+            "--repeat",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
@@ -79,7 +97,7 @@ def test_alternation_against_a_fake_vidur(tmp_path):
     p = run_bench(tmp_path, 10000)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout
-    assert "commit unknown" in out                       # not a venv made by vidur_setup.sh
+    assert "commit unknown" in out  # not a venv made by vidur_setup.sh
     assert out.count("round ") >= 2 and "Vidur 12.50 s (800 req/s" in out
     assert "Vidur     800 / 800 / 800" in out
     assert "completed: chunksim 10,000, Vidur 10,000" in out
@@ -104,10 +122,25 @@ def vidur_python() -> str | None:
 @pytest.mark.skipif(vidur_python() is None, reason="no Vidur venv (benchmarks/vidur_setup.sh; CHUNKSIM_VIDUR_PYTHON)")
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/data")
 def test_against_vidur_itself(tmp_path):
-    workdir = os.environ.get("CHUNKSIM_VIDUR_WORKDIR", str(tmp_path / "vidur"))   # a warm cache saves minutes
-    p = subprocess.run([sys.executable, str(BENCH / "bench_vidur_workload.py"), "--data", str(SHARED),
-                        "--vidur", vidur_python(), "--vidur-workdir", workdir, "--repeat", "1"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    workdir = os.environ.get("CHUNKSIM_VIDUR_WORKDIR", str(tmp_path / "vidur"))  # a warm cache saves minutes
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_vidur_workload.py"),
+            "--data",
+            str(SHARED),
+            "--vidur",
+            vidur_python(),
+            "--vidur-workdir",
+            workdir,
+            "--repeat",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "completed: chunksim 10,000, Vidur 10,000" in p.stdout
     assert "ratio chunksim / Vidur" in p.stdout
@@ -115,10 +148,13 @@ def test_against_vidur_itself(tmp_path):
 
 def test_vidur_flags_reach_the_driver_after_its_own(tmp_path):
     fake = tmp_path / "python"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint('VIDUR_RESULT ' + json.dumps({{'argv': sys.argv}}))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nprint('VIDUR_RESULT ' + json.dumps({{'argv': sys.argv}}))\n"
+    )
     fake.chmod(0o755)
-    out = bvw.run_vidur(str(fake), tmp_path / "w", None, train_only=True,
-                        flags=["--no-metrics_config_enable_chrome_trace"])
+    out = bvw.run_vidur(
+        str(fake), tmp_path / "w", None, train_only=True, flags=["--no-metrics_config_enable_chrome_trace"]
+    )
     argv = out["argv"]
     assert argv[1] == str(BENCH / "vidur_driver.py")
     assert argv[-2:] == ["--train-only", "--no-metrics_config_enable_chrome_trace"]

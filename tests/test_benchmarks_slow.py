@@ -1,5 +1,6 @@
 """`pytest -m slow`: the benchmarks docs/benchmarks.md lists, each run as its own script at its default
 size, checked to finish and print its figures (no timing assertions: machines differ)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -31,8 +32,11 @@ BENCHMARKS = [  # script, args, needs ../shared/data, words the output must hold
 def test_benchmark_runs(script, args, shared, words):
     if shared and not SHARED.is_dir():
         pytest.skip("needs ../shared/data")
-    cmd = [sys.executable, script, *args] if script.startswith("benchmarks/") else \
-        [sys.executable, "-m", script[:-3].replace("/", "."), *args]
+    cmd = (
+        [sys.executable, script, *args]
+        if script.startswith("benchmarks/")
+        else [sys.executable, "-m", script[:-3].replace("/", "."), *args]
+    )
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout.lower()

@@ -1,4 +1,5 @@
 """Calibration against synthetic truth, the shipped Vidur fixture, and bad input."""
+
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,13 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "
 
 def synthetic_gemms(pi, beta, floor, noise, rng, form="smooth"):
     """GEMMs over decode-to-prefill token counts and several weight shapes; lognormal noise."""
-    rows = [gemm_row("g", m, k, n, 2, 0.0) for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
-            for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))]
+    rows = [
+        gemm_row("g", m, k, n, 2, 0.0)
+        for m in np.unique(np.geomspace(1, 8192, 40).astype(int))
+        for k, n in ((4096, 4096), (4096, 22016), (11008, 4096), (1024, 1024), (512, 2048))
+    ]
     df = pd.DataFrame(rows)
-    if form == "smooth":     # rows padded to the 128-row tile, compute and memory in quadrature
+    if form == "smooth":  # rows padded to the 128-row tile, compute and memory in quadrature
         a = df["flops"] * np.ceil(df["m"] / 128) * 128 / df["m"] / pi
         t = np.hypot(a, df["bytes"] / beta) + floor
     else:
@@ -103,7 +107,7 @@ def test_norm_one_sigma_covers_truth_at_the_expected_rate():
 
 
 def test_norm_rows_per_wave_follow_block_size():
-    assert H100.rows_per_wave(4096) == 264 and H100.rows_per_wave(0) == 264       # 2 blocks of 1024 threads
+    assert H100.rows_per_wave(4096) == 264 and H100.rows_per_wave(0) == 264  # 2 blocks of 1024 threads
     assert H100.rows_per_wave(512) == 132 * 4 and H100.rows_per_wave(8) == 132 * 32
 
 
@@ -134,8 +138,8 @@ def llama_fit():
 
 def test_vidur_fixture_fits_h100_in_a_plausible_range(llama_fit):
     r, _ = llama_fit
-    assert 0.4 < r.value("gemm.pi") / 989e12 < 1.0          # below the spec sheet's dense fp16 peak
-    assert 0.5 < r.value("gemm.beta") / 3.35e12 < 1.2      # near HBM3 (activations make it look a bit faster)
+    assert 0.4 < r.value("gemm.pi") / 989e12 < 1.0  # below the spec sheet's dense fp16 peak
+    assert 0.5 < r.value("gemm.beta") / 3.35e12 < 1.2  # near HBM3 (activations make it look a bit faster)
     assert r.seconds < 10
 
 
@@ -197,7 +201,7 @@ def test_plan_prices_shapes_like_the_importer():
     t = plan_table(plan)
     up = t[(t["op"] == "mlp_up_proj") & (t["m"] == 512)].iloc[0]
     assert (up["k"], up["n"]) == (4096, 11008) and up["flops"] == 2 * 512 * 4096 * 11008
-    dec = t[t["op"] == "attention_decode"].iloc[0]          # one fitted attention class; op names the kernel
+    dec = t[t["op"] == "attention_decode"].iloc[0]  # one fitted attention class; op names the kernel
     assert dec["flops"] == 4 * 16 * 128 * 1025 and dec["bytes"] == 2 * 128 * (2 * 16 * 1025 + 2 * 16)
     assert len(model_plan(load_model("llama-3.1-8b")).kernels) > 100
     fit_part, held = split_holdout(plan_table(cpu_plan()))
@@ -213,12 +217,15 @@ def test_timings_csv_round_trip_and_units(tmp_path):
     assert read_timings_csv(tmp_path / "us.csv")["time_s"].iloc[0] == pytest.approx(1e-5)
 
 
-@pytest.mark.parametrize("mutate,match", [
-    (lambda d: d.drop(columns="time_unit"), "time_unit"),
-    (lambda d: d.assign(time_unit="fortnights"), "unknown time unit"),
-    (lambda d: d.assign(time=-1.0), "positive"),
-    (lambda d: d.iloc[:2], "cannot fit"),
-])
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda d: d.drop(columns="time_unit"), "time_unit"),
+        (lambda d: d.assign(time_unit="fortnights"), "unknown time unit"),
+        (lambda d: d.assign(time=-1.0), "positive"),
+        (lambda d: d.iloc[:2], "cannot fit"),
+    ],
+)
 def test_bad_timings_are_one_clear_error(tmp_path, mutate, match, capsys):
     df = synthetic_gemms(*TRUTH.values(), 0.0, np.random.default_rng(0)).iloc[:20]
     write_timings_csv(validate(df), tmp_path / "ok.csv")
@@ -236,13 +243,30 @@ def test_missing_vidur_columns_exit_2(tmp_path, capsys):
 
 def test_cli_writes_profile_plot_and_interval(tmp_path, capsys):
     out = tmp_path / "cal"
-    assert main(["calibrate", "--from", "vidur", str(DATA / "h100_llama-2-7b_mlp.csv"), "--from", "vidur",
-                 str(DATA / "h100_dgx_all_reduce.csv"), "--holdout", str(DATA / "h100_internlm-20b_mlp.csv"),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--from",
+                "vidur",
+                str(DATA / "h100_llama-2-7b_mlp.csv"),
+                "--from",
+                "vidur",
+                str(DATA / "h100_dgx_all_reduce.csv"),
+                "--holdout",
+                str(DATA / "h100_internlm-20b_mlp.csv"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert {p.name for p in out.iterdir()} >= {"fitted.yaml", "residuals.png", "timings.csv", "report.json"}
     assert "held-out" in capsys.readouterr().out
-    assert main(["cost", "--hardware", str(out / "fitted.yaml"), "--q-lens", "512,1", "--kv-lens", "0,2048",
-                 "--interval"]) == 0
+    assert (
+        main(["cost", "--hardware", str(out / "fitted.yaml"), "--q-lens", "512,1", "--kv-lens", "0,2048", "--interval"])
+        == 0
+    )
     assert "interval" in capsys.readouterr().out
 
 
@@ -250,6 +274,7 @@ def test_cli_json_report_of_a_kernel_fit(tmp_path, capsys):
     """`calibrate --json` prints the report as JSON: the same points, parameters and warnings the
     report.json of --out holds."""
     import json
+
     args = ["calibrate", "--from", "vidur", str(DATA / "h100_llama-2-7b_mlp.csv"), "--json"]
     assert main(args + ["--out", str(tmp_path / "cal")]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -264,6 +289,7 @@ def test_fit_runs_on_one_blas_thread_and_restores_the_count(monkeypatch):
     import importlib
 
     from threadpoolctl import threadpool_info
+
     fit_module = importlib.import_module("costmodel.calibration.fit")
     blas = lambda: [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]  # noqa: E731
     before, seen = blas(), []
@@ -273,8 +299,17 @@ def test_fit_runs_on_one_blas_thread_and_restores_the_count(monkeypatch):
     monkeypatch.setattr(fit_module, "_fit_classes", lambda *a: seen.append(blas()) or real(*a))
     rng = np.random.default_rng(3)
     m = rng.integers(1, 4096, 60)
-    df = pd.DataFrame({"op_class": "gemm", "m": m, "n": 4096, "k": 4096, "flops": 2.0 * m * 4096 * 4096,
-                       "bytes": 2.0 * (2 * m * 4096 + 4096 * 4096), "source": "synthetic"})
+    df = pd.DataFrame(
+        {
+            "op_class": "gemm",
+            "m": m,
+            "n": 4096,
+            "k": 4096,
+            "flops": 2.0 * m * 4096 * 4096,
+            "bytes": 2.0 * (2 * m * 4096 + 4096 * 4096),
+            "source": "synthetic",
+        }
+    )
     df["time_s"] = df["flops"] / 5e14 + 5e-6
     fit_module.fit(df, form="physical")
     assert seen == [[1] * len(before)]

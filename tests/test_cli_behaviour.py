@@ -1,5 +1,6 @@
 """The CLI's manners: --version, help on every flag, one-line usage errors, a closed pipe, the
 progress bar, the trace-size warning, the engine configuration in force, generic traces."""
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def test_usage_error_is_one_line_with_a_pointer():
 
 
 def test_closed_stdout_pipe_exits_quietly():
-    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", "stall", "--chunks", "--no-simulate"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "stall", "--chunks", "--no-simulate"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0 and err == ""
@@ -80,12 +85,14 @@ def test_trace_size_warning_and_estimate(tmp_path, monkeypatch):
     assert rc == 0
     warn = [l for l in err.splitlines() if l.startswith("warning: the trace will be about")]
     assert len(warn) == 1
-    estimate = float(warn[0].split("about ")[1].split(" MB")[0]) * 2 ** 20
+    estimate = float(warn[0].split("about ")[1].split(" MB")[0]) * 2**20
     assert 0.65 < estimate / path.stat().st_size < 1.5
 
 
-@pytest.mark.parametrize("hw,tokens,tier", [("h100", 8192, "≥ 70 GiB"), ("a100-80gb", 2048, "< 70 GiB or A100"),
-                                            ("l40s", 2048, "< 70 GiB or A100")])
+@pytest.mark.parametrize(
+    "hw,tokens,tier",
+    [("h100", 8192, "≥ 70 GiB"), ("a100-80gb", 2048, "< 70 GiB or A100"), ("l40s", 2048, "< 70 GiB or A100")],
+)
 def test_engine_defaults_resolved_for_the_gpu(tmp_path, hw, tokens, tier):
     rc, out, _ = run_cli(["simulate", "--hardware", hw, "--num-prompts", "5", "--out", tmp_path, "--quiet"])
     assert rc == 0
@@ -96,7 +103,10 @@ def test_engine_defaults_resolved_for_the_gpu(tmp_path, hw, tokens, tier):
     cfg = yaml.safe_load(text)
     assert "max_num_batched_tokens" not in cfg["engine"]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["engine_config"]["max_num_batched_tokens"] == {"value": tokens, "why": row.split(str(tokens), 1)[1].strip()}
+    assert summary["engine_config"]["max_num_batched_tokens"] == {
+        "value": tokens,
+        "why": row.split(str(tokens), 1)[1].strip(),
+    }
     rc, out2, _ = run_cli(["simulate", "-f", tmp_path / "config.yaml", "--json"])
     assert rc == 0 and json.loads(out2)["completed"] == 5
 
@@ -111,31 +121,99 @@ def test_sglang_defaults_named(tmp_path):
 def test_generic_trace_from_the_cli(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("when_ms,inp,out\n0,100,5\n250,200,6\n1000,300,7\n")
-    rc, _, err = run_cli(["simulate", "--workload-file", trace, "--trace-format", "csv", "--trace-columns",
-                          "arrival=when_ms,prompt_len=inp,output_len=out", "--time-unit", "ms", "--out",
-                          tmp_path / "o", "--quiet"])
+    rc, _, err = run_cli(
+        [
+            "simulate",
+            "--workload-file",
+            trace,
+            "--trace-format",
+            "csv",
+            "--trace-columns",
+            "arrival=when_ms,prompt_len=inp,output_len=out",
+            "--time-unit",
+            "ms",
+            "--out",
+            tmp_path / "o",
+            "--quiet",
+        ]
+    )
     assert rc == 0, err
     df = pd.read_csv(tmp_path / "o" / "requests.csv")
     assert df.arrival_s.tolist() == [0.0, 0.25, 1.0] and df.prompt_len.tolist() == [100, 200, 300]
-    rc, _, _ = run_cli(["simulate", "--workload-file", trace, "--trace-format", "csv", "--trace-columns",
-                        "arrival=when_ms,prompt_len=inp,output_len=out", "--time-unit", "s", "--out",
-                        tmp_path / "p", "--quiet", "--num-prompts", "2"])
+    rc, _, _ = run_cli(
+        [
+            "simulate",
+            "--workload-file",
+            trace,
+            "--trace-format",
+            "csv",
+            "--trace-columns",
+            "arrival=when_ms,prompt_len=inp,output_len=out",
+            "--time-unit",
+            "s",
+            "--out",
+            tmp_path / "p",
+            "--quiet",
+            "--num-prompts",
+            "2",
+        ]
+    )
     assert pd.read_csv(tmp_path / "p" / "requests.csv").arrival_s.tolist() == [0.0, 250.0]
 
 
 def test_sweep_with_failed_points_exits_1(tmp_path):
-    rc, out, err = run_cli(["sweep", "--itl-slo-ms", "60", "--policies", "vllm", "--max-num-batched-tokens", "512",
-                            "1000000000", "--request-rates", "4", "--num-prompts", "20", "--long-every", "10",
-                            "--no-progress"])
+    rc, out, err = run_cli(
+        [
+            "sweep",
+            "--itl-slo-ms",
+            "60",
+            "--policies",
+            "vllm",
+            "--max-num-batched-tokens",
+            "512",
+            "1000000000",
+            "--request-rates",
+            "4",
+            "--num-prompts",
+            "20",
+            "--long-every",
+            "10",
+            "--no-progress",
+        ]
+    )
     assert rc == 1 and "1 of 2 points failed" in err
     assert "recommend" not in err and "vllm" in out
 
 
 def test_sweep_takes_vllm_dataset_flags(tmp_path):
-    rc, out, err = run_cli(["sweep", "--itl-slo-ms", "100", "--policies", "vllm", "--max-num-batched-tokens", "512",
-                            "--request-rates", "5", "--dataset-name", "random", "--random-input-len", "256",
-                            "--random-output-len", "16", "--random-range-ratio", "0.5", "--num-prompts", "30",
-                            "--no-progress", "--out", tmp_path, "--no-plots", "--json"])
+    rc, out, err = run_cli(
+        [
+            "sweep",
+            "--itl-slo-ms",
+            "100",
+            "--policies",
+            "vllm",
+            "--max-num-batched-tokens",
+            "512",
+            "--request-rates",
+            "5",
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "256",
+            "--random-output-len",
+            "16",
+            "--random-range-ratio",
+            "0.5",
+            "--num-prompts",
+            "30",
+            "--no-progress",
+            "--out",
+            tmp_path,
+            "--no-plots",
+            "--json",
+        ]
+    )
     assert rc == 0, err
     row = pd.read_csv(tmp_path / "sweep.csv").iloc[0]
     w = json.loads(row.workload)

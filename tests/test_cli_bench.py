@@ -1,5 +1,6 @@
 """`vllm bench serve` / `sglang.bench_serving` flags and result files, checked against the clients'
 own key lists (tests/data, with their source) and against the per-request table recomputed here."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,22 @@ from cli_helpers import run_cli
 DATA = Path(__file__).parent / "data"
 VLLM_KEYS = json.loads((DATA / "vllm_bench_serve_result_keys.json").read_text())
 SGLANG_KEYS = json.loads((DATA / "sglang_bench_serving_result_keys.json").read_text())
-ISSUE_CMD = ["simulate", "--dataset-name", "random", "--random-input-len", "1024", "--random-output-len", "128",
-             "--random-range-ratio", "0.5", "--request-rate", "5", "--num-prompts", "300", "--save-result"]
+ISSUE_CMD = [
+    "simulate",
+    "--dataset-name",
+    "random",
+    "--random-input-len",
+    "1024",
+    "--random-output-len",
+    "128",
+    "--random-range-ratio",
+    "0.5",
+    "--request-rate",
+    "5",
+    "--num-prompts",
+    "300",
+    "--save-result",
+]
 
 
 def _one_file(d: Path) -> dict:
@@ -56,23 +71,53 @@ def test_issue_command_semantics(issue_run):
     start, end = df.arrival_s - df.arrival_s.min(), df.finish_s - df.arrival_s.min()
     per_second = np.zeros(int(np.ceil(end.max())) + 1)
     for a, b in zip(start.astype(int), end.astype(int)):
-        per_second[a:b + 1] += 1
+        per_second[a : b + 1] += 1
     assert r["max_concurrent_requests"] == per_second.max()
     assert r["chunksim"]["engine_config"]["max_num_batched_tokens"]["value"] == 8192
 
 
 def test_detailed_lists_and_peak_tokens(tmp_path):
-    argv = ["simulate", "--random-input-len", "256", "--random-output-len", "32", "--random-range-ratio", "0.3",
-            "--request-rate", "20", "--num-prompts", "120", "--save-result", "--save-detailed",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99.9",
-            "--result-dir", tmp_path, "--quiet"]
+    argv = [
+        "simulate",
+        "--random-input-len",
+        "256",
+        "--random-output-len",
+        "32",
+        "--random-range-ratio",
+        "0.3",
+        "--request-rate",
+        "20",
+        "--num-prompts",
+        "120",
+        "--save-result",
+        "--save-detailed",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99.9",
+        "--result-dir",
+        tmp_path,
+        "--quiet",
+    ]
     assert run_cli(argv)[0] == 0
     r = _one_file(tmp_path)
-    assert set(r) - {"chunksim"} == (set(VLLM_KEYS["keys"]) | set(VLLM_KEYS["detailed_keys"])
-                                     | {"p50_ttft_ms", "p99.9_ttft_ms", "p50_tpot_ms", "p99.9_tpot_ms",
-                                        "p50_itl_ms", "p99.9_itl_ms", "mean_e2el_ms", "median_e2el_ms",
-                                        "std_e2el_ms", "p50_e2el_ms", "p99.9_e2el_ms"}) - {"p99_ttft_ms",
-                                                                                            "p99_tpot_ms", "p99_itl_ms"}
+    assert set(r) - {"chunksim"} == (
+        set(VLLM_KEYS["keys"])
+        | set(VLLM_KEYS["detailed_keys"])
+        | {
+            "p50_ttft_ms",
+            "p99.9_ttft_ms",
+            "p50_tpot_ms",
+            "p99.9_tpot_ms",
+            "p50_itl_ms",
+            "p99.9_itl_ms",
+            "mean_e2el_ms",
+            "median_e2el_ms",
+            "std_e2el_ms",
+            "p50_e2el_ms",
+            "p99.9_e2el_ms",
+        }
+    ) - {"p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"}
     assert [len(i) for i in r["itls"]] == [n - 1 for n in r["output_lens"]]
     gaps = np.concatenate([np.asarray(i) for i in r["itls"]])
     assert r["p50_itl_ms"] == pytest.approx(np.percentile(gaps, 50) * 1e3, rel=3e-3)
@@ -86,10 +131,30 @@ def test_detailed_lists_and_peak_tokens(tmp_path):
 
 
 def test_failed_requests_and_goodput(tmp_path):
-    argv = ["simulate", "--random-input-len", "1024", "--random-range-ratio", "0.5", "--num-prompts", "50",
-            "--request-rate", "10", "--max-model-len", "1100", "--goodput", "ttft:1000", "--save-result",
-            "--save-detailed", "--result-filename", "r.json", "--result-dir", tmp_path, "--out", tmp_path / "run",
-            "--quiet"]
+    argv = [
+        "simulate",
+        "--random-input-len",
+        "1024",
+        "--random-range-ratio",
+        "0.5",
+        "--num-prompts",
+        "50",
+        "--request-rate",
+        "10",
+        "--max-model-len",
+        "1100",
+        "--goodput",
+        "ttft:1000",
+        "--save-result",
+        "--save-detailed",
+        "--result-filename",
+        "r.json",
+        "--result-dir",
+        tmp_path,
+        "--out",
+        tmp_path / "run",
+        "--quiet",
+    ]
     assert run_cli(argv)[0] == 0
     r = json.loads((tmp_path / "r.json").read_text())
     df = pd.read_csv(tmp_path / "run" / "requests.csv")
@@ -102,8 +167,23 @@ def test_failed_requests_and_goodput(tmp_path):
 
 
 def test_closed_loop_queue_times(tmp_path):
-    argv = ["simulate", "--input-len", "512", "--output-len", "64", "--num-prompts", "100", "--request-rate", "100",
-            "--max-concurrency", "4", "--save-result", "--result-dir", tmp_path, "--quiet"]
+    argv = [
+        "simulate",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--num-prompts",
+        "100",
+        "--request-rate",
+        "100",
+        "--max-concurrency",
+        "4",
+        "--save-result",
+        "--result-dir",
+        tmp_path,
+        "--quiet",
+    ]
     assert run_cli(argv)[0] == 0
     r = _one_file(tmp_path)
     assert r["max_concurrency"] == 4 and min(r["queue_times"]) >= 0 and max(r["queue_times"]) > 0
@@ -111,9 +191,27 @@ def test_closed_loop_queue_times(tmp_path):
 
 
 def test_ramp_up(tmp_path):
-    argv = ["simulate", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4",
-            "--num-prompts", "60", "--input-len", "128", "--output-len", "8", "--save-result",
-            "--result-dir", tmp_path, "--out", tmp_path / "run", "--quiet"]
+    argv = [
+        "simulate",
+        "--ramp-up-strategy",
+        "linear",
+        "--ramp-up-start-rps",
+        "1",
+        "--ramp-up-end-rps",
+        "4",
+        "--num-prompts",
+        "60",
+        "--input-len",
+        "128",
+        "--output-len",
+        "8",
+        "--save-result",
+        "--result-dir",
+        tmp_path,
+        "--out",
+        tmp_path / "run",
+        "--quiet",
+    ]
     assert run_cli(argv)[0] == 0
     r = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert (r["ramp_up_strategy"], r["ramp_up_start_rps"], r["ramp_up_end_rps"]) == ("linear", 1.0, 4.0)
@@ -124,9 +222,27 @@ def test_ramp_up(tmp_path):
 
 
 def test_sglang_format(tmp_path):
-    argv = ["simulate", "--policy", "sglang", "--random-input-len", "512", "--random-output-len", "32",
-            "--num-prompts", "80", "--request-rate", "8", "--save-result", "--result-format", "sglang",
-            "--result-dir", tmp_path, "--out", tmp_path / "run", "--quiet"]
+    argv = [
+        "simulate",
+        "--policy",
+        "sglang",
+        "--random-input-len",
+        "512",
+        "--random-output-len",
+        "32",
+        "--num-prompts",
+        "80",
+        "--request-rate",
+        "8",
+        "--save-result",
+        "--result-format",
+        "sglang",
+        "--result-dir",
+        tmp_path,
+        "--out",
+        tmp_path / "run",
+        "--quiet",
+    ]
     assert run_cli(argv)[0] == 0 and run_cli(argv)[0] == 0
     path = next(tmp_path.glob("*.jsonl"))
     lines = path.read_text().splitlines()
@@ -144,39 +260,123 @@ def test_sglang_format(tmp_path):
 def test_datasets(tmp_path):
     table = Path(__file__).resolve().parents[1] / "workloads" / "fixtures" / "sharegpt_first_turns_llama3.csv"
     rows = pd.read_csv(table)
-    assert run_cli(["simulate", "--dataset-name", "sharegpt", "--num-prompts", "60", "--request-rate", "20",
-                    "--out", tmp_path / "a", "--quiet"])[0] == 0
+    assert (
+        run_cli(
+            [
+                "simulate",
+                "--dataset-name",
+                "sharegpt",
+                "--num-prompts",
+                "60",
+                "--request-rate",
+                "20",
+                "--out",
+                tmp_path / "a",
+                "--quiet",
+            ]
+        )[0]
+        == 0
+    )
     a = pd.read_csv(tmp_path / "a" / "requests.csv")
     assert set(zip(a.prompt_len, a.output_len)) <= set(zip(rows.prompt_len, rows.output_len))
     assert a.prompt_len.max() <= 1024 and (a.prompt_len + a.output_len).max() <= 2048
-    assert run_cli(["simulate", "--dataset-name", "sharegpt", "--sharegpt-output-len", "7", "--num-prompts", "30",
-                    "--out", tmp_path / "b", "--quiet"])[0] == 0
+    assert (
+        run_cli(
+            [
+                "simulate",
+                "--dataset-name",
+                "sharegpt",
+                "--sharegpt-output-len",
+                "7",
+                "--num-prompts",
+                "30",
+                "--out",
+                tmp_path / "b",
+                "--quiet",
+            ]
+        )[0]
+        == 0
+    )
     assert (pd.read_csv(tmp_path / "b" / "requests.csv").output_len == 7).all()
-    rc, out, _ = run_cli(["simulate", "--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes", "3",
-                          "--num-prompts", "31", "--request-rate", "2", "--json", "--out", tmp_path / "c"])
+    rc, out, _ = run_cli(
+        [
+            "simulate",
+            "--dataset-name",
+            "prefix_repetition",
+            "--prefix-repetition-num-prefixes",
+            "3",
+            "--num-prompts",
+            "31",
+            "--request-rate",
+            "2",
+            "--json",
+            "--out",
+            tmp_path / "c",
+        ]
+    )
     c = pd.read_csv(tmp_path / "c" / "requests.csv")
     assert rc == 0 and len(c) == 30 and (c.prompt_len == 512).all() and (c.output_len == 128).all()
     assert json.loads(out)["prefix_cache_hit_rate"] > 0.3
 
 
 def test_aliases_give_the_same_run():
-    a = run_cli(["simulate", "--input-len", "300", "--output-len", "20", "--num-prompts", "50", "--request-rate",
-                 "10", "--json"])
-    b = run_cli(["simulate", "--random-input-len", "300", "--random-output-len", "20", "--num-prompts", "50",
-                 "--request-rate", "10", "--json"])
+    a = run_cli(
+        [
+            "simulate",
+            "--input-len",
+            "300",
+            "--output-len",
+            "20",
+            "--num-prompts",
+            "50",
+            "--request-rate",
+            "10",
+            "--json",
+        ]
+    )
+    b = run_cli(
+        [
+            "simulate",
+            "--random-input-len",
+            "300",
+            "--random-output-len",
+            "20",
+            "--num-prompts",
+            "50",
+            "--request-rate",
+            "10",
+            "--json",
+        ]
+    )
     assert a[0] == b[0] == 0 and json.loads(a[1]) == json.loads(b[1])
 
 
 def test_percentile_keys_follow_vllm_naming():
     from experiments.bench_result import _p_word
+
     assert [_p_word(p) for p in (99.0, 99.9, 50.0, 0.5)] == ["99", "99.9", "50", "0.5"]
     assert not math.isnan(float(_p_word(12.25)))
 
 
 def test_percentile_flags_in_the_printed_summary(tmp_path):
-    rc, out, _ = run_cli(["simulate", "--num-prompts", "80", "--request-rate", "10", "--random-range-ratio", "0.4",
-                          "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "90,99.5", "--json",
-                          "--out", tmp_path])
+    rc, out, _ = run_cli(
+        [
+            "simulate",
+            "--num-prompts",
+            "80",
+            "--request-rate",
+            "10",
+            "--random-range-ratio",
+            "0.4",
+            "--percentile-metrics",
+            "ttft,e2el",
+            "--metric-percentiles",
+            "90,99.5",
+            "--json",
+            "--out",
+            tmp_path,
+        ]
+    )
     s = json.loads(out)
     df = pd.read_csv(tmp_path / "requests.csv")
     assert rc == 0
@@ -186,9 +386,30 @@ def test_percentile_flags_in_the_printed_summary(tmp_path):
 
 
 def test_sweep_writes_vllm_results_per_point(tmp_path):
-    argv = ["sweep", "--itl-slo-ms", "100", "--policies", "vllm", "--max-num-batched-tokens", "512", "2048",
-            "--request-rates", "5", "--dataset-name", "random", "--random-input-len", "256", "--num-prompts", "40",
-            "--save-result", "--no-progress", "--no-plots", "--out", tmp_path, "--json"]
+    argv = [
+        "sweep",
+        "--itl-slo-ms",
+        "100",
+        "--policies",
+        "vllm",
+        "--max-num-batched-tokens",
+        "512",
+        "2048",
+        "--request-rates",
+        "5",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "256",
+        "--num-prompts",
+        "40",
+        "--save-result",
+        "--no-progress",
+        "--no-plots",
+        "--out",
+        tmp_path,
+        "--json",
+    ]
     rc, out, err = run_cli(argv)
     assert rc == 0, err
     files = sorted(tmp_path.glob("vllm-5.0qps-*.json"))

@@ -1,4 +1,5 @@
 """--engine-cmd: the seed's four command lines pasted verbatim, and how a pasted line is read."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ COPIES = [
     "  --context-length 65536 --chunked-prefill-size -1",
 ]
 EXPECTED = [
-    ("vllm", {"max_model_len": 65536, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
-              "long_prefill_token_threshold": 1536}),
+    (
+        "vllm",
+        {
+            "max_model_len": 65536,
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 2048,
+            "long_prefill_token_threshold": 1536,
+        },
+    ),
     ("vllm", {"max_model_len": 65536, "enable_chunked_prefill": False, "max_num_batched_tokens": 65536}),
     ("sglang", {"max_model_len": 65536, "chunked_prefill_size": 2048, "enable_mixed_chunk": True}),
     ("sglang", {"max_model_len": 65536, "chunked_prefill_size": -1}),
@@ -52,8 +60,9 @@ def seed_command_lines() -> list[str]:
 def test_seed_lines_found():
     lines = seed_command_lines()
     assert len(lines) == 4
-    assert [" ".join(l.replace("\\\n", " ").split()) for l in lines] == \
-        [" ".join(l.replace("\\\n", " ").split()) for l in COPIES]
+    assert [" ".join(l.replace("\\\n", " ").split()) for l in lines] == [
+        " ".join(l.replace("\\\n", " ").split()) for l in COPIES
+    ]
 
 
 @pytest.mark.parametrize("i", range(4))
@@ -90,20 +99,36 @@ def test_unmodelled_flags_listed_in_one_warning():
 
 def test_explicit_flags_override_the_pasted_line(tmp_path):
     line = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp-size 2 --chunked-prefill-size 4096"
-    rc, _, err = run_cli(["simulate", "--engine-cmd", line, "--chunked-prefill-size", "1024", "--num-prompts", "5",
-                          "--out", tmp_path, "--quiet"])
+    rc, _, err = run_cli(
+        [
+            "simulate",
+            "--engine-cmd",
+            line,
+            "--chunked-prefill-size",
+            "1024",
+            "--num-prompts",
+            "5",
+            "--out",
+            tmp_path,
+            "--quiet",
+        ]
+    )
     cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert rc == 0, err
     assert cfg["model"] == "qwen3-8b" and cfg["tp"] == 2 and cfg["engine"]["chunked_prefill_size"] == 1024
 
 
 def test_parse_forms():
-    c = parse_engine_cmd("vllm serve --model=meta-llama/Llama-3.1-8B -tp 4 --gpu-memory-utilization=0.8 "
-                         "--enable-prefix-caching --no-enable-chunked-prefill")
+    c = parse_engine_cmd(
+        "vllm serve --model=meta-llama/Llama-3.1-8B -tp 4 --gpu-memory-utilization=0.8 "
+        "--enable-prefix-caching --no-enable-chunked-prefill"
+    )
     assert (c.policy, c.model, c.tp) == ("vllm", "meta-llama/Llama-3.1-8B", 4)
     assert c.flags == {"gpu_memory_utilization": 0.8, "enable_prefix_caching": True, "enable_chunked_prefill": False}
-    s = parse_engine_cmd("python3 -m sglang.launch_server --model-path x --disable-radix-cache --tp 2 "
-                         "--mem-fraction-static 0.8 --max-total-tokens 100000")
+    s = parse_engine_cmd(
+        "python3 -m sglang.launch_server --model-path x --disable-radix-cache --tp 2 "
+        "--mem-fraction-static 0.8 --max-total-tokens 100000"
+    )
     assert s.flags == {"disable_radix_cache": True, "mem_fraction_static": 0.8, "max_total_tokens": 100000}
     assert s.tp == 2
 
@@ -122,8 +147,16 @@ def test_environment_prefix_accepted_and_listed():
     c = parse_engine_cmd("CUDA_VISIBLE_DEVICES=0,1 VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B -tp 2")
     assert (c.policy, c.tp, c.env) == ("vllm", 2, ["CUDA_VISIBLE_DEVICES=0,1", "VLLM_USE_V1=1"])
     assert parse_engine_cmd("env A=1 python -m sglang.launch_server --model-path x").policy == "sglang"
-    rc, _, err = run_cli(["simulate", "--engine-cmd", "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B",
-                          "--num-prompts", "3", "--quiet"])
+    rc, _, err = run_cli(
+        [
+            "simulate",
+            "--engine-cmd",
+            "CUDA_VISIBLE_DEVICES=0 vllm serve meta-llama/Llama-3.1-8B",
+            "--num-prompts",
+            "3",
+            "--quiet",
+        ]
+    )
     assert rc == 0 and "(environment) CUDA_VISIBLE_DEVICES=0" in err
 
 
@@ -134,11 +167,13 @@ def test_sglang_chunking_off_at_any_size_up_to_zero(size, tmp_path):
     assert parse_engine_cmd(line).flags == {"chunked_prefill_size": int(size)}
     rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--scenario", "stall", "--json"])
     assert rc == 0, err
-    rc2, out2, _ = run_cli(["simulate", "--engine-cmd", line.rsplit(" ", 1)[0] + " -1", "--scenario", "stall",
-                            "--json"])
+    rc2, out2, _ = run_cli(
+        ["simulate", "--engine-cmd", line.rsplit(" ", 1)[0] + " -1", "--scenario", "stall", "--json"]
+    )
     assert json.loads(out)["max_itl_ms"] == json.loads(out2)["max_itl_ms"]
-    rc3, out3, _ = run_cli(["simulate", "--policy", "sglang", "--chunked-prefill-size", size, "--scenario", "stall",
-                            "--json"])
+    rc3, out3, _ = run_cli(
+        ["simulate", "--policy", "sglang", "--chunked-prefill-size", size, "--scenario", "stall", "--json"]
+    )
     assert rc3 == 0 and json.loads(out3)["max_itl_ms"] == json.loads(out)["max_itl_ms"]
 
 
@@ -153,6 +188,7 @@ def test_typos_are_errors_with_a_suggestion():
 
 def test_real_unmodelled_flags_are_not_read_as_typos():
     from experiments.engine_cmd import NOT_TYPOS
+
     for engine, prog in (("vllm", "vllm serve m"), ("sglang", "python -m sglang.launch_server --model-path m")):
         for flag in NOT_TYPOS[engine]:
             assert parse_engine_cmd(f"{prog} {flag} 1").ignored, flag
@@ -160,10 +196,14 @@ def test_real_unmodelled_flags_are_not_read_as_typos():
     assert len(c.ignored) == 4
 
 
-@pytest.mark.parametrize("line,router", [
-    ("vllm serve meta-llama/Llama-3.1-8B -dp 2 --max-num-seqs 8", "least_outstanding"),
-    ("vllm serve meta-llama/Llama-3.1-8B --data-parallel-size=2 --max-num-seqs 8", "least_outstanding"),
-    ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --dp-size 2", "round_robin")])
+@pytest.mark.parametrize(
+    "line,router",
+    [
+        ("vllm serve meta-llama/Llama-3.1-8B -dp 2 --max-num-seqs 8", "least_outstanding"),
+        ("vllm serve meta-llama/Llama-3.1-8B --data-parallel-size=2 --max-num-seqs 8", "least_outstanding"),
+        ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --dp-size 2", "round_robin"),
+    ],
+)
 def test_data_parallel_is_replicas_behind_the_engines_balancer(line, router, tmp_path):
     rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--num-prompts", "8", "--out", tmp_path, "--quiet"])
     assert rc == 0, err
@@ -171,9 +211,10 @@ def test_data_parallel_is_replicas_behind_the_engines_balancer(line, router, tmp
     assert cfg["replicas"] == 2 and cfg["router"] == router
     assert "modelled as 2 independent replicas" in err
     assert "2 replica(s)" in out
-    rc, _, err = run_cli(["simulate", "--engine-cmd", line, "--replicas", "3", "--num-prompts", "3", "--out", tmp_path,
-                          "--quiet"])
-    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["replicas"] == 3   # explicit flags win
+    rc, _, err = run_cli(
+        ["simulate", "--engine-cmd", line, "--replicas", "3", "--num-prompts", "3", "--out", tmp_path, "--quiet"]
+    )
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["replicas"] == 3  # explicit flags win
 
 
 def test_engine_flags_declared_once():
@@ -184,15 +225,23 @@ def test_engine_flags_declared_once():
     from experiments.engine_flags import FLAGS, POLICY_FLAGS
     from experiments.engines import NOCHUNK_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
     from experiments.experiment_file import ENGINE_FLAGS
-    sim = next(a for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions
-               if a.dest == "max_model_len")
+
+    sim = next(
+        a
+        for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions
+        if a.dest == "max_model_len"
+    )
     assert set(sim.option_strings) == {"--max-model-len", "--context-length"}
-    opts = {o for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions
-            for o in a.option_strings}
+    opts = {
+        o for a in build_parser()._subparsers._group_actions[0].choices["simulate"]._actions for o in a.option_strings
+    }
     for name, spec in FLAGS.items():
         assert not spec.cli or set(spec.spellings) <= opts, name
         for engine in ("vllm", "sglang"):
             assert all(TABLES[engine][s][0] == name for s in getattr(spec, engine))
-    assert (VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS) == (POLICY_FLAGS["vllm"], POLICY_FLAGS["sglang"],
-                                                         POLICY_FLAGS["nochunk"])
+    assert (VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS) == (
+        POLICY_FLAGS["vllm"],
+        POLICY_FLAGS["sglang"],
+        POLICY_FLAGS["nochunk"],
+    )
     assert ENGINE_FLAGS == set(FLAGS)

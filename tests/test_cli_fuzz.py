@@ -1,6 +1,7 @@
 """The CLI's promise on bad input, table-driven across every verb and file kind: exit 2, exactly
 one stderr line naming the field, no traceback; nothing simulated first. Plus Hypothesis
 strategies that corrupt config.json, hardware / experiment / sweep YAML and trace files."""
+
 from __future__ import annotations
 
 import json
@@ -61,11 +62,11 @@ FILES = {  # name -> content (str or bytes)
     "exp_goodput.yaml": "goodput: {ttfx: 5}\n",
     "exp_wl_kind.yaml": "workload: {kind: zipf}\n",
     "exp_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: -3, "
-                        "output_len: 4}}\n",
+    "output_len: 4}}\n",
     "exp_trace_path.yaml": "workload: {kind: trace, trace: {path: nofile.csv, format: azure}}\n",
     "exp_block.yaml": "engine: {block_size: 7}\n",
     "sw_wl_lengths.yaml": "workload: {kind: poisson, num_prompts: 4, lengths: {kind: fixed, input_len: 0, "
-                          "output_len: 4}}\n",
+    "output_len: 4}}\n",
     "sw_utf8.yaml": NOT_UTF8,
     "sw_syntax.yaml": "grid: {vllm: [1,\n",
     "sw_unknown.yaml": "grdi: {}\n",
@@ -96,31 +97,66 @@ FILES = {  # name -> content (str or bytes)
 }
 
 SIM = ["simulate", "--num-prompts", "5"]
-ENGINE_INTS = ["--max-num-batched-tokens", "--max-num-seqs", "--max-prefill-tokens", "--page-size", "--max-model-len",
-               "--num-gpu-blocks-override", "--max-total-tokens", "--max-running-requests", "--block-size",
-               "--context-length"]
-CASES = []   # (argv, field)
+ENGINE_INTS = [
+    "--max-num-batched-tokens",
+    "--max-num-seqs",
+    "--max-prefill-tokens",
+    "--page-size",
+    "--max-model-len",
+    "--num-gpu-blocks-override",
+    "--max-total-tokens",
+    "--max-running-requests",
+    "--block-size",
+    "--context-length",
+]
+CASES = []  # (argv, field)
 for flag in ENGINE_INTS:
     for bad in ("0", "-5", "abc", "1.5"):
         CASES.append((SIM + [flag, bad], flag.lstrip("-")))
 for bad in ("0", "-5", "abc", "1.5"):
-    if bad not in ("0", "-5"):   # SGLang reads any size <= 0 as chunking off
+    if bad not in ("0", "-5"):  # SGLang reads any size <= 0 as chunking off
         CASES.append((SIM + ["--chunked-prefill-size", bad], "chunked-prefill-size"))
-    CASES.append((SIM + ["--long-prefill-token-threshold", bad if bad != "0" else "-1"], "long-prefill-token-threshold"))
+    CASES.append(
+        (SIM + ["--long-prefill-token-threshold", bad if bad != "0" else "-1"], "long-prefill-token-threshold")
+    )
 for flag in ("--gpu-memory-utilization", "--mem-fraction-static"):
     for bad in ("0", "1.5", "-1", "abc"):
         CASES.append((SIM + [flag, bad], flag.lstrip("-")))
-CASES += [(SIM + [f, v], f.lstrip("-")) for f, v in [
-    ("--num-prompts", "0"), ("--num-prompts", "x"), ("--input-len", "0"), ("--output-len", "-2"),
-    ("--request-rate", "0"), ("--request-rate", "-1"), ("--request-rate", "fast"), ("--burstiness", "0"),
-    ("--max-concurrency", "0"), ("--random-range-ratio", "1"), ("--random-range-ratio", "-0.1"),
-    ("--random-range-ratio", '{"input": 0.3}'), ("--random-prefix-len", "-1"), ("--seed", "-1"), ("--seed", "x"),
-    ("--replicas", "0"), ("--tp", "0"), ("--tensor-parallel-size", "x"), ("--ramp-up-strategy", "cubic"),
-    ("--ramp-up-start-rps", "inf"), ("--policy", "tgi"), ("--uncertainty", "0"), ("--time-unit", "h"),
-    ("--trace-format", "parquet"), ("--dataset-name", "imagenet"), ("--result-format", "tgi"),
-    ("--prefix-repetition-num-prefixes", "0"), ("--sharegpt-output-len", "0")]]
 CASES += [
-    (SIM + ["--num-prompts", str(10 ** 12)], "--num-prompts"),
+    (SIM + [f, v], f.lstrip("-"))
+    for f, v in [
+        ("--num-prompts", "0"),
+        ("--num-prompts", "x"),
+        ("--input-len", "0"),
+        ("--output-len", "-2"),
+        ("--request-rate", "0"),
+        ("--request-rate", "-1"),
+        ("--request-rate", "fast"),
+        ("--burstiness", "0"),
+        ("--max-concurrency", "0"),
+        ("--random-range-ratio", "1"),
+        ("--random-range-ratio", "-0.1"),
+        ("--random-range-ratio", '{"input": 0.3}'),
+        ("--random-prefix-len", "-1"),
+        ("--seed", "-1"),
+        ("--seed", "x"),
+        ("--replicas", "0"),
+        ("--tp", "0"),
+        ("--tensor-parallel-size", "x"),
+        ("--ramp-up-strategy", "cubic"),
+        ("--ramp-up-start-rps", "inf"),
+        ("--policy", "tgi"),
+        ("--uncertainty", "0"),
+        ("--time-unit", "h"),
+        ("--trace-format", "parquet"),
+        ("--dataset-name", "imagenet"),
+        ("--result-format", "tgi"),
+        ("--prefix-repetition-num-prefixes", "0"),
+        ("--sharegpt-output-len", "0"),
+    ]
+]
+CASES += [
+    (SIM + ["--num-prompts", str(10**12)], "--num-prompts"),
     (["simulate", "--dataset-name", "hf"], "--dataset-name"),
     (["simulate", "--dataset-name", "burstgpt"], "--dataset-name"),
     (["simulate", "--dataset-name", "custom"], "--dataset-name"),
@@ -134,10 +170,15 @@ CASES += [
     (SIM + ["--dataset-name", "sharegpt", "--dataset-path", "{d}/missing.csv"], "missing.csv"),
     (SIM + ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "--ramp-up-end-rps"),
     (SIM + ["--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2"], "--ramp-up-strategy"),
-    (SIM + ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2",
-            "--request-rate", "3"], "--request-rate"),
-    (SIM + ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "2"],
-     "--ramp-up-start-rps"),
+    (
+        SIM
+        + ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2", "--request-rate", "3"],
+        "--request-rate",
+    ),
+    (
+        SIM + ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "2"],
+        "--ramp-up-start-rps",
+    ),
     (SIM + ["--percentile-metrics", "ttft,foo"], "--percentile-metrics"),
     (SIM + ["--percentile-metrics", ","], "--percentile-metrics"),
     (SIM + ["--metric-percentiles", "x"], "--metric-percentiles"),
@@ -172,7 +213,10 @@ CASES += [
     (SIM + ["--engine-cmd", "vllm serve a b"], "--engine-cmd"),
     (SIM + ["--engine-cmd", "python -m sglang.launch_server --enable-mixed-chunk=1"], "--enable-mixed-chunk"),
     (SIM + ["--engine-cmd", "vllm serve --model"], "--model"),
-    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-tokens 0"], "--max-num-batched-tokens"),
+    (
+        SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-tokens 0"],
+        "--max-num-batched-tokens",
+    ),
     (SIM + ["--workload-file", "{d}/missing.csv"], "missing.csv"),
     (SIM + ["--workload-file", "{d}/trace_utf8.csv"], "trace_utf8.csv"),
     (SIM + ["--workload-file", "{d}/trace_utf8.jsonl"], "trace_utf8.jsonl"),
@@ -183,12 +227,26 @@ CASES += [
     (SIM + ["--workload-file", "{d}/trace_neg.csv"], "trace_neg.csv"),
     (SIM + ["--workload-file", "{d}/trace.txt"], "trace-format"),
     (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv"], "columns"),
-    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns", "arrival"],
-     "--trace-columns"),
-    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns", "foo=t"],
-     "--trace-columns"),
-    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns",
-            "arrival=t,prompt_len=p,output_len=zz"], "zz"),
+    (
+        SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns", "arrival"],
+        "--trace-columns",
+    ),
+    (
+        SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns", "foo=t"],
+        "--trace-columns",
+    ),
+    (
+        SIM
+        + [
+            "--workload-file",
+            "{d}/trace_generic.csv",
+            "--trace-format",
+            "csv",
+            "--trace-columns",
+            "arrival=t,prompt_len=p,output_len=zz",
+        ],
+        "zz",
+    ),
     (SIM + ["--trace-columns", "arrival=t,prompt_len=p,output_len=o"], "--trace-columns"),
     (SIM + ["--time-unit", "ms"], "--time-unit"),
     (SIM + ["--trace-format", "csv"], "trace-format"),
@@ -196,43 +254,85 @@ CASES += [
     (SIM + ["--block-size", "24"], "block-size"),
     (SIM + ["--goodput", "ttft:nan"], "goodput"),
     (SIM + ["--scenario", "stall", "--workload-file", "{d}/trace_generic.csv"], "--scenario"),
-    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-token 2048"],
-     "did you mean --max-num-batched-tokens"),
+    (
+        SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-batched-token 2048"],
+        "did you mean --max-num-batched-tokens",
+    ),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-seq=8"], "did you mean --max-num-seqs"),
-    (SIM + ["--engine-cmd", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefil-size 512"],
-     "did you mean --chunked-prefill-size"),
+    (
+        SIM + ["--engine-cmd", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefil-size 512"],
+        "did you mean --chunked-prefill-size",
+    ),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --chunked-prefill-size 512"], "--chunked-prefill-size"),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --block-size 7"], "--block-size"),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B -dp 0"], "-dp"),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --data-parallel-size x"], "--data-parallel-size"),
-    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization nan"],
-     "--gpu-memory-utilization"),
+    (
+        SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization nan"],
+        "--gpu-memory-utilization",
+    ),
     (SIM + ["--engine-cmd", "CUDA_VISIBLE_DEVICES=0 docker run vllm"], "--engine-cmd"),
 ]
 MODEL_FILES = [f for f in FILES if f.startswith("cfg_")]
 HW_FILES = [f for f in FILES if f.startswith("hw_")]
-CASES += [(["cost", "--q-lens", "16", "--model", "{d}/" + f], f.split(".")[0])
-          for f in MODEL_FILES]
+CASES += [(["cost", "--q-lens", "16", "--model", "{d}/" + f], f.split(".")[0]) for f in MODEL_FILES]
 CASES += [(["stall", "--no-simulate", "--model", "{d}/" + f], f.split(".")[0]) for f in MODEL_FILES]
 CASES += [(["cost", "--q-lens", "16", "--hardware", "{d}/" + f], f.split(".")[0]) for f in HW_FILES]
 CASES += [(SIM + ["--hardware", "{d}/" + f], f.split(".")[0]) for f in HW_FILES]
-CASES += [(["simulate", "-f", "{d}/" + f], field) for f, field in [
-    ("exp_utf8.yaml", "exp_utf8"), ("exp_syntax.yaml", "exp_syntax"), ("exp_list.yaml", "exp_list"),
-    ("exp_unknown.yaml", "polcy"), ("exp_engine_unknown.yaml", "max_num_seq"), ("exp_engine_bool.yaml", "exp_engine_bool.yaml:engine:max_num_seqs"),
-    ("exp_tp.yaml", "tp"), ("exp_seed.yaml", "seed"), ("exp_policy.yaml", "policy"), ("exp_workload.yaml", "workload"),
-    ("exp_goodput.yaml", "goodput"), ("exp_wl_kind.yaml", "kind"), ("missing.yaml", "missing.yaml"),
-    ("exp_lengths.yaml", "exp_lengths.yaml:workload:lengths:input_len"),
-    ("exp_trace_path.yaml", "exp_trace_path.yaml:workload:trace:path"),
-    ("exp_block.yaml", "exp_block.yaml:engine:block_size")]]
-SWEEP = ["sweep", "--itl-slo-ms", "50", "--num-prompts", "5", "--request-rates", "1", "--policies", "vllm",
-         "--max-num-batched-tokens", "512"]
-CASES += [(["sweep", "--itl-slo-ms", "50", "--config", "{d}/" + f], field) for f, field in [
-    ("sw_utf8.yaml", "sw_utf8"), ("sw_syntax.yaml", "sw_syntax"), ("sw_unknown.yaml", "grdi"),
-    ("sw_grid_list.yaml", "max_num_batched_tokens"), ("sw_grid_str.yaml", "max_num_batched_tokens"),
-    ("sw_rates.yaml", "request_rates"), ("sw_slo_key.yaml", "itl"), ("sw_slo_neg.yaml", "itl_ms"),
-    ("sw_tp.yaml", "tp"), ("sw_list.yaml", "sw_list"), ("missing.yaml", "missing.yaml"),
-    ("sw_tp_list.yaml", "tp"), ("sw_router.yaml", "router"), ("sw_price.yaml", "gpu_hourly_price"),
-    ("sw_replicas.yaml", "replicas")]]
+CASES += [
+    (["simulate", "-f", "{d}/" + f], field)
+    for f, field in [
+        ("exp_utf8.yaml", "exp_utf8"),
+        ("exp_syntax.yaml", "exp_syntax"),
+        ("exp_list.yaml", "exp_list"),
+        ("exp_unknown.yaml", "polcy"),
+        ("exp_engine_unknown.yaml", "max_num_seq"),
+        ("exp_engine_bool.yaml", "exp_engine_bool.yaml:engine:max_num_seqs"),
+        ("exp_tp.yaml", "tp"),
+        ("exp_seed.yaml", "seed"),
+        ("exp_policy.yaml", "policy"),
+        ("exp_workload.yaml", "workload"),
+        ("exp_goodput.yaml", "goodput"),
+        ("exp_wl_kind.yaml", "kind"),
+        ("missing.yaml", "missing.yaml"),
+        ("exp_lengths.yaml", "exp_lengths.yaml:workload:lengths:input_len"),
+        ("exp_trace_path.yaml", "exp_trace_path.yaml:workload:trace:path"),
+        ("exp_block.yaml", "exp_block.yaml:engine:block_size"),
+    ]
+]
+SWEEP = [
+    "sweep",
+    "--itl-slo-ms",
+    "50",
+    "--num-prompts",
+    "5",
+    "--request-rates",
+    "1",
+    "--policies",
+    "vllm",
+    "--max-num-batched-tokens",
+    "512",
+]
+CASES += [
+    (["sweep", "--itl-slo-ms", "50", "--config", "{d}/" + f], field)
+    for f, field in [
+        ("sw_utf8.yaml", "sw_utf8"),
+        ("sw_syntax.yaml", "sw_syntax"),
+        ("sw_unknown.yaml", "grdi"),
+        ("sw_grid_list.yaml", "max_num_batched_tokens"),
+        ("sw_grid_str.yaml", "max_num_batched_tokens"),
+        ("sw_rates.yaml", "request_rates"),
+        ("sw_slo_key.yaml", "itl"),
+        ("sw_slo_neg.yaml", "itl_ms"),
+        ("sw_tp.yaml", "tp"),
+        ("sw_list.yaml", "sw_list"),
+        ("missing.yaml", "missing.yaml"),
+        ("sw_tp_list.yaml", "tp"),
+        ("sw_router.yaml", "router"),
+        ("sw_price.yaml", "gpu_hourly_price"),
+        ("sw_replicas.yaml", "replicas"),
+    ]
+]
 CASES += [
     (["sweep"], "--itl-slo-ms"),
     (["sweep", "--itl-slo-ms", "0"], "--itl-slo-ms"),
@@ -253,13 +353,19 @@ CASES += [
     (["sweep", "--itl-slo-ms", "50", "--request-rates", "0"], "--request-rates"),
     (["sweep", "--itl-slo-ms", "50", "--jobs", "0"], "--jobs"),
     (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_utf8.yaml"], "--workload-file"),
-    (["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_wl_lengths.yaml"],
-     "sw_wl_lengths.yaml:workload:lengths:input_len"),
-    (["sweep", "--itl-slo-ms", "50", "--config", "{d}/sw_wl_lengths.yaml"],
-     "sw_wl_lengths.yaml:workload:lengths:input_len"),
+    (
+        ["sweep", "--itl-slo-ms", "50", "--workload-file", "{d}/sw_wl_lengths.yaml"],
+        "sw_wl_lengths.yaml:workload:lengths:input_len",
+    ),
+    (
+        ["sweep", "--itl-slo-ms", "50", "--config", "{d}/sw_wl_lengths.yaml"],
+        "sw_wl_lengths.yaml:workload:lengths:input_len",
+    ),
     (["sweep", "--itl-slo-ms", "50", "--dataset-name", "hf"], "--dataset-name"),
-    (["sweep", "--itl-slo-ms", "50", "--policies", "sglang", "--max-num-batched-tokens", "512"],
-     "max-num-batched-tokens"),
+    (
+        ["sweep", "--itl-slo-ms", "50", "--policies", "sglang", "--max-num-batched-tokens", "512"],
+        "max-num-batched-tokens",
+    ),
     (SWEEP + ["--hardware", "h100", "h100"], "--hardware"),
     (SWEEP + ["--tp", "0"], "--tp"),
     (SWEEP + ["--tp", "16"], "--tp"),
@@ -277,10 +383,38 @@ CASES += [
     (SIM + ["--time-scale", "2"], "--time-scale"),
     (SIM + ["--time-scale", "0"], "--time-scale"),
     (SIM + ["--target-rate", "-1"], "--target-rate"),
-    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns",
-            "arrival=t,prompt_len=p,output_len=o", "--time-scale", "2", "--target-rate", "3"], "--time-scale"),
-    (SIM + ["--workload-file", "{d}/trace_generic.csv", "--trace-format", "csv", "--trace-columns",
-            "arrival=t,prompt_len=p,output_len=o", "--target-rate", "3", "--request-rate", "5"], "--target-rate"),
+    (
+        SIM
+        + [
+            "--workload-file",
+            "{d}/trace_generic.csv",
+            "--trace-format",
+            "csv",
+            "--trace-columns",
+            "arrival=t,prompt_len=p,output_len=o",
+            "--time-scale",
+            "2",
+            "--target-rate",
+            "3",
+        ],
+        "--time-scale",
+    ),
+    (
+        SIM
+        + [
+            "--workload-file",
+            "{d}/trace_generic.csv",
+            "--trace-format",
+            "csv",
+            "--trace-columns",
+            "arrival=t,prompt_len=p,output_len=o",
+            "--target-rate",
+            "3",
+            "--request-rate",
+            "5",
+        ],
+        "--target-rate",
+    ),
     (["list"], "what"),
     (["list", "gpus"], "what"),
     (["cost", "--q-lens", "1,a"], "--q-lens"),
@@ -352,6 +486,7 @@ def test_bad_input(argv, field, bad_dir, monkeypatch):
 
     def no_run(*a, **k):
         raise AssertionError("simulated before the input was checked")
+
     monkeypatch.setattr(sr, "ProgressSimulation", no_run)
     monkeypatch.setattr("experiments.executors.map_points", no_run)
     monkeypatch.chdir(bad_dir)
@@ -359,6 +494,7 @@ def test_bad_input(argv, field, bad_dir, monkeypatch):
 
 
 # ---- Hypothesis: corrupted files either work or fail in one line -------------------------------
+
 
 def _verdict(argv):
     rc, out, err = run_cli(argv)
@@ -371,16 +507,21 @@ def _verdict(argv):
 
 
 def _scalar():
-    return st.one_of(st.none(), st.booleans(), st.integers(-3, 10 ** 6), st.floats(allow_nan=True),
-                     st.text(max_size=6), st.lists(st.integers(), max_size=2))
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 10**6),
+        st.floats(allow_nan=True),
+        st.text(max_size=6),
+        st.lists(st.integers(), max_size=2),
+    )
 
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @SETTINGS
-@given(key=st.sampled_from(sorted(k for k in LLAMA if not k.startswith("_"))), value=_scalar(),
-       drop=st.booleans())
+@given(key=st.sampled_from(sorted(k for k in LLAMA if not k.startswith("_"))), value=_scalar(), drop=st.booleans())
 def test_corrupt_config_json(tmp_path_factory, key, value, drop):
     d = {**LLAMA}
     if drop:
@@ -408,10 +549,19 @@ def test_garbage_hardware_yaml(tmp_path_factory, data):
     _verdict(["cost", "--q-lens", "16", "--hardware", str(p)])
 
 
-EXP = {"policy": "vllm", "tp": 1, "seed": 0, "replicas": 1,
-       "engine": {"max_num_batched_tokens": 512, "max_num_seqs": 8},
-       "workload": {"kind": "poisson", "request_rate": 50, "num_prompts": 4,
-                    "lengths": {"kind": "fixed", "input_len": 64, "output_len": 4}}}
+EXP = {
+    "policy": "vllm",
+    "tp": 1,
+    "seed": 0,
+    "replicas": 1,
+    "engine": {"max_num_batched_tokens": 512, "max_num_seqs": 8},
+    "workload": {
+        "kind": "poisson",
+        "request_rate": 50,
+        "num_prompts": 4,
+        "lengths": {"kind": "fixed", "input_len": 64, "output_len": 4},
+    },
+}
 
 
 def _paths(d, prefix=()):
@@ -438,11 +588,16 @@ def test_corrupt_experiment_yaml(tmp_path_factory, path, value):
     _verdict(["simulate", "-f", str(p), "--quiet", "--json"])
 
 
-SWEEP_CFG = {"model": "llama-3.1-8b", "hardware": "h100", "tp": 1, "seed": 0,
-             "grid": {"vllm": {"max_num_batched_tokens": [512]}}, "request_rates": [20],
-             "workload": {"kind": "poisson", "num_prompts": 4, "lengths": {"kind": "fixed", "input_len": 64,
-                                                                            "output_len": 4}},
-             "slo": {"itl_ms": 50, "percentile": 99}}
+SWEEP_CFG = {
+    "model": "llama-3.1-8b",
+    "hardware": "h100",
+    "tp": 1,
+    "seed": 0,
+    "grid": {"vllm": {"max_num_batched_tokens": [512]}},
+    "request_rates": [20],
+    "workload": {"kind": "poisson", "num_prompts": 4, "lengths": {"kind": "fixed", "input_len": 64, "output_len": 4}},
+    "slo": {"itl_ms": 50, "percentile": 99},
+}
 
 
 @SETTINGS
@@ -483,7 +638,8 @@ def test_corrupt_csv_trace(tmp_path_factory, cut, junk, where):
 def test_absurd_replica_count_is_one_clear_error(tmp_path):
     """A mistyped replica count fails at once in one line instead of building 10**6 engines."""
     from experiments.engines import MAX_REPLICAS
+
     p = tmp_path / "exp.yaml"
-    for n, want in ((MAX_REPLICAS + 1, 2), (10 ** 6, 2), (3, 0)):
+    for n, want in ((MAX_REPLICAS + 1, 2), (10**6, 2), (3, 0)):
         p.write_text(yaml.safe_dump(_set(EXP, ("replicas",), n)))
         assert _verdict(["simulate", "-f", str(p), "--quiet", "--json"]) == want

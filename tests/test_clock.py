@@ -1,5 +1,6 @@
 """The exact clock: events land on planned times to the bit, and LATE events follow every NORMAL
 event due at the same time, whatever order they were queued in."""
+
 import pytest
 
 from simcore.clock import LATE, ExactEnvironment
@@ -7,7 +8,7 @@ from simcore.clock import LATE, ExactEnvironment
 
 def test_at_lands_where_a_delay_cannot():
     now, t = 12.961967431891733, 46.4805413155295
-    assert now + (t - now) != t            # why simcore/clock.py exists
+    assert now + (t - now) != t  # why simcore/clock.py exists
     env, seen = ExactEnvironment(), []
     env.at(now).callbacks.append(lambda e: env.at(t).callbacks.append(lambda e: seen.append(env.now)))
     env.run()
@@ -18,7 +19,9 @@ def test_late_runs_after_normal_at_the_same_time():
     env, order = ExactEnvironment(), []
     env.at(1.0, LATE).callbacks.append(lambda e: order.append("late, queued first"))
     env.at(1.0).callbacks.append(lambda e: order.append("normal"))
-    env.at(0.5).callbacks.append(lambda e: env.at(1.0).callbacks.append(lambda e: order.append("normal, queued at 0.5")))
+    env.at(0.5).callbacks.append(
+        lambda e: env.at(1.0).callbacks.append(lambda e: order.append("normal, queued at 0.5"))
+    )
     env.run()
     assert order == ["normal", "normal, queued at 0.5", "late, queued first"]
 
@@ -42,6 +45,7 @@ def test_move_earlier_orders_as_a_fresh_at_and_leaves_no_event_behind():
     def cut(_):
         env.move_earlier(wait, 2.0)
         env.at(2.0).callbacks.append(lambda e: order.append(("queued after", env.now)))
+
     env.at(1.0).callbacks.append(cut)
     env.run(until=1.5)
     assert sorted(entry[0] for entry in env._queue if entry[0] >= 2.0) == [2.0, 2.0, 2.0, 3.0]
@@ -62,6 +66,7 @@ def test_move_earlier_to_its_own_time_orders_as_a_fresh_at():
     """Moving a wait to the time it already has (allowed: not after its time) re-queues it after
     the events queued for that time since, as a fresh at() would; the heap stays a heap."""
     from heapq import heappop
+
     env, order = ExactEnvironment(), []
     wait = env.at(5.0)
     wait.callbacks.append(lambda e: order.append("moved"))

@@ -1,4 +1,5 @@
 """Many replicas behind a router: routing quality, exact fast-forward with interrupts, MoE, errors."""
+
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +42,10 @@ def test_least_outstanding_beats_round_robin_on_p99_ttft(llama8b, h100):
 def shared_prefix_workload(n=600, groups=40, prefix_blocks=24, seed=2):
     rng = np.random.default_rng(seed)
     g = rng.integers(0, groups, n)
-    hashes = [tuple([1000 * int(k) + j for j in range(prefix_blocks)] + [10**7 + 100 * i + j for j in range(4)])
-              for i, k in enumerate(g)]
+    hashes = [
+        tuple([1000 * int(k) + j for j in range(prefix_blocks)] + [10**7 + 100 * i + j for j in range(4)])
+        for i, k in enumerate(g)
+    ]
     prompts = np.full(n, (prefix_blocks + 4) * 16 - 5)
     return Workload(np.cumsum(rng.exponential(0.05, n)), prompts, np.full(n, 30), hashes, 16)
 
@@ -58,14 +61,24 @@ def test_prefix_affinity_raises_hit_rate(llama8b, h100):
 @pytest.mark.skipif(not (TRACES / "mooncake_conversation.jsonl").is_file(), reason="shared traces absent")
 def test_prefix_affinity_on_mooncake(llama8b, h100):
     from workloads.traces import mooncake
+
     wl = mooncake(TRACES / "mooncake_conversation.jsonl", max_requests=1500, time_scale=4.0)
     _, rr = cluster_run(llama8b, h100, wl, "round_robin", replicas=8)
     _, pa = cluster_run(llama8b, h100, wl, "prefix_affinity", replicas=8)
     assert pa.summary["prefix_cache_hit_rate"] > rr.summary["prefix_cache_hit_rate"]
 
 
-@pytest.mark.parametrize("router,policy", [("least_outstanding", "vllm"), ("least_kv", "sglang"), ("least_kv", "vllm"),
-                                           ("round_robin", "nochunk"), ("round_robin", "vllm"), ("prefix_affinity", "vllm")])
+@pytest.mark.parametrize(
+    "router,policy",
+    [
+        ("least_outstanding", "vllm"),
+        ("least_kv", "sglang"),
+        ("least_kv", "vllm"),
+        ("round_robin", "nochunk"),
+        ("round_robin", "vllm"),
+        ("prefix_affinity", "vllm"),
+    ],
+)
 def test_cluster_fast_forward_is_exact(llama8b, h100, router, policy):
     wl = skewed(n=300, rate=10.0, seed=5)
     _, a = cluster_run(llama8b, h100, wl, router, 3, policy, ff=True, check=True)
@@ -80,7 +93,10 @@ def test_closed_loop_cluster_fast_forward_is_exact(llama8b, h100, policy):
     that planned finish. SimPy's clock, after a long fast-forward wait, can land an ulp away from
     it (now + (t − now) ≠ t), and a stamp taken from the clock differed from stepping's."""
     wl = agentic_workload(30, turns=3, concurrency=3, seed=68)
-    flags = dict(max_model_len=131072, **({"num_gpu_blocks_override": 8000} if policy == "vllm" else {"max_total_tokens": 128000}))
+    flags = dict(
+        max_model_len=131072,
+        **({"num_gpu_blocks_override": 8000} if policy == "vllm" else {"max_total_tokens": 128000}),
+    )
     _, a = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, flags, ff=True, check=True)
     _, b = cluster_run(llama8b, h100, wl, "least_outstanding", 3, policy, flags, ff=False)
     assert a.summary["completed"] == 30
@@ -98,8 +114,14 @@ def assert_modes_agree(llama8b, h100, wl, policy, flags, replicas, router, check
 def test_a_run_cut_at_an_arrival_that_ends_a_step(llama8b, h100):
     """Equal prompts give equal step times: a closed-loop send lands exactly on a step end of the
     other replica, whose run is cut there (fast-forward once crashed with a negative delay)."""
-    wl = Workload(np.full(3, 0.040756876840413486), [100] * 3, [50, 200, 5], block_hashes=[(1,), (2,), (2,)],
-                  block_tokens=16, closed_loop_concurrency=2)
+    wl = Workload(
+        np.full(3, 0.040756876840413486),
+        [100] * 3,
+        [50, 200, 5],
+        block_hashes=[(1,), (2,), (2,)],
+        block_tokens=16,
+        closed_loop_concurrency=2,
+    )
     assert_modes_agree(llama8b, h100, wl, "vllm", {"max_model_len": 8192}, 2, "prefix_affinity")
 
 
@@ -107,10 +129,23 @@ def test_finishes_an_ulp_apart_free_slots_in_order(llama8b, h100):
     """Planned finishes an ulp apart: each closed-loop send is stamped with the finish that freed it."""
     outs = [50, 5, 50, 5, 5, 200, 200, 5, 5, 5, 20, 50, 200, 200, 50, 50, 200, 20, 50, 20, 200, 5, 50]
     grp = [1, 3, 2, 3, 2, 1, 1, 2, 2, 3, 1, 2, 1, 1, 2, 3, 2, 1, 1, 3, 3, 2, 2]
-    wl = Workload(np.full(len(outs), 0.03838533738938911), [322] * len(outs), outs, block_hashes=[(g,) * 10 for g in grp],
-                  block_tokens=32, closed_loop_concurrency=2)
-    flags = dict(max_num_batched_tokens=585, max_num_seqs=7, long_prefill_token_threshold=100, num_gpu_blocks_override=79,
-                 block_size=32, max_model_len=8192, enable_prefix_caching=True)
+    wl = Workload(
+        np.full(len(outs), 0.03838533738938911),
+        [322] * len(outs),
+        outs,
+        block_hashes=[(g,) * 10 for g in grp],
+        block_tokens=32,
+        closed_loop_concurrency=2,
+    )
+    flags = dict(
+        max_num_batched_tokens=585,
+        max_num_seqs=7,
+        long_prefill_token_threshold=100,
+        num_gpu_blocks_override=79,
+        block_size=32,
+        max_model_len=8192,
+        enable_prefix_caching=True,
+    )
     assert_modes_agree(llama8b, h100, wl, "vllm", flags, 3, "round_robin", check=False)
 
 
@@ -118,13 +153,21 @@ def test_finishes_an_ulp_apart_free_slots_in_order(llama8b, h100):
 def test_a_send_freed_at_a_step_end_joins_the_plan_made_then(llama8b, h100, policy):
     """A finish on one replica at t frees a slot; the send (one event later) must join the plan the
     other replica makes at t, in stepping as in fast-forward."""
-    wl = Workload(np.full(3, 0.4), [100] * 3, [200, 50, 5], block_hashes=[(2,), (1,), (2,)], block_tokens=16,
-                  closed_loop_concurrency=2)
+    wl = Workload(
+        np.full(3, 0.4),
+        [100] * 3,
+        [200, 50, 5],
+        block_hashes=[(2,), (1,), (2,)],
+        block_tokens=16,
+        closed_loop_concurrency=2,
+    )
     assert_modes_agree(llama8b, h100, wl, policy, {"max_model_len": 8192}, 2, "prefix_affinity")
 
 
 def stepped_finish(llama8b, h100, wl, policy, rid):
-    return cluster_run(llama8b, h100, wl, "least_outstanding", 2, policy, {"max_model_len": 8192}, ff=False)[1].requests.finish_s[rid]
+    return cluster_run(llama8b, h100, wl, "least_outstanding", 2, policy, {"max_model_len": 8192}, ff=False)[
+        1
+    ].requests.finish_s[rid]
 
 
 @pytest.mark.parametrize("policy", ["vllm", "sglang", "nochunk"])
@@ -151,8 +194,13 @@ def test_one_replica_behind_a_router(llama8b, h100, router):
     it while an arrival is being routed must not collect (and route) arrivals again."""
     rng = np.random.default_rng(5)
     n = 400
-    wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 3000, n), rng.integers(20, 300, n),
-                  block_hashes=[tuple(range(i % 3 * 100, i % 3 * 100 + 8)) for i in range(n)], block_tokens=16)
+    wl = Workload(
+        np.cumsum(rng.exponential(0.05, n)),
+        rng.integers(50, 3000, n),
+        rng.integers(20, 300, n),
+        block_hashes=[tuple(range(i % 3 * 100, i % 3 * 100 + 8)) for i in range(n)],
+        block_tokens=16,
+    )
     engines, route, max_len = build_cluster("vllm", llama8b, h100, 1, {}, 1, router)
     res = Simulation(engines, wl, router=route, max_model_len=max_len).run()
     assert sorted(res.requests.rid) == list(range(n)) and res.summary["completed"] == n
@@ -175,8 +223,15 @@ def test_bad_cluster_input(llama8b, h100):
         build_cluster("vllm", llama8b, h100, 1, {}, 2, "random_walk")
 
 
-@pytest.mark.parametrize("router,policy,replicas,ff", [("least_outstanding", "vllm", 3, True), ("round_robin", "sglang", 2, True),
-                                                        ("least_kv", "vllm", 4, False), ("least_outstanding", "nochunk", 5, True)])
+@pytest.mark.parametrize(
+    "router,policy,replicas,ff",
+    [
+        ("least_outstanding", "vllm", 3, True),
+        ("round_robin", "sglang", 2, True),
+        ("least_kv", "vllm", 4, False),
+        ("least_outstanding", "nochunk", 5, True),
+    ],
+)
 def test_plain_arrival_path_matches_the_general_one(llama8b, h100, router, policy, replicas, ff):
     """Several replicas and a plain stream take Simulation._plain_arrivals (one event object, the
     size checks read once per replica, idle replicas woken without an event); ignore_eos given
@@ -186,12 +241,15 @@ def test_plain_arrival_path_matches_the_general_one(llama8b, h100, router, polic
     rng = np.random.default_rng(replicas)
     n = 400
     prompts, outputs = rng.integers(50, 3000, n), rng.integers(1, 300, n)
-    prompts[::37] = 9000   # over max_model_len (8192)
+    prompts[::37] = 9000  # over max_model_len (8192)
     arrivals = np.cumsum(rng.exponential(1 / 12.0, n))
     arrivals[:3] = 0.0
     arrivals[50:53] = arrivals[50]
-    flags = {"max_model_len": 8192, **({"num_gpu_blocks_override": 300} if policy != "sglang" else {"max_total_tokens": 5000})}
-    for until in (None, float(arrivals[n // 2])):   # a stop: idle replicas woken by events again
+    flags = {
+        "max_model_len": 8192,
+        **({"num_gpu_blocks_override": 300} if policy != "sglang" else {"max_total_tokens": 5000}),
+    }
+    for until in (None, float(arrivals[n // 2])):  # a stop: idle replicas woken by events again
         runs = []
         for eos in (None, np.ones(n, dtype=bool)):
             wl = Workload(arrivals, prompts, outputs, ignore_eos=eos)
@@ -209,6 +267,7 @@ def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
     """The router's early exit (the first idle replica) picks what an argmin over every replica's
     ``outstanding`` picks, at every arrival of a busy and of a quiet cluster."""
     from simcore.router import least_outstanding
+
     picks = []
 
     def checked(req, replicas):
@@ -220,18 +279,22 @@ def test_least_outstanding_is_the_first_least_loaded(llama8b, h100):
 
     for rate in (3.0, 60.0):
         wl = skewed(n=500, rate=rate, seed=4)
-        engines, _, max_len = build_cluster("vllm", llama8b, h100, 1, {"max_num_batched_tokens": 2048}, 4, "least_outstanding")
+        engines, _, max_len = build_cluster(
+            "vllm", llama8b, h100, 1, {"max_num_batched_tokens": 2048}, 4, "least_outstanding"
+        )
         Simulation(engines, wl, router=checked, max_model_len=max_len).run()
     assert 0 in picks and max(picks) > 1
 
 
-@pytest.mark.parametrize("policy,flags", [("vllm", {}), ("vllm", {"num_gpu_blocks_override": 40}), ("sglang", {}),
-                                          ("nochunk", {})])
+@pytest.mark.parametrize(
+    "policy,flags", [("vllm", {}), ("vllm", {"num_gpu_blocks_override": 40}), ("sglang", {}), ("nochunk", {})]
+)
 def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeypatch):
     """A lightly loaded cluster: most plans are one request on an idle replica (applies._apply_lone,
     runs._lone_ends), cut by arrivals or not, some a single output token or prompt token,
     tight pools cutting runs at the blocks; fast-forward gives stepping's bits, ITL histogram too."""
     from simcore.fastforward import applies, runs
+
     taken = {"ends": 0, "apply": 0}
     for module, name, key in ((runs, "_lone_ends", "ends"), (applies, "_apply_lone", "apply")):
         orig = getattr(module, name)
@@ -239,6 +302,7 @@ def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeyp
         def counted(self, *a, _orig=orig, _key=key):
             taken[_key] += 1
             return _orig(self, *a)
+
         monkeypatch.setattr(module, name, counted)
     rng = np.random.default_rng(11)
     n = 400
@@ -254,8 +318,10 @@ def test_lone_request_paths_match_stepping(llama8b, h100, policy, flags, monkeyp
         assert a.summary[key] == b.summary[key], key
 
 
-@pytest.mark.parametrize("policy,outputs", [("vllm", 250), ("sglang", 250), ("nochunk", 250), ("vllm", 8), ("sglang", 8),
-                                            ("sglang", 0), ("vllm", 0)])
+@pytest.mark.parametrize(
+    "policy,outputs",
+    [("vllm", 250), ("sglang", 250), ("nochunk", 250), ("vllm", 8), ("sglang", 8), ("sglang", 0), ("vllm", 0)],
+)
 def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, monkeypatch):
     """A run that ends with all its requests finished (lone, beside a cohort folded to empty, a
     batch finishing together) takes no event at its end (Replica: DEFERRED FINISH): applied when
@@ -264,6 +330,7 @@ def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, mon
     outputs 0: bursts of one-token requests among long decodes (SGLang's prefill batches run while
     the decodes sit out: not deferred, they are still there at its end)."""
     from simcore.replica import Replica
+
     seen = {"during": 0, "after": 0, "beside": 0}
     apply = Replica.apply_deferred
 
@@ -272,12 +339,16 @@ def test_deferred_finishes_are_stepping_bits(llama8b, h100, policy, outputs, mon
         seen["during" if self.env._now <= end else "after"] += 1
         seen["beside"] += self._running_plan.cohort
         apply(self)
+
     monkeypatch.setattr(Replica, "apply_deferred", counted)
     rng = np.random.default_rng(11)
     n = 300
-    if outputs:   # short outputs: a member and a prompt often finish in one step
-        wl = fixed_workload(np.cumsum(rng.exponential(0.35 if outputs > 50 else 0.03, n)), rng.integers(20, 2500, n),
-                            rng.integers(1, outputs, n))
+    if outputs:  # short outputs: a member and a prompt often finish in one step
+        wl = fixed_workload(
+            np.cumsum(rng.exponential(0.35 if outputs > 50 else 0.03, n)),
+            rng.integers(20, 2500, n),
+            rng.integers(1, outputs, n),
+        )
     else:
         arrivals = np.repeat(np.cumsum(rng.exponential(0.4, n // 6)), 6)
         wl = fixed_workload(arrivals, rng.integers(20, 600, n), np.where(np.arange(n) % 6 == 0, 120, 1))
@@ -296,7 +367,9 @@ def test_a_deferred_finish_leaves_the_replica_idle_as_stepping_does(llama8b, h10
     """A replica idle after a deferred run holds no finished request when the next ones come
     (async scheduling holds one only into the schedule right after its finish): two requests
     arriving together at an idle replica with max_num_seqs 2 are both admitted, as stepping has it."""
-    wl = fixed_workload(np.array([0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0]), np.full(8, 40), np.array([3, 1, 2, 1, 4, 1, 1, 2]))
+    wl = fixed_workload(
+        np.array([0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0]), np.full(8, 40), np.array([3, 1, 2, 1, 4, 1, 1, 2])
+    )
     flags = {"max_num_seqs": 2, "async_scheduling": async_scheduling}
     runs = [cluster_run(llama8b, h100, wl, "round_robin", 2, "vllm", flags, ff=ff)[1].requests for ff in (True, False)]
     assert np.array_equal(runs[0].first_scheduled_s, runs[1].first_scheduled_s)

@@ -1,5 +1,6 @@
 """The decode cohort (every policy, fast-forward mode) against one-event-per-step stepping, where
 every request is advanced explicitly: same per-request metrics to the bit, same ITL histogram."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -27,42 +28,95 @@ def workloads(draw):
     prompts = draw(st.lists(st.integers(1, 2500), min_size=n, max_size=n))
     outputs = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
     shared = draw(st.booleans())
-    hashes = [tuple(range(p // 32)) for p in prompts]   # one long common prefix
-    concurrency = draw(st.sampled_from([None, None, 2, 5]))   # closed loop: a finish sends the next request
-    eos = draw(st.sampled_from(["default", "off", "mixed"]))   # SGLang reserves ignore_eos requests' outputs whole
-    ignore_eos = (None if eos == "default" else np.zeros(n, bool) if eos == "off"
-                  else np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n))))
-    return Workload(np.cumsum(gaps), prompts, outputs, block_hashes=hashes if shared else None, block_tokens=32,
-                    closed_loop_concurrency=concurrency, ignore_eos=ignore_eos)
+    hashes = [tuple(range(p // 32)) for p in prompts]  # one long common prefix
+    concurrency = draw(st.sampled_from([None, None, 2, 5]))  # closed loop: a finish sends the next request
+    eos = draw(st.sampled_from(["default", "off", "mixed"]))  # SGLang reserves ignore_eos requests' outputs whole
+    ignore_eos = (
+        None
+        if eos == "default"
+        else np.zeros(n, bool)
+        if eos == "off"
+        else np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    )
+    return Workload(
+        np.cumsum(gaps),
+        prompts,
+        outputs,
+        block_hashes=hashes if shared else None,
+        block_tokens=32,
+        closed_loop_concurrency=concurrency,
+        ignore_eos=ignore_eos,
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wl=workloads(), budget=st.integers(16, 4096), seqs=st.integers(1, 48), thr=st.sampled_from([0, 0, 100]),
-       blocks=st.integers(300, 4000), block=st.sampled_from([1, 16, 32]), async_=st.booleans(), full=st.booleans())
+@given(
+    wl=workloads(),
+    budget=st.integers(16, 4096),
+    seqs=st.integers(1, 48),
+    thr=st.sampled_from([0, 0, 100]),
+    blocks=st.integers(300, 4000),
+    block=st.sampled_from([1, 16, 32]),
+    async_=st.booleans(),
+    full=st.booleans(),
+)
 def test_cohort_matches_stepping(wl, budget, seqs, thr, blocks, block, async_, full):
-    flags = dict(max_num_batched_tokens=budget, max_num_seqs=min(seqs, budget), long_prefill_token_threshold=thr,
-                 num_gpu_blocks_override=max(blocks // block, 2), block_size=block, max_model_len=8192,
-                 async_scheduling=async_, scheduler_reserve_full_isl=full)
+    flags = dict(
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(seqs, budget),
+        long_prefill_token_threshold=thr,
+        num_gpu_blocks_override=max(blocks // block, 2),
+        block_size=block,
+        max_model_len=8192,
+        async_scheduling=async_,
+        scheduler_reserve_full_isl=full,
+    )
     assert_matches_stepping("vllm", flags, wl)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wl=workloads(), cap=st.sampled_from([0, 0, 500, 1500, 3000]), seqs=st.integers(1, 48),
-       blocks=st.integers(300, 4000), block=st.sampled_from([1, 16, 32]), caching=st.booleans())
+@given(
+    wl=workloads(),
+    cap=st.sampled_from([0, 0, 500, 1500, 3000]),
+    seqs=st.integers(1, 48),
+    blocks=st.integers(300, 4000),
+    block=st.sampled_from([1, 16, 32]),
+    caching=st.booleans(),
+)
 def test_nochunk_cohort_matches_stepping(wl, cap, seqs, blocks, block, caching):
-    flags = dict(max_num_batched_tokens=cap, max_num_seqs=seqs, num_gpu_blocks_override=max(blocks // block, 1),
-                 block_size=block, max_model_len=8192, enable_prefix_caching=caching)
+    flags = dict(
+        max_num_batched_tokens=cap,
+        max_num_seqs=seqs,
+        num_gpu_blocks_override=max(blocks // block, 1),
+        block_size=block,
+        max_model_len=8192,
+        enable_prefix_caching=caching,
+    )
     assert_matches_stepping("nochunk", flags, wl)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(wl=workloads(), chunk=st.sampled_from([-1, 64, 512, 2048]), prefill=st.sampled_from([256, 4096, 16384]),
-       mixed=st.booleans(), page=st.sampled_from([1, 16, 32]), total=st.integers(2000, 60000),
-       running=st.integers(1, 48), radix=st.booleans())
+@given(
+    wl=workloads(),
+    chunk=st.sampled_from([-1, 64, 512, 2048]),
+    prefill=st.sampled_from([256, 4096, 16384]),
+    mixed=st.booleans(),
+    page=st.sampled_from([1, 16, 32]),
+    total=st.integers(2000, 60000),
+    running=st.integers(1, 48),
+    radix=st.booleans(),
+)
 def test_sglang_cohort_matches_stepping(wl, chunk, prefill, mixed, page, total, running, radix):
-    flags = dict(chunked_prefill_size=max(chunk, page) if chunk > 0 else chunk, max_prefill_tokens=prefill,
-                 enable_mixed_chunk=mixed, page_size=page, max_total_tokens=total, max_running_requests=running,
-                 disable_radix_cache=not radix, max_model_len=8192)
+    flags = dict(
+        chunked_prefill_size=max(chunk, page) if chunk > 0 else chunk,
+        max_prefill_tokens=prefill,
+        enable_mixed_chunk=mixed,
+        page_size=page,
+        max_total_tokens=total,
+        max_running_requests=running,
+        disable_radix_cache=not radix,
+        max_model_len=8192,
+    )
     assert_matches_stepping("sglang", flags, wl)
 
 
@@ -97,7 +151,10 @@ def test_cohort_carries_the_decodes(policy):
         return plan
 
     sched.schedule = spy
-    sched.arrival_chunks = lambda *a: ([], 0)   # a run that folds arrivals carries them outside the cohort (test_arrival_folds.py)
+    sched.arrival_chunks = lambda *a: (
+        [],
+        0,
+    )  # a run that folds arrivals carries them outside the cohort (test_arrival_folds.py)
     res = sim.run()
     assert res.summary["completed"] == n
     assert max(c for c, _ in widths) > 10
@@ -105,8 +162,12 @@ def test_cohort_carries_the_decodes(policy):
     assert len(widths) < rep.num_iterations / 2
 
 
-@given(joins=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 40)), min_size=1, max_size=30),
-       bs=st.sampled_from([1, 2, 16, 32]), start=st.integers(0, 40), steps=st.integers(0, 200))
+@given(
+    joins=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 40)), min_size=1, max_size=30),
+    bs=st.sampled_from([1, 2, 16, 32]),
+    start=st.integers(0, 40),
+    steps=st.integers(0, 200),
+)
 def test_new_blocks_counts_boundary_crossings(joins, bs, start, steps):
     c = DecodeCohort(bs)
     members = []
@@ -120,15 +181,21 @@ def test_new_blocks_counts_boundary_crossings(joins, bs, start, steps):
     assert c.new_blocks(c.tick, steps) == brute
 
 
-@given(outs=st.lists(st.integers(1, 300), min_size=1, max_size=8), ran=st.integers(0, 50),
-       stepped=st.integers(0, 20), back=st.integers(1, 8))
+@given(
+    outs=st.lists(st.integers(1, 300), min_size=1, max_size=8),
+    ran=st.integers(0, 50),
+    stepped=st.integers(0, 20),
+    back=st.integers(1, 8),
+)
 def test_steps_to_empty_after_a_dissolve_is_the_rejoined_members(outs, ran, stepped, back):
     """steps_to_empty bounds the members' remaining steps; after a dissolve (members stepped
     explicitly, then some rejoin) it is the largest remaining among those back, not the
     dissolved members' old finish."""
     c = DecodeCohort(16)
-    members = [Request(i, 0.0, 10, 10 + o + ran + stepped, num_computed_tokens=10, num_output_tokens=1, seq=i)
-               for i, o in enumerate(outs)]
+    members = [
+        Request(i, 0.0, 10, 10 + o + ran + stepped, num_computed_tokens=10, num_output_tokens=1, seq=i)
+        for i, o in enumerate(outs)
+    ]
     for r in members:
         c.join(r)
     c.advance(ran, 0.01, 1.0)
@@ -169,6 +236,7 @@ def test_outstanding_is_arrived_and_not_finished(replicas, ff):
     by now and not finished (a sole replica collects its arrivals only when it plans; reading must
     not miss the ones stamped since)."""
     from experiments.engines import build_cluster
+
     rng = np.random.default_rng(5)
     n = 300
     wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 3000, n), rng.integers(20, 300, n))
@@ -196,6 +264,7 @@ def test_stopping_mid_run_reports_what_stepping_does(policy, replicas, until):
     """`run(until=t)` with a fast-forward run in flight applies the steps that ended before t:
     tokens, first tokens, finishes and max ITL as stepping reports them at t."""
     from experiments.engines import build_cluster
+
     rng = np.random.default_rng(6)
     n = 300
     wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 3000, n), rng.integers(20, 300, n))
@@ -217,13 +286,19 @@ def test_a_simulation_runs_once():
         sim.run()
 
 
-@given(computed=st.integers(0, 5000), q=st.integers(1, 3000), bs=st.sampled_from([1, 16, 32]),
-       spare=st.integers(0, 40), k=st.integers(2, 3000))
+@given(
+    computed=st.integers(0, 5000),
+    q=st.integers(1, 3000),
+    bs=st.sampled_from([1, 16, 32]),
+    spare=st.integers(0, 40),
+    k=st.integers(2, 3000),
+)
 def test_single_request_kv_limit_closed_form(computed, q, bs, spare, k):
     """The one-request shortcut equals the search: the most steps whose blocks fit."""
     from policies.base import PolicyHooks, SchedulerState
     from simcore.kv import BlockPool
     from simcore.replica import Replica
+
     pool = BlockPool(10_000, bs)
     r = Request(0, 0.0, computed + q, 10**6, num_computed_tokens=computed)
     assert pool.grow(r, computed + q)

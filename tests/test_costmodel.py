@@ -1,4 +1,5 @@
 """The roofline against the seed's formulas, computed independently from the config's symbols."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -11,8 +12,9 @@ def seed_prefill_flops(m, S):
     return 2 * m.P * S + 4 * m.L * m.h * m.d_h * S * (S + 1) / 2
 
 
-@pytest.mark.parametrize("name,S", [("llama-3.1-8b", 32768), ("llama-3.1-8b", 5000), ("qwen3-8b", 12000),
-                                    ("llama-3.1-70b", 8192)])
+@pytest.mark.parametrize(
+    "name,S", [("llama-3.1-8b", 32768), ("llama-3.1-8b", 5000), ("qwen3-8b", 12000), ("llama-3.1-70b", 8192)]
+)
 def test_prefill_is_compute_bound_seed_flops(name, S, h100):
     m = load_model(name)
     b = cost(m, h100, [S], [0])
@@ -68,9 +70,14 @@ def test_bound_labels(cm8b):
 
 
 @settings(max_examples=60, deadline=None)
-@given(q=st.lists(st.integers(1, 5000), min_size=1, max_size=20), dq=st.integers(1, 500),
-       dkv=st.integers(1, 5000), i=st.integers(0, 19), tp=st.sampled_from([1, 2, 4, 8]),
-       name=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-122b-a10b"]))
+@given(
+    q=st.lists(st.integers(1, 5000), min_size=1, max_size=20),
+    dq=st.integers(1, 500),
+    dkv=st.integers(1, 5000),
+    i=st.integers(0, 19),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    name=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "qwen3.5-122b-a10b"]),
+)
 def test_cost_monotone_in_q_and_kv(q, dq, dkv, i, tp, name):
     m, hw = load_model(name), load_hardware("h100")
     cm = CostModel(m, hw, tp)
@@ -123,6 +130,7 @@ def test_unknown_hardware_and_keys(tmp_path):
 
 # --- hybrid attention: KV attention over the full-attention layers only, plus linear_attention ---
 
+
 @pytest.fixture(scope="module")
 def cm_hybrid(h100):
     return CostModel(load_model("qwen3.5-122b-a10b"), h100, 8)
@@ -131,12 +139,12 @@ def cm_hybrid(h100):
 def test_hybrid_attention_counts_only_full_attention_layers(cm_hybrid):
     m = cm_hybrid.model
     assert cm_hybrid.attn_coef == 4 * 12 * (m.h // 8) * m.d_h
-    assert cm_hybrid.kv_coef == 2 * 12 * 1 * m.d_h * m.b      # 2 KV heads < tp=8: one replicated head per GPU
+    assert cm_hybrid.kv_coef == 2 * 12 * 1 * m.d_h * m.b  # 2 KV heads < tp=8: one replicated head per GPU
     one = cm_hybrid.breakdown(cm_hybrid.shape([1000], [0])).op("linear_attention")
     two = cm_hybrid.breakdown(cm_hybrid.shape([1000, 1000], [5000, 0])).op("linear_attention")
     assert two.flops == pytest.approx(2 * one.flops) and two.bytes == pytest.approx(2 * one.bytes)
     wide = cm_hybrid.breakdown(cm_hybrid.shape([4000], [0])).op("linear_attention")
-    assert wide.flops == pytest.approx(4 * one.flops) and wide.bytes == one.bytes   # state: once per sequence
+    assert wide.flops == pytest.approx(4 * one.flops) and wide.bytes == one.bytes  # state: once per sequence
     # 36 layers x 8 value heads per GPU x 128 x 128 x 6 FLOPs per row, plus the short convolution
     assert one.flops == pytest.approx(1000 * 36 * (6 * 8 * 128 * 128 + 2 * (2 * 2048 + 8192) / 8 * 4))
 
@@ -153,33 +161,47 @@ def test_hybrid_decode_run_equals_stepping(cm_hybrid):
     assert np.array_equal(run, np.array(step))
 
 
-
 @settings(max_examples=50, deadline=None)
-@given(q=st.lists(st.integers(1, 5000), min_size=49, max_size=200), kv0=st.integers(0, 40000),
-       bound=st.sampled_from([0.5, 1.0, 48.0]))
+@given(
+    q=st.lists(st.integers(1, 5000), min_size=49, max_size=200),
+    kv0=st.integers(0, 40000),
+    bound=st.sampled_from([0.5, 1.0, 48.0]),
+)
 def test_wide_and_narrow_shape_reductions_agree(q, kv0, bound):
     from costmodel.roofline import ShapeStats
+
     kv = [kv0 + 7 * i for i in range(len(q))]
     wide = ShapeStats.of(q, kv, bound)
-    halves = [ShapeStats.of(q[i:i + 40], kv[i:i + 40], bound) for i in range(0, len(q), 40)]
+    halves = [ShapeStats.of(q[i : i + 40], kv[i : i + 40], bound) for i in range(0, len(q), 40)]
     assert wide.rows == sum(h.rows for h in halves) and wide.seqs == len(q)
     for f in ("prefill_pairs", "prefill_kv", "decode_kv", "decode_pairs"):
         assert getattr(wide, f) == sum(getattr(h, f) for h in halves), f
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b", "qwen3.5-122b-a10b"])
-@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
-                                     {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
-                                     {"beta_attn": 1e16}])    # compute-bound decodes: the full max path
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6},
+        {"roofline_combine": "quadrature", "gemm_tile_rows": 64},
+        {"beta_attn": 1e16},
+    ],
+)  # compute-bound decodes: the full max path
 def test_decode_runs_equal_stepping_bit_for_bit(h100, model, changes):
     cm = CostModel(load_model(model), h100.replace(**changes))
-    for n, kv0, steps in [(1, 17, 70), (13, 13 * 40000 + 5, 30), (200, 200 * 900, 9), (300, 300 * 20000, 12)]:   # the last past the table
+    for n, kv0, steps in [
+        (1, 17, 70),
+        (13, 13 * 40000 + 5, 30),
+        (200, 200 * 900, 9),
+        (300, 300 * 20000, 12),
+    ]:  # the last past the table
         step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
         assert np.array_equal(cm.decode_run(n, float(kv0), steps), np.array(step))
-        ends = [sum(step[:j + 1], 5.0) for j in range(steps)]   # stepping's clock, one addition per step
+        ends = [sum(step[: j + 1], 5.0) for j in range(steps)]  # stepping's clock, one addition per step
         assert cm.decode_ends_list(n, float(kv0), steps, 5.0) == ends
         assert cm.decode_run_ends(n, float(kv0), steps, 5.0).tolist() == ends
-        lead = [sum(step[1:j + 1], 5.0) for j in range(steps)]   # t in place of the first duration
+        lead = [sum(step[1 : j + 1], 5.0) for j in range(steps)]  # t in place of the first duration
         assert cm.decode_run_ends(n, float(kv0), steps, 5.0, lead=True).tolist() == lead
 
 
@@ -188,10 +210,13 @@ def test_decode_run_ends_from_its_tables_are_stepping_bits(hw):
     """decode_run_ends reads n ≤ 2 from a table with the fixed part added (built again when the
     base table grows); either way its ends are stepping's clock, for fitted profiles too."""
     from costmodel import load_hardware
+
     cm = CostModel(load_model("llama-3.1-8b"), load_hardware(hw))
     for n, kv0, steps in [(1, 10, 50), (2, 2 * 3000, 40), (1, 9000, 300), (2, 2 * 70000, 20), (3, 999, 10), (1, 5, 3)]:
         step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(steps)]
-        assert cm.decode_run_ends(n, float(kv0), steps, 0.25).tolist() == [sum(step[:j + 1], 0.25) for j in range(steps)], (n, kv0)
+        assert cm.decode_run_ends(n, float(kv0), steps, 0.25).tolist() == [
+            sum(step[: j + 1], 0.25) for j in range(steps)
+        ], (n, kv0)
 
 
 @pytest.mark.parametrize("name", ["a100-sxm", "b200", "l40s"])
@@ -211,13 +236,17 @@ def test_unit_model_decode_runs_equal_stepping_bit_for_bit(name, host):
                 step = [cm.time(ShapeStats(n, n, 0.0, 0.0, kv0 + n * j)) for j in range(80)]
                 assert list(cm.decode_run(n, kv0, 80)) == step
                 for steps in (5, 12, 40):
-                    ends = [sum(step[:j + 1], 1.5) for j in range(steps)]
+                    ends = [sum(step[: j + 1], 1.5) for j in range(steps)]
                     assert cm.decode_ends_list(n, float(kv0), steps, 1.5) == ends
-                    assert cm.decode_ends_list(n, float(kv0), steps, 1.5, stop=ends[steps // 2]) == ends[:steps // 2 + 1]
+                    assert (
+                        cm.decode_ends_list(n, float(kv0), steps, 1.5, stop=ends[steps // 2]) == ends[: steps // 2 + 1]
+                    )
 
 
-@pytest.mark.parametrize("changes", [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"},
-                                     {"beta_attn": 1e16}])
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"kernel_floor_s": 4e-5, "kernel_overhead_s": 3e-6}, {"roofline_combine": "quadrature"}, {"beta_attn": 1e16}],
+)
 def test_decode_ends_are_stepping_sums(h100, changes):
     cm = CostModel(load_model("llama-3.1-8b"), h100.replace(**changes))
     t, want = 12.345, []
@@ -225,16 +254,23 @@ def test_decode_ends_are_stepping_sums(h100, changes):
         t += cm.time(ShapeStats(9, 9, 0.0, 0.0, 9 * 777.0 + 9 * j))
         want.append(t)
     assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345) == want
-    assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345, stop=want[10]) == want[:11]      # the steps starting before stop
+    assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345, stop=want[10]) == want[:11]  # the steps starting before stop
     assert cm.decode_ends_list(9, 9 * 777.0, 25, 12.345, stop=want[10] + 1e-9) == want[:12]
 
 
 @settings(max_examples=300, deadline=None)
-@given(seqs=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 60000)), min_size=0, max_size=60),
-       decodes=st.integers(0, 300), extra=st.integers(0, 10**6), variant=st.integers(0, 2))
+@given(
+    seqs=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 60000)), min_size=0, max_size=60),
+    decodes=st.integers(0, 300),
+    extra=st.integers(0, 10**6),
+    variant=st.integers(0, 2),
+)
 def test_step_time_equals_time_of_shape(h100, seqs, decodes, extra, variant):
-    hw = [h100, h100.replace(kernel_floor_s=4e-5, kernel_overhead_s=3e-6, gemm_tile_rows=64),
-          h100.replace(roofline_combine="quadrature", pi_attn=h100.pi_eff / 50)][variant]
+    hw = [
+        h100,
+        h100.replace(kernel_floor_s=4e-5, kernel_overhead_s=3e-6, gemm_tile_rows=64),
+        h100.replace(roofline_combine="quadrature", pi_attn=h100.pi_eff / 50),
+    ][variant]
     if not seqs and not decodes:
         return
     cm = CostModel(load_model("llama-3.1-8b"), hw, counting="faithful" if variant == 1 else None)
@@ -282,6 +318,7 @@ def test_a_prefill_steps_end_is_stepping_clock_memoized_or_not(hw):
     a decode Σ(kv + 1) given, which a prefill alone never has); at any
     start, again and again, it is the start plus stepping's step_time (one addition)."""
     from costmodel import load_hardware
+
     cm = CostModel(load_model("llama-3.1-8b"), load_hardware(hw))
     rng = np.random.default_rng(3)
     for _ in range(300):

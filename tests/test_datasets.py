@@ -1,4 +1,5 @@
 """`--dataset-name sharegpt` samples what `vllm bench serve` samples: first turns, vLLM's filter."""
+
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,9 @@ def test_sharegpt_output_len_replaces_before_the_filter(tmp_path):
     t = tmp_path / "t.csv"
     pd.DataFrame({"prompt_len": [100, 1000, 2], "output_len": [2, 50, 50]}).to_csv(t, index=False)
     L = lengths.sharegpt(200, np.random.default_rng(0), t)
-    assert set(L.prompt_len.tolist()) == {1000}            # 100 has output 2 < 4; 2 is too short
+    assert set(L.prompt_len.tolist()) == {1000}  # 100 has output 2 < 4; 2 is too short
     L = lengths.sharegpt(200, np.random.default_rng(0), t, output_len=1500)
-    assert set(L.prompt_len.tolist()) == {100} and (L.output_len == 1500).all()   # 1000 + 1500 > 2048
+    assert set(L.prompt_len.tolist()) == {100} and (L.output_len == 1500).all()  # 1000 + 1500 > 2048
     with pytest.raises(InputError, match="no row passes"):
         lengths.sharegpt(5, np.random.default_rng(0), t, output_len=2047)
 
@@ -48,7 +49,8 @@ def test_dataset_flags_make_a_sharegpt_section(tmp_path):
     assert w["lengths"] == {"kind": "sharegpt"}
     t = tmp_path / "first.csv"
     pd.DataFrame({"prompt_len": [300], "output_len": [200]}).to_csv(t, index=False)
-    w = datasets.apply({"kind": "poisson", "request_rate": 1.0, "num_prompts": 5},
-                       {"dataset_name": "sharegpt", "dataset_path": str(t)})
+    w = datasets.apply(
+        {"kind": "poisson", "request_rate": 1.0, "num_prompts": 5}, {"dataset_name": "sharegpt", "dataset_path": str(t)}
+    )
     wl = workload_from_config(w, 0)
     assert (np.asarray(wl.prompt_len) == 300).all() and (np.asarray(wl.output_len) == 200).all()

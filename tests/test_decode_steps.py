@@ -1,5 +1,6 @@
 """benchmarks/decode_steps.py: a run's wind-down steps timed from its requests' last tokens, and a
 profile folder summed for one decode step, on synthetic runs and folders with known answers."""
+
 from __future__ import annotations
 
 import json
@@ -27,26 +28,37 @@ def write_run(tmp_path, remaining, step_of, start=100.0, seed=0):
         left[left > 0] -= 1
         done[(left == 0) & (done == 0)] = t
     first = start - rng.uniform(0.0, 1e-3, len(left))
-    reqs = [{"request_id": f"r{i}", "input_toks": int(rng.integers(100, 2000)),
-             "output_toks": int(remaining[i] + 1), "arrival_time": 0.0,
-             "queued_ts": float(first[i] - rng.uniform(0.5, 3.0)), "scheduled_ts": float(first[i] - 0.4),
-             "first_token_ts": float(first[i]), "last_token_ts": float(done[i])} for i in range(len(left))]
+    reqs = [
+        {
+            "request_id": f"r{i}",
+            "input_toks": int(rng.integers(100, 2000)),
+            "output_toks": int(remaining[i] + 1),
+            "arrival_time": 0.0,
+            "queued_ts": float(first[i] - rng.uniform(0.5, 3.0)),
+            "scheduled_ts": float(first[i] - 0.4),
+            "first_token_ts": float(first[i]),
+            "last_token_ts": float(done[i]),
+        }
+        for i in range(len(left))
+    ]
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in reqs) + "\n")
     t0 = min(r["queued_ts"] for r in reqs)
     secs = np.arange(1, int(t - t0) + 2, dtype=float)
     gen = [sum(n for te, n in ends if s - 1 < te - t0 <= s) for s in secs]
     run = [int(sum(1 for r in reqs if r["first_token_ts"] <= t0 + s < r["last_token_ts"])) for s in secs]
-    pd.DataFrame({"t": secs, "prompt_throughput": 0.0, "gen_throughput": gen, "running": run, "waiting": 0,
-                  "kv_cache_pct": 0.0}).to_csv(tmp_path / "timeseries.csv", index=False)
+    pd.DataFrame(
+        {"t": secs, "prompt_throughput": 0.0, "gen_throughput": gen, "running": run, "waiting": 0, "kv_cache_pct": 0.0}
+    ).to_csv(tmp_path / "timeseries.csv", index=False)
     return true
 
 
-@pytest.mark.parametrize("a,b,nreq,most,seed", [(0.020, 2e-4, 60, 400, 0), (0.035, 8e-5, 128, 400, 1),
-                                                 (0.012, 5e-4, 40, 100, 2)])
+@pytest.mark.parametrize(
+    "a,b,nreq,most,seed", [(0.020, 2e-4, 60, 400, 0), (0.035, 8e-5, 128, 400, 1), (0.012, 5e-4, 40, 100, 2)]
+)
 def test_wind_down_steps_are_the_true_ones(tmp_path, a, b, nreq, most, seed):
     rng = np.random.default_rng(seed)
     remaining = rng.integers(1, most, nreq)
-    step_of = (lambda n: a + b * n)
+    step_of = lambda n: a + b * n
     true = dict(write_run(tmp_path, remaining, step_of, seed=seed))
     got = exact_decode_steps(tmp_path)
     assert len(got) >= 8
@@ -57,7 +69,7 @@ def test_wind_down_steps_are_the_true_ones(tmp_path, a, b, nreq, most, seed):
 
 
 def test_a_step_in_the_batch_size_is_found_where_it_is(tmp_path):
-    step_of = (lambda n: 0.030 + (0.009 if n > 64 else 0.0) + 1e-4 * n)
+    step_of = lambda n: 0.030 + (0.009 if n > 64 else 0.0) + 1e-4 * n
     write_run(tmp_path, np.random.default_rng(3).integers(1, 300, 128), step_of, seed=3)
     steps = exact_decode_steps(tmp_path)
     tab = by_batch(steps, {"smooth": 0.030 + 1e-4 * steps.n.to_numpy(float)})
@@ -71,17 +83,33 @@ def write_folder(tmp_path, tp=2):
     d = tmp_path / f"tp{tp}"
     d.mkdir()
     tokens = [1, 2, 4, 8, 16, 32, 64, 128]
-    ops = {"qkv_proj": (40.0, 0.1), "o_proj": (30.0, 0.05), "gate_up_proj": (180.0, 0.2), "down_proj": (90.0, 0.1),
-           "layernorm": (2.0, 0.01), "act_fn": (2.5, 0.0), "final_layernorm": (2.2, 0.0), "embedding": (3.0, 0.0)}
-    pd.DataFrame([(op, t, c + s * t) for op, (c, s) in ops.items() for t in tokens],
-                 columns=["layer", "tokens", "time_us"]).to_csv(d / "dense.csv", index=False)
-    pd.DataFrame([(op, n, c + s * n) for op, (c, s) in {"lm_head": (500.0, 0.5), "sampler": (10.0, 0.6)}.items()
-                  for n in tokens], columns=["layer", "sequences", "time_us"]).to_csv(d / "per_sequence.csv", index=False)
+    ops = {
+        "qkv_proj": (40.0, 0.1),
+        "o_proj": (30.0, 0.05),
+        "gate_up_proj": (180.0, 0.2),
+        "down_proj": (90.0, 0.1),
+        "layernorm": (2.0, 0.01),
+        "act_fn": (2.5, 0.0),
+        "final_layernorm": (2.2, 0.0),
+        "embedding": (3.0, 0.0),
+    }
+    pd.DataFrame(
+        [(op, t, c + s * t) for op, (c, s) in ops.items() for t in tokens], columns=["layer", "tokens", "time_us"]
+    ).to_csv(d / "dense.csv", index=False)
+    pd.DataFrame(
+        [
+            (op, n, c + s * n)
+            for op, (c, s) in {"lm_head": (500.0, 0.5), "sampler": (10.0, 0.6)}.items()
+            for n in tokens
+        ],
+        columns=["layer", "sequences", "time_us"],
+    ).to_csv(d / "per_sequence.csv", index=False)
     kv = [16, 64, 256, 1024, 4096]
     att = [(0, 0, n, k, 5.0 + 0.01 * n * k) for n in [1, 2, 4, 8, 16, 32, 64, 128] for k in kv]
     att += [(512, 0, 0, 0, 99.0)]
     pd.DataFrame(att, columns=["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"]).to_csv(
-        d / "attention.csv", index=False)
+        d / "attention.csv", index=False
+    )
     return ops
 
 

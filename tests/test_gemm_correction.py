@@ -2,6 +2,7 @@
 calibration/gemm_fit.py): a known correction recovered from synthetic timings, none invented where
 the tile model is exact, held-out shapes of a real A100 table predicted better with it than
 without, and a profile that ships it prices exactly as the fit predicts."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +28,9 @@ from costmodel.hardware import hardware_from_dict
 
 MiB = 1 << 20
 A100 = load_hardware("a100-80gb").replace(sms=108, l2_bytes=40.0 * MiB)
-TRUE = dict(pi=250e12, beta=1.6e12, beta_l2=6e12, beta_cta=60e9, floor=3e-6, split=2e-6, wave=4e-7, l2=20e6, l2_out=30e6)
+TRUE = dict(
+    pi=250e12, beta=1.6e12, beta_l2=6e12, beta_cta=60e9, floor=3e-6, split=2e-6, wave=4e-7, l2=20e6, l2_out=30e6
+)
 GEMM_FIX = Path(__file__).resolve().parent / "fixtures" / "aiconfigurator_gemm" / "a100_sxm"
 
 
@@ -75,8 +78,9 @@ def test_full_fit_predicts_held_out_shapes_of_a_corrected_model():
     df = table(4, 2500)
     knots, coef = known_correction(df, 0.25, -0.15, 0.1)
     truth = GemmTiles(**TRUE, sms=108, corr_knots=knots, corr=coef)
-    rows = pd.DataFrame(gemm_row("gemm", df.m.to_numpy(), df.k.to_numpy(), df.n.to_numpy(), 2,
-                                 truth.times(df.m, df.n, df.k)))
+    rows = pd.DataFrame(
+        gemm_row("gemm", df.m.to_numpy(), df.k.to_numpy(), df.n.to_numpy(), 2, truth.times(df.m, df.n, df.k))
+    )
     train, held = split_by_shape(rows, 0.25, 0)
     f = fit(train, form="physical", spec=A100)
     ape = np.abs(f.predict(held) / held["time_s"].to_numpy() - 1)
@@ -124,8 +128,12 @@ def test_profiles_without_a_correction_still_load_and_bad_ones_are_refused():
 
 
 @settings(max_examples=40, deadline=None)
-@given(coef=st.lists(st.floats(-BOUND, BOUND), min_size=27, max_size=27),
-       m=st.integers(1, 1 << 16), n=st.integers(1, 1 << 16), k=st.integers(1, 1 << 16))
+@given(
+    coef=st.lists(st.floats(-BOUND, BOUND), min_size=27, max_size=27),
+    m=st.integers(1, 1 << 16),
+    n=st.integers(1, 1 << 16),
+    k=st.integers(1, 1 << 16),
+)
 def test_factor_is_bounded_and_interpolates_the_knots(coef, m, n, k):
     knots = ((0.0, 6.0, 12.0), (5.0, 10.0, 15.0), (5.0, 9.0, 13.0))
     c = log_factor(knots, coef, [m], [n], [k])[0]
@@ -158,6 +166,7 @@ def test_step_fit_prices_a_corrected_profile_on_its_fast_path(a100_gemms):
     too: it installs itself (it matches CostModel._tiled_time) and prices every batch alike."""
     from costmodel.calibration.step_pricing import _tiled_lookup, step_shapes
     from costmodel.calibration.step_timings import uniform_steps
+
     hw = profile_from_fit(fit(a100_gemms, form="physical", spec=A100), A100, "fixture")
     assert hw.gemm_corr
     model = load_model("llama-3.1-8b")

@@ -3,6 +3,7 @@ measured shape keeps its own residual, a missing one takes the mean of its equid
 neighbours, the field fades away from the table and never bridges a shape's missing rows; a
 residual constant along k is found from synthetic timings and carried to held-out shapes; a
 profile ships it (NaN included) and prices like the fit; bad fields are refused."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,11 +50,13 @@ def test_the_field_fades_away_from_the_table_and_skips_missing_rows():
     ns, ks, ms = 2.0 ** np.arange(5, 9), 2.0 ** np.arange(5, 9), np.array([1.0, 64.0, 4096.0])
     m, n, k, r = grid_rows(ns, ks, ms, lambda a, b, c: 0.3 if b == ns[1] else -0.1)
     f = Field(*build(m, n, k, r), h=(0.5, 0.5), shrink=1.0)
-    assert abs(f(np.array([64.0]), np.array([2.0 ** 16]), np.array([64.0]))[0]) < 1e-6
-    assert abs(f(np.array([64.0]), np.array([64.0]), np.array([2.0 ** 20]))[0]) < 1e-6
-    gap = (n == ns[1]) & (k == ks[1]) & (m == 64.0)      # a shape with its middle row missing
+    assert abs(f(np.array([64.0]), np.array([2.0**16]), np.array([64.0]))[0]) < 1e-6
+    assert abs(f(np.array([64.0]), np.array([64.0]), np.array([2.0**20]))[0]) < 1e-6
+    gap = (n == ns[1]) & (k == ks[1]) & (m == 64.0)  # a shape with its middle row missing
     f = Field(*build(m[~gap], n[~gap], k[~gap], r[~gap]), h=(0.05, 0.05), shrink=1.0)
-    assert f(np.array([64.0]), np.array([ns[1]]), np.array([ks[1]]))[0] == pytest.approx(0.1, abs=1e-6)   # its 4 neighbours
+    assert f(np.array([64.0]), np.array([ns[1]]), np.array([ks[1]]))[0] == pytest.approx(
+        0.1, abs=1e-6
+    )  # its 4 neighbours
     assert f(np.array([1.0]), np.array([ns[1]]), np.array([ks[1]]))[0] == pytest.approx(0.3, abs=1e-6)
 
 
@@ -61,7 +64,11 @@ def test_the_field_fades_away_from_the_table_and_skips_missing_rows():
 @given(seed=st.integers(0, 10**6), m=st.integers(1, 1 << 15))
 def test_field_is_bounded_and_its_cached_path_matches(seed, m):
     rng = np.random.default_rng(seed)
-    ns, ks, ms = 2.0 ** np.sort(rng.uniform(4, 16, 6)), 2.0 ** np.sort(rng.uniform(4, 16, 6)), 2.0 ** np.arange(0, 14, 3)
+    ns, ks, ms = (
+        2.0 ** np.sort(rng.uniform(4, 16, 6)),
+        2.0 ** np.sort(rng.uniform(4, 16, 6)),
+        2.0 ** np.arange(0, 14, 3),
+    )
     mm, n, k, r = grid_rows(ns, ks, ms, lambda a, b, c: rng.uniform(-1, 1))
     f = Field(*build(mm, n, k, r), h=tuple(rng.uniform(0.1, 2, 2)), shrink=float(rng.uniform(0, 1)))
     qn, qk = 2.0 ** rng.uniform(0, 18, 5), 2.0 ** rng.uniform(0, 18, 5)
@@ -95,21 +102,32 @@ def test_fit_finds_a_residual_that_follows_n_and_carries_it_to_held_out_shapes(s
     assert hn < hk
     got = Field(grid_, shp, vals, (hn, hk), a)(*(df[c].to_numpy()[held] for c in "mnk"))
     err = np.abs(got - df["r"].to_numpy()[held])
-    assert err.mean() < 0.3 * np.abs(df["r"].to_numpy()[held]).mean()      # without the field: 1×
+    assert err.mean() < 0.3 * np.abs(df["r"].to_numpy()[held]).mean()  # without the field: 1×
 
 
 def test_profile_ships_the_field_and_prices_like_the_fit():
     df, _ = synthetic(3)
-    df = df[~((df["n"] == df["n"].max()) & (df["m"] == 4.0))].reset_index(drop=True)   # a NaN in the field
-    df.loc[::50, "time_s"] *= 3.0        # residuals beyond the bound: stored at it, rounding included
+    df = df[~((df["n"] == df["n"].max()) & (df["m"] == 4.0))].reset_index(drop=True)  # a NaN in the field
+    df.loc[::50, "time_s"] *= 3.0  # residuals beyond the bound: stored at it, rounding included
     base = GemmTiles(**TRUE, sms=108).times(df.m, df.n, df.k)
     field = gemm_fit.fit_field(df, base, None, base)
     assert field and np.isnan(np.asarray(field[2], float)).any()
     assert np.nanmax(np.abs(np.asarray(field[2], float))) == pytest.approx(BOUND)
     values = np.array([TRUE[p] for p in PARAMS[:9]] + [0.0])
-    g = GemmTilesFit("gemm", "physical", PARAMS, values, np.zeros((10, 10)), 0.0, dict.fromkeys(PARAMS, 0), {}, (),
-                     units={}, sms=108,
-                     field=field)
+    g = GemmTilesFit(
+        "gemm",
+        "physical",
+        PARAMS,
+        values,
+        np.zeros((10, 10)),
+        0.0,
+        dict.fromkeys(PARAMS, 0),
+        {},
+        (),
+        units={},
+        sms=108,
+        field=field,
+    )
     fit = Fit({"gemm": g}, 0.0, ("synthetic",))
     hw = hardware_from_dict(yaml.safe_load(profile_from_fit(fit, A100, "synthetic").to_yaml()))
     assert len(hw.gemm_field) == len(hw.gemm_field_shapes) and hw.gemm_field_h == list(field[3])
@@ -119,10 +137,20 @@ def test_profile_ships_the_field_and_prices_like_the_fit():
 
 def test_bad_fields_are_refused():
     d = yaml.safe_load(A100.to_yaml())
-    ok = dict(gemm_field_m=[0.0, 4.0], gemm_field_shapes=[[5.0, 5.0], [6.0, 5.0]], gemm_field=[[0.1, float("nan")], [0.0, -0.2]],
-              gemm_field_h=[0.3, 1.0], gemm_field_shrink=0.75)
+    ok = dict(
+        gemm_field_m=[0.0, 4.0],
+        gemm_field_shapes=[[5.0, 5.0], [6.0, 5.0]],
+        gemm_field=[[0.1, float("nan")], [0.0, -0.2]],
+        gemm_field_h=[0.3, 1.0],
+        gemm_field_shrink=0.75,
+    )
     assert hardware_from_dict({**d, **ok}).gemm_field_shrink == 0.75
-    for bad in (dict(gemm_field=[[0.1, 0.2]]), dict(gemm_field=[[0.1, 0.9], [0.0, 0.0]]), dict(gemm_field_h=[0.0, 1.0]),
-                dict(gemm_field_shrink=1.5), dict(gemm_field_m=[4.0, 0.0])):
+    for bad in (
+        dict(gemm_field=[[0.1, 0.2]]),
+        dict(gemm_field=[[0.1, 0.9], [0.0, 0.0]]),
+        dict(gemm_field_h=[0.0, 1.0]),
+        dict(gemm_field_shrink=1.5),
+        dict(gemm_field_m=[4.0, 0.0]),
+    ):
         with pytest.raises(InputError, match="gemm_field"):
             hardware_from_dict({**d, **ok, **bad})

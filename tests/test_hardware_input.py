@@ -1,5 +1,6 @@
 """A profile YAML with a wrongly typed value gets one InputError naming the field, never a
 TypeError from deep inside the cost model (every scalar field, and the GEMM residual field's lists)."""
+
 import copy
 import dataclasses
 
@@ -9,8 +10,11 @@ import yaml
 from costmodel.errors import InputError
 from costmodel.hardware import HARDWARE_DIR, Hardware, hardware_from_dict
 
-SCALARS = [f.name for f in dataclasses.fields(Hardware)
-           if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)]
+SCALARS = [
+    f.name
+    for f in dataclasses.fields(Hardware)
+    if isinstance(f.default, (int, float)) and not isinstance(f.default, bool)
+]
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +23,9 @@ def profile():
 
 
 @pytest.mark.parametrize("bad", ["x", None, [1.0], True, float("nan"), float("inf"), float("-inf")])
-@pytest.mark.parametrize("field", SCALARS[::3] + ["attn_decode_hidden_keys", "attn_prefill_dram_exposed", "gemm_field_shrink"])
+@pytest.mark.parametrize(
+    "field", SCALARS[::3] + ["attn_decode_hidden_keys", "attn_prefill_dram_exposed", "gemm_field_shrink"]
+)
 def test_a_wrongly_typed_scalar_is_named(profile, field, bad):
     d = copy.deepcopy(profile)
     d[field] = bad
@@ -27,8 +33,16 @@ def test_a_wrongly_typed_scalar_is_named(profile, field, bad):
         hardware_from_dict(d, "p")
 
 
-@pytest.mark.parametrize("field, bad", [("gemm_field_m", 5), ("gemm_field_shapes", 5), ("gemm_field", 5),
-                                        ("gemm_field_h", "x"), ("gemm_field_shapes", [[1, "a"]])])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("gemm_field_m", 5),
+        ("gemm_field_shapes", 5),
+        ("gemm_field", 5),
+        ("gemm_field_h", "x"),
+        ("gemm_field_shapes", [[1, "a"]]),
+    ],
+)
 def test_a_malformed_residual_field_is_named(profile, field, bad):
     d = copy.deepcopy(profile)
     d[field] = bad

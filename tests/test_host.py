@@ -1,5 +1,6 @@
 """Host time per step (costmodel/host.py): serial adds, overlap takes the max, zero changes
 nothing to the bit, and every fast path prices it exactly as stepping does."""
+
 import math
 
 import numpy as np
@@ -37,7 +38,7 @@ def test_zero_host_is_bit_identical_and_has_no_operator():
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-@pytest.mark.parametrize("hw", [HOST, HOST.replace(host_step_s=30e-3)])   # host above the GPU time too
+@pytest.mark.parametrize("hw", [HOST, HOST.replace(host_step_s=30e-3)])  # host above the GPU time too
 def test_decode_fast_paths_price_host_like_time(overlap, hw):
     cm = CostModel(MODEL, hw, overlap_host=overlap)
     n, kv0, steps = 5, 5 * 1001, 300
@@ -61,8 +62,14 @@ def _run(hw, policy, ff, overlap, flags):
     return Simulation([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=max_len).run()
 
 
-@pytest.mark.parametrize("policy,flags", [("vllm", dict(max_num_batched_tokens=1024, num_gpu_blocks_override=3000)),
-                                          ("sglang", dict(chunked_prefill_size=1024)), ("nochunk", {})])
+@pytest.mark.parametrize(
+    "policy,flags",
+    [
+        ("vllm", dict(max_num_batched_tokens=1024, num_gpu_blocks_override=3000)),
+        ("sglang", dict(chunked_prefill_size=1024)),
+        ("nochunk", {}),
+    ],
+)
 @pytest.mark.parametrize("overlap", [False, True])
 def test_fast_forward_exact_with_host_terms(policy, flags, overlap):
     a, b = _run(HOST, policy, True, overlap, flags), _run(HOST, policy, False, overlap, flags)

@@ -2,6 +2,7 @@
 pyproject.toml ([tool.importlinter]: costmodel imports nothing of simcore or policies, policies
 no simcore engine module, simcore/stepping.py no fast-forward module); SimPy's internals touched
 only in simcore/clock.py; routers read only a replica's public API."""
+
 import ast
 import shutil
 import subprocess
@@ -49,8 +50,11 @@ def test_simpy_internals_only_in_clock():
 
 def test_routers_read_no_private_replica_state():
     tree = ast.parse((ROOT / "simcore" / "router.py").read_text())
-    found = [f"router.py:{n.lineno} {ast.unparse(n)}" for n in ast.walk(tree)
-             if isinstance(n, ast.Attribute) and n.attr.startswith("_") and ast.unparse(n.value) != "self"]
+    found = [
+        f"router.py:{n.lineno} {ast.unparse(n)}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and n.attr.startswith("_") and ast.unparse(n.value) != "self"
+    ]
     assert not found, found
 
 

@@ -1,6 +1,7 @@
 """Kernel-level calibration: the AIConfigurator and LLMServingSim importers on upstream-format
 fixtures, bad input, the fitted operator models, the physical caps, and the roofline pricing a
 fitted profile the way the fit does (and bit for bit in its fast decode paths)."""
+
 import math
 import shutil
 from pathlib import Path
@@ -40,12 +41,21 @@ def test_aiconfigurator_rows_and_units(aic):
     g = df[(df.op_class == "gemm") & (df.m == 512) & (df.n == 4096) & (df.k == 4096)].iloc[0]
     assert g.time_s == pytest.approx(r.latency * 1e-3) and g.flops == 2 * 512 * 4096 * 4096
     c = pd.read_csv(AIC / "trtllm" / "1.0.0" / "generation_attention_perf.txt").iloc[0]
-    d = df[(df.op == "attention_decode") & (df.seqs == c.batch_size) & (df.heads == c.num_heads)
-           & (df.kv_heads == c.num_key_value_heads) & (df.k == c.isl + c.step - 1)].iloc[0]
-    kv = c.isl + c.step - 1                           # key length s = isl + step: s - 1 cached tokens + the new one
+    d = df[
+        (df.op == "attention_decode")
+        & (df.seqs == c.batch_size)
+        & (df.heads == c.num_heads)
+        & (df.kv_heads == c.num_key_value_heads)
+        & (df.k == c.isl + c.step - 1)
+    ].iloc[0]
+    kv = c.isl + c.step - 1  # key length s = isl + step: s - 1 cached tokens + the new one
     assert d.flops == 4 * c.num_heads * c.head_dim * c.batch_size * (kv + 1)
     # TensorRT-LLM's collector caches K only (SELFKONLY): one of K, V per token, plus Q read and O written
-    assert d.decode_bytes == d.bytes == 2 * c.head_dim * 2 * c.batch_size * (c.num_key_value_heads * (kv + 1) / 2 + c.num_heads)
+    assert (
+        d.decode_bytes
+        == d.bytes
+        == 2 * c.head_dim * 2 * c.batch_size * (c.num_key_value_heads * (kv + 1) / 2 + c.num_heads)
+    )
     assert set(df.op_class) == {"gemm", "attention", "allreduce"}
     assert any("int8_wo" in n for n in notes) and any("all_gather" in n for n in notes)
     ar = df[(df.op_class == "allreduce") & (df.op != "nccl_reference")]
@@ -66,9 +76,11 @@ def test_nccl_reference_rows_only_below_the_engines_nccl_switch(aic, tmp_path):
     assert sorted(ref.time_s) == pytest.approx(sorted(want.latency * 1e-3))
     assert set(ref.workers) == set(want.num_gpus) and (ref.tokens <= 128).all()
     assert any("reference rows" in n for n in notes)
-    alone, _ = read_aiconfigurator(_copy(tmp_path, AIC))        # no a100_sxm.yaml beside the copy
+    alone, _ = read_aiconfigurator(_copy(tmp_path, AIC))  # no a100_sxm.yaml beside the copy
     assert not (alone.op == "nccl_reference").any()
-    assert len(alone[alone.op_class == "allreduce"]) == len(df[(df.op_class == "allreduce") & (df.op != "nccl_reference")])
+    assert len(alone[alone.op_class == "allreduce"]) == len(
+        df[(df.op_class == "allreduce") & (df.op != "nccl_reference")]
+    )
 
 
 HALF_ALL_REDUCE = "op_name == 'all_reduce' and nccl_dtype == 'half'"
@@ -85,7 +97,7 @@ def test_allreduce_rows_are_the_engines_dispatch_not_the_faster_table(aic):
         assert ar[(r.num_gpus, 2 * r.message_size)] == pytest.approx(r.latency * 1e-3)
     nccl = pd.read_csv(AIC / "nccl" / "2.27.3" / "nccl_perf.txt").query(HALF_ALL_REDUCE)
     both = raw.merge(nccl, on=["num_gpus", "message_size"], suffixes=("", "_nccl"))
-    assert (both.latency > both.latency_nccl).any()              # rows an envelope would have replaced
+    assert (both.latency > both.latency_nccl).any()  # rows an envelope would have replaced
 
 
 def test_nccl_table_alone_is_priced_when_no_custom_table(tmp_path):
@@ -108,7 +120,9 @@ def test_llmservingsim_rows(lss):
     a = df[(df.op == "attention_mixed") & (df.m == 512 + 8) & (df.time_s == r.time_us * 1e-6)].iloc[0]
     assert a.decode_flops == 4 * m.h * m.d_h * 8 * (r.kv_decode + 1)
     assert a.flops - a.decode_flops == 4 * m.h * m.d_h * (512 * r.kv_prefill + 512 * 513 / 2)
-    assert set(df[df.op_class == "sampler"].m) == set(pd.read_csv(LSS / "tp1" / "per_sequence.csv").query("layer == 'sampler'").sequences)
+    assert set(df[df.op_class == "sampler"].m) == set(
+        pd.read_csv(LSS / "tp1" / "per_sequence.csv").query("layer == 'sampler'").sequences
+    )
 
 
 def _copy(tmp_path, src: Path) -> Path:
@@ -117,11 +131,17 @@ def _copy(tmp_path, src: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda lines: lines[:5] + [",".join(lines[5].split(",")[:-2])] + lines[6:], "gemm_perf.txt:6:k"),   # truncated row
-    (lambda lines: [lines[0].replace(",latency", ",lat")] + lines[1:], "gemm_perf.txt:1:latency"),   # missing column
-    (lambda lines: lines[:3] + [lines[3].rsplit(",", 1)[0] + ",abc"] + lines[4:], "gemm_perf.txt:4:latency"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (
+            lambda lines: lines[:5] + [",".join(lines[5].split(",")[:-2])] + lines[6:],
+            "gemm_perf.txt:6:k",
+        ),  # truncated row
+        (lambda lines: [lines[0].replace(",latency", ",lat")] + lines[1:], "gemm_perf.txt:1:latency"),  # missing column
+        (lambda lines: lines[:3] + [lines[3].rsplit(",", 1)[0] + ",abc"] + lines[4:], "gemm_perf.txt:4:latency"),
+    ],
+)
 def test_bad_aiconfigurator_table_names_file_line_field(tmp_path, mutate, field):
     p = _copy(tmp_path, AIC / "trtllm" / "1.0.0" / "gemm_perf.txt")
     p.write_text("\n".join(mutate(p.read_text().splitlines())) + "\n")
@@ -156,7 +176,7 @@ def test_failed_measurements_are_dropped_and_reported(tmp_path):
     p = _copy(tmp_path, AIC / "trtllm" / "1.0.0" / "context_attention_perf.txt")
     lines = p.read_text().splitlines()
     i = next(j for j, ln in enumerate(lines) if ",16384," in ln and ",float16,float16," in ln)
-    lines[i] = lines[i].rsplit(",", 1)[0] + ",0.0029"          # a 16k-token prompt in 2.9 µs
+    lines[i] = lines[i].rsplit(",", 1)[0] + ",0.0029"  # a 16k-token prompt in 2.9 µs
     p.write_text("\n".join(lines) + "\n")
     df, notes = read_aiconfigurator(p)
     assert len(df) == len(lines) - 2 and any("failed measurements" in n for n in notes)
@@ -174,13 +194,14 @@ def test_sglang_attention_is_non_causal_and_drops_impossible_rows():
     spec = yaml.safe_load((FIX / "aiconfigurator" / "h100_sxm.yaml").read_text())["gpu"]
     pre = df[df.op == "attention_prefill"]
     assert len(pre) and (pre.causal == 0).all()
-    assert np.allclose(pre.flops, 4 * pre.heads * pre.n * pre.m * pre.prefill_q)     # b·s² query-key pairs
+    assert np.allclose(pre.flops, 4 * pre.heads * pre.n * pre.m * pre.prefill_q)  # b·s² query-key pairs
     assert (df.bytes / df.time_s <= spec["mem_bw"]).all() and (df.flops / df.time_s <= spec["float16_tc_flops"]).all()
     raw = pd.read_csv(SGL / "sglang" / "0.5.1.post1" / "context_attention_perf.txt")
     raw = raw[(raw.attn_dtype == "float16") & (raw.kv_cache_dtype == "float16")]
     d = raw.batch_size * raw.isl
     movable = (2 * 128 * 2 * d * (raw.num_key_value_heads + raw.num_heads) / (raw.latency * 1e-3) <= spec["mem_bw"]) & (
-        4 * raw.num_heads * 128 * raw.batch_size * raw.isl ** 2 / (raw.latency * 1e-3) <= spec["float16_tc_flops"])
+        4 * raw.num_heads * 128 * raw.batch_size * raw.isl**2 / (raw.latency * 1e-3) <= spec["float16_tc_flops"]
+    )
     note = next(n for n in notes if "context_attention_perf.txt" in n and "spec sheet's" in n)
     assert f"skipped {int((~movable).sum())} rows faster than their bytes" in note
     assert len(pre) <= int(movable.sum())
@@ -192,10 +213,46 @@ H100_GEN = FIX.parents[2] / "shared" / "data" / "kernels" / "aiconfigurator" / "
 
 
 def _interleaved(rows: list[tuple]) -> pd.DataFrame:
-    cols = ["framework", "version", "device", "op_name", "kernel_source", "batch_size", "isl", "num_heads",
-            "num_key_value_heads", "head_dim", "beam_width", "attn_dtype", "kv_cache_dtype", "step", "latency"]
-    return pd.DataFrame([("SGLang", "0.5.1.post1", "H100", "generation_attention", "default", b, 1, h, hkv, 128, 1,
-                          "float16", "float16", s, t) for b, h, hkv, s, t in rows], columns=cols)
+    cols = [
+        "framework",
+        "version",
+        "device",
+        "op_name",
+        "kernel_source",
+        "batch_size",
+        "isl",
+        "num_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "beam_width",
+        "attn_dtype",
+        "kv_cache_dtype",
+        "step",
+        "latency",
+    ]
+    return pd.DataFrame(
+        [
+            (
+                "SGLang",
+                "0.5.1.post1",
+                "H100",
+                "generation_attention",
+                "default",
+                b,
+                1,
+                h,
+                hkv,
+                128,
+                1,
+                "float16",
+                "float16",
+                s,
+                t,
+            )
+            for b, h, hkv, s, t in rows
+        ],
+        columns=cols,
+    )
 
 
 def test_sglang_generation_keeps_the_rows_written_in_case_order(tmp_path):
@@ -238,11 +295,19 @@ def test_trtllm_context_attention_stays_causal(aic):
 
 # --- fitted models ---
 
+
 def _gemms(pi, beta, floor, rng, noise=0.02):
-    df = pd.DataFrame([gemm_row("g", m, k, n, 2, 0.0) for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-                       for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1024, 8192), (8192, 8192))])
+    df = pd.DataFrame(
+        [
+            gemm_row("g", m, k, n, 2, 0.0)
+            for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+            for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1024, 8192), (8192, 8192))
+        ]
+    )
     a = df["flops"] * np.ceil(df["m"] / 16) * 16 / df["m"] / pi
-    return df.assign(time_s=(np.sqrt(a ** 2 + (df["bytes"] / beta) ** 2) + floor) * np.exp(noise * rng.standard_normal(len(df))))
+    return df.assign(
+        time_s=(np.sqrt(a**2 + (df["bytes"] / beta) ** 2) + floor) * np.exp(noise * rng.standard_normal(len(df)))
+    )
 
 
 def test_physical_form_recovers_a_memory_regime_below_spec():
@@ -252,7 +317,7 @@ def test_physical_form_recovers_a_memory_regime_below_spec():
 
 
 def test_fit_above_the_spec_is_clamped_and_says_so():
-    spec = load_hardware("a100-80gb")                      # 312 TFLOP/s, 2.039 TB/s
+    spec = load_hardware("a100-80gb")  # 312 TFLOP/s, 2.039 TB/s
     df = _gemms(450e12, 2.6e12, 5e-6, np.random.default_rng(4))
     free = fit(df, form="physical")
     assert free.value("gemm.pi") > spec.peak_flops and not any("clamped" in w for w in free.warnings)
@@ -263,8 +328,15 @@ def test_fit_above_the_spec_is_clamped_and_says_so():
     assert any(w.startswith("gemm.beta clamped") for w in capped.warnings)
 
 
-ATT = dict(pi_prefill=150e12, beta_prefill=0.6e12, overhead_prefill=12e-6, pi_decode=25e12, beta_decode=1.8e12,
-           seq=2e-7, overhead_decode=9e-6)
+ATT = dict(
+    pi_prefill=150e12,
+    beta_prefill=0.6e12,
+    overhead_prefill=12e-6,
+    pi_decode=25e12,
+    beta_decode=1.8e12,
+    seq=2e-7,
+    overhead_decode=9e-6,
+)
 
 
 def _attention_rows(rng, mixed: bool):
@@ -285,8 +357,16 @@ def _attention_rows(rng, mixed: bool):
         for n in (1, 16, 128):
             for kv in (64, 2048, 16384):
                 d = attention_row("attention", n, 1, kv, 32, 8, 128, 2, 0.0)
-                extra.append({**d, "flops": p["flops"] + d["flops"], "bytes": p["bytes"] + d["bytes"],
-                              "decode_flops": d["flops"], "decode_bytes": d["bytes"], "op": "attention_mixed"})
+                extra.append(
+                    {
+                        **d,
+                        "flops": p["flops"] + d["flops"],
+                        "bytes": p["bytes"] + d["bytes"],
+                        "decode_flops": d["flops"],
+                        "decode_bytes": d["bytes"],
+                        "op": "attention_mixed",
+                    }
+                )
         df = pd.concat([df, pd.DataFrame(extra)], ignore_index=True)
     df = validate(df.assign(time_s=1.0))
     return df
@@ -307,13 +387,19 @@ def test_attention_model_recovers_known_parameters(mixed):
 
 def test_allreduce_regimes_recover_a_concave_curve():
     rng = np.random.default_rng(6)
-    size = np.geomspace(256, 2 ** 30, 23)
+    size = np.geomspace(256, 2**30, 23)
     rows = []
-    for n, reg in ((2, [(4e-6, 20e9), (15e-6, 120e9), (60e-6, 200e9)]), (8, [(6e-6, 8e9), (30e-6, 90e9), (150e-6, 230e9)])):
+    for n, reg in (
+        (2, [(4e-6, 20e9), (15e-6, 120e9), (60e-6, 200e9)]),
+        (8, [(6e-6, 8e9), (30e-6, 90e9), (150e-6, 230e9)]),
+    ):
         B = 2 * (n - 1) / n * size
         t = np.min([lat + B / bw for lat, bw in reg], axis=0) * np.exp(0.01 * rng.standard_normal(len(B)))
-        rows.append(pd.DataFrame(dict(op_class="allreduce", op="all_reduce", m=size, workers=n, tp=n, flops=0.0,
-                                      bytes=B, time_s=t)))
+        rows.append(
+            pd.DataFrame(
+                dict(op_class="allreduce", op="all_reduce", m=size, workers=n, tp=n, flops=0.0, bytes=B, time_s=t)
+            )
+        )
     df = pd.concat(rows, ignore_index=True)
     f = fit(df, form="physical")
     assert error_table(f, df)["mape"].max() < 3.0
@@ -321,6 +407,7 @@ def test_allreduce_regimes_recover_a_concave_curve():
 
 
 # --- the roofline prices a fitted profile as the fit does ---
+
 
 @pytest.fixture(scope="module")
 def fitted_hw(lss):
@@ -340,11 +427,13 @@ def test_profile_from_llmservingsim_is_varlen_and_prices_like_the_fit(fitted_hw,
         q, kv = [], []
         if r.op != "attention_decode":
             chunk = int(r.m - r.seqs)
-            pre = (r.flops - r.decode_flops) / (4 * m.h * m.d_h)            # q·kv + q(q+1)/2
+            pre = (r.flops - r.decode_flops) / (4 * m.h * m.d_h)  # q·kv + q(q+1)/2
             q.append(chunk)
             kv.append(int(round((pre - chunk * (chunk + 1) / 2) / chunk)))
         q += [1] * int(r.seqs)
-        kv += [int(r.k) if r.op == "attention_decode" else int(round(r.decode_flops / (4 * m.h * m.d_h * r.seqs) - 1))] * int(r.seqs)
+        kv += [
+            int(r.k) if r.op == "attention_decode" else int(round(r.decode_flops / (4 * m.h * m.d_h * r.seqs) - 1))
+        ] * int(r.seqs)
         s = cm.shape(q, kv)
         roof = sum(o.time_s for o in cm.breakdown(s).operators if o.name.startswith("attention"))
         model = f.classes["attention"].predict(pd.DataFrame([r._asdict()]))[0]
@@ -374,7 +463,7 @@ def test_mixed_step_time_matches_shape_and_breakdown(fitted_hw):
     assert cm.step_time(q, kv) == cm.time(s) == cm.step_time([512], [1024], 30, sum(k + 1 for k in kv[1:]))
     assert cm.breakdown(s).time_s == pytest.approx(cm.time(s), rel=1e-12)
     alone = cm.time(cm.shape([1] * 30, kv[1:]))
-    assert cm.time(s) > alone                       # a chunk beside decodes costs more than the decodes
+    assert cm.time(s) > alone  # a chunk beside decodes costs more than the decodes
 
 
 @pytest.mark.parametrize("name", ["h100-sxm", "a100-sxm", "b200", "l40s"])
@@ -408,10 +497,12 @@ def test_elementwise_operator_prices_the_fitted_kernels(fitted_hw, lss):
     el = df[df.op_class == "elementwise"]
     common = set.intersection(*(set(el[el.op == op].m) for op in ("layernorm", "act_fn", "rotary_emb")))
     assert len(common) >= 2
-    for T in sorted(common)[::max(1, len(common) // 4)]:
+    for T in sorted(common)[:: max(1, len(common) // 4)]:
         rows = el[el.m == T]
-        per_layer = sum(f.classes["elementwise"].predict(rows[rows.op == op])[0] * (2 if op == "layernorm" else 1)
-                        for op in ("layernorm", "act_fn", "rotary_emb"))
+        per_layer = sum(
+            f.classes["elementwise"].predict(rows[rows.op == op])[0] * (2 if op == "layernorm" else 1)
+            for op in ("layernorm", "act_fn", "rotary_emb")
+        )
         op = cm.breakdown(cm.shape([T], [0])).op("elementwise")
         assert op.time_s == pytest.approx(m.L * per_layer, rel=1e-9)
 
@@ -425,13 +516,18 @@ def test_tile_sums_agree_between_the_loop_and_numpy():
     assert loop == wide
     hot = [(a, b) for a, b in zip(q, kv) if a > 1]
     assert loop.prefill_tiles == sum(-(-a // 64) for a, _ in hot) and loop.prefill_kv_max == max(b for _, b in hot)
-    assert loop.prefill_q_max == max(a for a, _ in hot) and loop._plus_decodes(5, 500, 1.0).prefill_q_max == loop.prefill_q_max
+    assert (
+        loop.prefill_q_max == max(a for a, _ in hot)
+        and loop._plus_decodes(5, 500, 1.0).prefill_q_max == loop.prefill_q_max
+    )
 
 
 # --- attention timings of one kind only ---
 
-SIDE_FIELDS = {"decode": ("attn_decode_pi", "beta_attn", "attn_decode_seq_s", "attn_decode_overhead_s", "attn_decode_unit_s"),
-               "prefill": ("pi_attn", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_wave_s")}
+SIDE_FIELDS = {
+    "decode": ("attn_decode_pi", "beta_attn", "attn_decode_seq_s", "attn_decode_overhead_s", "attn_decode_unit_s"),
+    "prefill": ("pi_attn", "attn_prefill_beta", "attn_prefill_overhead_s", "attn_wave_s"),
+}
 
 
 @pytest.mark.parametrize("missing", ["decode", "prefill"])
@@ -453,8 +549,10 @@ def test_attention_timings_of_one_kind_price_the_other_as_the_base(aic, tmp_path
     back = load_hardware(str(path))
     assert any(f"no {missing} timings" in w for w in back.calibration["warnings"])
     m = load_model("llama-3.1-8b")
-    shapes = {"decode": [([1] * 16, [3000 + 97 * i for i in range(16)]), ([1] * 2, [40, 90])],
-              "prefill": [([1500], [2500]), ([16], [32000])]}[missing]
+    shapes = {
+        "decode": [([1] * 16, [3000 + 97 * i for i in range(16)]), ([1] * 2, [40, 90])],
+        "prefill": [([1500], [2500]), ([16], [32000])],
+    }[missing]
     op = f"attention_{missing}"
     for shape in shapes:
         mine = CostModel(m, back).breakdown(CostModel(m, back).shape(*shape)).op(op)
@@ -468,9 +566,12 @@ def test_attention_timings_of_one_kind_price_the_other_as_the_base(aic, tmp_path
     assert getattr(back, field) == pytest.approx(f.value(f"attention.{param}"))
     assert not any(f"no {other} timings" in w for w in back.calibration["warnings"])
     from costmodel.calibration.predict import sample_hardware
+
     for draw in sample_hardware(back, 5, np.random.default_rng(0)):
         assert [getattr(draw, x) for x in SIDE_FIELDS[missing]] == [getattr(back, x) for x in SIDE_FIELDS[missing]]
-    assert any(getattr(draw, field) != getattr(back, field) for draw in sample_hardware(back, 5, np.random.default_rng(1)))
+    assert any(
+        getattr(draw, field) != getattr(back, field) for draw in sample_hardware(back, 5, np.random.default_rng(1))
+    )
 
 
 def test_varlen_table_without_a_batch_of_decodes_alone_prices_decodes_as_the_base(lss):
@@ -486,4 +587,6 @@ def test_varlen_table_without_a_batch_of_decodes_alone_prices_decodes_as_the_bas
     assert any("no decode timings" in w for w in hw.calibration["warnings"])
     m = load_model("llama-3.1-8b")
     dec = CostModel(m, hw).breakdown(CostModel(m, hw).shape([1] * 16, [3000] * 16)).op("attention_decode")
-    assert dec.time_s == pytest.approx(math.hypot(dec.flops / base.pi_attention, dec.bytes / base.beta_attention), rel=1e-9)
+    assert dec.time_s == pytest.approx(
+        math.hypot(dec.flops / base.pi_attention, dec.bytes / base.beta_attention), rel=1e-9
+    )

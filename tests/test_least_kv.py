@@ -3,6 +3,7 @@
 as used, a replica whose cache filled with finished requests' prefixes looked full for ever and was
 starved (the Mooncake conversation trace over 8 replicas: 396 of 12,031 requests to one replica,
 p99 TTFT 53 s against 8.4 s for least_outstanding)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,6 @@ def test_least_kv_no_longer_starves_a_replica_on_mooncake():
     engines, route, max_len = build_cluster("vllm", MODEL, HW, 1, {}, 8, "least_kv")
     res = Simulation(engines, wl, router=route, max_model_len=max_len).run()
     routed = np.bincount(res.requests.replica, minlength=8)
-    assert routed.min() >= 0.8 * routed.mean(), routed   # was 396 against a mean of 1,504
+    assert routed.min() >= 0.8 * routed.mean(), routed  # was 396 against a mean of 1,504
     loads = [r["mean_load"] for r in res.summary["replicas"]]
     assert [r["routed"] for r in res.summary["replicas"]] == routed.tolist() and min(loads) > 0

@@ -1,5 +1,6 @@
 """The machine reference must stay frozen: it is the unit every speed figure is scaled by, so a
 change to its loop (or an import of project code into it) would move every figure silently."""
+
 import ast
 import hashlib
 import inspect
@@ -28,7 +29,9 @@ def test_reference_loop_source_is_unchanged():
     results would pass the test above, so its source is pinned too. Changing it means measuring
     TO_OLD_UNITS again (benchmarks/machine.py says how)."""
     src = inspect.getsource(machine._Request) + inspect.getsource(machine.reference_loop)
-    assert hashlib.sha256(src.encode()).hexdigest() == "e0b214c461006e868be5b4c2be7dcfb8b009928200a65d989fd46da3b1f4f51c"
+    assert (
+        hashlib.sha256(src.encode()).hexdigest() == "e0b214c461006e868be5b4c2be7dcfb8b009928200a65d989fd46da3b1f4f51c"
+    )
 
 
 def test_reference_is_in_old_units():

@@ -39,8 +39,14 @@ def test_head_dim_overrides_hidden_over_heads():
 
 
 def test_tied_embeddings_counted_once():
-    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=1000)
+    base = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+    )
     untied = model_from_config({**base, "tie_word_embeddings": False})
     tied = model_from_config({**base, "tie_word_embeddings": True})
     assert untied.P - tied.P == 1000 * 64
@@ -72,6 +78,7 @@ def test_missing_field_is_named(tmp_path):
 
 # --- hybrid attention (Qwen3-Next, Qwen3.5): only the full-attention layers keep a KV cache ---
 
+
 def test_qwen3_5_122b_a10b_parameters_and_kv_layers():
     m = load_model("qwen3.5-122b-a10b")
     assert (m.L, m.kv_layers, m.linear_layers) == (48, 12, 36)
@@ -82,10 +89,10 @@ def test_qwen3_5_122b_a10b_parameters_and_kv_layers():
 
 
 def test_qwen3_next_interval_gives_same_layers_as_layer_types():
-    m = load_model("qwen3-next-80b-a3b")            # full_attention_interval only, no layer_types
+    m = load_model("qwen3-next-80b-a3b")  # full_attention_interval only, no layer_types
     assert (m.kv_layers, m.linear_layers) == (12, 36)
     assert m.P == pytest.approx(80e9, rel=0.01)
-    assert 3e9 < m.P_active - m.embed_params - m.head_params < 3.3e9   # "A3B": non-embedding active
+    assert 3e9 < m.P_active - m.embed_params - m.head_params < 3.3e9  # "A3B": non-embedding active
     cfg = json.loads((load_model.__globals__["MODELS_DIR"] / "qwen3.5-122b-a10b.json").read_text())
     text = dict(cfg["text_config"])
     del text["layer_types"]
@@ -99,8 +106,14 @@ def test_plain_transformers_keep_every_layer_as_kv_layer(name):
 
 
 def test_bad_layer_types_is_named():
-    base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=1000)
+    base = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+    )
     with pytest.raises(InputError, match="layer_types"):
         model_from_config({**base, "layer_types": ["full_attention"]})
     with pytest.raises(InputError, match="linear_num_key_heads"):

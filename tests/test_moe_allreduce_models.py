@@ -1,5 +1,6 @@
 """The fitted fused-MoE layer and the capped all-reduce regimes: parameters recovered from
 synthetic timings, the importer's routing, and the roofline pricing a profile as the fit does."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,18 +41,35 @@ def synthetic_moe(seed: int, noise: float = 0.01, tuned=(), tuned_pi: float = 0.
     for H, inter, k, E in CONFIGS:
         for tp in (1, 4, 16):
             T = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384], float)
-            u = E * (1 - (1 - k / E) ** T) * rng.uniform(0.6, 1.0, len(T))     # any routing: the fit is told u
+            u = E * (1 - (1 - k / E) ** T) * rng.uniform(0.6, 1.0, len(T))  # any routing: the fit is told u
             truth = {**MOE_TRUTH, "pi": tuned_pi if (E, inter // tp) in tuned else MOE_TRUTH["pi"]}
             t = moe_formula(T, H, inter, tp, k, E, u, **truth) * np.exp(noise * rng.standard_normal(len(T)))
-            rows.append(pd.DataFrame(dict(op_class="moe", op="synthetic", tokens=T, m=T, k=H, n=inter, tp=tp, workers=1,
-                                          flops=2.0 * 3 * H * inter / tp * T * k, bytes=2.0 * 3 * H * inter / tp * u,
-                                          seqs=u, heads=k, kv_heads=E, time_s=t)))
+            rows.append(
+                pd.DataFrame(
+                    dict(
+                        op_class="moe",
+                        op="synthetic",
+                        tokens=T,
+                        m=T,
+                        k=H,
+                        n=inter,
+                        tp=tp,
+                        workers=1,
+                        flops=2.0 * 3 * H * inter / tp * T * k,
+                        bytes=2.0 * 3 * H * inter / tp * u,
+                        seqs=u,
+                        heads=k,
+                        kv_heads=E,
+                        time_s=t,
+                    )
+                )
+            )
     return pd.concat(rows, ignore_index=True)
 
 
 def test_moe_fit_recovers_known_parameters():
     f = fit(synthetic_moe(3), form="physical")
-    for p, v in MOE_TRUTH.items():          # within 3σ of the fit's own uncertainty, and within 10 %
+    for p, v in MOE_TRUTH.items():  # within 3σ of the fit's own uncertainty, and within 10 %
         err, sigma = abs(np.log(f.value(f"moe.{p}_moe") / v)), f.rel_sigma(f"moe.{p}_moe")
         assert err < 0.1 and err < 3 * sigma + 0.01, (p, err, sigma)
     assert f.classes["moe"].errors["mape"] < 2.0
@@ -64,7 +82,7 @@ def test_moe_fit_finds_the_shapes_with_a_faster_kernel():
     assert f.value("moe.pi_tuned_moe") == pytest.approx(2.3 * MOE_TRUTH["pi"], rel=0.05)
     assert f.value("moe.pi_moe") == pytest.approx(MOE_TRUTH["pi"], rel=0.05)
     assert f.classes["moe"].errors["mape"] < 2.0
-    assert "pi_tuned_moe" not in fit(synthetic_moe(9), form="physical").classes["moe"].params   # one rate: none
+    assert "pi_tuned_moe" not in fit(synthetic_moe(9), form="physical").classes["moe"].params  # one rate: none
 
 
 def test_moe_fit_caps_bandwidth_at_the_spec():
@@ -81,18 +99,24 @@ def test_moe_importer_counts_the_tables_routing():
     u = df["seqs"].to_numpy()
     assert ((u >= 1) & (u <= np.minimum(E, T * k))).all()
     uniform = E * (1 - (1 - k / E) ** T)
-    small = T <= 4                                    # power-law loads leave experts empty that uniform routing fills
+    small = T <= 4  # power-law loads leave experts empty that uniform routing fills
     assert (u[small] < uniform[small]).all()
     assert np.allclose(u[T >= 1024], E[T >= 1024], rtol=0.2)
     again, _ = read_aiconfigurator(FIX / "sglang" / "0.5.1.post1" / "moe_perf.txt")
-    assert np.array_equal(again["seqs"].to_numpy(), u)        # seeded: the same table gives the same counts
+    assert np.array_equal(again["seqs"].to_numpy(), u)  # seeded: the same table gives the same counts
 
 
 @pytest.fixture(scope="module")
 def moe_profile():
     hw = load_hardware("h100")
-    return hw.replace(moe_pi=MOE_TRUTH["pi"], moe_beta=MOE_TRUTH["beta"], moe_floor_s=MOE_TRUTH["floor"],
-                      moe_pad_rows=MOE_TRUTH["pad"], moe_tile_depth=MOE_TRUTH["depth"], roofline_combine="max")
+    return hw.replace(
+        moe_pi=MOE_TRUTH["pi"],
+        moe_beta=MOE_TRUTH["beta"],
+        moe_floor_s=MOE_TRUTH["floor"],
+        moe_pad_rows=MOE_TRUTH["pad"],
+        moe_tile_depth=MOE_TRUTH["depth"],
+        roofline_combine="max",
+    )
 
 
 @pytest.mark.parametrize("name,tp", [("mixtral-8x7b", 1), ("qwen1.5-moe-a2.7b", 1), ("mixtral-8x7b", 2)])
@@ -103,7 +127,7 @@ def test_moe_layers_priced_from_the_fit_as_batch_grows(moe_profile, name, tp):
     prev = None
     for T in (1, 2, 3, 8, 31, 128, 1000, 4096, 16384):
         op = cm.breakdown(cm.shape([T], [0])).op("moe_experts")
-        u = E * (1 - (1 - k / E) ** T)                          # uniform routing, expected
+        u = E * (1 - (1 - k / E) ** T)  # uniform routing, expected
         want = m.moe_layers * moe_formula(T, m.H, m.expert_ffn, tp, k, E, u, **MOE_TRUTH)
         assert op.time_s == pytest.approx(want, rel=1e-9)
         assert op.flops == pytest.approx(2 * 3 * m.H * m.expert_ffn / tp * T * k * m.moe_layers, rel=1e-12)
@@ -113,7 +137,9 @@ def test_moe_layers_priced_from_the_fit_as_batch_grows(moe_profile, name, tp):
     assert one.bytes == pytest.approx(m.moe_layers * 2 * (3 * m.H * m.expert_ffn / tp * k + 2 * m.H * k), rel=1e-9)
     # many tokens: every expert touched, the cost per token settles at the compute rate
     t1, t2 = (cm.breakdown(cm.shape([T], [0])).op("moe_experts").time_s for T in (8192, 16384))
-    per_token = m.moe_layers * 2 * k * (3 * m.H * m.expert_ffn / tp + MOE_TRUTH["depth"] * (2 * m.expert_ffn / tp + m.H))
+    per_token = (
+        m.moe_layers * 2 * k * (3 * m.H * m.expert_ffn / tp + MOE_TRUTH["depth"] * (2 * m.expert_ffn / tp + m.H))
+    )
     assert (t2 - t1) / 8192 == pytest.approx(per_token / MOE_TRUTH["pi"], rel=0.02)
     # the simulator's step time carries the same operator
     s = cm.shape([512], [0])
@@ -123,18 +149,22 @@ def test_moe_layers_priced_from_the_fit_as_batch_grows(moe_profile, name, tp):
 def test_moe_profile_from_fit_and_defaults(moe_profile):
     f = fit(synthetic_moe(5, tuned=((8, 3584),), tuned_pi=2.3 * MOE_TRUTH["pi"]), form="physical")
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "moe-test")
-    assert hw.moe_pi == pytest.approx(f.value("moe.pi_moe")) and hw.moe_tile_depth == pytest.approx(f.value("moe.depth_moe"))
+    assert hw.moe_pi == pytest.approx(f.value("moe.pi_moe")) and hw.moe_tile_depth == pytest.approx(
+        f.value("moe.depth_moe")
+    )
     assert hw.moe_tuned_shapes == [[8, 3584]] and hw.moe_tuned_pi == pytest.approx(f.value("moe.pi_tuned_moe"))
-    m = load_model("mixtral-8x7b")                   # 8 experts of 14336: at tp 4 the tuned shape (8, 3584)
+    m = load_model("mixtral-8x7b")  # 8 experts of 14336: at tp 4 the tuned shape (8, 3584)
     fast, slow = CostModel(m, hw, 4), CostModel(m, hw, 2)
     big = 16384
     t4 = fast.breakdown(fast.shape([big], [0])).op("moe_experts").time_s
     t2 = slow.breakdown(slow.shape([big], [0])).op("moe_experts").time_s
     assert fast.moe_pi == hw.moe_tuned_pi and slow.moe_pi == hw.moe_pi
-    assert t2 / t4 == pytest.approx(2 * hw.moe_tuned_pi / hw.moe_pi, rel=0.1)     # half the work per GPU, at the tuned rate
+    assert t2 / t4 == pytest.approx(
+        2 * hw.moe_tuned_pi / hw.moe_pi, rel=0.1
+    )  # half the work per GPU, at the tuned rate
     back = hardware_from_dict(__import__("yaml").safe_load(hw.to_yaml()), "roundtrip")
     assert back.moe_pad_rows == hw.moe_pad_rows
-    dense = CostModel(load_model("mixtral-8x7b"), load_hardware("h100"))         # no MoE fit: the roofline's experts
+    dense = CostModel(load_model("mixtral-8x7b"), load_hardware("h100"))  # no MoE fit: the roofline's experts
     assert not dense.moe_fitted
     with pytest.raises(InputError, match="moe_beta"):
         hardware_from_dict({**load_hardware("h100").__dict__, "moe_pi": 1e14}, "bad")
@@ -144,20 +174,40 @@ def test_moe_profile_from_fit_and_defaults(moe_profile):
 
 # --- all-reduce ---
 
+
 def synthetic_allreduce(seed: int, noise: float = 0.01):
     """Per GPU count: two one-shot lines up to 128 tokens of 4096, two more beyond; a step up at the cap."""
     rng = np.random.default_rng(seed)
-    truth = {2: [(3e-6, 40e9), (5e-6, 160e9), (12e-6, 180e9), (40e-6, 240e9)],
-             8: [(5e-6, 10e9), (8e-6, 45e9), (25e-6, 200e9), (120e-6, 420e9)]}
+    truth = {
+        2: [(3e-6, 40e9), (5e-6, 160e9), (12e-6, 180e9), (40e-6, 240e9)],
+        8: [(5e-6, 10e9), (8e-6, 45e9), (25e-6, 200e9), (120e-6, 420e9)],
+    }
     elems = 2.0 ** np.arange(7, 30)
     rows = []
     for n, lines in truth.items():
         B = 2 * (n - 1) / n * 2 * elems
         tok = np.maximum(1, np.floor(elems / 4096))
-        t = np.array([min(lat + b / bw for i, (lat, bw) in enumerate(lines) if i >= 2 or tk <= ONESHOT_MAX_TOKENS)
-                      for b, tk in zip(B, tok)]) * np.exp(noise * rng.standard_normal(len(B)))
-        rows.append(pd.DataFrame(dict(op_class="allreduce", op="all_reduce", tokens=tok, m=2 * elems, workers=n, tp=n,
-                                      flops=0.0, bytes=B, time_s=t)))
+        t = np.array(
+            [
+                min(lat + b / bw for i, (lat, bw) in enumerate(lines) if i >= 2 or tk <= ONESHOT_MAX_TOKENS)
+                for b, tk in zip(B, tok)
+            ]
+        ) * np.exp(noise * rng.standard_normal(len(B)))
+        rows.append(
+            pd.DataFrame(
+                dict(
+                    op_class="allreduce",
+                    op="all_reduce",
+                    tokens=tok,
+                    m=2 * elems,
+                    workers=n,
+                    tp=n,
+                    flops=0.0,
+                    bytes=B,
+                    time_s=t,
+                )
+            )
+        )
     return pd.concat(rows, ignore_index=True), truth
 
 
@@ -169,15 +219,28 @@ def test_allreduce_fit_recovers_capped_regimes():
     for n, lines in truth.items():
         assert f.value(f"allreduce.bandwidth_large@{n}") == pytest.approx(lines[3][1], rel=0.05)
         assert f.value(f"allreduce.latency_small@{n}") == pytest.approx(lines[0][0], rel=0.1)
-    elems = np.array([64 * 4096, 128 * 4096, 256 * 4096], float)    # both sides of the switch
-    probe = pd.DataFrame(dict(op_class="allreduce", op="all_reduce", tokens=elems / 4096, m=2 * elems, workers=2, tp=2,
-                              flops=0.0, bytes=2 * elems * 1.0, time_s=1.0))
+    elems = np.array([64 * 4096, 128 * 4096, 256 * 4096], float)  # both sides of the switch
+    probe = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op="all_reduce",
+            tokens=elems / 4096,
+            m=2 * elems,
+            workers=2,
+            tp=2,
+            flops=0.0,
+            bytes=2 * elems * 1.0,
+            time_s=1.0,
+        )
+    )
     p = f.predict(probe)
     lines = truth[2]
-    want = [min(lat + b / bw for i, (lat, bw) in enumerate(lines) if i >= 2 or tk <= 128)
-            for b, tk in zip(2 * elems, elems / 4096)]
+    want = [
+        min(lat + b / bw for i, (lat, bw) in enumerate(lines) if i >= 2 or tk <= 128)
+        for b, tk in zip(2 * elems, elems / 4096)
+    ]
     assert p == pytest.approx(want, rel=0.05)
-    assert p[2] > 1.2 * (lines[1][0] + 2 * elems[2] / lines[1][1])   # past 128 tokens the one-shot line is gone
+    assert p[2] > 1.2 * (lines[1][0] + 2 * elems[2] / lines[1][1])  # past 128 tokens the one-shot line is gone
 
 
 def test_roofline_prices_the_capped_regimes_as_the_fit(tmp_path):
@@ -190,11 +253,22 @@ def test_roofline_prices_the_capped_regimes_as_the_fit(tmp_path):
         cm = CostModel(m, hw, tp)
         for rows in (1, 64, 128, 129, 1024, 8192):
             size = 2.0 * m.H * rows
-            probe = pd.DataFrame(dict(op_class="allreduce", op="all_reduce", tokens=[float(rows)], m=size, workers=tp,
-                                      tp=tp, flops=0.0, bytes=2 * (tp - 1) / tp * size, time_s=1.0))
-            calls = 2 * m.L + (hw.counting != "seed")   # faithful: the vocab-parallel embedding's too
+            probe = pd.DataFrame(
+                dict(
+                    op_class="allreduce",
+                    op="all_reduce",
+                    tokens=[float(rows)],
+                    m=size,
+                    workers=tp,
+                    tp=tp,
+                    flops=0.0,
+                    bytes=2 * (tp - 1) / tp * size,
+                    time_s=1.0,
+                )
+            )
+            calls = 2 * m.L + (hw.counting != "seed")  # faithful: the vocab-parallel embedding's too
             assert cm.allreduce_s(rows) == pytest.approx(calls * f.predict(probe)[0], rel=1e-9)
-    old = hw.replace(allreduce_oneshot_tokens=0)                 # older profiles: every regime at every size
+    old = hw.replace(allreduce_oneshot_tokens=0)  # older profiles: every regime at every size
     cm, cm_old = CostModel(m, hw, 2), CostModel(m, old, 2)
     assert cm_old.allreduce_s(256) < cm.allreduce_s(256) and cm_old.allreduce_s(64) == cm.allreduce_s(64)
 
@@ -211,22 +285,34 @@ def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
     os_ = tok <= ONESHOT_MAX_TOKENS
     eng = np.array([line(oneshot + nccl if o else nccl, b) for b, o in zip(B, os_)])
     ref = np.array([line(nccl, b) for b in B[os_]])
-    frame = lambda op, t, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
-                                                 workers=8, tp=8, flops=0.0, bytes=B[sel],
-                                                 time_s=t * np.exp(0.005 * rng.standard_normal(len(t)))))
+    frame = lambda op, t, sel: pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op=op,
+            tokens=tok[sel],
+            m=2 * elems[sel],  # noqa: E731
+            workers=8,
+            tp=8,
+            flops=0.0,
+            bytes=B[sel],
+            time_s=t * np.exp(0.005 * rng.standard_normal(len(t))),
+        )
+    )
     two = synthetic_allreduce(3)[0].query("workers == 2")
-    df = pd.concat([frame("custom_all_reduce", eng, np.ones(len(B), bool)), frame("nccl_reference", ref, os_), two],
-                   ignore_index=True)
+    df = pd.concat(
+        [frame("custom_all_reduce", eng, np.ones(len(B), bool)), frame("nccl_reference", ref, os_), two],
+        ignore_index=True,
+    )
     f = fit(df, form="physical")
     c = f.classes["allreduce"]
     assert sum(p.endswith("@8") for p in c.params) == 10 and sum(p.endswith("@2") for p in c.params) == 8
     assert f.value("allreduce.latency_mid2@8") == pytest.approx(nccl[0][0], rel=0.1)
     r = df[df.op == "nccl_reference"]
-    assert f.predict(r) == pytest.approx(ref, rel=0.05)            # the one-shot lines never price them
+    assert f.predict(r) == pytest.approx(ref, rel=0.05)  # the one-shot lines never price them
     assert (f.predict(r) > 1.5 * f.predict(df[(df.op == "custom_all_reduce") & (df.tokens <= 128)])).all()
     hw = profile_from_fit(f, load_hardware("h100"), "synthetic", "ar-ref")
     assert len(hw.allreduce_regimes[8]) == 10 and len(hw.allreduce_regimes[2]) == 8
-    assert hw.allreduce_oneshot_alone == [8]                    # AUTO runs one-shot there, whatever NCCL takes
+    assert hw.allreduce_oneshot_alone == [8]  # AUTO runs one-shot there, whatever NCCL takes
     with pytest.raises(InputError, match="allreduce_oneshot_alone"):
         hardware_from_dict({**hw.__dict__, "allreduce_oneshot_alone": ["8"]}, "bad")
     back = hardware_from_dict(__import__("yaml").safe_load(hw.to_yaml()), "roundtrip")
@@ -234,9 +320,20 @@ def test_nccl_reference_rows_fix_the_nccl_lines_below_the_switch():
     cm = CostModel(load_model("llama-3.1-8b"), hw, 8)
     for rows in (16, 128, 129, 4096):
         size = 2.0 * 4096 * rows
-        probe = pd.DataFrame(dict(op_class="allreduce", op="custom_all_reduce", tokens=[float(rows)], m=size, workers=8,
-                                  tp=8, flops=0.0, bytes=2 * 7 / 8 * size, time_s=1.0))
-        calls = 2 * cm.model.L + (hw.counting != "seed")   # faithful: the vocab-parallel embedding's too
+        probe = pd.DataFrame(
+            dict(
+                op_class="allreduce",
+                op="custom_all_reduce",
+                tokens=[float(rows)],
+                m=size,
+                workers=8,
+                tp=8,
+                flops=0.0,
+                bytes=2 * 7 / 8 * size,
+                time_s=1.0,
+            )
+        )
+        calls = 2 * cm.model.L + (hw.counting != "seed")  # faithful: the vocab-parallel embedding's too
         assert cm.allreduce_s(rows) == pytest.approx(calls * f.predict(probe)[0], rel=1e-9)
 
 
@@ -254,13 +351,29 @@ def test_a_one_shot_line_seen_at_two_sizes_is_turned_off():
     t *= np.exp(0.01 * rng.standard_normal(len(t)))
     t[0] *= 0.65
     os_ = tok <= 128
-    frame = lambda op, tt, sel: pd.DataFrame(dict(op_class="allreduce", op=op, tokens=tok[sel], m=2 * elems[sel],  # noqa: E731
-                                                  workers=8, tp=8, flops=0.0, bytes=B[sel], time_s=tt))
-    df = pd.concat([frame("custom_all_reduce", t, np.ones(len(B), bool)),
-                    frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_)], ignore_index=True)
+    frame = lambda op, tt, sel: pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op=op,
+            tokens=tok[sel],
+            m=2 * elems[sel],  # noqa: E731
+            workers=8,
+            tp=8,
+            flops=0.0,
+            bytes=B[sel],
+            time_s=tt,
+        )
+    )
+    df = pd.concat(
+        [
+            frame("custom_all_reduce", t, np.ones(len(B), bool)),
+            frame("nccl_reference", np.array([line(b) for b in B[os_]]), os_),
+        ],
+        ignore_index=True,
+    )
     f = fit(df, form="physical")
     lat = [f.value(f"allreduce.latency_{p}@8") for p in ("small", "mid")]
-    assert max(lat) > 1.0                                           # one of the two one-shot lines is off
+    assert max(lat) > 1.0  # one of the two one-shot lines is off
     b = 2 * 7 / 8 * 2 * 128.0
     probe = df.iloc[[0]].assign(m=2 * 128.0, bytes=b)
     assert f.predict(probe)[0] == pytest.approx(oneshot[0] + b / oneshot[1], rel=0.05)
@@ -281,6 +394,7 @@ def test_roofline_prices_oneshot_alone_where_the_profile_says():
     other = CostModel(m, hw.replace(allreduce_oneshot_alone=[4], allreduce_regimes={8: slow + fast}), 8)
     assert other.allreduce_s(64) == plain.allreduce_s(64)
     from costmodel.calibration.step_pricing import _allreduce  # the step fit's vectorized copy
+
     rows = np.array([1, 64, 128, 129, 256, 4096])
     for cm in (plain, alone, other):
         assert list(_allreduce(cm, rows)) == [cm.allreduce_s(int(r)) for r in rows]

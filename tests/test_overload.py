@@ -1,4 +1,5 @@
 """Overloaded sweep points: queue growth against queueing theory, and no recommendation from them."""
+
 import numpy as np
 import pytest
 
@@ -26,7 +27,7 @@ def test_growth_is_lambda_over_mu_minus_one_when_overloaded(load):
 
 @pytest.mark.parametrize("load", [0.3, 0.7, 0.85])
 def test_a_stable_queue_does_not_grow(load):
-    for n in (100, 2000):   # short and long runs alike
+    for n in (100, 2000):  # short and long runs alike
         a, ttft = fifo_ttft(rate=10.0, service_s=load / 10.0, n=n, seed=n)
         g = load_figures(a, ttft)
         assert abs(g["queue_growth"]) < GROWTH_LIMIT and not g["overloaded"]
@@ -38,7 +39,7 @@ def test_rejected_requests_wait_forever_and_bursts_have_no_rate():
     ttft = np.full(50, 0.1)
     ttft[-10:] = np.nan
     assert load_figures(a, ttft)["overloaded"]
-    burst = load_figures(np.zeros(50), np.linspace(0.1, 5, 50))   # request rate inf: nothing to keep up with
+    burst = load_figures(np.zeros(50), np.linspace(0.1, 5, 50))  # request rate inf: nothing to keep up with
     assert np.isnan(burst["queue_growth"]) and not burst["overloaded"]
     assert np.isnan(queue_growth(a[:10], ttft[:10]))
 
@@ -48,8 +49,13 @@ WL = {"kind": "poisson", "num_prompts": 200, "lengths": {"kind": "fixed", "input
 
 @pytest.fixture(scope="module")
 def swept():
-    spec = SweepSpec(grid={"vllm": {"max_num_batched_tokens": [2048]}}, request_rates=(2, 2000), workload=WL,
-                     model="llama-3.1-8b", hardware="h100")
+    spec = SweepSpec(
+        grid={"vllm": {"max_num_batched_tokens": [2048]}},
+        request_rates=(2, 2000),
+        workload=WL,
+        model="llama-3.1-8b",
+        hardware="h100",
+    )
     return run_sweep(spec)
 
 
@@ -58,7 +64,7 @@ def test_sweep_flags_the_point_the_server_cannot_keep_up_with(swept):
     assert not slow.overloaded and fast.overloaded
     assert fast.request_throughput < fast.offered_rate / (1 + GROWTH_LIMIT)
     assert slow.request_throughput > 0.8 * slow.offered_rate
-    rec = recommend(swept, itl_slo_ms=1e6).iloc[0]   # any ITL passes: only overload rules a point out
+    rec = recommend(swept, itl_slo_ms=1e6).iloc[0]  # any ITL passes: only overload rules a point out
     assert rec.request_rate == 2 and rec.overloaded == 1 and not all_overloaded(swept)
 
 

@@ -1,4 +1,5 @@
 """The Chrome/Perfetto trace: structure the Perfetto UI's JSON importer needs, and what it says."""
+
 import json
 from collections import defaultdict
 
@@ -20,9 +21,15 @@ def run(policy, flags, wl, replicas=1):
     return Simulation(engines, wl, record_iterations=True, router=router).run()
 
 
-SCENES = [("vllm", {"max_num_batched_tokens": 2048}, stall_scene(8192, 8, 1024), 1),
-          ("sglang", {"chunked_prefill_size": 1024}, chat_with_long_prompts(8, num_prompts=60, long_prompt_len=8192,
-                                                                           long_every=20), 2)]
+SCENES = [
+    ("vllm", {"max_num_batched_tokens": 2048}, stall_scene(8192, 8, 1024), 1),
+    (
+        "sglang",
+        {"chunked_prefill_size": 1024},
+        chat_with_long_prompts(8, num_prompts=60, long_prompt_len=8192, long_every=20),
+        2,
+    ),
+]
 
 
 def check_structure(trace: dict) -> None:
@@ -71,11 +78,28 @@ def test_trace_structure_and_content(policy, flags, wl, replicas):
 
 
 def test_simulate_writes_a_trace_and_plots(tmp_path, capsys):
-    assert main(["simulate", "--scenario", "stall", "--max-num-batched-tokens", "2048", "--trace",
-                 str(tmp_path / "run.json"), "--plots", str(tmp_path / "plots")]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--scenario",
+                "stall",
+                "--max-num-batched-tokens",
+                "2048",
+                "--trace",
+                str(tmp_path / "run.json"),
+                "--plots",
+                str(tmp_path / "plots"),
+            ]
+        )
+        == 0
+    )
     check_structure(json.loads((tmp_path / "run.json").read_text()))
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "iteration_composition.png", "itl_timeline.png", "latency_cdfs.png"]
+        "iteration_composition.png",
+        "itl_timeline.png",
+        "latency_cdfs.png",
+    ]
 
 
 def test_trace_size_is_announced_even_quiet(tmp_path, capsys):
@@ -85,8 +109,11 @@ def test_trace_size_is_announced_even_quiet(tmp_path, capsys):
 
 
 def test_trace_within_budget_samples_requests_then_merges_passes():
-    res = run("vllm", {"max_num_batched_tokens": 512}, chat_with_long_prompts(8, num_prompts=200,
-                                                                             long_prompt_len=8192, long_every=20))
+    res = run(
+        "vllm",
+        {"max_num_batched_tokens": 512},
+        chat_with_long_prompts(8, num_prompts=200, long_prompt_len=8192, long_every=20),
+    )
     full = chrome_trace(res)
     assert full["otherData"]["requests_shown"] == 200 and full["otherData"]["entries_per_slice"] == 1
     small = chrome_trace(res, max_bytes=60_000)

@@ -1,4 +1,5 @@
 """Plots render from sweep tables and runs; the iteration-log replay behind them is exact."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,13 +19,19 @@ from workloads.traffic import chat_with_long_prompts
 def run(policy, flags, wl, fast_forward=True):
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100")
     sched, pool, cm, max_len = build_engine(policy, m, hw, 1, flags)
-    return Simulation([(sched, pool, cm)], wl, record_iterations=True, fast_forward=fast_forward,
-                      max_model_len=max_len).run()
+    return Simulation(
+        [(sched, pool, cm)], wl, record_iterations=True, fast_forward=fast_forward, max_model_len=max_len
+    ).run()
 
 
-@pytest.mark.parametrize("policy,flags", [("vllm", {"max_num_batched_tokens": 1024}),
-                                          ("sglang", {"chunked_prefill_size": 1024, "enable_mixed_chunk": True}),
-                                          ("nochunk", {})])
+@pytest.mark.parametrize(
+    "policy,flags",
+    [
+        ("vllm", {"max_num_batched_tokens": 1024}),
+        ("sglang", {"chunked_prefill_size": 1024, "enable_mixed_chunk": True}),
+        ("nochunk", {}),
+    ],
+)
 def test_replayed_token_times_are_the_runs(policy, flags):
     wl = chat_with_long_prompts(10, num_prompts=80, input_len=256, output_len=64, long_prompt_len=8192, long_every=20)
     res = run(policy, flags, wl)

@@ -1,5 +1,6 @@
 """A policy with no lookahead: it writes schedule() only, inherits PolicyHooks, and the replica
 steps it (fast-forward declines), giving what stepping gives."""
+
 import numpy as np
 import pytest
 
@@ -39,20 +40,21 @@ class Fcfs(PolicyHooks):
         return plan
 
 
-@pytest.mark.parametrize("blocks", [40, 4000])   # preemptions, none
+@pytest.mark.parametrize("blocks", [40, 4000])  # preemptions, none
 def test_a_policy_without_lookahead_steps(blocks):
     rng = np.random.default_rng(3)
     n = 30
     wl = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(1, 600, n), rng.integers(1, 60, n))
     out = []
     for ff in (True, False):
-        _, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, dict(num_gpu_blocks_override=blocks, block_size=16,
-                                                                       max_model_len=8192))
+        _, pool, cm, max_len = build_engine(
+            "vllm", MODEL, HW, 1, dict(num_gpu_blocks_override=blocks, block_size=16, max_model_len=8192)
+        )
         policy = Fcfs(seats=4)
         sim = Simulation([(policy, pool, cm)], wl, fast_forward=ff, check=True, max_model_len=max_len)
         res = sim.run()
         assert sim.accounted() and res.summary["completed"] == n
-        assert policy.plans == res.summary["num_iterations"]   # one schedule() a step: nothing fast-forwarded
+        assert policy.plans == res.summary["num_iterations"]  # one schedule() a step: nothing fast-forwarded
         out.append(res.requests)
     for col in ("first_token_s", "finish_s"):
         assert np.array_equal(out[0][col].to_numpy(), out[1][col].to_numpy())
@@ -60,7 +62,15 @@ def test_a_policy_without_lookahead_steps(blocks):
 
 def test_the_engines_hooks_are_their_lookahead_modules():
     for sched, look in ((VLLMScheduler, VLLMLookahead), (SGLangScheduler, SGLangLookahead)):
-        for hook in ("prefill_chunks", "arrival_chunks", "on_lead", "can_fast_forward", "run_headroom",
-                     "on_fast_forward", "lazy_decodes", "cohort_max_outputs_left"):
+        for hook in (
+            "prefill_chunks",
+            "arrival_chunks",
+            "on_lead",
+            "can_fast_forward",
+            "run_headroom",
+            "on_fast_forward",
+            "lazy_decodes",
+            "cohort_max_outputs_left",
+        ):
             assert getattr(sched, hook) is getattr(look, hook), (sched.__name__, hook)
     assert PolicyHooks().can_fast_forward(None) is False

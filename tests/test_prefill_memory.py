@@ -1,4 +1,5 @@
 """Context attention's L2-resident share and DRAM overlap (costmodel/prefill_memory.py)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -7,6 +7,7 @@ ones wrote (calibrate → cost --hardware cal/fitted.yaml). Examples reading `..
 the shared data folder beside the checkout (or CHUNKSIM_SHARED_DIR pointing at it); without it the
 page's run stops there and the test is skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CHUNKSIM_SHARED_DIR", ROOT.parent / "shared"))
-SETUP = ['pip install -e . && chunksim stall', 'pip install -e ".[test]" && pytest']
+SETUP = ["pip install -e . && chunksim stall", 'pip install -e ".[test]" && pytest']
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
@@ -33,8 +34,10 @@ def examples(page: Path) -> list[str]:
 
 
 def bash_blocks(page: Path) -> list[list[str]]:
-    return [[l.strip() for l in b.splitlines() if l.strip()]
-            for b in re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.S | re.M)]
+    return [
+        [l.strip() for l in b.splitlines() if l.strip()]
+        for b in re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+    ]
 
 
 def test_readme_starts_with_the_two_setup_commands():
@@ -45,11 +48,12 @@ def test_readme_starts_with_the_two_setup_commands():
 def test_readme_is_short_and_has_five_examples():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200
-    assert len(examples(ROOT / "README.md")) == 1 + 5          # `chunksim stall` of the set-up, then five
+    assert len(examples(ROOT / "README.md")) == 1 + 5  # `chunksim stall` of the set-up, then five
 
 
 def test_every_verb_has_a_page_with_examples():
     from experiments.cli import VERBS
+
     shown = {c.split()[1] for p in PAGES if p.parent != ROOT for c in examples(p)}
     assert set(VERBS) <= shown, sorted(set(VERBS) - shown)
 

@@ -1,6 +1,7 @@
 """Seed 001 §七's direction on a small version of the study: doubling SGLang's chunked_prefill_size
 halves the chunks of long prompts (fewer prefill batches), does not lower throughput, and leaves
 the median TPOT nearly flat."""
+
 import pytest
 
 from experiments.sglang_chunk_study import SEED_TABLE, agentic_workload, format_table, prefill_batches, run_study
@@ -17,7 +18,7 @@ def test_bigger_chunk_fewer_prefill_batches_same_tpot(study):
     assert big.prefill_batches < 0.9 * small.prefill_batches
     assert big.total_token_throughput >= small.total_token_throughput
     assert big.median_tpot_ms == pytest.approx(small.median_tpot_ms, rel=0.03)
-    assert small.prefix_cache_hit_rate > 0.8          # the radix cache serves each turn's history
+    assert small.prefix_cache_hit_rate > 0.8  # the radix cache serves each turn's history
     assert "prefill batches" in format_table(study)
     assert study.loc[8192, "seed_prefill_batches"] == SEED_TABLE[8192]["prefill_batches"]
 

@@ -2,6 +2,7 @@
 that the replica runs every step (check=True): free + used blocks == total, blocks held match
 the running requests, scheduled tokens within the budgets, num_computed <= num_tokens, and at
 the end every arrived request finished or was rejected with a reason."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -37,23 +38,50 @@ def run_and_check(policy, flags, wl, ff):
 
 
 @SETTINGS
-@given(wl=workloads(), budget=st.integers(8, 4096), seqs=st.integers(1, 64), thr=st.sampled_from([0, 0, 64, 500]),
-       blocks=st.integers(200, 3000), block=st.sampled_from([1, 16, 32]), chunked=st.booleans(), ff=st.booleans())
+@given(
+    wl=workloads(),
+    budget=st.integers(8, 4096),
+    seqs=st.integers(1, 64),
+    thr=st.sampled_from([0, 0, 64, 500]),
+    blocks=st.integers(200, 3000),
+    block=st.sampled_from([1, 16, 32]),
+    chunked=st.booleans(),
+    ff=st.booleans(),
+)
 def test_vllm_invariants(wl, budget, seqs, thr, blocks, block, chunked, ff):
     seqs = min(seqs, budget)
-    flags = dict(max_num_batched_tokens=budget if chunked else 8192, max_num_seqs=seqs, long_prefill_token_threshold=thr,
-                 num_gpu_blocks_override=max(blocks // block, 1), block_size=block, enable_chunked_prefill=chunked,
-                 max_model_len=8192)
+    flags = dict(
+        max_num_batched_tokens=budget if chunked else 8192,
+        max_num_seqs=seqs,
+        long_prefill_token_threshold=thr,
+        num_gpu_blocks_override=max(blocks // block, 1),
+        block_size=block,
+        enable_chunked_prefill=chunked,
+        max_model_len=8192,
+    )
     run_and_check("vllm", flags, wl, ff)
 
 
 @SETTINGS
-@given(wl=workloads(), chunk=st.sampled_from([-1, 64, 256, 2048]), prefill=st.integers(64, 16384),
-       mixed=st.booleans(), page=st.sampled_from([1, 16, 64]), total=st.integers(3500, 40000),
-       running=st.integers(1, 64), ff=st.booleans())
+@given(
+    wl=workloads(),
+    chunk=st.sampled_from([-1, 64, 256, 2048]),
+    prefill=st.integers(64, 16384),
+    mixed=st.booleans(),
+    page=st.sampled_from([1, 16, 64]),
+    total=st.integers(3500, 40000),
+    running=st.integers(1, 64),
+    ff=st.booleans(),
+)
 def test_sglang_invariants(wl, chunk, prefill, mixed, page, total, running, ff):
-    flags = dict(chunked_prefill_size=max(chunk, page) if chunk > 0 else chunk, max_prefill_tokens=prefill,
-                 enable_mixed_chunk=mixed, page_size=page, max_total_tokens=total, max_running_requests=running)
+    flags = dict(
+        chunked_prefill_size=max(chunk, page) if chunk > 0 else chunk,
+        max_prefill_tokens=prefill,
+        enable_mixed_chunk=mixed,
+        page_size=page,
+        max_total_tokens=total,
+        max_running_requests=running,
+    )
     run_and_check("sglang", flags, wl, ff)
 
 
@@ -63,11 +91,16 @@ def test_nochunk_invariants(wl, seqs, blocks, ff):
     run_and_check("nochunk", dict(max_num_seqs=seqs, num_gpu_blocks_override=blocks // 16), wl, ff)
 
 
-@pytest.mark.parametrize("policy,flags", [("vllm", dict(num_gpu_blocks_override=400, enable_prefix_caching=True)),
-                                          ("vllm", dict(max_num_batched_tokens=512, long_prefill_token_threshold=200)),
-                                          ("sglang", dict(max_total_tokens=12000)),
-                                          ("sglang", dict(chunked_prefill_size=256, enable_mixed_chunk=True)),
-                                          ("nochunk", dict(num_gpu_blocks_override=400, enable_prefix_caching=True))])
+@pytest.mark.parametrize(
+    "policy,flags",
+    [
+        ("vllm", dict(num_gpu_blocks_override=400, enable_prefix_caching=True)),
+        ("vllm", dict(max_num_batched_tokens=512, long_prefill_token_threshold=200)),
+        ("sglang", dict(max_total_tokens=12000)),
+        ("sglang", dict(chunked_prefill_size=256, enable_mixed_chunk=True)),
+        ("nochunk", dict(num_gpu_blocks_override=400, enable_prefix_caching=True)),
+    ],
+)
 @pytest.mark.parametrize("concurrency,replicas,ff", [(None, 1, True), (6, 1, True), (None, 3, True), (None, 1, False)])
 def test_a_run_leaves_no_cyclic_garbage(policy, flags, concurrency, replicas, ff):
     """Simulation.run pauses the cyclic collector while its events run: that is sound only if
@@ -77,24 +110,39 @@ def test_a_run_leaves_no_cyclic_garbage(policy, flags, concurrency, replicas, ff
     import gc
 
     from workloads.workload import Workload
+
     rng = np.random.default_rng(3)
     n = 200
     prompts = rng.integers(300, 3000, n)
-    hashes = [(int(g),) * min(p // 32, 12) + tuple(range(1000 * i, 1000 * i + p // 32 - 12))
-              for i, (g, p) in enumerate(zip(rng.integers(0, 4, n), prompts))]
-    wl = Workload(np.cumsum(rng.exponential(1 / 8.0, n)), prompts, rng.integers(20, 300, n), block_hashes=hashes,
-                  block_tokens=32, closed_loop_concurrency=concurrency)
+    hashes = [
+        (int(g),) * min(p // 32, 12) + tuple(range(1000 * i, 1000 * i + p // 32 - 12))
+        for i, (g, p) in enumerate(zip(rng.integers(0, 4, n), prompts))
+    ]
+    wl = Workload(
+        np.cumsum(rng.exponential(1 / 8.0, n)),
+        prompts,
+        rng.integers(20, 300, n),
+        block_hashes=hashes,
+        block_tokens=32,
+        closed_loop_concurrency=concurrency,
+    )
     m, hw = load_model("llama-3.1-8b"), load_hardware("h100")
     engines = [build_engine(policy, m, hw, 1, flags) for _ in range(replicas)]
     from simcore.router import make_router
-    sim = Simulation([e[:3] for e in engines], wl, fast_forward=ff, max_model_len=engines[0][3],
-                     router=make_router("least_outstanding") if replicas > 1 else None)
+
+    sim = Simulation(
+        [e[:3] for e in engines],
+        wl,
+        fast_forward=ff,
+        max_model_len=engines[0][3],
+        router=make_router("least_outstanding") if replicas > 1 else None,
+    )
     gc.collect()
     was = gc.isenabled()
     gc.disable()
     try:
         res = sim.run()
-        assert not gc.isenabled()          # left as the caller had it
+        assert not gc.isenabled()  # left as the caller had it
         assert gc.collect() == 0
     finally:
         if was:

@@ -1,4 +1,5 @@
 """The seed scene simulated: what each policy does to the decoders' inter-token latency."""
+
 import pytest
 
 from experiments.engines import build_engine
@@ -11,8 +12,9 @@ N = 32
 
 def run_scene(llama8b, h100, policy, flags):
     sched, pool, cm, max_len = build_engine(policy, llama8b, h100, 1, flags)
-    sim = Simulation([(sched, pool, cm)], stall_scene(num_decodes=N), check=True, max_model_len=max_len,
-                     record_iterations=True)
+    sim = Simulation(
+        [(sched, pool, cm)], stall_scene(num_decodes=N), check=True, max_model_len=max_len, record_iterations=True
+    )
     return sim.run()
 
 

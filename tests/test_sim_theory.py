@@ -1,4 +1,5 @@
 """The simulator reduced to textbook queues, and its conservation and exactness properties."""
+
 import json
 
 import numpy as np
@@ -63,11 +64,13 @@ def sim_run(llama8b, h100, policy, flags, wl, ff):
     return Simulation([(sched, pool, cm)], wl, fast_forward=ff, max_model_len=L).run()
 
 
-CASES = [("vllm", {"max_num_batched_tokens": 1024, "num_gpu_blocks_override": 1500}),
-         ("vllm", {"long_prefill_token_threshold": 300}),
-         ("sglang", {"chunked_prefill_size": 512, "max_total_tokens": 30000}),
-         ("sglang", {"chunked_prefill_size": 1024, "enable_mixed_chunk": True, "page_size": 16}),
-         ("nochunk", {"num_gpu_blocks_override": 2000})]
+CASES = [
+    ("vllm", {"max_num_batched_tokens": 1024, "num_gpu_blocks_override": 1500}),
+    ("vllm", {"long_prefill_token_threshold": 300}),
+    ("sglang", {"chunked_prefill_size": 512, "max_total_tokens": 30000}),
+    ("sglang", {"chunked_prefill_size": 1024, "enable_mixed_chunk": True, "page_size": 16}),
+    ("nochunk", {"num_gpu_blocks_override": 2000}),
+]
 
 
 @pytest.mark.parametrize("policy,flags", CASES)
@@ -83,9 +86,14 @@ def test_fast_forward_is_exact(llama8b, h100, policy, flags):
     assert (a.num_preemptions == b.num_preemptions).all()
 
 
-@pytest.mark.parametrize("policy,flags", [("vllm", {"num_gpu_blocks_override": 400}),
-                                          ("sglang", {"max_total_tokens": 6000, "chunked_prefill_size": 1024}),
-                                          ("nochunk", {"num_gpu_blocks_override": 400})])
+@pytest.mark.parametrize(
+    "policy,flags",
+    [
+        ("vllm", {"num_gpu_blocks_override": 400}),
+        ("sglang", {"max_total_tokens": 6000, "chunked_prefill_size": 1024}),
+        ("nochunk", {"num_gpu_blocks_override": 400}),
+    ],
+)
 def test_kv_overflow_preempts_and_loses_nothing(llama8b, h100, policy, flags):
     """SGLang over-commits only on its new-token-ratio estimate, which it applies to requests that
     may stop early (not ignore_eos: PrefillAdder._get_running_request_total_token_offset)."""
@@ -105,7 +113,9 @@ def test_sglang_reserves_ignore_eos_outputs_whole(llama8b, h100):
     """The same overload as ignore_eos traffic: SGLang reserves every running request's outputs left
     at ratio 1.0, so it never retracts, and still finishes everything."""
     wl = fixed_workload(np.zeros(60), np.full(60, 500), np.full(60, 300))
-    sched, pool, cm, L = build_engine("sglang", llama8b, h100, 1, {"max_total_tokens": 6000, "chunked_prefill_size": 1024})
+    sched, pool, cm, L = build_engine(
+        "sglang", llama8b, h100, 1, {"max_total_tokens": 6000, "chunked_prefill_size": 1024}
+    )
     sim = Simulation([(sched, pool, cm)], wl, check=True, max_model_len=L)
     res = sim.run()
     assert res.summary["completed"] == 60 and res.summary["num_preemptions"] == 0
@@ -114,10 +124,14 @@ def test_sglang_reserves_ignore_eos_outputs_whole(llama8b, h100):
 
 def test_same_seed_same_bytes(tmp_path, capsys):
     from experiments.cli import main
+
     outs = []
     for i in range(2):
         d = tmp_path / str(i)
-        assert main(["simulate", "--request-rate", "30", "--num-prompts", "300", "--seed", "5", "--out", str(d), "--json"]) == 0
+        assert (
+            main(["simulate", "--request-rate", "30", "--num-prompts", "300", "--seed", "5", "--out", str(d), "--json"])
+            == 0
+        )
         outs.append(((d / "requests.csv").read_bytes(), (d / "summary.json").read_bytes(), capsys.readouterr().out))
     assert outs[0] == outs[1]
     assert main(["simulate", "--request-rate", "30", "--num-prompts", "300", "--seed", "6", "--json"]) == 0
@@ -137,25 +151,42 @@ def test_rejections_are_recorded_not_dropped(llama8b, h100):
 
 def test_summary_uses_vllm_bench_keys(capsys):
     from experiments.cli import main
-    assert main(["simulate", "--request-rate", "10", "--num-prompts", "50", "--json", "--goodput", "ttft:500", "tpot:50"]) == 0
+
+    assert (
+        main(["simulate", "--request-rate", "10", "--num-prompts", "50", "--json", "--goodput", "ttft:500", "tpot:50"])
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
-    for k in ("completed", "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-              "max_itl_ms", "num_iterations", "num_preemptions", "num_rejected"):
+    for k in (
+        "completed",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "request_goodput",
+        "max_itl_ms",
+        "num_iterations",
+        "num_preemptions",
+        "num_rejected",
+    ):
         assert k in s
     for m in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "p99"):
             assert f"{stat}_{m}_ms" in s
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["simulate", "--max-num-batched-tokens", "16", "--max-num-seqs", "32"], "max_num_batched_tokens"),
-    (["simulate", "--policy", "sglang", "--max-num-seqs", "4"], "flags"),
-    (["simulate", "--goodput", "foo:3"], "goodput"),
-    (["simulate", "--input-len", "0"], "input-len"),
-    (["simulate", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"], "max_num_batched_tokens"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["simulate", "--max-num-batched-tokens", "16", "--max-num-seqs", "32"], "max_num_batched_tokens"),
+        (["simulate", "--policy", "sglang", "--max-num-seqs", "4"], "flags"),
+        (["simulate", "--goodput", "foo:3"], "goodput"),
+        (["simulate", "--input-len", "0"], "input-len"),
+        (["simulate", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"], "max_num_batched_tokens"),
+    ],
+)
 def test_simulate_bad_input_exits_2(capsys, argv, field):
     from experiments.cli import main
+
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err

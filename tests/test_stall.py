@@ -1,4 +1,5 @@
 """`chunksim stall` against the seed's figures, each recomputed here from the seed's own formulas."""
+
 import json
 import math
 
@@ -20,26 +21,50 @@ def seed_formulas(m, hw, S=32768, D=32, ctx=2048, budget=2048, slo=0.060, align=
     prefill_flops = 2 * P * S + 2 * m.L * m.h * m.d_h * S * S
     decode = (2 * P + D * ctx * k) / beta
     c = budget - D
-    chunk = lambda q, pre: 2 * P * (q + D) / pi + 4 * m.L * m.h * m.d_h * (q * pre + q * q / 2) / pi + D * ctx * k / beta
+    chunk = lambda q, pre: (
+        2 * P * (q + D) / pi + 4 * m.L * m.h * m.d_h * (q * pre + q * q / 2) / pi + D * ctx * k / beta
+    )
     return {
-        "prefill_tflop": prefill_flops / 1e12, "prefill_s": prefill_flops / pi, "decode_step_s": decode,
-        "kv_bytes_per_token": 2 * m.L * m.h_kv * m.d_h * 2, "weight_bytes": 2 * P,
-        "spike_ratio": prefill_flops / pi / decode, "num_chunks": math.ceil(S / c),
-        "first_chunk_s": chunk(c, 0), "max_chunk_s": chunk(c, (S // c - 1) * c),
+        "prefill_tflop": prefill_flops / 1e12,
+        "prefill_s": prefill_flops / pi,
+        "decode_step_s": decode,
+        "kv_bytes_per_token": 2 * m.L * m.h_kv * m.d_h * 2,
+        "weight_bytes": 2 * P,
+        "spike_ratio": prefill_flops / pi / decode,
+        "num_chunks": math.ceil(S / c),
+        "first_chunk_s": chunk(c, 0),
+        "max_chunk_s": chunk(c, (S // c - 1) * c),
         "piggyback_decode_s": 2 * P * D / pi + D * ctx * k / beta,
-        "ridge_spec": hw.peak_flops / hw.peak_bandwidth, "ridge_achieved": pi / beta,
-        "kv_reread_crossover_tokens": 2 * P * 2 / k, "kv_reread_fraction_at_128k": k * 131072 / 2 / (2 * P),
+        "ridge_spec": hw.peak_flops / hw.peak_bandwidth,
+        "ridge_achieved": pi / beta,
+        "kv_reread_crossover_tokens": 2 * P * 2 / k,
+        "kv_reread_fraction_at_128k": k * 131072 / 2 / (2 * P),
         "slo_budget_tokens": int(pi * (slo - decode) / (2 * P)) // align * align,
         "decode_riding_along_s": math.ceil(S / c) * D * ctx * k / beta,
     }
 
 
 # What the seed states; the bar is 1 % for the analytic figures, 3 % for per-chunk ones.
-SEED_TEXT = {"prefill_s": 1.61, "prefill_tflop": 807, "decode_step_s": 9.5e-3, "kv_bytes_per_token": 131072,
-             "weight_bytes": 16.06e9, "spike_ratio": 170, "num_chunks": 17, "ridge_spec": 295, "ridge_achieved": 192,
-             "kv_reread_crossover_tokens": 245e3, "kv_reread_fraction_at_128k": 0.53, "slo_budget_tokens": 1536}
-SEED_TEXT_3PCT = {"first_chunk_s": 0.070, "max_chunk_s": 0.134, "piggyback_decode_s": 4.3e-3,
-                  "decode_riding_along_s": 0.056}
+SEED_TEXT = {
+    "prefill_s": 1.61,
+    "prefill_tflop": 807,
+    "decode_step_s": 9.5e-3,
+    "kv_bytes_per_token": 131072,
+    "weight_bytes": 16.06e9,
+    "spike_ratio": 170,
+    "num_chunks": 17,
+    "ridge_spec": 295,
+    "ridge_achieved": 192,
+    "kv_reread_crossover_tokens": 245e3,
+    "kv_reread_fraction_at_128k": 0.53,
+    "slo_budget_tokens": 1536,
+}
+SEED_TEXT_3PCT = {
+    "first_chunk_s": 0.070,
+    "max_chunk_s": 0.134,
+    "piggyback_decode_s": 4.3e-3,
+    "decode_riding_along_s": 0.056,
+}
 
 
 @pytest.mark.parametrize("key", SEED_TEXT)
@@ -56,16 +81,31 @@ def test_seed_chunk_figure_within_3pct(figs, llama8b, h100, key):
 
 def test_chunks_sum_to_prefill_plus_decodes_riding_along(figs):
     """Chunking is FLOP-neutral: Σ chunks ≈ prefill + the decode rows and KV reads riding along."""
-    assert figs["chunked_total_s"] == pytest.approx(figs["prefill_s"] + figs["num_chunks"] * figs["piggyback_decode_s"], rel=0.01)
+    assert figs["chunked_total_s"] == pytest.approx(
+        figs["prefill_s"] + figs["num_chunks"] * figs["piggyback_decode_s"], rel=0.01
+    )
 
 
-@pytest.mark.parametrize("name,S,D,ctx,budget", [("qwen3-8b", 20000, 16, 4096, 1024), ("llama-3.1-70b", 50000, 64, 1000, 4096),
-                                                  ("llama-3.1-8b", 9000, 8, 512, 512)])
+@pytest.mark.parametrize(
+    "name,S,D,ctx,budget",
+    [
+        ("qwen3-8b", 20000, 16, 4096, 1024),
+        ("llama-3.1-70b", 50000, 64, 1000, 4096),
+        ("llama-3.1-8b", 9000, 8, 512, 512),
+    ],
+)
 def test_varied_scenes_follow_the_formulas(name, S, D, ctx, budget):
     m, hw = load_model(name), load_hardware("h100")
     f = stall_figures(m, hw, StallScene(S, D, ctx, budget))
     exp = seed_formulas(m, hw, S, D, ctx, budget)
-    for key in ("prefill_s", "decode_step_s", "num_chunks", "first_chunk_s", "piggyback_decode_s", "kv_reread_crossover_tokens"):
+    for key in (
+        "prefill_s",
+        "decode_step_s",
+        "num_chunks",
+        "first_chunk_s",
+        "piggyback_decode_s",
+        "kv_reread_crossover_tokens",
+    ):
         assert f[key] == pytest.approx(exp[key], rel=0.03), key
 
 
@@ -86,10 +126,26 @@ def test_moe_stall_uses_active_parameters(h100):
 def test_cli_json_has_exactly_the_keys(capsys):
     assert main(["stall", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"prefill_s", "prefill_tflop", "decode_step_s", "kv_bytes_per_token", "weight_bytes", "spike_ratio",
-                        "num_chunks", "first_chunk_s", "max_chunk_s", "chunked_total_s", "piggyback_decode_s",
-                        "ridge_spec", "ridge_achieved", "kv_reread_crossover_tokens", "kv_reread_fraction_at_128k",
-                        "slo_budget_tokens", "slo_chunk_tokens", "slo_chunk_step_s"}
+    assert set(out) == {
+        "prefill_s",
+        "prefill_tflop",
+        "decode_step_s",
+        "kv_bytes_per_token",
+        "weight_bytes",
+        "spike_ratio",
+        "num_chunks",
+        "first_chunk_s",
+        "max_chunk_s",
+        "chunked_total_s",
+        "piggyback_decode_s",
+        "ridge_spec",
+        "ridge_achieved",
+        "kv_reread_crossover_tokens",
+        "kv_reread_fraction_at_128k",
+        "slo_budget_tokens",
+        "slo_chunk_tokens",
+        "slo_chunk_step_s",
+    }
 
 
 def test_cli_table_and_chunks(capsys):
@@ -98,12 +154,19 @@ def test_cli_table_and_chunks(capsys):
     assert "faithful counting" in out and "cached_prefix" in out
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["stall", "--budget", "16"], "budget"), (["stall", "--prompt-len", "0"], "prompt-len"),
-    (["stall", "--model", "nope"], "model"), (["stall", "--hardware", "tpu"], "hardware"),
-    (["stall", "--tp", "3"], "tp"), (["cost", "--q-lens", "1,2", "--kv-lens", "0"], "--kv-lens"),
-    (["cost", "--q-lens", "0"], "--q-lens"), (["cost", "--q-lens", "a,b"], "q-lens"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["stall", "--budget", "16"], "budget"),
+        (["stall", "--prompt-len", "0"], "prompt-len"),
+        (["stall", "--model", "nope"], "model"),
+        (["stall", "--hardware", "tpu"], "hardware"),
+        (["stall", "--tp", "3"], "tp"),
+        (["cost", "--q-lens", "1,2", "--kv-lens", "0"], "--kv-lens"),
+        (["cost", "--q-lens", "0"], "--q-lens"),
+        (["cost", "--q-lens", "a,b"], "q-lens"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(capsys, argv, field):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -1,5 +1,6 @@
 """The stall study agrees with itself: its SLO chunk is priced as `cost` prices it, its scene
 honours max_model_len, starts at decode steady state, and says what does not fit."""
+
 import json
 
 import pytest
@@ -10,10 +11,15 @@ from experiments.stall import StallScene, priced_step, slo_chunk, stall_figures
 from experiments.stall_sim import WARM_STEPS, run_scene, simulated_stalls
 
 
-@pytest.mark.parametrize("name, hw, tp, slo, S", [("llama-3.1-70b", "h100-sxm", 4, 60.0, 32768),
-                                                   ("llama-3.1-70b", "h100-sxm", 4, 60.0, 100000),
-                                                   ("llama-3.1-8b", "h100", 1, 60.0, 32768),
-                                                   ("llama-3.1-8b", "h100", 1, 25.0, 8192)])
+@pytest.mark.parametrize(
+    "name, hw, tp, slo, S",
+    [
+        ("llama-3.1-70b", "h100-sxm", 4, 60.0, 32768),
+        ("llama-3.1-70b", "h100-sxm", 4, 60.0, 100000),
+        ("llama-3.1-8b", "h100", 1, 60.0, 32768),
+        ("llama-3.1-8b", "h100", 1, 25.0, 8192),
+    ],
+)
 def test_priced_chunk_fits_the_slo_and_the_next_size_does_not(name, hw, tp, slo, S):
     m, h = load_model(name), load_hardware(hw)
     sc = StallScene(prompt_len=S, slo_ms=slo)
@@ -21,7 +27,7 @@ def test_priced_chunk_fits_the_slo_and_the_next_size_does_not(name, hw, tp, slo,
     c = slo_chunk(cm, sc)
     assert c > 0 and c % sc.align == 0
     D, ctx = sc.num_decodes, sc.decode_context
-    as_cost = lambda q: cost(m, h, [q] + [1] * D, [S - q] + [ctx] * D, tp).time_s   # what `chunksim cost` prices
+    as_cost = lambda q: cost(m, h, [q] + [1] * D, [S - q] + [ctx] * D, tp).time_s  # what `chunksim cost` prices
     assert priced_step(cm, sc, c) == pytest.approx(as_cost(c), rel=1e-9)
     assert as_cost(c) <= slo / 1e3 < as_cost(c + sc.align)
     figs = stall_figures(m, h, sc, tp)
@@ -29,11 +35,12 @@ def test_priced_chunk_fits_the_slo_and_the_next_size_does_not(name, hw, tp, slo,
 
 
 def test_the_cli_prints_both_the_seed_formula_and_the_priced_chunk():
-    rc, out, _ = run_cli(["stall", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "4", "--slo-ms", "60",
-                          "--no-simulate"])
+    rc, out, _ = run_cli(
+        ["stall", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "4", "--slo-ms", "60", "--no-simulate"]
+    )
     assert rc == 0 and "seed's formula" in out and "priced (as `cost`" in out
     rc, out, _ = run_cli(["stall", "--json"])
-    assert json.loads(out)["slo_budget_tokens"] == 1536   # the seed's own figure stays
+    assert json.loads(out)["slo_budget_tokens"] == 1536  # the seed's own figure stays
 
 
 def test_a_prompt_longer_than_max_model_len_is_refused():
@@ -43,8 +50,9 @@ def test_a_prompt_longer_than_max_model_len_is_refused():
         simulated_stalls(load_model("qwen3-8b"), load_hardware("h100"), StallScene(prompt_len=40945))
 
 
-@pytest.mark.parametrize("policy, flags", [("vllm", {"max_num_batched_tokens": 2048}),
-                                           ("sglang", {"chunked_prefill_size": 2048})])
+@pytest.mark.parametrize(
+    "policy, flags", [("vllm", {"max_num_batched_tokens": 2048}), ("sglang", {"chunked_prefill_size": 2048})]
+)
 def test_the_long_prompt_arrives_at_decode_steady_state(llama8b, h100, policy, flags):
     sc = StallScene()
     res, t_ready, arrival = run_scene(llama8b, h100, sc, 1, policy, flags, record_iterations=True)
@@ -52,7 +60,7 @@ def test_the_long_prompt_arrives_at_decode_steady_state(llama8b, h100, policy, f
     before = [it for it in res.iterations if t_ready <= it[1] < arrival]
     assert sum(it[3] for it in before) >= WARM_STEPS - 1
     step = cm.time(cm.shape([1] * sc.num_decodes, [sc.decode_context] * sc.num_decodes))
-    for _, start, end, steps, plan in before:       # pure decode steps of all D decoders, priced as such
+    for _, start, end, steps, plan in before:  # pure decode steps of all D decoders, priced as such
         assert [n for _, n in plan.items] == [1] * sc.num_decodes
         assert (end - start) / steps == pytest.approx(step, rel=0.02)
     # the decoders hold about decode_context tokens when the prompt arrives: ITL is the seed's decode step

@@ -1,4 +1,5 @@
 """Sweep grid, recommendation and Pareto front; resume after a kill; errors recorded per point."""
+
 import json
 
 import numpy as np
@@ -17,13 +18,24 @@ from experiments.sweep import (
     run_sweep,
 )
 
-SMALL = {"kind": "chat_with_long_prompts", "num_prompts": 80, "input_len": 256, "output_len": 64,
-         "long_prompt_len": 8192, "long_every": 20}
+SMALL = {
+    "kind": "chat_with_long_prompts",
+    "num_prompts": 80,
+    "input_len": 256,
+    "output_len": 64,
+    "long_prompt_len": 8192,
+    "long_every": 20,
+}
 
 
 def small_spec(**kw):
-    grid = kw.pop("grid", {"vllm": {"max_num_batched_tokens": [256, 1024, 4096]},
-                           "sglang": {"chunked_prefill_size": [1024], "enable_mixed_chunk": [False, True]}})
+    grid = kw.pop(
+        "grid",
+        {
+            "vllm": {"max_num_batched_tokens": [256, 1024, 4096]},
+            "sglang": {"chunked_prefill_size": [1024], "enable_mixed_chunk": [False, True]},
+        },
+    )
     return SweepSpec(grid=grid, request_rates=kw.pop("request_rates", (4, 16)), workload=SMALL, **kw)
 
 
@@ -73,10 +85,21 @@ def test_recommendation_is_the_best_point_meeting_the_slo(full):
 
 
 def test_recommend_on_a_hand_built_table():
-    df = pd.DataFrame({"engine": ["vllm"] * 4, "policy": "vllm", "point_id": list("abcd"), "error": None,
-                       "num_rejected": 0, "request_rate": [1, 2, 3, 4], "max_num_batched_tokens": [512, 1024, 2048, 4096],
-                       "long_prefill_token_threshold": None, "p99_itl_ms": [30.0, 55.0, 61.0, 90.0],
-                       "p99_ttft_ms": [100.0, 5000.0, 100.0, 100.0], "output_throughput": [10.0, 30.0, 40.0, 50.0]})
+    df = pd.DataFrame(
+        {
+            "engine": ["vllm"] * 4,
+            "policy": "vllm",
+            "point_id": list("abcd"),
+            "error": None,
+            "num_rejected": 0,
+            "request_rate": [1, 2, 3, 4],
+            "max_num_batched_tokens": [512, 1024, 2048, 4096],
+            "long_prefill_token_threshold": None,
+            "p99_itl_ms": [30.0, 55.0, 61.0, 90.0],
+            "p99_ttft_ms": [100.0, 5000.0, 100.0, 100.0],
+            "output_throughput": [10.0, 30.0, 40.0, 50.0],
+        }
+    )
     assert recommend(df, 60).point_id.iloc[0] == "b"
     assert recommend(df, 60, ttft_slo_ms=1000).point_id.iloc[0] == "a"
     assert recommend(df, 10).meeting_slo.iloc[0] == 0 and "point_id" not in recommend(df, 10)
@@ -101,9 +124,10 @@ def test_killed_then_resumed_sweep_gives_the_same_table(full, tmp_path):
     df, path = full
     lines = path.read_text().splitlines(keepends=True)
     partial = tmp_path / "results.jsonl"
-    partial.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])   # killed mid-write
+    partial.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])  # killed mid-write
     ran = []
     import experiments.sweep as sweep
+
     real = sweep.safe_run_point
     sweep.safe_run_point = lambda p: ran.append(p["point_id"]) or real(p)
     try:

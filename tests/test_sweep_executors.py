@@ -1,4 +1,5 @@
 """Local processes and a Dask LocalCluster give the table an inline sweep gives; the CLI verb."""
+
 import json
 
 import pandas as pd
@@ -27,10 +28,38 @@ def test_dask_local_cluster_matches_inline(inline, tmp_path):
 
 
 def test_sweep_verb_writes_table_recommendation_and_plots(tmp_path, capsys):
-    args = ["sweep", "--policies", "vllm", "sglang", "--max-num-batched-tokens", "512", "2048",
-            "--chunked-prefill-size", "1024", "--request-rates", "4", "12", "--num-prompts", "60",
-            "--input-len", "256", "--output-len", "64", "--long-prompt-len", "8192", "--long-every", "20",
-            "--itl-slo-ms", "60", "--ttft-slo-ms", "3000", "--out", str(tmp_path), "--no-progress", "--json"]
+    args = [
+        "sweep",
+        "--policies",
+        "vllm",
+        "sglang",
+        "--max-num-batched-tokens",
+        "512",
+        "2048",
+        "--chunked-prefill-size",
+        "1024",
+        "--request-rates",
+        "4",
+        "12",
+        "--num-prompts",
+        "60",
+        "--input-len",
+        "256",
+        "--output-len",
+        "64",
+        "--long-prompt-len",
+        "8192",
+        "--long-every",
+        "20",
+        "--itl-slo-ms",
+        "60",
+        "--ttft-slo-ms",
+        "3000",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["points"] == 8 and not out["errors"]

@@ -1,4 +1,5 @@
 """`simulate --uncertainty N`: the run repeated at parameter sets drawn from a calibrated profile's covariance."""
+
 import json
 from pathlib import Path
 

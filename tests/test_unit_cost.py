@@ -2,6 +2,7 @@
 default suite too: every pricing call the fast-forward paths make must exist on it and keep its
 clock (a step's start is its index), or the engine suites, which run only where the engines
 install, are the first to notice."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -12,10 +13,13 @@ from simcore.simulation import Simulation
 from tests.conformance.unit_cost import UnitCost
 from workloads.workload import Workload
 
-FLAGS = {"vllm": dict(max_num_batched_tokens=64, max_num_seqs=8, block_size=16, num_gpu_blocks_override=400),
-         "sglang": dict(chunked_prefill_size=64, max_prefill_tokens=64, page_size=1, max_total_tokens=6400,
-                        max_running_requests=8),
-         "nochunk": dict(max_num_seqs=8, block_size=16, num_gpu_blocks_override=400)}
+FLAGS = {
+    "vllm": dict(max_num_batched_tokens=64, max_num_seqs=8, block_size=16, num_gpu_blocks_override=400),
+    "sglang": dict(
+        chunked_prefill_size=64, max_prefill_tokens=64, page_size=1, max_total_tokens=6400, max_running_requests=8
+    ),
+    "nochunk": dict(max_num_seqs=8, block_size=16, num_gpu_blocks_override=400),
+}
 
 
 class CountedUnitCost(UnitCost):
@@ -31,8 +35,9 @@ class CountedUnitCost(UnitCost):
 
 
 def run(policy, wl, fast_forward):
-    sched, pool, _, max_len = build_engine(policy, load_model("llama-3.1-8b"), load_hardware("h100"),
-                                           flags=dict(FLAGS[policy], max_model_len=4096))
+    sched, pool, _, max_len = build_engine(
+        policy, load_model("llama-3.1-8b"), load_hardware("h100"), flags=dict(FLAGS[policy], max_model_len=4096)
+    )
     cost = CountedUnitCost()
     sim = Simulation([(sched, pool, cost)], wl, fast_forward=fast_forward, check=True, max_model_len=max_len)
     return sim.run().requests, cost.calls

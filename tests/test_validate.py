@@ -1,5 +1,6 @@
 """chunksim validate: a run written in each upstream format from a simulation replays to itself
 (every figure within rounding), engine settings are read, and expert parallel is refused."""
+
 import dataclasses
 import json
 
@@ -19,27 +20,53 @@ def simulated(n=40, seed=0, dp=1):
     rng = np.random.default_rng(seed)
     arr = np.cumsum(rng.exponential(0.2 / dp, n))
     p, o = rng.integers(20, 1500, n), rng.integers(2, 200, n)
-    engines, route, L = build_cluster("vllm", MODEL, HW, 1, {**ENGINE, "num_gpu_blocks_override": 900}, dp,
-                                      "least_outstanding")
+    engines, route, L = build_cluster(
+        "vllm", MODEL, HW, 1, {**ENGINE, "num_gpu_blocks_override": 900}, dp, "least_outstanding"
+    )
     res = Simulation(engines, fixed_workload(arr, p, o), max_model_len=L, router=route if dp > 1 else None).run()
-    return res.requests, 1000.0 + arr   # an engine clock that does not start at 0
+    return res.requests, 1000.0 + arr  # an engine clock that does not start at 0
 
 
 def write_llmservingsim(folder, df, clock0, moe=False, dp=1):
     folder.mkdir()
-    meta = {"schema_version": 1, "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-            "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1, "data_parallel_size": dp,
-                              "enable_expert_parallel": moe, **ENGINE, "dtype": "bfloat16"},
-            "kv_cache": {"num_gpu_blocks": 900, "block_size": 16, "gpu_memory_utilization": 0.9,
-                         "enable_prefix_caching": True},
-            "hardware": {"device_name": "NVIDIA GeForce RTX 4090"}}
+    meta = {
+        "schema_version": 1,
+        "model": "meta-llama/Llama-3.1-8B",
+        "vllm_version": "0.19.0",
+        "engine_kwargs": {
+            "model": "meta-llama/Llama-3.1-8B",
+            "tensor_parallel_size": 1,
+            "data_parallel_size": dp,
+            "enable_expert_parallel": moe,
+            **ENGINE,
+            "dtype": "bfloat16",
+        },
+        "kv_cache": {
+            "num_gpu_blocks": 900,
+            "block_size": 16,
+            "gpu_memory_utilization": 0.9,
+            "enable_prefix_caching": True,
+        },
+        "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     with open(folder / "requests.jsonl", "w") as f:
         for r, q in zip(df.itertuples(), clock0):
-            f.write(json.dumps({"request_id": f"bench-{r.rid}", "input_toks": int(r.prompt_len),
-                                "output_toks": int(r.output_len), "arrival_time": 1.7e9 + q, "queued_ts": q,
-                                "scheduled_ts": q + r.queue_s, "first_token_ts": q + r.ttft_s,
-                                "last_token_ts": q + r.e2el_s}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "request_id": f"bench-{r.rid}",
+                        "input_toks": int(r.prompt_len),
+                        "output_toks": int(r.output_len),
+                        "arrival_time": 1.7e9 + q,
+                        "queued_ts": q,
+                        "scheduled_ts": q + r.queue_s,
+                        "first_token_ts": q + r.ttft_s,
+                        "last_token_ts": q + r.e2el_s,
+                    }
+                )
+                + "\n"
+            )
 
 
 def test_llmservingsim_run_replays_to_itself(tmp_path):
@@ -65,10 +92,17 @@ def test_data_parallel_ranks_replay_to_themselves(tmp_path):
 
 def test_vllm_bench_json_replays_to_itself(tmp_path):
     df, clock = simulated(seed=1)
-    out = {"duration": float(df.finish_s.max() - df.arrival_s.min()), "completed": len(df),
-           "start_times": (clock + 5.0).tolist(), "input_lens": df.prompt_len.tolist(),
-           "output_lens": df.output_len.tolist(), "ttfts": df.ttft_s.tolist(), "latencies": df.e2el_s.tolist(),
-           "itls": [[] for _ in range(len(df))], "errors": [""] * len(df)}
+    out = {
+        "duration": float(df.finish_s.max() - df.arrival_s.min()),
+        "completed": len(df),
+        "start_times": (clock + 5.0).tolist(),
+        "input_lens": df.prompt_len.tolist(),
+        "output_lens": df.output_len.tolist(),
+        "ttfts": df.ttft_s.tolist(),
+        "latencies": df.e2el_s.tolist(),
+        "itls": [[] for _ in range(len(df))],
+        "errors": [""] * len(df),
+    }
     p = tmp_path / "bench.json"
     p.write_text(json.dumps(out))
     table, overall, _, run = validate(p, MODEL, HW, {**ENGINE, "num_gpu_blocks_override": 900})
@@ -95,6 +129,7 @@ def test_expert_parallel_is_refused_for_moe(tmp_path):
 
 def test_validate_cli(tmp_path, capsys):
     from experiments.cli import main
+
     df, clock = simulated(n=20, seed=2)
     write_llmservingsim(tmp_path / "run", df, clock)
     assert main(["validate", str(tmp_path / "run"), "--plots", str(tmp_path / "plots")]) == 0
@@ -104,14 +139,20 @@ def test_validate_cli(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "nothing")]) == 2
 
 
-@pytest.mark.parametrize("device,profile", [("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-server"),
-                                            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
-                                            ("NVIDIA GeForce RTX 4090", "rtx4090")])
+@pytest.mark.parametrize(
+    "device,profile",
+    [
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-server"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ],
+)
 def test_run_device_picks_its_edition(device, profile):
     from experiments.validate import MeasuredRun, hardware_for
+
     run = MeasuredRun("x", "m", None, 1.0, device=device)
     assert hardware_for(run) == profile
     hw = load_hardware(profile)
-    if profile.startswith("rtx-pro"):   # the two editions differ in memory bandwidth (NVIDIA's pages: 1597, 1792 GB/s)
+    if profile.startswith("rtx-pro"):  # the two editions differ in memory bandwidth (NVIDIA's pages: 1597, 1792 GB/s)
         assert hw.peak_bandwidth == {"rtx-pro-6000-server": 1597e9, "rtx-pro-6000": 1792e9}[profile]
         assert hw.peak_flops <= load_hardware("rtx-pro-6000").peak_flops

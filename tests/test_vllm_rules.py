@@ -1,5 +1,6 @@
 """vLLM 0.33's scheduling rules that chunksim's vLLM policy follows, on hand-built queues (the
 step-for-step check against vLLM itself is tests/conformance, which needs vLLM installed)."""
+
 from collections import deque
 
 import pytest
@@ -32,11 +33,12 @@ def test_full_isl_admission(free_blocks, full):
     when 5 blocks are free, without it whenever 1 is."""
     bs = 16
     runner = Request(0, 0.0, 10 * bs - 2, 100, num_output_tokens=1)
-    runner.num_computed_tokens = 10 * bs - 2     # decoding: its next token fits its 10th block
+    runner.num_computed_tokens = 10 * bs - 2  # decoding: its next token fits its 10th block
     s = state(10 + free_blocks, bs, running=[runner], waiting=[Request(1, 0.0, 5 * bs, 4)])
     assert s.pool.free == free_blocks
-    pol = VLLMScheduler(VLLMConfig(max_num_batched_tokens=17, max_num_seqs=4, block_size=bs,
-                                   scheduler_reserve_full_isl=full))
+    pol = VLLMScheduler(
+        VLLMConfig(max_num_batched_tokens=17, max_num_seqs=4, block_size=bs, scheduler_reserve_full_isl=full)
+    )
     plan = pol.schedule(s)
     admitted = any(r.rid == 1 for r, _ in plan.items)
     assert admitted == (free_blocks >= 5 or not full)
@@ -63,8 +65,9 @@ def test_threshold_skips_a_lone_request(others):
 def _sim(async_: bool, outs):
     sched, pool, cm, max_len = build_engine("vllm", MODEL, HW, 1, {"max_num_seqs": 2, "async_scheduling": async_})
     wl = Workload([0.0] * len(outs), [100] * len(outs), outs)
-    sim = Simulation([(sched, pool, cm)], wl, fast_forward=False, check=True, max_model_len=max_len,
-                     record_iterations=True)
+    sim = Simulation(
+        [(sched, pool, cm)], wl, fast_forward=False, check=True, max_model_len=max_len, record_iterations=True
+    )
     res = sim.run()
     return sorted(sim.requests, key=lambda r: r.rid), sorted({e[2] for e in res.iterations})
 

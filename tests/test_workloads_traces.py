@@ -1,4 +1,5 @@
 """Trace replay (Azure, Mooncake, generic CSV/JSONL) and the errors bad trace files produce."""
+
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ AZURE, MOONCAKE = FIXTURES / "azure_conv_120.csv", FIXTURES / "mooncake_conv_30.
 def test_azure_fixture():
     w = azure(AZURE)
     assert len(w) == 120 and w.arrival_s[0] == 0 and w.block_hashes is None and w.notes == ()
-    assert w.arrival_s[1] == pytest.approx(50.9951690 - 46.6805900)     # 7-digit fractions kept
+    assert w.arrival_s[1] == pytest.approx(50.9951690 - 46.6805900)  # 7-digit fractions kept
     assert w.arrival_s[-1] == pytest.approx(32.1833420 - 46.6805900 + 60)
     assert (w.prompt_len[0], w.output_len[0]) == (374, 44)
     assert (w.prompt_len[-1], w.output_len[-1]) == (1157, 426)
@@ -64,59 +65,91 @@ def test_generic_csv_and_jsonl_with_mapping(tmp_path):
     p.write_text("t_ms,in,out,user\n250,10,2,a\n0,20,3,b\n1000,30,4,c\n")
     w = load_trace(p, "csv", columns={"arrival": "t_ms", "prompt_len": "in", "output_len": "out"}, time_unit="ms")
     np.testing.assert_allclose(w.arrival_s, [0, 0.25, 1.0])
-    np.testing.assert_array_equal(w.prompt_len, [20, 10, 30])           # rows follow the sort
+    np.testing.assert_array_equal(w.prompt_len, [20, 10, 30])  # rows follow the sort
     assert w.notes == ("t.csv: sorted 1 out-of-order timestamps",)
     q = tmp_path / "t.jsonl"
     q.write_text('{"at": 1.5, "p": 8, "o": 1, "blocks": [4, 5]}\n\n{"at": 0.5, "p": 9, "o": 2, "blocks": [4]}\n')
-    w = load_trace(q, "jsonl", columns={"arrival": "at", "prompt_len": "p", "output_len": "o", "block_hashes": "blocks"})
+    w = load_trace(
+        q, "jsonl", columns={"arrival": "at", "prompt_len": "p", "output_len": "o", "block_hashes": "blocks"}
+    )
     assert w.block_hashes == [(4,), (4, 5)] and "sorted 1" in w.notes[0]
 
 
 def test_trace_through_config():
-    w = workload_from_config({"kind": "trace", "max_concurrency": 8,
-                              "trace": {"format": "mooncake", "path": "mooncake_conv_30.jsonl", "end_s": 3,
-                                        "spread_s": 3.0}}, 0, base_dir=FIXTURES)
+    w = workload_from_config(
+        {
+            "kind": "trace",
+            "max_concurrency": 8,
+            "trace": {"format": "mooncake", "path": "mooncake_conv_30.jsonl", "end_s": 3, "spread_s": 3.0},
+        },
+        0,
+        base_dir=FIXTURES,
+    )
     assert len(w) == 10 and w.closed_loop_concurrency == 8 and w.notes
-    again = workload_from_config({"kind": "trace", "max_concurrency": 8,
-                                  "trace": {"format": "mooncake", "path": "mooncake_conv_30.jsonl", "end_s": 3,
-                                            "spread_s": 3.0}}, 0, base_dir=FIXTURES)
+    again = workload_from_config(
+        {
+            "kind": "trace",
+            "max_concurrency": 8,
+            "trace": {"format": "mooncake", "path": "mooncake_conv_30.jsonl", "end_s": 3, "spread_s": 3.0},
+        },
+        0,
+        base_dir=FIXTURES,
+    )
     np.testing.assert_array_equal(w.arrival_s, again.arrival_s)
 
 
 MOON_OK = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}'
 
 
-@pytest.mark.parametrize("bad_line, match", [
-    ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]', r":3=.*not valid JSON"),
-    ('{"timestamp": 10, "output_length": 5, "hash_ids": [1, 2]}', r":3:input_length.*missing field"),
-    ('{"timestamp": 10, "input_length": 0, "output_length": 5, "hash_ids": []}', r":3:input_length=0.*> 0"),
-    ('{"timestamp": 10, "input_length": 600, "output_length": -4, "hash_ids": [1, 2]}', r":3:output_length=-4"),
-    ('{"timestamp": 10, "input_length": "600", "output_length": 5, "hash_ids": [1, 2]}', r":3:input_length.*integer"),
-    ('{"timestamp": 10, "input_length": 60.5, "output_length": 5, "hash_ids": [1]}', r":3:input_length=60.5"),
-    ('{"timestamp": "soon", "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}', r":3:timestamp"),
-    ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, "x"]}', r":3:hash_ids"),
-    ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3]}', r":3:hash_ids=3.*ceil"),
-    ('[1, 2, 3]', r":3=.*not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "bad_line, match",
+    [
+        ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]', r":3=.*not valid JSON"),
+        ('{"timestamp": 10, "output_length": 5, "hash_ids": [1, 2]}', r":3:input_length.*missing field"),
+        ('{"timestamp": 10, "input_length": 0, "output_length": 5, "hash_ids": []}', r":3:input_length=0.*> 0"),
+        ('{"timestamp": 10, "input_length": 600, "output_length": -4, "hash_ids": [1, 2]}', r":3:output_length=-4"),
+        (
+            '{"timestamp": 10, "input_length": "600", "output_length": 5, "hash_ids": [1, 2]}',
+            r":3:input_length.*integer",
+        ),
+        ('{"timestamp": 10, "input_length": 60.5, "output_length": 5, "hash_ids": [1]}', r":3:input_length=60.5"),
+        ('{"timestamp": "soon", "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}', r":3:timestamp"),
+        ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, "x"]}', r":3:hash_ids"),
+        ('{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3]}', r":3:hash_ids=3.*ceil"),
+        ("[1, 2, 3]", r":3=.*not a JSON object"),
+    ],
+)
 def test_malformed_jsonl_line_names_file_line_and_field(tmp_path, bad_line, match):
     p = tmp_path / "m.jsonl"
-    p.write_text("\n".join([MOON_OK, "", bad_line, MOON_OK]) + "\n")    # line 2 is blank
+    p.write_text("\n".join([MOON_OK, "", bad_line, MOON_OK]) + "\n")  # line 2 is blank
     with pytest.raises(InputError, match=f"m.jsonl{match}"):
         mooncake(p)
 
 
-@pytest.mark.parametrize("body, match", [
-    ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,5\n", r":1=\['GeneratedTokens'\]: missing columns"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,0,3\n",
-     r":3:ContextTokens=0"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\nyesterday,5,3\n", r":3:TIMESTAMP='yesterday'"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,5,many\n",
-     r":3:GeneratedTokens='many'"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,5,3,9\n",
-     "Expected 3 fields in line 3"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "empty trace"),
-    ("", "empty file"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,5\n", r":1=\['GeneratedTokens'\]: missing columns"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,0,3\n",
+            r":3:ContextTokens=0",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\nyesterday,5,3\n",
+            r":3:TIMESTAMP='yesterday'",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,5,many\n",
+            r":3:GeneratedTokens='many'",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3\n2023-11-16 18:15:47,5,3,9\n",
+            "Expected 3 fields in line 3",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "empty trace"),
+        ("", "empty file"),
+    ],
+)
 def test_bad_azure_csv(tmp_path, body, match):
     p = tmp_path / "a.csv"
     p.write_text(body)

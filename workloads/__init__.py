@@ -3,6 +3,7 @@
 ``Workload`` is what the simulator consumes. Builders take an explicit ``numpy.random.Generator``
 per stream; ``workload_from_config`` is the YAML/dict front door that derives them from one seed.
 """
+
 from pathlib import Path
 
 from . import arrivals, lengths, traces
@@ -13,5 +14,15 @@ from .workload import Workload
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-__all__ = ["Workload", "Lengths", "arrivals", "lengths", "traces", "load_trace", "azure", "mooncake",
-           "workload_from_config", "FIXTURES"]
+__all__ = [
+    "Workload",
+    "Lengths",
+    "arrivals",
+    "lengths",
+    "traces",
+    "load_trace",
+    "azure",
+    "mooncake",
+    "workload_from_config",
+    "FIXTURES",
+]

@@ -6,6 +6,7 @@ burstiness = 1 is a Poisson process. Gaps are never clipped. Without a ramp, vLL
 cumulative times so the last arrival lands exactly at n/rate (``normalize=True``, the default;
 the rescale factor is 1 + O(1/sqrt(n))). ``rate = inf`` sends everything at t = 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,7 @@ def _normalized(t: np.ndarray, rate: float, normalize: bool) -> np.ndarray:
     return t
 
 
-def gamma(rate: float, burstiness: float, n: int, rng: np.random.Generator,
-          normalize: bool = True) -> np.ndarray:
+def gamma(rate: float, burstiness: float, n: int, rng: np.random.Generator, normalize: bool = True) -> np.ndarray:
     """Gamma-renewal arrivals (vLLM ``--request-rate`` with ``--burstiness``)."""
     _check(rate, n)
     require(burstiness > 0, "burstiness", burstiness, "must be > 0")
@@ -65,8 +65,9 @@ def ramp_rates(strategy: str, start_rps: float, end_rps: float, n: int) -> np.nd
     return start_rps * (end_rps / start_rps) ** progress
 
 
-def ramp(strategy: str, start_rps: float, end_rps: float, n: int, rng: np.random.Generator,
-         burstiness: float = 1.0) -> np.ndarray:
+def ramp(
+    strategy: str, start_rps: float, end_rps: float, n: int, rng: np.random.Generator, burstiness: float = 1.0
+) -> np.ndarray:
     """Rate ramping from start to end over the request index; gap i drawn at rate i; no rescale."""
     _check(1.0, n)
     require(burstiness > 0, "burstiness", burstiness, "must be > 0")

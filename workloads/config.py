@@ -4,6 +4,7 @@ Every key must be known and used by the chosen kind; anything else is an ``Input
 names it. Random streams come from ``SeedSequence(seed).spawn(3)`` in a fixed order:
 [arrivals, lengths, trace spreading], so adding a stream never changes the others.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,19 @@ LENGTH_KEYS = {
     "sharegpt": {"path", "columns", "output_len"},
     "shared_prefix": {"num_prefixes", "prefix_len", "suffix_len", "output_len", "block_tokens"},
 }
-TRACE_KEYS = {"format", "path", "columns", "time_unit", "block_tokens", "start_s", "end_s",
-              "max_requests", "time_scale", "target_rate", "spread_s"}
+TRACE_KEYS = {
+    "format",
+    "path",
+    "columns",
+    "time_unit",
+    "block_tokens",
+    "start_s",
+    "end_s",
+    "max_requests",
+    "time_scale",
+    "target_rate",
+    "spread_s",
+}
 
 
 def _known(d: dict, allowed: set, where: str, why: str = "") -> None:
@@ -46,15 +58,20 @@ def _number(d: dict, key: str, where: str, default=None):
     v = d.get(key, default)
     if isinstance(v, str) and v.strip().lower() in ("inf", "infinity", ".inf"):
         return math.inf
-    require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), f"{where}:{key}", v,
-            "must be a number")
+    require(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), f"{where}:{key}", v, "must be a number"
+    )
     return v
 
 
 def _count(d: dict, key: str, where: str, default=None):
     v = d.get(key, default)
-    require(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1), f"{where}:{key}", v,
-            "must be an integer >= 1")
+    require(
+        v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+        f"{where}:{key}",
+        v,
+        "must be an integer >= 1",
+    )
     return v
 
 
@@ -62,8 +79,12 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
     """``d`` is the ``workload:`` section; relative paths resolve against ``base_dir``."""
     require(isinstance(d, dict), "workload", d, "must be a mapping")
     kind = d.get("kind", "poisson")
-    require(isinstance(kind, str) and kind in ARRIVAL_KEYS, "workload:kind", kind,
-            f"must be one of {', '.join(ARRIVAL_KEYS)}")
+    require(
+        isinstance(kind, str) and kind in ARRIVAL_KEYS,
+        "workload:kind",
+        kind,
+        f"must be one of {', '.join(ARRIVAL_KEYS)}",
+    )
     allowed = COMMON_KEYS | ARRIVAL_KEYS[kind]
     if kind == "trace":
         allowed = allowed - {"num_prompts", "lengths"}
@@ -76,7 +97,7 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
     n = _count(d, "num_prompts", "workload", 1000)
     try:
         lens = _lengths(d.get("lengths", {"kind": "random"}), n, rng_lengths, base_dir)
-    except InputError as e:   # the length generators name their argument; say which section it is in
+    except InputError as e:  # the length generators name their argument; say which section it is in
         if str(e.field).startswith("lengths"):
             raise
         raise InputError(f"lengths:{e.field}", e.value, e.reason) from None
@@ -86,9 +107,14 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
     if kind == "ramp":
         for key in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"):
             require(key in d, f"workload:{key}", None, "required for kind 'ramp'")
-        t = arrivals.ramp(d["ramp_up_strategy"], _number(d, "ramp_up_start_rps", "workload"),
-                          _number(d, "ramp_up_end_rps", "workload"), n, rng_arrivals,
-                          _number(d, "burstiness", "workload", 1.0))
+        t = arrivals.ramp(
+            d["ramp_up_strategy"],
+            _number(d, "ramp_up_start_rps", "workload"),
+            _number(d, "ramp_up_end_rps", "workload"),
+            n,
+            rng_arrivals,
+            _number(d, "burstiness", "workload", 1.0),
+        )
     else:
         rate = _number(d, "request_rate", "workload", math.inf)
         if kind == "constant":
@@ -96,8 +122,7 @@ def workload_from_config(d: dict, seed: int, base_dir: str | Path | None = None)
         else:
             burstiness = _number(d, "burstiness", "workload", 1.0) if kind == "gamma" else 1.0
             t = arrivals.gamma(rate, burstiness, n, rng_arrivals, normalize)
-    return Workload(t, lens.prompt_len, lens.output_len, lens.block_hashes, lens.block_tokens,
-                    concurrency, lens.notes)
+    return Workload(t, lens.prompt_len, lens.output_len, lens.block_hashes, lens.block_tokens, concurrency, lens.notes)
 
 
 def _path(p, where: str, base_dir) -> Path:
@@ -109,8 +134,9 @@ def _path(p, where: str, base_dir) -> Path:
 def _lengths(d: dict, n: int, rng: np.random.Generator, base_dir) -> lengths.Lengths:
     require(isinstance(d, dict), "lengths", d, "must be a mapping")
     kind = d.get("kind")
-    require(isinstance(kind, str) and kind in LENGTH_KEYS, "lengths:kind", kind,
-            f"must be one of {', '.join(LENGTH_KEYS)}")
+    require(
+        isinstance(kind, str) and kind in LENGTH_KEYS, "lengths:kind", kind, f"must be one of {', '.join(LENGTH_KEYS)}"
+    )
     _known(d, LENGTH_KEYS[kind] | {"kind"}, "lengths", f" for kind {kind!r}")
     args = {k: v for k, v in d.items() if k != "kind"}
     for k, v in args.items():
@@ -141,5 +167,10 @@ def _trace(d, rng: np.random.Generator, concurrency, base_dir) -> Workload:
     args["max_requests"] = _count(d, "max_requests", "trace")
     if args.get("columns") is not None:
         require(isinstance(args["columns"], dict), "trace:columns", args["columns"], "must be a mapping")
-    return traces.load_trace(_path(d["path"], "trace:path", base_dir), args.pop("format", "csv"),
-                             rng=rng, max_concurrency=concurrency, **args)
+    return traces.load_trace(
+        _path(d["path"], "trace:path", base_dir),
+        args.pop("format", "csv"),
+        rng=rng,
+        max_concurrency=concurrency,
+        **args,
+    )

@@ -1,5 +1,6 @@
 """Prompt and output lengths: fixed, vLLM's ``random``, ``sharegpt`` and prefix-repetition datasets,
 length tables."""
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,9 @@ from costmodel.errors import InputError, require
 from . import readers
 
 TABLE_COLUMNS = (  # (prompt, output) column pairs recognised without a mapping
-    ("num_prefill_tokens", "num_decode_tokens"),   # ShareGPT / arXiv / BWB stats (Vidur, Etalon)
-    ("ContextTokens", "GeneratedTokens"),          # Azure LLM inference 2023
-    ("input_length", "output_length"),             # Mooncake
+    ("num_prefill_tokens", "num_decode_tokens"),  # ShareGPT / arXiv / BWB stats (Vidur, Etalon)
+    ("ContextTokens", "GeneratedTokens"),  # Azure LLM inference 2023
+    ("input_length", "output_length"),  # Mooncake
     ("prompt_len", "output_len"),
 )
 SHAREGPT_FIRST_TURNS = Path(__file__).resolve().parent / "fixtures" / "sharegpt_first_turns_llama3.csv"
@@ -59,8 +60,15 @@ def random_bounds(input_len: int, output_len: int, range_ratio: float) -> tuple[
     return inp, out
 
 
-def random(n: int, rng: np.random.Generator, input_len: int = 1024, output_len: int = 128,
-           range_ratio: float = 0.0, prefix_len: int = 0, block_tokens: int = 16) -> Lengths:
+def random(
+    n: int,
+    rng: np.random.Generator,
+    input_len: int = 1024,
+    output_len: int = 128,
+    range_ratio: float = 0.0,
+    prefix_len: int = 0,
+    block_tokens: int = 16,
+) -> Lengths:
     """vLLM ``--dataset-name random``: prompt = ``prefix_len`` tokens shared by every request +
     U{low..high} own tokens; output U{low..high}. With a prefix, the prefix's full blocks share
     hash ids across requests."""
@@ -76,14 +84,25 @@ def random(n: int, rng: np.random.Generator, input_len: int = 1024, output_len: 
     return Lengths(prompt, output, hashes, block_tokens)
 
 
-def shared_prefix(n: int, rng: np.random.Generator, num_prefixes: int = 10, prefix_len: int = 256,
-                  suffix_len: int = 256, output_len: int = 128, block_tokens: int = 16) -> Lengths:
+def shared_prefix(
+    n: int,
+    rng: np.random.Generator,
+    num_prefixes: int = 10,
+    prefix_len: int = 256,
+    suffix_len: int = 256,
+    output_len: int = 128,
+    block_tokens: int = 16,
+) -> Lengths:
     """vLLM ``--dataset-name prefix_repetition``: ``n // num_prefixes`` prompts per prefix, each
     prefix + own suffix, shuffled. Block j of prefix p has the same hash id in every request
     using p when it lies wholly inside the prefix; every other block is unique."""
     n = _count(n)
-    require(_int("num_prefixes", num_prefixes, 1) <= n, "num_prefixes", num_prefixes,
-            f"must be <= num_prompts ({n}), as in vLLM")
+    require(
+        _int("num_prefixes", num_prefixes, 1) <= n,
+        "num_prefixes",
+        num_prefixes,
+        f"must be <= num_prompts ({n}), as in vLLM",
+    )
     prefix_len, suffix_len = _int("prefix_len", prefix_len, 0), _int("suffix_len", suffix_len, 0)
     require(prefix_len + suffix_len >= 1, "suffix_len", suffix_len, "prefix_len + suffix_len must be >= 1")
     output_len, block_tokens = _int("output_len", output_len, 1), _int("block_tokens", block_tokens, 1)
@@ -92,13 +111,20 @@ def shared_prefix(n: int, rng: np.random.Generator, num_prefixes: int = 10, pref
     prefix_of = rng.permutation(np.repeat(np.arange(num_prefixes, dtype=np.int64), per))
     prompt = np.full(m, prefix_len + suffix_len, np.int64)
     hashes = _prefix_hashes(prefix_of, num_prefixes, prefix_len, prompt, block_tokens)
-    notes = () if m == n else (f"shared_prefix: {n} prompts rounded down to {m} "
-                               f"({per} per prefix x {num_prefixes} prefixes, as vLLM does)",)
+    notes = (
+        ()
+        if m == n
+        else (
+            f"shared_prefix: {n} prompts rounded down to {m} "
+            f"({per} per prefix x {num_prefixes} prefixes, as vLLM does)",
+        )
+    )
     return Lengths(prompt, np.full(m, output_len, np.int64), hashes, block_tokens, notes)
 
 
-def _prefix_hashes(prefix_of: np.ndarray, num_prefixes: int, prefix_len: int, prompt_len: np.ndarray,
-                   block_tokens: int) -> list:
+def _prefix_hashes(
+    prefix_of: np.ndarray, num_prefixes: int, prefix_len: int, prompt_len: np.ndarray, block_tokens: int
+) -> list:
     """ceil(prompt/block_tokens) ids per request (Mooncake's convention): ids [0, P*F) are the
     F = prefix_len // block_tokens shared prefix blocks of the P prefixes, later ids are unique."""
     shared = prefix_len // block_tokens
@@ -112,7 +138,9 @@ def _prefix_hashes(prefix_of: np.ndarray, num_prefixes: int, prefix_len: int, pr
     return out
 
 
-def table(path, n: int, rng: np.random.Generator, columns: dict | None = None, output_len: int | None = None) -> Lengths:
+def table(
+    path, n: int, rng: np.random.Generator, columns: dict | None = None, output_len: int | None = None
+) -> Lengths:
     """Rows drawn uniformly with replacement from a CSV length table; ``output_len`` replaces every
     row's output (vLLM's ``--sharegpt-output-len``).
 
@@ -139,8 +167,9 @@ def vllm_valid(prompt_len: np.ndarray, output_len: np.ndarray, output_given: boo
     return ok if output_given else ok & (output_len >= 4)
 
 
-def sharegpt(n: int, rng: np.random.Generator, path=None, columns: dict | None = None,
-             output_len: int | None = None) -> Lengths:
+def sharegpt(
+    n: int, rng: np.random.Generator, path=None, columns: dict | None = None, output_len: int | None = None
+) -> Lengths:
     """``vllm bench serve --dataset-name sharegpt``: first-turn (prompt, completion) token counts,
     rows vLLM's filter would drop left out, drawn uniformly with replacement (vLLM shuffles and
     takes the first ``num_prompts`` valid rows). ``path`` is a length table of first turns; the
@@ -153,8 +182,12 @@ def sharegpt(n: int, rng: np.random.Generator, path=None, columns: dict | None =
     if output_len is not None:
         output = np.full(len(prompt), _int("output_len", output_len, 1), np.int64)
     keep = vllm_valid(prompt, output, output_len is not None)
-    require(keep.any(), "lengths:path", str(path),
-            "no row passes vLLM's ShareGPT filter (prompt 4..1024 tokens, prompt + output <= 2048)")
+    require(
+        keep.any(),
+        "lengths:path",
+        str(path),
+        "no row passes vLLM's ShareGPT filter (prompt 4..1024 tokens, prompt + output <= 2048)",
+    )
     prompt, output = prompt[keep], output[keep]
     rows = rng.integers(0, len(prompt), size=n)
     return Lengths(prompt[rows], output[rows])
@@ -170,5 +203,6 @@ def _detect_columns(path) -> dict:
     for p, o in TABLE_COLUMNS:
         if p in header and o in header:
             return {"prompt_len": p, "output_len": o}
-    raise InputError(f"{path}:1", sorted(header), "no known length columns; give lengths.columns "
-                     "{prompt_len: ..., output_len: ...}")
+    raise InputError(
+        f"{path}:1", sorted(header), "no known length columns; give lengths.columns {prompt_len: ..., output_len: ...}"
+    )

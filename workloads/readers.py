@@ -4,6 +4,7 @@ A mapping ``{our_name: column_in_file}`` selects the columns. JSONL goes through
 if that fails, or a value does not validate, the file is re-read one line at a time so the error
 can name the exact line. CSV is read with pandas keeping blank lines, so row i is line i + 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,16 @@ import pandas as pd
 
 from costmodel.errors import InputError, require
 
-TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "datetime": None}   # units per second
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "datetime": None}  # units per second
 
 
 @dataclass(frozen=True)
 class Columns:
     path: Path
-    mapping: dict          # our name -> name in the file
-    values: dict           # our name -> np.ndarray (numeric or object) or list (for list columns)
-    lines: np.ndarray      # 1-based line number of each row
-    text: bool             # CSV: every value was text, so "12" is a number; JSON: it is a string
+    mapping: dict  # our name -> name in the file
+    values: dict  # our name -> np.ndarray (numeric or object) or list (for list columns)
+    lines: np.ndarray  # 1-based line number of each row
+    text: bool  # CSV: every value was text, so "12" is a number; JSON: it is a string
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -42,7 +43,7 @@ def read_csv(path, mapping: dict) -> Columns:
         missing = [c for c in mapping.values() if c not in header]
         require(not missing, f"{path}:1", missing, f"missing columns; the header has {header}")
         df = pd.read_csv(path, skip_blank_lines=False)
-        missing = [c for c in mapping.values() if c not in df.columns]   # a stray quote can change what the header is
+        missing = [c for c in mapping.values() if c not in df.columns]  # a stray quote can change what the header is
         require(not missing, f"{path}:1", missing, f"missing columns; the header reads as {list(df.columns)}")
     except pd.errors.EmptyDataError:
         raise InputError(str(path), 0, "empty file (no header, no rows)") from None

@@ -4,6 +4,7 @@ Arrival times are seconds since the trace's earliest request. The pipeline, in o
 read -> sort (noted) -> spread same-timestamp groups (optional, seeded) -> window [start_s, end_s),
 shifted so start_s is 0 -> first ``max_requests`` -> ``time_scale`` or ``target_rate``.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,22 +19,45 @@ from .workload import Workload
 
 FIELDS = ("arrival", "prompt_len", "output_len", "block_hashes")
 FORMATS = {
-    "azure": dict(reader="csv", time_unit="datetime", block_tokens=16,
-                  columns={"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"}),
-    "mooncake": dict(reader="jsonl", time_unit="ms", block_tokens=512,
-                     columns={"arrival": "timestamp", "prompt_len": "input_length",
-                              "output_len": "output_length", "block_hashes": "hash_ids"}),
+    "azure": dict(
+        reader="csv",
+        time_unit="datetime",
+        block_tokens=16,
+        columns={"arrival": "TIMESTAMP", "prompt_len": "ContextTokens", "output_len": "GeneratedTokens"},
+    ),
+    "mooncake": dict(
+        reader="jsonl",
+        time_unit="ms",
+        block_tokens=512,
+        columns={
+            "arrival": "timestamp",
+            "prompt_len": "input_length",
+            "output_len": "output_length",
+            "block_hashes": "hash_ids",
+        },
+    ),
     "csv": dict(reader="csv", time_unit="s", block_tokens=16, columns=None),
     "jsonl": dict(reader="jsonl", time_unit="s", block_tokens=16, columns=None),
 }
 MOONCAKE_GROUP_S = 3.0
 
 
-def load_trace(path, format: str = "csv", *, columns: dict | None = None, time_unit: str | None = None,
-               block_tokens: int | None = None, start_s: float | None = None, end_s: float | None = None,
-               max_requests: int | None = None, time_scale: float | None = None,
-               target_rate: float | None = None, spread_s: float | None = None,
-               rng: np.random.Generator | None = None, max_concurrency: int | None = None) -> Workload:
+def load_trace(
+    path,
+    format: str = "csv",
+    *,
+    columns: dict | None = None,
+    time_unit: str | None = None,
+    block_tokens: int | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    max_requests: int | None = None,
+    time_scale: float | None = None,
+    target_rate: float | None = None,
+    spread_s: float | None = None,
+    rng: np.random.Generator | None = None,
+    max_concurrency: int | None = None,
+) -> Workload:
     """Replay a trace file.
 
     ``columns`` maps ``arrival``, ``prompt_len``, ``output_len`` and optionally ``block_hashes`` to
@@ -65,15 +89,31 @@ def load_trace(path, format: str = "csv", *, columns: dict | None = None, time_u
         return t, p, o, h
 
     if preset["reader"] == "csv":
-        require("block_hashes" not in mapping, "trace:columns:block_hashes", mapping.get("block_hashes"),
-                "block hashes are read from JSONL traces only")
+        require(
+            "block_hashes" not in mapping,
+            "trace:columns:block_hashes",
+            mapping.get("block_hashes"),
+            "block hashes are read from JSONL traces only",
+        )
         t, p, o, h = convert(readers.read_csv(path, mapping))
     else:
         t, p, o, h = readers.read_jsonl(path, mapping, convert)
-    return replay(t, p, o, h, block_tokens=block_tokens, start_s=start_s, end_s=end_s,
-                  max_requests=max_requests, time_scale=time_scale, target_rate=target_rate,
-                  spread_s=spread_s, rng=rng, max_concurrency=max_concurrency,
-                  source=Path(path).name)
+    return replay(
+        t,
+        p,
+        o,
+        h,
+        block_tokens=block_tokens,
+        start_s=start_s,
+        end_s=end_s,
+        max_requests=max_requests,
+        time_scale=time_scale,
+        target_rate=target_rate,
+        spread_s=spread_s,
+        rng=rng,
+        max_concurrency=max_concurrency,
+        source=Path(path).name,
+    )
 
 
 def azure(path, **options) -> Workload:
@@ -84,9 +124,23 @@ def mooncake(path, **options) -> Workload:
     return load_trace(path, "mooncake", **options)
 
 
-def replay(arrival_s, prompt_len, output_len, block_hashes=None, *, block_tokens: int = 16,
-           start_s=None, end_s=None, max_requests=None, time_scale=None, target_rate=None,
-           spread_s=None, rng=None, max_concurrency=None, source: str = "trace") -> Workload:
+def replay(
+    arrival_s,
+    prompt_len,
+    output_len,
+    block_hashes=None,
+    *,
+    block_tokens: int = 16,
+    start_s=None,
+    end_s=None,
+    max_requests=None,
+    time_scale=None,
+    target_rate=None,
+    spread_s=None,
+    rng=None,
+    max_concurrency=None,
+    source: str = "trace",
+) -> Workload:
     """The replay pipeline on arrays already read (see the module docstring for the order)."""
     t = np.asarray(arrival_s, dtype=np.float64)
     idx = np.arange(len(t))
@@ -104,14 +158,20 @@ def replay(arrival_s, prompt_len, output_len, block_hashes=None, *, block_tokens
         t = t + u[np.lexsort((u, groups))]
         order = np.argsort(t, kind="stable")
         t, idx = t[order], idx[order]
-        notes.append(f"{source}: spread {len(t)} arrivals in {groups[-1] + 1} timestamp groups "
-                     f"uniformly over {spread_s:g} s each")
+        notes.append(
+            f"{source}: spread {len(t)} arrivals in {groups[-1] + 1} timestamp groups "
+            f"uniformly over {spread_s:g} s each"
+        )
     lo = -np.inf if start_s is None else float(start_s)
     hi = np.inf if end_s is None else float(end_s)
     require(lo < hi, "trace:end_s", end_s, f"must be > start_s ({start_s})")
     keep = (t >= lo) & (t < hi)
-    require(bool(keep.any()), "trace:window", (start_s, end_s),
-            f"no requests in the window; {source} spans 0 to {t[-1]:.3f} s")
+    require(
+        bool(keep.any()),
+        "trace:window",
+        (start_s, end_s),
+        f"no requests in the window; {source} spans 0 to {t[-1]:.3f} s",
+    )
     t, idx = t[keep] - (lo if start_s is not None else 0.0), idx[keep]
     if max_requests is not None:
         require(int(max_requests) >= 1, "trace:max_requests", max_requests, "must be >= 1")
@@ -121,21 +181,25 @@ def replay(arrival_s, prompt_len, output_len, block_hashes=None, *, block_tokens
         t = t * scale
         notes.append(f"{source}: arrival times scaled by {scale:.6g}")
     hashes = None if block_hashes is None else [block_hashes[i] for i in idx]
-    return Workload(t, np.asarray(prompt_len)[idx], np.asarray(output_len)[idx], hashes,
-                    block_tokens, max_concurrency, tuple(notes))
+    return Workload(
+        t, np.asarray(prompt_len)[idx], np.asarray(output_len)[idx], hashes, block_tokens, max_concurrency, tuple(notes)
+    )
 
 
 def _scale(t: np.ndarray, time_scale, target_rate) -> float:
-    require(time_scale is None or target_rate is None, "trace:time_scale", time_scale,
-            "give time_scale or target_rate, not both")
+    require(
+        time_scale is None or target_rate is None,
+        "trace:time_scale",
+        time_scale,
+        "give time_scale or target_rate, not both",
+    )
     if time_scale is not None:
         require(time_scale > 0 and math.isfinite(time_scale), "trace:time_scale", time_scale, "must be > 0")
         return float(time_scale)
     if target_rate is not None:
         require(target_rate > 0 and math.isfinite(target_rate), "trace:target_rate", target_rate, "must be > 0")
         span = float(t[-1] - t[0])
-        require(len(t) >= 2 and span > 0, "trace:target_rate", target_rate,
-                "needs at least two distinct arrival times")
+        require(len(t) >= 2 and span > 0, "trace:target_rate", target_rate, "needs at least two distinct arrival times")
         return ((len(t) - 1) / span) / target_rate
     return 1.0
 
@@ -145,6 +209,8 @@ def _check_block_count(cols, prompt_len: np.ndarray, hashes: list, block_tokens:
     bad = np.flatnonzero(counts != -(-prompt_len // block_tokens))
     if len(bad):
         i = bad[0]
-        raise InputError(cols.where(i, "block_hashes"), int(counts[i]),
-                         f"expected ceil({prompt_len[i]}/{block_tokens}) = "
-                         f"{-(-prompt_len[i] // block_tokens)} hash ids")
+        raise InputError(
+            cols.where(i, "block_hashes"),
+            int(counts[i]),
+            f"expected ceil({prompt_len[i]}/{block_tokens}) = {-(-prompt_len[i] // block_tokens)} hash ids",
+        )

@@ -1,4 +1,5 @@
 """A workload: who arrives when with how many tokens. Flat arrays, one entry per request."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,7 +34,9 @@ class Workload:
     block_tokens: int = 16
     closed_loop_concurrency: int | None = None
     notes: tuple[str, ...] = field(default=())
-    ignore_eos: np.ndarray | None = None   # per request; None: all True (fixed output lengths are max_tokens with ignore_eos)
+    ignore_eos: np.ndarray | None = (
+        None  # per request; None: all True (fixed output lengths are max_tokens with ignore_eos)
+    )
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -52,16 +55,29 @@ class Workload:
         for name in ("prompt_len", "output_len"):
             a = getattr(self, name)
             bad = np.flatnonzero(a <= 0)
-            require(len(bad) == 0, f"workload:{name}[{bad[0] if len(bad) else 0}]",
-                    int(a[bad[0]]) if len(bad) else 0, "lengths must be > 0")
+            require(
+                len(bad) == 0,
+                f"workload:{name}[{bad[0] if len(bad) else 0}]",
+                int(a[bad[0]]) if len(bad) else 0,
+                "lengths must be > 0",
+            )
         if self.block_hashes is not None:
             set_(self, "block_hashes", [tuple(h) for h in self.block_hashes])
-            require(len(self.block_hashes) == n, "workload:block_hashes", len(self.block_hashes),
-                    f"must have one entry per request ({n})")
+            require(
+                len(self.block_hashes) == n,
+                "workload:block_hashes",
+                len(self.block_hashes),
+                f"must have one entry per request ({n})",
+            )
         require(int(self.block_tokens) > 0, "workload:block_tokens", self.block_tokens, "must be > 0")
         if self.ignore_eos is not None:
             set_(self, "ignore_eos", _frozen(self.ignore_eos, np.bool_))
-            require(self.ignore_eos.shape == (n,), "workload:ignore_eos", self.ignore_eos.shape, f"must be 1-D of length {n}")
+            require(
+                self.ignore_eos.shape == (n,),
+                "workload:ignore_eos",
+                self.ignore_eos.shape,
+                f"must be 1-D of length {n}",
+            )
         c = self.closed_loop_concurrency
         require(c is None or int(c) >= 1, "workload:closed_loop_concurrency", c, "must be >= 1 or None")
 
@@ -74,8 +90,7 @@ class Workload:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per request; ``block_hashes`` as tuples when present."""
-        df = pd.DataFrame({"arrival_s": self.arrival_s, "prompt_len": self.prompt_len,
-                           "output_len": self.output_len})
+        df = pd.DataFrame({"arrival_s": self.arrival_s, "prompt_len": self.prompt_len, "output_len": self.output_len})
         if self.block_hashes is not None:
             df["block_hashes"] = pd.Series(self.block_hashes, dtype=object)
         return df

@@ -6,6 +6,7 @@ microbench  one measurement plan, run with numpy (cpu) or torch (cuda)
 profile     fit → hardware YAML profile, and back
 predict     parameter draws → Hardware profiles; a prediction interval on a forward pass
 """
+
 from .fit import Fit, fit
 from .predict import forward_interval, sample_hardware
 from .profile import profile_from_fit

@@ -5,6 +5,7 @@ Every rank all-reduces a float16 tensor (float32 on gloo) of each size; after a 
 slowest rank's median over repeats is the collective's time (an all-reduce ends when the last rank
 does). Sizes are bytes; rows are the tidy table's all-reduce rows (bytes = 2(n-1)/n · size).
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 
-SIZES = tuple(1 << e for e in range(10, 29, 2))     # 1 KiB .. 256 MiB
+SIZES = tuple(1 << e for e in range(10, 29, 2))  # 1 KiB .. 256 MiB
 
 
 def _free_port() -> int:
@@ -26,6 +27,7 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, port: int, device: str, sizes, warmup: int, repeats: int, out):
     import torch
     import torch.distributed as dist
+
     backend = "nccl" if device == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dev = torch.device("cuda", rank) if device == "cuda" else torch.device("cpu")
@@ -54,21 +56,40 @@ def _worker(rank: int, world: int, port: int, device: str, sizes, warmup: int, r
     dist.destroy_process_group()
 
 
-def measure_allreduce(world: int, device: str = "cuda", sizes=SIZES, warmup: int = 3, repeats: int = 10) -> pd.DataFrame:
+def measure_allreduce(
+    world: int, device: str = "cuda", sizes=SIZES, warmup: int = 3, repeats: int = 10
+) -> pd.DataFrame:
     """All-reduce rows for ``world`` ranks (cuda: one GPU each, NCCL; cpu: gloo)."""
     import torch.multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    procs = [ctx.Process(target=_worker, args=(r, world, port, device, list(sizes), warmup, repeats, q)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_worker, args=(r, world, port, device, list(sizes), warmup, repeats, q))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     times = q.get(timeout=600)
     for p in procs:
         p.join()
     size = np.array(sizes, float)
-    return pd.DataFrame(dict(op_class="allreduce", op=f"torch_all_reduce_{'nccl' if device == 'cuda' else 'gloo'}",
-                             tokens=0, m=size, k=0, n=0, tp=world, workers=world,
-                             dtype="float16" if device == "cuda" else "float32", flops=0.0,
-                             bytes=2 * (world - 1) / world * size, time_s=times, source=f"microbench:{device}"))
+    return pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op=f"torch_all_reduce_{'nccl' if device == 'cuda' else 'gloo'}",
+            tokens=0,
+            m=size,
+            k=0,
+            n=0,
+            tp=world,
+            workers=world,
+            dtype="float16" if device == "cuda" else "float32",
+            flops=0.0,
+            bytes=2 * (world - 1) / world * size,
+            time_s=times,
+            source=f"microbench:{device}",
+        )
+    )

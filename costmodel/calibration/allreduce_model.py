@@ -51,6 +51,7 @@ GPUs) combine as a soft minimum (``costmodel/allreduce.py``, ``soft_min``): NCCL
 curve turns gradually where its tuner switches, and two hard lines fitted either side of a size
 they never saw cross above it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,14 +66,24 @@ from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 from .operator_models import _Residuals, base_name
 
-ALLREDUCE_REGIME = ("latency_small", "bandwidth_small", "latency_mid", "bandwidth_mid", "latency_mid2", "bandwidth_mid2",
-                    "latency_large", "bandwidth_large", "latency_large2", "bandwidth_large2")
+ALLREDUCE_REGIME = (
+    "latency_small",
+    "bandwidth_small",
+    "latency_mid",
+    "bandwidth_mid",
+    "latency_mid2",
+    "bandwidth_mid2",
+    "latency_large",
+    "bandwidth_large",
+    "latency_large2",
+    "bandwidth_large2",
+)
 R = len(ALLREDUCE_REGIME)
-CAPPED_LINES = 2              # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
-ONESHOT_MAX_TOKENS = 128      # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
-NCCL_REFERENCE = "nccl_reference"   # NCCL-table rows where the engine runs one-shot: NCCL lines only
-WAVE = "latency_wave"         # a count's extra one-shot time past the SM count (``wave_rows``)
-HINGE = ("latency_floor", "bandwidth_floor")   # a count's first one-shot line where the two combine as a maximum
+CAPPED_LINES = 2  # the first lines of ALLREDUCE_REGIME: one-shot, at most ONESHOT_MAX_TOKENS tokens
+ONESHOT_MAX_TOKENS = 128  # TensorRT-LLM kOneShotMaxToken (allReduceFusionKernels.h)
+NCCL_REFERENCE = "nccl_reference"  # NCCL-table rows where the engine runs one-shot: NCCL lines only
+WAVE = "latency_wave"  # a count's extra one-shot time past the SM count (``wave_rows``)
+HINGE = ("latency_floor", "bandwidth_floor")  # a count's first one-shot line where the two combine as a maximum
 
 
 def units_of(p: str) -> str:
@@ -89,12 +100,19 @@ def allreduce_params(df: pd.DataFrame, runs: dict | None = None, waves=(), hinge
     ref = df["op"].to_numpy(str) == NCCL_REFERENCE if "op" in df else np.zeros(len(df), bool)
     w = df["workers"].to_numpy(float)
     runs = runs or {}
-    return tuple(f"{p}@{int(n)}" for n in sorted(np.unique(w))
-                 for p in ([f"{q}_run{i}" for i in range(len(runs[int(n)][0])) for q in ("latency", "bandwidth")]
-                           if int(n) in runs else
-                           (list(HINGE) if int(n) in hinges else list(ALLREDUCE_REGIME[:CAPPED_LINES]))
-                           + list(ALLREDUCE_REGIME[CAPPED_LINES:] if (ref & (w == n)).any() else ALLREDUCE_REGIME[CAPPED_LINES:R - 2])
-                           + ([WAVE] if int(n) in waves else [])))
+    return tuple(
+        f"{p}@{int(n)}"
+        for n in sorted(np.unique(w))
+        for p in (
+            [f"{q}_run{i}" for i in range(len(runs[int(n)][0])) for q in ("latency", "bandwidth")]
+            if int(n) in runs
+            else (list(HINGE) if int(n) in hinges else list(ALLREDUCE_REGIME[:CAPPED_LINES]))
+            + list(
+                ALLREDUCE_REGIME[CAPPED_LINES:] if (ref & (w == n)).any() else ALLREDUCE_REGIME[CAPPED_LINES : R - 2]
+            )
+            + ([WAVE] if int(n) in waves else [])
+        )
+    )
 
 
 def hinged(params, sl: slice) -> bool:
@@ -145,7 +163,10 @@ def switched_runs(df: pd.DataFrame, cap_tokens: int) -> dict:
                 continue
             ln, gp = side_runs(B[side], t[side], int(n))
             tmin = float(t[side].min())
-            ln = [(max(lat, 0.01 * tmin), bw if np.isfinite(bw) else float(B[side].max()) / (0.01 * tmin)) for lat, bw in ln]
+            ln = [
+                (max(lat, 0.01 * tmin), bw if np.isfinite(bw) else float(B[side].max()) / (0.01 * tmin))
+                for lat, bw in ln
+            ]
             gaps += ([0.0, 0.0] if lines else []) + [g for pair in gp for g in pair]
             lines += ln
         out[int(n)] = (lines, gaps)
@@ -167,8 +188,16 @@ def oneshot_allowed(df: pd.DataFrame, cap_tokens: int) -> np.ndarray:
     return ((tok <= cap_tokens) | (tok <= 0) | (cap_tokens <= 0)) & ~ref
 
 
-def regime_times(lat: np.ndarray, bw: np.ndarray, B: np.ndarray, capped_ok: np.ndarray, alone: bool = False,
-                 wave=0.0, hinge: bool = False, soft: bool = False) -> np.ndarray:
+def regime_times(
+    lat: np.ndarray,
+    bw: np.ndarray,
+    B: np.ndarray,
+    capped_ok: np.ndarray,
+    alone: bool = False,
+    wave=0.0,
+    hinge: bool = False,
+    soft: bool = False,
+) -> np.ndarray:
     """min over the allowed lines of ℓ_i + B/bw_i (the first CAPPED_LINES only where capped_ok;
     ``alone``: there, those lines only); ``wave`` (per row) added to the first CAPPED_LINES;
     ``hinge``: those taken as their maximum; ``soft``: the later lines' soft minimum (``soft_min``)."""
@@ -193,8 +222,9 @@ def oneshot_alone(params, sl: slice) -> bool:
     return any(base_name(p) == "latency_large2" for p in params[sl])
 
 
-def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0, switches: dict | None = None,
-                    sms: int = 0, soft=()) -> np.ndarray:
+def allreduce_times(
+    v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0, switches: dict | None = None, sms: int = 0, soft=()
+) -> np.ndarray:
     """Per row, its count's price: the minimum of its allowed lines (its WAVE time added to the
     one-shot lines on ``wave_rows``), or for a count in ``switches`` (n -> gaps) its runs
     (``costmodel/allreduce.py``, ``switched_times``)."""
@@ -209,12 +239,20 @@ def allreduce_times(v: np.ndarray, df: pd.DataFrame, params, cap_tokens: int = 0
             out[sel] = switched_times(v[sl], switches[n], B[sel], tok, cap_tokens)
         else:
             lines, wave = line_values(params, v, sl)
-            out[sel] = regime_times(lines[::2], lines[1::2], B[sel], ok[sel], oneshot_alone(params, sl), wave * waved[sel],
-                                    hinged(params, sl), n in soft)
+            out[sel] = regime_times(
+                lines[::2],
+                lines[1::2],
+                B[sel],
+                ok[sel],
+                oneshot_alone(params, sl),
+                wave * waved[sel],
+                hinged(params, sl),
+                n in soft,
+            )
     return out
 
 
-LINE_OFF = 1e3     # an all-reduce line turned off: its latency this many times the slowest row's time
+LINE_OFF = 1e3  # an all-reduce line turned off: its latency this many times the slowest row's time
 
 
 def lone_lines(params, values: np.ndarray, df: pd.DataFrame, cap_tokens: int) -> list[int]:
@@ -258,7 +296,7 @@ def _lines(B: np.ndarray, t: np.ndarray, k: int = 2) -> list:
     if len(B) < 2:
         return [(0.5 * float(t[0]) if len(t) else 1e-6, 1e12)] * k
     k_fit = max(1, min(k, len(B) // 2))
-    best = {}                    # type: ignore[var-annotated]  # (start, runs) -> (sum, fits)
+    best = {}  # type: ignore[var-annotated]  # (start, runs) -> (sum, fits)
 
     def runs(i: int, j: int) -> tuple:
         if (i, j) in best:
@@ -267,8 +305,14 @@ def _lines(B: np.ndarray, t: np.ndarray, k: int = 2) -> list:
             x, e = _rel_line(B[i:], t[i:])
             best[(i, j)] = (e, [x])
         else:
-            best[(i, j)] = min(((e0 + r[0], [x0] + r[1]) for c in range(i + 2, len(B) - 2 * (j - 1) + 1)
-                                for (x0, e0), r in [(_rel_line(B[i:c], t[i:c]), runs(c, j - 1))]), key=lambda x: x[0])
+            best[(i, j)] = min(
+                (
+                    (e0 + r[0], [x0] + r[1])
+                    for c in range(i + 2, len(B) - 2 * (j - 1) + 1)
+                    for (x0, e0), r in [(_rel_line(B[i:c], t[i:c]), runs(c, j - 1))]
+                ),
+                key=lambda x: x[0],
+            )
         return best[(i, j)]
 
     fits = runs(0, k_fit)[1]
@@ -290,7 +334,10 @@ def _start(params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0, sms: in
             if k == CAPPED_LINES and hinged(params, sl) and part.sum() >= 4:
                 Bs, ts = B[sel][part], t[sel][part]
                 low = Bs <= np.median(Bs)
-                lines = [(float(np.median(ts[low])), 1e3 * float(Bs.max() / ts.min())), _lines(Bs[~low], ts[~low], 1)[0]]
+                lines = [
+                    (float(np.median(ts[low])), 1e3 * float(Bs.max() / ts.min())),
+                    _lines(Bs[~low], ts[~low], 1)[0],
+                ]
             for lat, bw in lines:
                 out += [lat, bw]
         if wave:
@@ -298,15 +345,15 @@ def _start(params, df: pd.DataFrame, t: np.ndarray, cap_tokens: int = 0, sms: in
     return np.array(out)
 
 
-
 @dataclass(frozen=True)
 class AllreduceFit(ClassFit):
     """A ClassFit whose times are ``allreduce_times``."""
+
     units: dict = None  # type: ignore[assignment]
-    oneshot_tokens: int = 0     # the one-shot lines' token cap (0: none)
-    switches: dict = None       # type: ignore[assignment]  # switched counts: n -> their runs' gaps (``switched_runs``)
-    sms: int = 0                # the GPU's SM count (``wave_rows``; 0: none)
-    soft: tuple = ()            # counts whose NCCL lines combine as their soft minimum (``_soft_counts``)
+    oneshot_tokens: int = 0  # the one-shot lines' token cap (0: none)
+    switches: dict = None  # type: ignore[assignment]  # switched counts: n -> their runs' gaps (``switched_runs``)
+    sms: int = 0  # the GPU's SM count (``wave_rows``; 0: none)
+    soft: tuple = ()  # counts whose NCCL lines combine as their soft minimum (``_soft_counts``)
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         return allreduce_times(self.values, df, self.params, self.oneshot_tokens, self.switches, self.sms, self.soft)
@@ -323,39 +370,65 @@ def fit_allreduce(df: pd.DataFrame, form: str, upper: dict, sms: int = 0) -> All
     waves = {int(n) for n in np.unique(df["workers"].to_numpy(float)[wave_rows(df, cap_tok, sms)])} - set(runs)
     counts = {int(n) for n in np.unique(df["workers"].to_numpy(float))} - set(runs)
     soft = tuple(sorted(counts))
-    fits = [_fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, h), soft)
-            for h in ((), counts if cap_tok else ())]
+    fits = [
+        _fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, h), soft)
+        for h in ((), counts if cap_tok else ())
+    ]
     best = fits[0]
     if len(fits) > 1:
         ape = [np.abs(f.predict(df) / t - 1) for f in fits]
-        w, own = df["workers"].to_numpy(float), oneshot_allowed(df, cap_tok) | (df["op"].to_numpy(str) != NCCL_REFERENCE)
+        w, own = (
+            df["workers"].to_numpy(float),
+            oneshot_allowed(df, cap_tok) | (df["op"].to_numpy(str) != NCCL_REFERENCE),
+        )
         pick = {n for n in counts if ape[1][(w == n) & own].mean() < ape[0][(w == n) & own].mean()}
-        best = fits[0] if not pick else fits[1] if pick == counts else _fit_form(
-            df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, pick), soft)
+        best = (
+            fits[0]
+            if not pick
+            else fits[1]
+            if pick == counts
+            else _fit_form(df, form, upper, sms, cap_tok, runs, switches, allreduce_params(df, runs, waves, pick), soft)
+        )
     return best
 
 
-def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, runs: dict, switches, params,
-              soft=()) -> AllreduceFit:
+def _fit_form(
+    df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, runs: dict, switches, params, soft=()
+) -> AllreduceFit:
     t = df["time_s"].to_numpy(float)
-    p0 = np.concatenate([np.array([x for line in runs[n][0] for x in line]) if n in runs else
-                         _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok, sms)
-                         for n, sl in count_slices(params)])
-    cap = np.array([upper.get("bandwidth" if base_name(p).startswith("bandwidth_run") else base_name(p), np.inf)
-                    * _bus_factor(p) for p in params])
-    cap = np.array([min(c, latency_bound(int(p.split("@")[1]))) if base_name(p).startswith("latency_run") else c
-                    for c, p in zip(cap, params)])
+    p0 = np.concatenate(
+        [
+            np.array([x for line in runs[n][0] for x in line])
+            if n in runs
+            else _start(params[sl], df[df["workers"] == n], t[(df["workers"] == n).to_numpy()], cap_tok, sms)
+            for n, sl in count_slices(params)
+        ]
+    )
+    cap = np.array(
+        [
+            upper.get("bandwidth" if base_name(p).startswith("bandwidth_run") else base_name(p), np.inf)
+            * _bus_factor(p)
+            for p in params
+        ]
+    )
+    cap = np.array(
+        [
+            min(c, latency_bound(int(p.split("@")[1]))) if base_name(p).startswith("latency_run") else c
+            for c, p in zip(cap, params)
+        ]
+    )
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.log(cap / p0)
     lo = np.full(len(params), -np.log(1e6))
     x0 = np.zeros(len(params))
     times = lambda x, d: allreduce_times(p0 * np.exp(x), d, params, cap_tok, switches, sms, soft)  # noqa: E731
     fn = _Residuals(times, df, t, params, "allreduce", lo, hi)
-    res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
-                        x_scale=1.0)
+    res = least_squares(
+        fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0
+    )
     values = p0 * np.exp(res.x)
     lone = lone_lines(params, values, df, cap_tok)
-    if lone:                          # refit with them off: a latency no message reaches, both fixed
+    if lone:  # refit with them off: a latency no message reaches, both fixed
         x = res.x.copy()
         for j in lone:
             x[j] = np.log(LINE_OFF * float(t.max()) / p0[j])
@@ -366,12 +439,33 @@ def _fit_form(df: pd.DataFrame, form: str, upper: dict, sms: int, cap_tok: int, 
         res = least_squares(fn, x, jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale=1.0)
         values = p0 * np.exp(res.x)
     units = {p: units_of(p) for p in params}
-    active, cov, s2, warns = identify("allreduce", params, values,
-                                      lambda v: allreduce_times(v, df, params, cap_tok, switches, sms, soft), res, len(t), cap,
-                                      units)
+    active, cov, s2, warns = identify(
+        "allreduce",
+        params,
+        values,
+        lambda v: allreduce_times(v, df, params, cap_tok, switches, sms, soft),
+        res,
+        len(t),
+        cap,
+        units,
+    )
     errors = ape_stats(allreduce_times(values, df, params, cap_tok, switches, sms, soft), t)
-    return AllreduceFit("allreduce", form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns),
-                        units=units, oneshot_tokens=cap_tok, switches=switches, sms=sms, soft=tuple(soft))
+    return AllreduceFit(
+        "allreduce",
+        form,
+        params,
+        values,
+        cov,
+        float(np.sqrt(s2)),
+        active,
+        errors,
+        tuple(warns),
+        units=units,
+        oneshot_tokens=cap_tok,
+        switches=switches,
+        sms=sms,
+        soft=tuple(soft),
+    )
 
 
 def _bus_factor(p: str) -> float:

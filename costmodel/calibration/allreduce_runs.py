@@ -20,14 +20,15 @@ a Simple-protocol ring over PCIe, baseLat + 2(n-1)·hwLat (``tuning.cc``: 8.4 µ
 step; 88 µs on 8 GPUs): without that bound two sizes of a run after a switch (4M and 8M elements,
 12.8 and 20.3 ms) draw a 5 ms latency that prices a held-out 1M at twice its 3.4 ms.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ..allreduce import run_times
 
-NCCL_PCIE = "nccl_pcie"          # the engine's all-reduce rows where it runs NCCL at every size (no NVLink)
-PCIE_RING_SIMPLE = (8.4e-6, 5.7e-6)   # NCCL tuning.cc: baseLat[Ring][Simple], hwLat[PCI][Ring][Simple] (s)
+NCCL_PCIE = "nccl_pcie"  # the engine's all-reduce rows where it runs NCCL at every size (no NVLink)
+PCIE_RING_SIMPLE = (8.4e-6, 5.7e-6)  # NCCL tuning.cc: baseLat[Ring][Simple], hwLat[PCI][Ring][Simple] (s)
 LAT_SLACK = 10.0
 MAX_RUNS = 4
 MIN_SIZES = 2
@@ -47,7 +48,7 @@ def rel_line(B: np.ndarray, t: np.ndarray, latmax: float) -> tuple[tuple[float, 
         w = B / t
         slope = float(w @ (1.0 - lat / t) / (w @ w))
     if slope <= 0.0:
-        lat, slope = min(float(np.sum(1 / t) / np.sum(1 / t ** 2)), latmax), 0.0
+        lat, slope = min(float(np.sum(1 / t) / np.sum(1 / t**2)), latmax), 0.0
     return (float(lat), float(slope)), float(((a @ np.array([lat, slope]) - 1.0) ** 2).sum())
 
 
@@ -62,10 +63,16 @@ def cut_runs(B: np.ndarray, t: np.ndarray, k: int, latmax: float) -> list[tuple[
                 x, e = rel_line(B[i:], t[i:], latmax)
                 memo[(i, j)] = (e, [(i, x)])
             else:
-                memo[(i, j)] = min(((e + r[0], [(i, x)] + r[1]) for c in range(i + MIN_SIZES, n - MIN_SIZES * (j - 1) + 1)
-                                    for (x, e), r in [(rel_line(B[i:c], t[i:c], latmax), best(c, j - 1))]),
-                                   key=lambda z: z[0])
+                memo[(i, j)] = min(
+                    (
+                        (e + r[0], [(i, x)] + r[1])
+                        for c in range(i + MIN_SIZES, n - MIN_SIZES * (j - 1) + 1)
+                        for (x, e), r in [(rel_line(B[i:c], t[i:c], latmax), best(c, j - 1))]
+                    ),
+                    key=lambda z: z[0],
+                )
         return memo[(i, j)]
+
     return best(0, max(1, min(k, n // MIN_SIZES)))[1]
 
 
@@ -90,7 +97,7 @@ def choose_runs(B: np.ndarray, t: np.ndarray, latmax: float) -> int:
         if len(B) < MIN_SIZES * k + 1:
             break
         keep = ~np.eye(len(B), dtype=bool)
-        err = np.mean([abs(_predict(B[m], t[m], B[i:i + 1], k, latmax)[0] / t[i] - 1) for i, m in enumerate(keep)])
+        err = np.mean([abs(_predict(B[m], t[m], B[i : i + 1], k, latmax)[0] / t[i] - 1) for i, m in enumerate(keep)])
         best = min(best, (err, k))
     return best[1]
 

@@ -9,6 +9,7 @@ stopping rule and, for the decode model's structure (grouping, split, MMHA occup
 choice of split then moved with the context terms (held out 4.9 with its gen split, 5.4 once the
 context terms joined the joint fit). Apart, each kernel's fit sees only its own rows.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,6 +34,7 @@ def fit_apart(df: pd.DataFrame, params, form: str, upper: dict, sms: int, l2: fl
     """One ModelFit over ``params`` from the context rows' fit (prefill parameters) and the
     generation rows' fit (decode parameters), each with its own covariance block and warnings."""
     from .operator_models import PREFILL_ONLY, UNITS, ModelFit, base_name, fit_model_class, model_times
+
     pre, dec = kernel_rows(df)
     fp = fit_model_class(df[pre].reset_index(drop=True), "attention", form, upper, sms, l2, tile)
     fd = fit_model_class(df[dec].reset_index(drop=True), "attention", form, upper, sms, l2, tile)
@@ -43,12 +45,31 @@ def fit_apart(df: pd.DataFrame, params, form: str, upper: dict, sms: int, l2: fl
     for f in (fp, fd):
         mine = [i for i, o in enumerate(own) if o is f]
         cov[np.ix_(mine, mine)] = f.log_cov[np.ix_([idx[i] for i in mine], [idx[i] for i in mine])]
-    warns = tuple(w for f in (fp, fd) for w in f.warnings
-                  if any(w.startswith(f"attention.{p} ") and o is f for p, o in zip(params, own)))
+    warns = tuple(
+        w
+        for f in (fp, fd)
+        for w in f.warnings
+        if any(w.startswith(f"attention.{p} ") and o is f for p, o in zip(params, own))
+    )
     n_p, n_d = int(pre.sum()), int(dec.sum())
-    s = float(np.sqrt((fp.s ** 2 * n_p + fd.s ** 2 * n_d) / (n_p + n_d)))
+    s = float(np.sqrt((fp.s**2 * n_p + fd.s**2 * n_d) / (n_p + n_d)))
     active = {p: o.active[p] for p, o in zip(params, own)}
     groups = fd.groups
-    errors = ape_stats(model_times("attention", params, values, df, sms, groups, fp.q_tile), df["time_s"].to_numpy(float))
-    return ModelFit("attention", form, tuple(params), values, cov, s, active, errors, warns,
-                    units={p: UNITS[base_name(p)] for p in params}, sms=sms, groups=groups, q_tile=fp.q_tile)
+    errors = ape_stats(
+        model_times("attention", params, values, df, sms, groups, fp.q_tile), df["time_s"].to_numpy(float)
+    )
+    return ModelFit(
+        "attention",
+        form,
+        tuple(params),
+        values,
+        cov,
+        s,
+        active,
+        errors,
+        warns,
+        units={p: UNITS[base_name(p)] for p in params},
+        sms=sms,
+        groups=groups,
+        q_tile=fp.q_tile,
+    )

@@ -34,6 +34,7 @@ size. Parameters are fitted as x = ln(p/p0), p0 a data-derived start: O(1), posi
 covariance of x is directly the relative variance of p. Classes share no parameters, so each is
 fitted alone (its own residual scale s²) and the covariance is block-diagonal.
 """
+
 from __future__ import annotations
 
 import time
@@ -50,18 +51,18 @@ from .timings import validate
 
 ROOFLINE_FULL = ("pi", "beta", "floor")
 COMPUTE_CLASSES = ("gemm", "attention_prefill", "attention_decode")
-ROW_CLASSES = ("norm",)               # one thread block per row: waves of blocks, L2 working set
+ROW_CLASSES = ("norm",)  # one thread block per row: waves of blocks, L2 working set
 ROW_PARAMS = ("floor", "beta_l2", "beta")
 UNITS = {"pi": "FLOP/s", "beta": "B/s", "beta_l2": "B/s", "floor": "s", "bandwidth": "B/s", "latency": "s"}
 LOG_BOUND = np.log(1e4)
-LOSS, F_SCALE = "soft_l1", 0.1        # residuals beyond ~10 % count linearly, not squared
+LOSS, F_SCALE = "soft_l1", 0.1  # residuals beyond ~10 % count linearly, not squared
 POOR_REL_SIGMA = 0.5
 FORMS = ("max", "offset", "smooth", "physical")
 DEFAULT_FORM = "smooth"
-TILE_ROWS = 128                       # GEMM row tile of the "smooth" form
-MMA_ROWS = 16                         # GEMM row tile of the "physical" form: the m of mma.sync m16n8k16
+TILE_ROWS = 128  # GEMM row tile of the "smooth" form
+MMA_ROWS = 16  # GEMM row tile of the "physical" form: the m of mma.sync m16n8k16
 QUADRATURE_FORMS = ("smooth", "physical")
-CAPPED_CLASSES = ("gemm", "moe", "attention", "attention_prefill", "attention_decode", "allreduce")   # stream HBM
+CAPPED_CLASSES = ("gemm", "moe", "attention", "attention_prefill", "attention_decode", "allreduce")  # stream HBM
 # (norms, activations, rope and the like are often served from the L2, so HBM's spec does not cap them)
 
 
@@ -145,13 +146,13 @@ class ClassFit:
     op_class: str
     form: str
     params: tuple[str, ...]
-    values: np.ndarray          # SI
-    log_cov: np.ndarray         # covariance of ln(values); inf where not identified
-    s: float                    # residual scale, log time
-    active: dict                # points at which each parameter's term matters (wins, or is >= 10 %)
-    errors: dict                # n, mape, median_ape, p90_ape (percent)
+    values: np.ndarray  # SI
+    log_cov: np.ndarray  # covariance of ln(values); inf where not identified
+    s: float  # residual scale, log time
+    active: dict  # points at which each parameter's term matters (wins, or is >= 10 %)
+    errors: dict  # n, mape, median_ape, p90_ape (percent)
     warnings: tuple[str, ...]
-    device: Device = H100       # constants of the row-kernel model (norm)
+    device: Device = H100  # constants of the row-kernel model (norm)
 
     @property
     def rel_sigma(self) -> np.ndarray:
@@ -167,8 +168,12 @@ class ClassFit:
 
 def ape_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
     ape = 100.0 * np.abs(pred - meas) / meas
-    return {"n": int(ape.size), "mape": float(ape.mean()), "median_ape": float(np.median(ape)),
-            "p90_ape": float(np.percentile(ape, 90))}
+    return {
+        "n": int(ape.size),
+        "mape": float(ape.mean()),
+        "median_ape": float(np.median(ape)),
+        "p90_ape": float(np.percentile(ape, 90)),
+    }
 
 
 def _covariance(res, ok: np.ndarray, dof: int):
@@ -186,10 +191,17 @@ def _covariance(res, ok: np.ndarray, dof: int):
 def _warnings(op_class, params, values, x, cov, active, cond) -> list[str]:
     out = []
     if not np.isfinite(cond) or cond >= 1e12:
-        out.append(f"{op_class}: covariance is singular (condition {cond:.1e}); parameters are not separately identified")
-    kinds = {"pi": "compute-bound", "beta": "memory-bound", "floor": "at the launch floor",
-             "beta_l2": "memory-bound with its working set inside the L2",
-             "latency": "latency-dominated", "bandwidth": "bandwidth-dominated"}
+        out.append(
+            f"{op_class}: covariance is singular (condition {cond:.1e}); parameters are not separately identified"
+        )
+    kinds = {
+        "pi": "compute-bound",
+        "beta": "memory-bound",
+        "floor": "at the launch floor",
+        "beta_l2": "memory-bound with its working set inside the L2",
+        "latency": "latency-dominated",
+        "bandwidth": "bandwidth-dominated",
+    }
     for j, p in enumerate(params):
         if not active[p]:
             side = "from below" if _is_rate(p) else "from above"
@@ -202,8 +214,10 @@ def _warnings(op_class, params, values, x, cov, active, cond) -> list[str]:
 
 
 def clamp_warning(op_class: str, p: str, cap: float, unit: str) -> str:
-    return (f"{op_class}.{p} clamped at the spec sheet's {cap:.4g} {unit}: the data want more "
-            f"(faster than the GPU can be; check the table's dtype and units)")
+    return (
+        f"{op_class}.{p} clamped at the spec sheet's {cap:.4g} {unit}: the data want more "
+        f"(faster than the GPU can be; check the table's dtype and units)"
+    )
 
 
 def upper_bounds(spec) -> dict:
@@ -211,39 +225,75 @@ def upper_bounds(spec) -> dict:
     an all-reduce's bandwidth ≤ interconnect_bandwidth (when the spec has one)."""
     if spec is None:
         return {}
-    out = {"pi": spec.peak_flops, "beta": spec.peak_bandwidth, "pi_prefill": spec.peak_flops,
-           "pi_decode": spec.peak_flops, "beta_prefill": np.inf, "beta_prefill_kv": spec.peak_bandwidth, "beta_decode": spec.peak_bandwidth,
-           "beta_decode_mha": spec.peak_bandwidth, "cta_decode": spec.peak_bandwidth, "pi_decode_mha": spec.peak_flops,
-           "pi_moe": spec.peak_flops, "pi_tuned_moe": spec.peak_flops, "beta_moe": spec.peak_bandwidth}
+    out = {
+        "pi": spec.peak_flops,
+        "beta": spec.peak_bandwidth,
+        "pi_prefill": spec.peak_flops,
+        "pi_decode": spec.peak_flops,
+        "beta_prefill": np.inf,
+        "beta_prefill_kv": spec.peak_bandwidth,
+        "beta_decode": spec.peak_bandwidth,
+        "beta_decode_mha": spec.peak_bandwidth,
+        "cta_decode": spec.peak_bandwidth,
+        "pi_decode_mha": spec.peak_flops,
+        "pi_moe": spec.peak_flops,
+        "pi_tuned_moe": spec.peak_flops,
+        "beta_moe": spec.peak_bandwidth,
+    }
     if spec.interconnect_bandwidth:
-        out.update({k: spec.interconnect_bandwidth for k in ("bandwidth", "bandwidth_small", "bandwidth_mid",
-                                                                   "bandwidth_mid2", "bandwidth_large", "bandwidth_large2")})
+        out.update(
+            {
+                k: spec.interconnect_bandwidth
+                for k in (
+                    "bandwidth",
+                    "bandwidth_small",
+                    "bandwidth_mid",
+                    "bandwidth_mid2",
+                    "bandwidth_large",
+                    "bandwidth_large2",
+                )
+            }
+        )
     return out
 
 
-def fit_class(df: pd.DataFrame, op_class: str, form: str = DEFAULT_FORM, device: Device = H100,
-              upper: dict | None = None) -> ClassFit:
+def fit_class(
+    df: pd.DataFrame, op_class: str, form: str = DEFAULT_FORM, device: Device = H100, upper: dict | None = None
+) -> ClassFit:
     require(form in FORMS, "form", form, f"must be one of {FORMS}")
     params = class_params(op_class)
     df = validate(df, f"timings:{op_class}")
     q, t = _terms(params, df, tile_rows(form, op_class), device), df["time_s"].to_numpy(float)
-    require(len(t) > len(params), f"timings:{op_class}", len(t),
-            f"{len(t)} points cannot fit {len(params)} parameters {list(params)}")
+    require(
+        len(t) > len(params),
+        f"timings:{op_class}",
+        len(t),
+        f"{len(t)} points cannot fit {len(params)} parameters {list(params)}",
+    )
     p0 = _start(form, params, q, t)
     cap = np.array([(upper or {}).get(p, np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.minimum(LOG_BOUND, np.log(cap / p0))
-    res = least_squares(lambda x: np.log(model_times(params, p0 * np.exp(x), q, form) / t),
-                        np.zeros(len(params)), jac=lambda x: _combine(form, params, _parts(params, p0 * np.exp(x), q))[1],
-                        bounds=(-LOG_BOUND, hi), loss=LOSS, f_scale=F_SCALE, method="trf")
+    res = least_squares(
+        lambda x: np.log(model_times(params, p0 * np.exp(x), q, form) / t),
+        np.zeros(len(params)),
+        jac=lambda x: _combine(form, params, _parts(params, p0 * np.exp(x), q))[1],
+        bounds=(-LOG_BOUND, hi),
+        loss=LOSS,
+        f_scale=F_SCALE,
+        method="trf",
+    )
     values = p0 * np.exp(res.x)
     share = np.abs(_combine(form, params, _parts(params, values, q))[1])
     active = {p: int((share[:, j] >= (0.1 if _added(form, p) else 0.5)).sum()) for j, p in enumerate(params)}
     ok = np.array([active[p] > 0 for p in params])
     cov, s2, cond = _covariance(res, ok, max(len(t) - len(params), 1))
     warns = _warnings(op_class, params, values, res.x, cov, active, cond)
-    warns += [clamp_warning(op_class, p, cap[j], UNITS[p]) for j, p in enumerate(params)
-              if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6)]
+    warns += [
+        clamp_warning(op_class, p, cap[j], UNITS[p])
+        for j, p in enumerate(params)
+        if np.isfinite(cap[j]) and values[j] >= cap[j] * (1 - 1e-6)
+    ]
     errors = ape_stats(model_times(params, values, q, form), t)
     return ClassFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), device)
 
@@ -282,14 +332,28 @@ class Fit:
     def errors(self, df: pd.DataFrame) -> pd.DataFrame:
         """APE statistics per class of ``df`` (held-out data, or the fitted data)."""
         pred, meas = self.predict(df), df["time_s"].to_numpy(float)
-        return pd.DataFrame([{"op_class": cls, **ape_stats(pred[idx], meas[idx])}
-                             for cls, idx in df.groupby("op_class").indices.items() if cls in self.classes])
+        return pd.DataFrame(
+            [
+                {"op_class": cls, **ape_stats(pred[idx], meas[idx])}
+                for cls, idx in df.groupby("op_class").indices.items()
+                if cls in self.classes
+            ]
+        )
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame([{"parameter": f"{c.op_class}.{p}", "value": c.values[j],
-                              "unit": (getattr(c, "units", None) or UNITS)[p],
-                              "rel_sigma": c.rel_sigma[j], "active_points": c.active[p]}
-                             for c in self.classes.values() for j, p in enumerate(c.params)])
+        return pd.DataFrame(
+            [
+                {
+                    "parameter": f"{c.op_class}.{p}",
+                    "value": c.values[j],
+                    "unit": (getattr(c, "units", None) or UNITS)[p],
+                    "rel_sigma": c.rel_sigma[j],
+                    "active_points": c.active[p],
+                }
+                for c in self.classes.values()
+                for j, p in enumerate(c.params)
+            ]
+        )
 
 
 def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device = H100, spec=None) -> Fit:
@@ -302,7 +366,7 @@ def fit(df: pd.DataFrame, classes=None, form: str = DEFAULT_FORM, device: Device
     df = validate(df)
     have = sorted(df["op_class"].unique())
     upper = upper_bounds(spec)
-    with threadpool_limits(1, user_api="blas"):     # see ONE_BLAS_THREAD
+    with threadpool_limits(1, user_api="blas"):  # see ONE_BLAS_THREAD
         fits = _fit_classes(df, list(classes) if classes else have, have, form, device, spec, upper)
     return Fit(fits, time.perf_counter() - t0, tuple(sorted(df["source"].astype(str).unique())))
 
@@ -317,6 +381,7 @@ the machine's core count. ``threadpoolctl`` restores the counts afterwards."""
 
 def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
     from .operator_models import CUSTOM_CLASSES, fit_model_class
+
     fits = {}
     for cls in classes:
         require(cls in have, "classes", cls, f"no timings of this class; have {have}")
@@ -324,16 +389,26 @@ def _fit_classes(df, classes, have, form, device, spec, upper) -> dict:
         cap = upper if cls in CAPPED_CLASSES else {}
         if cls == "gemm" and form == "physical" and getattr(spec, "sms", 0) and getattr(spec, "l2_bytes", 0):
             from .gemm_fit import fit_gemm_tiles
+
             fits[cls] = fit_gemm_tiles(sub.reset_index(drop=True), form, cap, spec.sms, spec.l2_bytes)
         elif cls == "moe":
             from .moe_fit import fit_moe
+
             fits[cls] = fit_moe(sub.reset_index(drop=True), form, cap)  # type: ignore[assignment]
         elif cls == "allreduce" and form == "physical":
             from .allreduce_model import fit_allreduce
+
             fits[cls] = fit_allreduce(sub.reset_index(drop=True), form, cap, getattr(spec, "sms", 0) or 0)  # type: ignore[assignment]
         elif cls in CUSTOM_CLASSES:
-            fits[cls] = fit_model_class(sub.reset_index(drop=True), cls, form, cap, getattr(spec, "sms", 0) or 0,  # type: ignore[assignment]
-                                        getattr(spec, "l2_bytes", 0.0) or 0.0, getattr(spec, "attn_q_tile", 0) or 0)
+            fits[cls] = fit_model_class(
+                sub.reset_index(drop=True),
+                cls,
+                form,
+                cap,
+                getattr(spec, "sms", 0) or 0,  # type: ignore[assignment]
+                getattr(spec, "l2_bytes", 0.0) or 0.0,
+                getattr(spec, "attn_q_tile", 0) or 0,
+            )
         else:
             fits[cls] = fit_class(sub, cls, form, device, cap)  # type: ignore[assignment]
     return fits

@@ -18,6 +18,7 @@ field (``costmodel/gemm_residual.py``) on what the correction leaves: its kernel
 k and its shrinkage (or no field) chosen by the same inner split, the correction refitted on its
 three quarters so that the held-out quarter's residuals are as a new shape's would be.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -36,20 +37,22 @@ from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 
-SUBSAMPLE = 2000   # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
-KNOTS = 8          # correction knots per axis at least, and one per octave of the table's range (fewer
-                   # where the table has fewer distinct values): tiles and split factors step by powers of two
-LAMBDAS = (0.1, 0.3, 1.0)   # smoothness penalties tried by the inner shape split
-RIDGE = 0.01       # pulls knots no row reaches toward no correction
-FIELD = True       # fit the residual field (costmodel/gemm_residual.py)
-FIELD_WIDTHS = tuple((hn, hk) for hn in (0.2, 0.3, 0.5, 1.0) for hk in (0.5, 1.0, 1.5, 2.0, 3.0))   # residual
-                                  # field kernel widths along n and k (grid steps) tried by the inner shape split
-FIELD_SHRINK = (0.5, 0.75, 1.0)   # ... and its shrinkage
-SERIAL = True      # look for the unsplit kernel's region (costmodel/gemm_serial.py)
-SERIAL_NK = tuple(np.arange(16.0, 22.01, 0.5))   # log2 n·k bounds of the region tried
-SERIAL_M = (2, 4, 8, 16, 32, 64, 128)            # row bounds tried
+SUBSAMPLE = (
+    2000  # rows of the first pass over every kernel; the second refines on all rows, each with its 6 likeliest kernels
+)
+KNOTS = 8  # correction knots per axis at least, and one per octave of the table's range (fewer
+# where the table has fewer distinct values): tiles and split factors step by powers of two
+LAMBDAS = (0.1, 0.3, 1.0)  # smoothness penalties tried by the inner shape split
+RIDGE = 0.01  # pulls knots no row reaches toward no correction
+FIELD = True  # fit the residual field (costmodel/gemm_residual.py)
+FIELD_WIDTHS = tuple((hn, hk) for hn in (0.2, 0.3, 0.5, 1.0) for hk in (0.5, 1.0, 1.5, 2.0, 3.0))  # residual
+# field kernel widths along n and k (grid steps) tried by the inner shape split
+FIELD_SHRINK = (0.5, 0.75, 1.0)  # ... and its shrinkage
+SERIAL = True  # look for the unsplit kernel's region (costmodel/gemm_serial.py)
+SERIAL_NK = tuple(np.arange(16.0, 22.01, 0.5))  # log2 n·k bounds of the region tried
+SERIAL_M = (2, 4, 8, 16, 32, 64, 128)  # row bounds tried
 SERIAL_WIDE = True  # also look for the wide outputs' unsplit branch (n >= N, m <= M_w)
-SERIAL_N = (512, 768, 1024, 1536, 2048, 3072, 4096)   # its least n tried
+SERIAL_N = (512, 768, 1024, 1536, 2048, 3072, 4096)  # its least n tried
 SERIAL_OVER = 1.1  # rows this much slower than the tile model set the unsplit kernel's line
 SERIAL_GAIN = 0.01  # the least share of the held-out shapes' summed |log error| a region must remove
 SERIAL_FOLDS = 4
@@ -65,8 +68,8 @@ class GemmTilesFit(ClassFit):
     sms: int = 0
     corr_knots: tuple = ()
     corr: tuple = ()
-    field: tuple = ()     # (m grid, shapes, residuals, h, a) of the residual field; (): none
-    serial: tuple = ()    # [t0, tau, S, K, M] of the unsplit kernel's region (costmodel/gemm_serial.py); (): none
+    field: tuple = ()  # (m grid, shapes, residuals, h, a) of the residual field; (): none
+    serial: tuple = ()  # [t0, tau, S, K, M] of the unsplit kernel's region (costmodel/gemm_serial.py); (): none
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         mnk = [df[c].to_numpy(float) for c in "mnk"]
@@ -119,7 +122,7 @@ def _spd_solve(M: sp.csr_matrix, rhs: np.ndarray, x0: np.ndarray | None) -> np.n
 
 def _solve(A: sp.csr_matrix, y: np.ndarray, PtP, lam: float, sweeps: int = 3) -> np.ndarray:
     n = len(y)
-    reg = (PtP * (lam * lam) + sp.identity(A.shape[1]) * RIDGE ** 2) * (n / 1000.0)
+    reg = (PtP * (lam * lam) + sp.identity(A.shape[1]) * RIDGE**2) * (n / 1000.0)
     w, c = np.ones(n), None
     for _ in range(sweeps):
         c = _spd_solve((A.T @ sp.diags(w) @ A + reg).tocsr(), A.T @ (w * y), c)
@@ -191,8 +194,21 @@ def fit_field(df: pd.DataFrame, t_model: np.ndarray, lam: float | None, t_correc
         return ()
     grid, shapes, vals = build(m, n, k, np.log(t / t_corrected))
     (hn, hk), a = best
-    return grid, shapes, [[float(np.clip(round(v, 5), -gemm_residual.BOUND, gemm_residual.BOUND)) if np.isfinite(v) else float("nan") for v in row]
-                          for row in vals], (hn, hk), a
+    return (
+        grid,
+        shapes,
+        [
+            [
+                float(np.clip(round(v, 5), -gemm_residual.BOUND, gemm_residual.BOUND))
+                if np.isfinite(v)
+                else float("nan")
+                for v in row
+            ]
+            for row in vals
+        ],
+        (hn, hk),
+        a,
+    )
 
 
 def _line(k: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -206,7 +222,7 @@ def _region_gain(r, m, k, t, b, err0, over):
     where it is the slower kernel, gain the summed |log error| it removes (None: no line)."""
     if r.sum() < 8:
         return None
-    slow = r & over                # where the unsplit kernel is the slower, and so its time
+    slow = r & over  # where the unsplit kernel is the slower, and so its time
     t0, tau = _line(k[slow], t[slow]) if slow.sum() >= 2 else _line(k[r], t[r])
     if t0 <= 0 or tau <= 0:
         return None
@@ -226,11 +242,11 @@ def _serial_search(m, n, k, t, b) -> tuple[tuple, float]:
     best, best_gain = (), 0.0
     for s_exp in SERIAL_NK:
         for m_max in SERIAL_M:
-            inner = (m <= m_max) & (n * k < 2.0 ** s_exp)
+            inner = (m <= m_max) & (n * k < 2.0**s_exp)
             for k_max in np.unique(k[inner]):
                 g = _region_gain(inner & (k <= k_max), m, k, t, b, err0, over)
                 if g is not None and g[2] > best_gain:
-                    best, best_gain = (float(g[0]), float(g[1]), float(2.0 ** s_exp), float(k_max), float(m_max)), g[2]  # type: ignore[assignment]
+                    best, best_gain = (float(g[0]), float(g[1]), float(2.0**s_exp), float(k_max), float(m_max)), g[2]  # type: ignore[assignment]
     if not SERIAL_WIDE:
         return best, best_gain
     narrow = gemm_serial.region(m, n, k, best) if best else np.zeros(len(m), bool)
@@ -269,30 +285,73 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     t = df["time_s"].to_numpy(float)
     g = _grid(df, sms)
     beta_cap = upper.get("beta", np.inf)
-    spec = {"pi": upper.get("pi", np.inf), "beta": beta_cap, "beta_cta": beta_cap, "l2": l2_bytes, "l2_out": l2_bytes, "l2_act": l2_bytes}
+    spec = {
+        "pi": upper.get("pi", np.inf),
+        "beta": beta_cap,
+        "beta_cta": beta_cap,
+        "l2": l2_bytes,
+        "l2_out": l2_bytes,
+        "l2_act": l2_bytes,
+    }
     cap = np.array([spec.get(p, np.inf) for p in PARAMS])
     F, B = df["flops"].to_numpy(float), df["bytes"].to_numpy(float)
     env = lambda q: float(np.max(q / t))  # noqa: E731  (upper envelope of a rate)
-    p0 = np.array([0.7 * env(F), 0.7 * env(B), 3 * env(B), 0.02 * env(B), 0.5 * t.min(), 0.5 * t.min(),
-                   0.1 * t.min(), 0.5 * l2_bytes, 0.5 * l2_bytes, 0.5 * l2_bytes])
+    p0 = np.array(
+        [
+            0.7 * env(F),
+            0.7 * env(B),
+            3 * env(B),
+            0.02 * env(B),
+            0.5 * t.min(),
+            0.5 * t.min(),
+            0.1 * t.min(),
+            0.5 * l2_bytes,
+            0.5 * l2_bytes,
+            0.5 * l2_bytes,
+        ]
+    )
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     hi = np.minimum(np.log(1e4), np.log(cap / p0))
     lo = np.full(len(PARAMS), -np.log(1e4))
     sub = np.random.default_rng(0).permutation(len(t))[:SUBSAMPLE]
     gs = {k: (v[:, sub] if isinstance(v, np.ndarray) else v) for k, v in g.items()}
-    x0 = least_squares(lambda x: np.log(times_on(gs, p0 * np.exp(x)) / t[sub]), np.zeros(len(PARAMS)),
-                       bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr").x
+    x0 = least_squares(
+        lambda x: np.log(times_on(gs, p0 * np.exp(x)) / t[sub]),
+        np.zeros(len(PARAMS)),
+        bounds=(lo, hi),
+        loss=LOSS,
+        f_scale=F_SCALE,
+        method="trf",
+        ftol=1e-4,
+        tr_solver="lsmr",
+    ).x
     short = shortlist(g, p0 * np.exp(x0))
-    res = least_squares(lambda x: np.log(times_on(short, p0 * np.exp(x)) / t), x0,
-                        bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
+    res = least_squares(
+        lambda x: np.log(times_on(short, p0 * np.exp(x)) / t),
+        x0,
+        bounds=(lo, hi),
+        loss=LOSS,
+        f_scale=F_SCALE,
+        method="trf",
+        ftol=1e-4,
+        tr_solver="lsmr",
+    )
     values = p0 * np.exp(res.x)
     mnk = [df[c].to_numpy(float) for c in "mnk"]
     serial = fit_serial(df, times_on(g, values)) if SERIAL else ()
-    if serial:      # the tile constants again without the unsplit kernel's rows, then its region on them
+    if serial:  # the tile constants again without the unsplit kernel's rows, then its region on them
         keep = ~gemm_serial.region(*mnk, serial)  # type: ignore[call-arg]
         short_k = {key: (v[:, keep] if isinstance(v, np.ndarray) else v) for key, v in short.items()}
-        res = least_squares(lambda x: np.log(times_on(short_k, p0 * np.exp(x)) / t[keep]), res.x,
-                            bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", ftol=1e-4, tr_solver="lsmr")
+        res = least_squares(
+            lambda x: np.log(times_on(short_k, p0 * np.exp(x)) / t[keep]),
+            res.x,
+            bounds=(lo, hi),
+            loss=LOSS,
+            f_scale=F_SCALE,
+            method="trf",
+            ftol=1e-4,
+            tr_solver="lsmr",
+        )
         values = p0 * np.exp(res.x)
         serial = fit_serial(df, times_on(g, values)) or serial
     active, cov, s2, warns = identify("gemm", PARAMS, values, lambda v: times_on(g, v), res, len(res.fun), cap, UNITS)
@@ -300,6 +359,21 @@ def fit_gemm_tiles(df: pd.DataFrame, form: str, upper: dict, sms: int, l2_bytes:
     knots, corr, lam = fit_correction(df, base)
     corrected = base * np.exp(log_factor(knots, corr, *mnk)) if corr else base
     field = fit_field(df, base, lam, corrected) if FIELD else ()
-    out = GemmTilesFit("gemm", form, PARAMS, values, cov, float(np.sqrt(s2)), active, {}, tuple(warns),
-                       units=dict(UNITS), sms=sms, corr_knots=knots, corr=corr, field=field, serial=serial)
+    out = GemmTilesFit(
+        "gemm",
+        form,
+        PARAMS,
+        values,
+        cov,
+        float(np.sqrt(s2)),
+        active,
+        {},
+        tuple(warns),
+        units=dict(UNITS),
+        sms=sms,
+        corr_knots=knots,
+        corr=corr,
+        field=field,
+        serial=serial,
+    )
     return replace(out, errors=ape_stats(out.predict(df), t))

@@ -5,19 +5,24 @@ dim) — and, for LLMServingSim's single model, by context-length bucket; all-re
 everything else by token count. A fraction of the distinct keys of each class is drawn with the
 given seed; every row with a drawn key is held out.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-SHAPE_KEYS = {"gemm": ["n", "k"], "attention": ["heads", "kv_heads", "n"], "moe": ["k", "n", "heads", "kv_heads"],
-              "allreduce": ["m"]}
+SHAPE_KEYS = {
+    "gemm": ["n", "k"],
+    "attention": ["heads", "kv_heads", "n"],
+    "moe": ["k", "n", "heads", "kv_heads"],
+    "allreduce": ["m"],
+}
 
 
 def shape_keys(df: pd.DataFrame, op_class: str) -> pd.Series:
     cols = SHAPE_KEYS.get(op_class, ["m"])
     key = df[cols].astype(str).agg("|".join, axis=1) if len(cols) > 1 else df[cols[0]].astype(str)
-    if op_class == "attention" and key.nunique() < 3:        # one model: hold out context-length buckets
+    if op_class == "attention" and key.nunique() < 3:  # one model: hold out context-length buckets
         key = np.floor(np.log2(np.maximum(df["k"].to_numpy(float), 1.0))).astype(int).astype(str)
         key = pd.Series(key, index=df.index) + "|" + df["op"].astype(str)
     return key
@@ -53,8 +58,10 @@ def group_of(df: pd.DataFrame) -> pd.Series:
 def error_table(fit, df: pd.DataFrame) -> pd.DataFrame:
     """APE statistics (n, MAPE, median, p90; percent) per report group of ``df``."""
     from .fit import ape_stats
+
     pred, meas = fit.predict(df), df["time_s"].to_numpy(float)
     ok = np.isfinite(pred)
     g = group_of(df).to_numpy()
-    return pd.DataFrame([{"group": k, **ape_stats(pred[(g == k) & ok], meas[(g == k) & ok])}
-                         for k in sorted(set(g[ok]))])
+    return pd.DataFrame(
+        [{"group": k, **ape_stats(pred[(g == k) & ok], meas[(g == k) & ok])} for k in sorted(set(g[ok]))]
+    )

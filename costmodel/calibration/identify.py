@@ -1,4 +1,5 @@
 """Which fitted parameters the data pin down, and how well: shared by the kernel-model fits."""
+
 from __future__ import annotations
 
 import numpy as np

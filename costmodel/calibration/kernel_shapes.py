@@ -1,4 +1,5 @@
 """How kernels map onto the GPU: row-tile padding of GEMMs and waves of one-block-per-row kernels."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ class Device:
     Default: H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs, 50 MB L2;
     CUDA C Programming Guide, compute capability 9.0: 2048 resident threads and 32 blocks per SM,
     1024 threads per block)."""
+
     name: str = "h100-sxm"
     sms: int = 132
     threads_per_sm: int = 2048
@@ -29,9 +31,14 @@ class Device:
         return self.sms * per_sm
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "sms": self.sms, "threads_per_sm": self.threads_per_sm,
-                "max_blocks_per_sm": self.max_blocks_per_sm, "max_block_threads": self.max_block_threads,
-                "l2_bytes": self.l2_bytes}
+        return {
+            "name": self.name,
+            "sms": self.sms,
+            "threads_per_sm": self.threads_per_sm,
+            "max_blocks_per_sm": self.max_blocks_per_sm,
+            "max_block_threads": self.max_block_threads,
+            "l2_bytes": self.l2_bytes,
+        }
 
 
 H100 = Device()

@@ -5,6 +5,7 @@ is the same for ``cpu`` (numpy, wall clock) and ``cuda`` (torch, CUDA events), s
 exercises the whole pipeline measure → fit → predict on any machine. Every kernel is warmed up,
 then timed ``repeats`` times; the median is kept (robust to a preempted or throttled repeat).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,6 +29,7 @@ DEVICES = ("cpu", "cuda")
 class Kernel:
     """One planned call. shape: gemm (m, k, n); attention (heads, kv_heads, d_h, q, kv, sequences);
     copy (elements,)."""
+
     op_class: str
     op: str
     shape: tuple[int, ...]
@@ -53,8 +55,13 @@ def _row(k: Kernel, b: int) -> dict:
     h, hkv, d, q, kv, n = k.shape
     row = attention_row("attention", n, q, kv, h, hkv, d, b, np.nan)
     dec = k.op_class == "attention_decode"
-    return {**row, "op": k.op_class, "seqs": n if dec else 0, "decode_flops": row["flops"] if dec else 0.0,
-            "decode_bytes": row["bytes"] if dec else 0.0}
+    return {
+        **row,
+        "op": k.op_class,
+        "seqs": n if dec else 0,
+        "decode_flops": row["flops"] if dec else 0.0,
+        "decode_bytes": row["bytes"] if dec else 0.0,
+    }
 
 
 def plan_table(plan: Plan) -> pd.DataFrame:
@@ -62,8 +69,20 @@ def plan_table(plan: Plan) -> pd.DataFrame:
     return pd.DataFrame([_row(k, b) for k in plan.kernels]).assign(dtype=plan.dtype, tp=1, workers=1)
 
 
-def build_plan(h: int, heads: int, kv_heads: int, ffn: int, tokens, prefill, decode_kv, copy_elements,
-               dtype: str, tp: int = 1, warmup: int = 2, repeats: int = 7) -> Plan:
+def build_plan(
+    h: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    tokens,
+    prefill,
+    decode_kv,
+    copy_elements,
+    dtype: str,
+    tp: int = 1,
+    warmup: int = 2,
+    repeats: int = 7,
+) -> Plan:
     """GEMMs of one layer (tp shard) at each token count; prefill attention at each (q, kv);
     decode attention (q = 1) at each kv, or each (sequences, kv); a copy of each size."""
     require(dtype in DTYPE_BYTES, "dtype", dtype, f"must be one of {sorted(DTYPE_BYTES)}")
@@ -72,7 +91,9 @@ def build_plan(h: int, heads: int, kv_heads: int, ffn: int, tokens, prefill, dec
     d = h // heads
     hq, hkv = heads // tp, max(1, kv_heads // tp)
     ks = [Kernel("gemm", op, (int(t), int(k), int(n)), int(t)) for t in tokens for op, (k, n) in shapes.items()]
-    ks += [Kernel("attention_prefill", "attention_prefill", (hq, hkv, d, int(q), int(kv), 1), int(q)) for q, kv in prefill]
+    ks += [
+        Kernel("attention_prefill", "attention_prefill", (hq, hkv, d, int(q), int(kv), 1), int(q)) for q, kv in prefill
+    ]
     dec = [(1, kv) if np.isscalar(kv) else tuple(kv) for kv in decode_kv]
     ks += [Kernel("attention_decode", "attention_decode", (hq, hkv, d, 1, int(kv), int(n)), int(n)) for n, kv in dec]
     ks += [Kernel("copy", "copy", (int(e),), 0) for e in copy_elements]
@@ -84,16 +105,37 @@ def model_plan(model, tp: int = 1, dtype: str = "float16") -> Plan:
     tokens = [1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192]
     prefill = [(q, kv) for q in (128, 512, 2048, 8192) for kv in (0, 2048, 16384)]
     decode = [(n, kv) for n in (1, 8, 64, 256) for kv in (256, 1024, 4096, 16384, 65536) if n * kv <= 1 << 22]
-    return build_plan(model.H, model.h, model.h_kv, model.ffn, tokens, prefill, decode,
-                      [1 << e for e in range(16, 31, 2)], dtype, tp, warmup=5, repeats=20)
+    return build_plan(
+        model.H,
+        model.h,
+        model.h_kv,
+        model.ffn,
+        tokens,
+        prefill,
+        decode,
+        [1 << e for e in range(16, 31, 2)],
+        dtype,
+        tp,
+        warmup=5,
+        repeats=20,
+    )
 
 
 def cpu_plan() -> Plan:
     """Small shapes that run in a few seconds on two cores (float32: numpy has no fast fp16 GEMM)."""
     tokens = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
     prefill = [(q, kv) for q in (16, 32, 64, 128, 256) for kv in (0, 256, 1024)]
-    return build_plan(512, 8, 8, 1024, tokens, prefill, [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
-                      [1 << e for e in range(16, 26)], "float32")
+    return build_plan(
+        512,
+        8,
+        8,
+        1024,
+        tokens,
+        prefill,
+        [32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
+        [1 << e for e in range(16, 26)],
+        "float32",
+    )
 
 
 def _numpy_call(k: Kernel, dtype, rng):
@@ -115,6 +157,7 @@ def _numpy_call(k: Kernel, dtype, rng):
         s = np.matmul(Q, np.repeat(K, rep, 1).transpose(0, 1, 3, 2)) / np.sqrt(d) + mask
         p = np.exp(s - s.max(-1, keepdims=True))
         return np.matmul(p / p.sum(-1, keepdims=True), np.repeat(V, rep, 1))
+
     return attend
 
 
@@ -140,13 +183,14 @@ def _cuda_timer(torch, fn, warmup: int, repeats: int) -> float:
         fn()
         end.record()
         end.synchronize()
-        ts.append(start.elapsed_time(end) * 1e-3)      # elapsed_time is in ms
+        ts.append(start.elapsed_time(end) * 1e-3)  # elapsed_time is in ms
     return float(np.median(ts))
 
 
 def _flash_attn():
     try:
         from flash_attn import flash_attn_func
+
         return flash_attn_func
     except ImportError:
         return None
@@ -201,13 +245,22 @@ def _cpu_times(plan: Plan, seed: int) -> list[float]:
 def _cpu_times_isolated(plan: Plan, seed: int) -> list[float]:
     """A threaded BLAS stalls a whole GEMM for a scheduler tick whenever another process holds a
     core; one BLAS thread in a child process measures the kernel, not the neighbours."""
-    spec = {"kernels": [[k.op_class, k.op, list(k.shape), k.tokens] for k in plan.kernels], "dtype": plan.dtype,
-            "warmup": plan.warmup, "repeats": plan.repeats, "seed": seed}
+    spec = {
+        "kernels": [[k.op_class, k.op, list(k.shape), k.tokens] for k in plan.kernels],
+        "dtype": plan.dtype,
+        "warmup": plan.warmup,
+        "repeats": plan.repeats,
+        "seed": seed,
+    }
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, **{v: "1" for v in THREAD_VARS},
-           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(spec), capture_output=True,
-                         text=True, env=env, check=True)
+    env = {
+        **os.environ,
+        **{v: "1" for v in THREAD_VARS},
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", __name__], input=json.dumps(spec), capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(out.stdout)
 
 
@@ -226,6 +279,7 @@ def measure(plan: Plan, device: str = "cpu", seed: int = 0) -> pd.DataFrame:
         gpus = torch.cuda.device_count()
         if gpus > 1:
             from .allreduce_bench import measure_allreduce
+
             out = pd.concat([out] + [measure_allreduce(w, "cuda") for w in (2, 4, 8) if w <= gpus], ignore_index=True)
         return validate(out, f"microbench:{device}")
     times = _cpu_times_isolated(plan, seed)

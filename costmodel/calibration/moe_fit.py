@@ -14,6 +14,7 @@ TUNED_RATIO faster than it predicts, with a second π for those shapes (``tuned`
 keeps (``moe_tuned_shapes``) so that a model of such a shape is priced at it. A shape the fit never
 saw gets the default rate: which shapes the engine has tuned is not a law of the shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,15 +83,33 @@ def _solve(df: pd.DataFrame, form: str, params, tuned, upper: dict, p0: np.ndarr
     cap = np.array([upper.get(p, np.inf) for p in params])
     p0 = np.where(p0 >= cap, 0.5 * cap, p0)
     fn = lambda x: np.log(moe_times(p0 * np.exp(x), params, df, tuned) / t)  # noqa: E731
-    res = least_squares(fn, np.zeros(len(params)), bounds=(np.full(len(params), -np.log(1e6)), np.log(cap / p0)),
-                        loss=LOSS, f_scale=F_SCALE, method="trf")
+    res = least_squares(
+        fn,
+        np.zeros(len(params)),
+        bounds=(np.full(len(params), -np.log(1e6)), np.log(cap / p0)),
+        loss=LOSS,
+        f_scale=F_SCALE,
+        method="trf",
+    )
     values = p0 * np.exp(res.x)
     units = {p: UNITS[p] for p in params}
-    active, cov, s2, warns = identify("moe", params, values, lambda v: moe_times(v, params, df, tuned), res, len(t),
-                                      cap, units)
+    active, cov, s2, warns = identify(
+        "moe", params, values, lambda v: moe_times(v, params, df, tuned), res, len(t), cap, units
+    )
     errors = ape_stats(moe_times(values, params, df, tuned), t)
-    return MoeFit("moe", form, tuple(params), values, cov, float(np.sqrt(s2)), active, errors, tuple(warns),
-                  units=units, tuned=tuple(tuned))
+    return MoeFit(
+        "moe",
+        form,
+        tuple(params),
+        values,
+        cov,
+        float(np.sqrt(s2)),
+        active,
+        errors,
+        tuple(warns),
+        units=units,
+        tuned=tuple(tuned),
+    )
 
 
 def fit_moe(df: pd.DataFrame, form: str, upper: dict) -> MoeFit:

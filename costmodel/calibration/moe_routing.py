@@ -10,6 +10,7 @@ routing an H100 fit streams weights at 3.4 TB/s (spec 3.35); counted as uniform 
 (E·(1 - (1 - k/E)^T)), it would need 5.4 TB/s. The simulator prices real routing as uniform
 (``costmodel/moe_cost.py``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,7 @@ def _power_law_touched(tokens: int, k: int, experts: int, alpha: float, rng) -> 
     lo, hi = (1.0, 0.8 * tokens) if tokens * k > experts else (0.01, 2.0)
     u = rng.random((DRAWS, experts))
     a = 1.0 - alpha
-    x = ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a)
+    x = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
     n = np.round(x / x.sum(axis=1, keepdims=True) * tokens * k).astype(np.int64)
     touched = []
     for row in n:

@@ -22,6 +22,7 @@ attention   one varlen attention kernel per layer over the batch (vLLM's FlashAt
             cost per sequence (c_seq: its split's launch within the kernel, the combine of splits).
 sampler     t = t_0 + c_seq · sequences (LLMServingSim's per_sequence.csv sampler rows).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,22 +46,58 @@ from .identify import identify
 
 ATTENTION = ("pi_prefill", "beta_prefill", "overhead_prefill", "pi_decode", "beta_decode", "seq", "overhead_decode")
 ATTENTION_VARLEN = ATTENTION + ("pi_mixed", "seq_mixed")
-ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS   # decode: decode_units.py
-PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")     # kernel-separate tables: prefill bytes resident in the L2
-PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")   # ... their K/V part at rates of its own (``attention_times``)
-PREFILL_KV_L2 = ("l2_prefill_kv",)   # ... and an L2 capacity of its own, where head dims differ
-PREFILL_DRAM = ("exposed_prefill",)   # ... the share of their DRAM time the compute does not hide (``overlap_dram``)
-PREFILL_ROW = ("row_prefill",)        # ... and a cost per query row·head in it, where head dims differ (else: Q/O bytes' β)
-SOFTMAX = ("softmax_prefill",)   # score elements per second of the softmax, where head dims differ
-TAIL = ("tail_key",)        # the causal tail tile's per-key latency (``prefill_compute``)
+ATTENTION_UNITS = ("pi_prefill", "beta_prefill", "overhead_prefill") + DECODE_UNITS  # decode: decode_units.py
+PREFILL_L2 = ("beta_prefill_l2", "l2_prefill")  # kernel-separate tables: prefill bytes resident in the L2
+PREFILL_KV = ("beta_prefill_kv", "beta_prefill_kv_l2")  # ... their K/V part at rates of its own (``attention_times``)
+PREFILL_KV_L2 = ("l2_prefill_kv",)  # ... and an L2 capacity of its own, where head dims differ
+PREFILL_DRAM = ("exposed_prefill",)  # ... the share of their DRAM time the compute does not hide (``overlap_dram``)
+PREFILL_ROW = ("row_prefill",)  # ... and a cost per query row·head in it, where head dims differ (else: Q/O bytes' β)
+SOFTMAX = ("softmax_prefill",)  # score elements per second of the softmax, where head dims differ
+TAIL = ("tail_key",)  # the causal tail tile's per-key latency (``prefill_compute``)
 
 SAMPLER = ("floor", "per_seq")
-UNITS = {"l2_prefill_kv": "B", "exposed_prefill": "1", "row_prefill": "s", "wave": "s", "wave_q": "s", "tail_key": "s", "softmax_prefill": "1/s", "beta_prefill_kv": "B/s", "beta_prefill_kv_l2": "B/s", "beta_prefill_l2": "B/s", "l2_prefill": "B", "pi_mixed": "FLOP/s", "seq_mixed": "s", "pi_prefill": "FLOP/s", "beta_prefill": "B/s", "pi_decode": "FLOP/s", "beta_decode": "B/s", "seq": "s",
-         "overhead_prefill": "s", "overhead_decode": "s", "floor": "s", "per_seq": "s"}
+UNITS = {
+    "l2_prefill_kv": "B",
+    "exposed_prefill": "1",
+    "row_prefill": "s",
+    "wave": "s",
+    "wave_q": "s",
+    "tail_key": "s",
+    "softmax_prefill": "1/s",
+    "beta_prefill_kv": "B/s",
+    "beta_prefill_kv_l2": "B/s",
+    "beta_prefill_l2": "B/s",
+    "l2_prefill": "B",
+    "pi_mixed": "FLOP/s",
+    "seq_mixed": "s",
+    "pi_prefill": "FLOP/s",
+    "beta_prefill": "B/s",
+    "pi_decode": "FLOP/s",
+    "beta_decode": "B/s",
+    "seq": "s",
+    "overhead_prefill": "s",
+    "overhead_decode": "s",
+    "floor": "s",
+    "per_seq": "s",
+}
 UNITS.update(DECODE_UNIT_UNITS)
 CUSTOM_CLASSES = ("attention", "sampler")
-ATTENTION_COLUMNS = ("flops", "bytes", "decode_flops", "decode_bytes", "seqs", "prefill_seqs", "prefill_q", "prefill_kv",
-                     "heads", "kv_heads", "n", "k", "causal", "kv_alias")
+ATTENTION_COLUMNS = (
+    "flops",
+    "bytes",
+    "decode_flops",
+    "decode_bytes",
+    "seqs",
+    "prefill_seqs",
+    "prefill_q",
+    "prefill_kv",
+    "heads",
+    "kv_heads",
+    "n",
+    "k",
+    "causal",
+    "kv_alias",
+)
 
 
 def base_name(p: str) -> str:
@@ -73,8 +110,16 @@ def _cols(df: pd.DataFrame):
     return f - fd, b - bd, fd, bd, df["seqs"].to_numpy(float)
 
 
-def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, sms: int, quantized: bool = False,
-                    tail_key: float = 0.0, tile: int = Q_TILE) -> np.ndarray:
+def prefill_compute(
+    fp: np.ndarray,
+    df: pd.DataFrame,
+    pi_p: float,
+    wave: float,
+    sms: int,
+    quantized: bool = False,
+    tail_key: float = 0.0,
+    tile: int = Q_TILE,
+) -> np.ndarray:
     """Prefill's compute time: F/π, or with the wave model (sms > 0) max(F'/π, waves·wave·(kv_max + T/2)):
     F' pads each chunk's queries to whole T-row tiles, h·Σ⌈q/T⌉ tiles run ⌈·/SMs⌉ waves, each as long
     as a tile over the longest prefix. It is what makes short chunks over long prefixes cost the
@@ -102,15 +147,16 @@ def prefill_compute(fp: np.ndarray, df: pd.DataFrame, pi_p: float, wave: float, 
     tiles = b * np.ceil(q / tile)
     padded = 4 * h * d * tile * tiles * np.where(causal, kv + q / 2, kv + q)
     waves = np.ceil(h * tiles / sms)
-    keys = np.where(causal, kv + tile / 2, kv + q)      # the wave's tile: its keys beyond the causal diagonal
+    keys = np.where(causal, kv + tile / 2, kv + q)  # the wave's tile: its keys beyond the causal diagonal
     if quantized:
         tail = np.where(causal, np.maximum(q - tile, 0.0) / 2, 0.0) * (4 * d * tile * sms / pi_p + tail_key)
         return padded / pi_p * (waves * sms / np.maximum(h * tiles, 1.0)) + waves * wave * keys + tail
     return np.maximum(padded / pi_p, waves * wave * keys)
 
 
-def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32),
-                    tile: int = Q_TILE) -> np.ndarray:
+def attention_times(
+    v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int = 0, groups=(2, 32), tile: int = Q_TILE
+) -> np.ndarray:
     """Separate kernels: prefill and decode parts add, each with its overhead. One varlen kernel
     (pi_mixed, seq_mixed): a batch with a prefill chunk runs its decodes as one-row query tiles of
     the prefill kernel, 4·h·d·(kv + 1) FLOPs each at π_mixed (π_prefill over the padding of the
@@ -130,29 +176,56 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
     p = dict(zip(params, v))
     fp, bp, fd, bd, n = _cols(df)
     pre = fp > 0
-    if "unit" in p:   # B: the KV part of the bytes (Q read, O written: 2·d·b per head and sequence, b = 2)
+    if "unit" in p:  # B: the KV part of the bytes (Q read, O written: 2·d·b per head and sequence, b = 2)
         decode, d = np.zeros(len(df)), n > 0
         h, hkv, dh = (df[c].to_numpy(float)[d] for c in ("heads", "kv_heads", "n"))
-        decode[d] = decode_unit_times([p[q] for q in DECODE_UNITS], n[d], df["k"].to_numpy(float)[d] + 1.0, fd[d],
-                                      bd[d] - 4.0 * dh * n[d] * h, h, np.maximum(hkv, 1.0), sms, groups,
-                                      df["kv_alias"].to_numpy(float)[d] if "kv_alias" in df else 0.0)
+        decode[d] = decode_unit_times(
+            [p[q] for q in DECODE_UNITS],
+            n[d],
+            df["k"].to_numpy(float)[d] + 1.0,
+            fd[d],
+            bd[d] - 4.0 * dh * n[d] * h,
+            h,
+            np.maximum(hkv, 1.0),
+            sms,
+            groups,
+            df["kv_alias"].to_numpy(float)[d] if "kv_alias" in df else 0.0,
+        )
     elif "seq" in p:
-        decode = np.hypot(fd / p["pi_decode"], bd / p["beta_decode"]) + p["seq"] * n + np.where(n > 0, p["overhead_decode"], 0.0)
-    else:                  # a table of prefill kernels only
+        decode = (
+            np.hypot(fd / p["pi_decode"], bd / p["beta_decode"])
+            + p["seq"] * n
+            + np.where(n > 0, p["overhead_decode"], 0.0)
+        )
+    else:  # a table of prefill kernels only
         decode = np.zeros(len(df))
     wave = p.get("wave", p.get("wave_q", 0.0))
-    pi = p["pi_prefill"] if "softmax_prefill" not in p else 1.0 / (
-        1.0 / p["pi_prefill"] + 1.0 / (4.0 * df["n"].to_numpy(float) * p["softmax_prefill"]))
-    comp = prefill_compute(fp, df, pi, wave, sms if ("wave" in p or "wave_q" in p) else 0, "wave_q" in p,  # type: ignore[arg-type]
-                           p.get("tail_key", 0.0), tile)
-    if "beta_prefill_l2" in p:     # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
+    pi = (
+        p["pi_prefill"]
+        if "softmax_prefill" not in p
+        else 1.0 / (1.0 / p["pi_prefill"] + 1.0 / (4.0 * df["n"].to_numpy(float) * p["softmax_prefill"]))
+    )
+    comp = prefill_compute(
+        fp,
+        df,
+        pi,
+        wave,  # type: ignore[arg-type]
+        sms if ("wave" in p or "wave_q" in p) else 0,
+        "wave_q" in p,
+        p.get("tail_key", 0.0),
+        tile,
+    )
+    if "beta_prefill_l2" in p:  # the share of the bytes resident in the L2 (capacity l2_prefill) moves at β_L2
         r = l2_resident_share(bp / p["l2_prefill"])
         bkv = prefill_kv_bytes(df) if "beta_prefill_kv" in p else 0.0
         resident = (bp - bkv) * r / p["beta_prefill_l2"]
         dram = (bp - bkv) * (1.0 - r) / p["beta_prefill"]
-        if "beta_prefill_kv" in p:     # ... K/V's own share: its capacity l2_prefill_kv
+        if "beta_prefill_kv" in p:  # ... K/V's own share: its capacity l2_prefill_kv
             rk = l2_resident_share(bp / p["l2_prefill_kv"]) if "l2_prefill_kv" in p else r
-            resident, dram = resident + bkv * rk / p["beta_prefill_kv_l2"], dram + bkv * (1.0 - rk) / p["beta_prefill_kv"]
+            resident, dram = (
+                resident + bkv * rk / p["beta_prefill_kv_l2"],
+                dram + bkv * (1.0 - rk) / p["beta_prefill_kv"],
+            )
         if "exposed_prefill" in p:
             rows = df["prefill_seqs"].to_numpy(float) * df["prefill_q"].to_numpy(float) * df["heads"].to_numpy(float)
             comp = overlap_dram(comp, dram + (1.0 - r) * rows * p.get("row_prefill", 0.0), p["exposed_prefill"])
@@ -170,8 +243,13 @@ def attention_times(v: np.ndarray, df: pd.DataFrame, params=ATTENTION, sms: int 
 def prefill_kv_bytes(df: pd.DataFrame) -> np.ndarray:
     """The K and V part of a prefill row's bytes, 2·2·d·b·h_kv·(kv + q) (the rest is Q read and O
     written, ∝ heads)."""
-    return 4.0 * df["n"].to_numpy(float) * df["prefill_seqs"].to_numpy(float) * df["kv_heads"].to_numpy(float) * (
-        df["prefill_q"].to_numpy(float) + df["prefill_kv"].to_numpy(float))
+    return (
+        4.0
+        * df["n"].to_numpy(float)
+        * df["prefill_seqs"].to_numpy(float)
+        * df["kv_heads"].to_numpy(float)
+        * (df["prefill_q"].to_numpy(float) + df["prefill_kv"].to_numpy(float))
+    )
 
 
 def sampler_times(v: np.ndarray, df: pd.DataFrame) -> np.ndarray:
@@ -188,8 +266,26 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
         if "overhead_decode" not in params:
             pass
         elif "unit" in params:
-            out += [env(fd) * 0.1, env(bd) * 0.5, env(bd) * 0.4, env(bd) * 2, 1e7, env(bd) * 0.01, 0.05, 5e-8, tmin, 2e-8, tmin, 1e-7,
-                    env(fd) * 0.5, 5e-7, 1e7, 64.0, 1e-6, env(bd) * 2]
+            out += [
+                env(fd) * 0.1,
+                env(bd) * 0.5,
+                env(bd) * 0.4,
+                env(bd) * 2,
+                1e7,
+                env(bd) * 0.01,
+                0.05,
+                5e-8,
+                tmin,
+                2e-8,
+                tmin,
+                1e-7,
+                env(fd) * 0.5,
+                5e-7,
+                1e7,
+                64.0,
+                1e-6,
+                env(bd) * 2,
+            ]
         else:
             out += [env(fd) * 0.1, env(bd), seq, 0.5 * tmin]
         out += [env(fd) * 0.1, seq] if "pi_mixed" in params else []
@@ -208,17 +304,19 @@ def _start(op_class: str, params, df: pd.DataFrame, t: np.ndarray) -> np.ndarray
 @dataclass(frozen=True)
 class ModelFit(ClassFit):
     """A ClassFit whose times come from one of this module's models."""
+
     units: dict = None  # type: ignore[assignment]
     sms: int = 0
-    groups: tuple = (2, 32)     # unit decode model: the group sizes the grouped kernel takes
-    q_tile: int = Q_TILE        # prefill wave model: query rows per CTA tile
+    groups: tuple = (2, 32)  # unit decode model: the group sizes the grouped kernel takes
+    q_tile: int = Q_TILE  # prefill wave model: query rows per CTA tile
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         return model_times(self.op_class, self.params, self.values, df, self.sms, self.groups, self.q_tile)
 
 
-def model_times(op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32),
-                tile: int = Q_TILE) -> np.ndarray:
+def model_times(
+    op_class: str, params, values, df: pd.DataFrame, sms: int = 0, groups=(2, 32), tile: int = Q_TILE
+) -> np.ndarray:
     if op_class == "attention":
         return attention_times(values, df, params, sms, groups, tile)
     return sampler_times(values, df)
@@ -230,42 +328,63 @@ def _long_causal(df: pd.DataFrame, tile: int = Q_TILE) -> bool:
     return bool((causal & (df["prefill_q"].to_numpy(float) > tile)).any())
 
 
-def class_params_for(op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0, tile: int = Q_TILE) -> tuple[str, ...]:
+def class_params_for(
+    op_class: str, df: pd.DataFrame, sms: int = 0, l2: float = 0.0, tile: int = Q_TILE
+) -> tuple[str, ...]:
     if op_class == "attention":
-        mixed = (df["decode_flops"].to_numpy(float) > 0) & (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
+        mixed = (df["decode_flops"].to_numpy(float) > 0) & (
+            df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float)
+        )
         waves = ("wave",) if sms and (df["prefill_seqs"].to_numpy(float) > 0).any() else ()
         if mixed.any():
             return ATTENTION_VARLEN + waves
-        waves = ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves  # type: ignore[assignment]
+        waves = (
+            ("wave_q",) + TAIL if waves and l2 and _long_causal(df, tile) else ("wave_q",) if waves and l2 else waves  # type: ignore[assignment]
+        )
         pre_d = df["n"].to_numpy(float)[df["prefill_seqs"].to_numpy(float) > 0]
         dims = waves and l2 and len(np.unique(pre_d)) > 1
         waves = waves + SOFTMAX if dims else waves  # type: ignore[assignment]
         # kernel-separate tables: the quantized wave form (with the causal tail's per-key latency where it shows)
-        l2p = (PREFILL_L2 + PREFILL_KV + (PREFILL_KV_L2 if dims else ()) + PREFILL_DRAM + (PREFILL_ROW if dims else ())
-               if waves and l2 else ())
+        l2p = (
+            PREFILL_L2 + PREFILL_KV + (PREFILL_KV_L2 if dims else ()) + PREFILL_DRAM + (PREFILL_ROW if dims else ())
+            if waves and l2
+            else ()
+        )
         if not (df["decode_flops"].to_numpy(float) > 0).any():
             return ATTENTION_UNITS[:3] + waves + l2p
         return ATTENTION_UNITS + waves + l2p if sms and l2 else ATTENTION + waves
     return SAMPLER
 
 
-def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0,
-                    tile: int = 0) -> ModelFit:
+def fit_model_class(
+    df: pd.DataFrame, op_class: str, form: str, upper: dict, sms: int = 0, l2: float = 0.0, tile: int = 0
+) -> ModelFit:
     """Fit one of this module's classes; ``upper`` caps parameters (SI) by their base name (the
     physical bounds); a capped parameter whose fit lands on its cap is reported as clamped; ``sms``
     (the GPU's SM count, 0: unknown) turns on attention's wave model, with ``l2`` (its L2 bytes)
     the unit decode model (``costmodel/decode_units.py``) for tables without mixed batches."""
     tile = tile or Q_TILE
     params = class_params_for(op_class, df, sms, l2, tile)
-    if op_class == "attention" and apart(df, params):     # context and generation kernels: two problems
+    if op_class == "attention" and apart(df, params):  # context and generation kernels: two problems
         return fit_apart(df, params, form, upper, sms, l2, tile)
     t = df["time_s"].to_numpy(float)
-    if op_class == "attention":     # one float block: the solver reads these columns thousands of times
+    if op_class == "attention":  # one float block: the solver reads these columns thousands of times
         df = df[[c for c in ATTENTION_COLUMNS if c in df]].astype(float)
-    upper = {**upper, "exposed_prefill": 1.0, "l2_decode": l2 or np.inf, "l2_prefill": l2 or np.inf, "l2_pass": l2 or np.inf,
-             "l2_prefill_kv": l2 or np.inf}
+    upper = {
+        **upper,
+        "exposed_prefill": 1.0,
+        "l2_decode": l2 or np.inf,
+        "l2_prefill": l2 or np.inf,
+        "l2_pass": l2 or np.inf,
+        "l2_prefill_kv": l2 or np.inf,
+    }
     p0 = _start(op_class, params, df, t)
-    for c in ("l2_decode", "l2_prefill", "l2_pass", "l2_prefill_kv"):     # start the resident capacity near the spec L2 (the cliff's scale)
+    for c in (
+        "l2_decode",
+        "l2_prefill",
+        "l2_pass",
+        "l2_prefill_kv",
+    ):  # start the resident capacity near the spec L2 (the cliff's scale)
         if c in params and l2:
             p0[params.index(c)] = 0.8 * l2
     cap = np.array([upper.get(base_name(p), np.inf) for p in params])
@@ -276,19 +395,58 @@ def fit_model_class(df: pd.DataFrame, op_class: str, form: str, upper: dict, sms
     x0 = np.zeros(len(params))
     if "unit" in params and (df["decode_flops"].to_numpy(float) > 0).any():
         groups, x0 = _grouping(df, op_class, params, p0, lo, hi, t, sms, tile=tile)
-        p0 = _split_start(params, p0, groups)      # the final fit starts where the chosen grouping's sample fit ended
-    fn = _Residuals(lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, tile), df, t,
-                    params, op_class, lo, hi)
-    solver = {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}   # no SVD per step: fast on 10k rows
-    res = least_squares(fn, np.clip(x0, lo, hi), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
-                        x_scale=1.0, **solver)
+        p0 = _split_start(params, p0, groups)  # the final fit starts where the chosen grouping's sample fit ended
+    fn = _Residuals(
+        lambda x, d: model_times(op_class, params, p0 * np.exp(x), d, sms, groups, tile),
+        df,
+        t,
+        params,
+        op_class,
+        lo,
+        hi,
+    )
+    solver = (
+        {"tr_solver": "lsmr"} if ("unit" in params or "wave_q" in params) else {}
+    )  # no SVD per step: fast on 10k rows
+    res = least_squares(
+        fn,
+        np.clip(x0, lo, hi),
+        jac=fn.jac,
+        bounds=(lo, hi),
+        loss=LOSS,
+        f_scale=F_SCALE,
+        method="trf",
+        x_scale=1.0,
+        **solver,
+    )
     values = p0 * np.exp(res.x)
     units = {p: UNITS[base_name(p)] for p in params}
-    active, cov, s2, warns = identify(op_class, params, values, lambda v: model_times(op_class, params, v, df, sms, groups, tile),
-                                      res, len(t), cap, units)
+    active, cov, s2, warns = identify(
+        op_class,
+        params,
+        values,
+        lambda v: model_times(op_class, params, v, df, sms, groups, tile),
+        res,
+        len(t),
+        cap,
+        units,
+    )
     errors = ape_stats(model_times(op_class, params, values, df, sms, groups, tile), t)
-    return ModelFit(op_class, form, params, values, cov, float(np.sqrt(s2)), active, errors, tuple(warns), units=units,
-                    sms=sms, groups=groups, q_tile=tile)
+    return ModelFit(
+        op_class,
+        form,
+        params,
+        values,
+        cov,
+        float(np.sqrt(s2)),
+        active,
+        errors,
+        tuple(warns),
+        units=units,
+        sms=sms,
+        groups=groups,
+        q_tile=tile,
+    )
 
 
 def _split_start(params, p0: np.ndarray, groups) -> np.ndarray:
@@ -313,20 +471,50 @@ def _grouping(df, op_class, params, p0, lo, hi, t, sms, sample: int = 2000, tile
 
     def cost(groups):
         q0 = _split_start(params, p0, groups)
-        fn = _Residuals(lambda x, d: model_times(op_class, params, q0 * np.exp(x), d, sms, groups, tile), sub, ts,
-                        params, op_class, lo, hi)
-        r = least_squares(fn, np.zeros(len(params)), jac=fn.jac, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf",
-                          ftol=1e-3, tr_solver="lsmr")
+        fn = _Residuals(
+            lambda x, d: model_times(op_class, params, q0 * np.exp(x), d, sms, groups, tile),
+            sub,
+            ts,
+            params,
+            op_class,
+            lo,
+            hi,
+        )
+        r = least_squares(
+            fn,
+            np.zeros(len(params)),
+            jac=fn.jac,
+            bounds=(lo, hi),
+            loss=LOSS,
+            f_scale=F_SCALE,
+            method="trf",
+            ftol=1e-3,
+            tr_solver="lsmr",
+        )
         return r.cost, groups, r.x
+
     best = min((cost(g) for g in GROUPINGS), key=lambda c: c[0])
-    if best[1][2] in ("launch", "gen"):      # MMHA's occupancy: 256-thread blocks per SM (decode_launch.mmha_launch)
+    if best[1][2] in ("launch", "gen"):  # MMHA's occupancy: 256-thread blocks per SM (decode_launch.mmha_launch)
         best = min([best] + [cost(best[1][:3] + (b,)) for b in MMHA_OCCUPANCY[1:]], key=lambda c: c[0])
     return best[1], best[2]
 
 
-PREFILL_ONLY = {"pi_prefill", "beta_prefill", "overhead_prefill", "wave", "wave_q", "tail_key", "softmax_prefill",
-                "beta_prefill_l2", "l2_prefill", "beta_prefill_kv", "beta_prefill_kv_l2", "l2_prefill_kv", "exposed_prefill",
-                "row_prefill"}
+PREFILL_ONLY = {
+    "pi_prefill",
+    "beta_prefill",
+    "overhead_prefill",
+    "wave",
+    "wave_q",
+    "tail_key",
+    "softmax_prefill",
+    "beta_prefill_l2",
+    "l2_prefill",
+    "beta_prefill_kv",
+    "beta_prefill_kv_l2",
+    "l2_prefill_kv",
+    "exposed_prefill",
+    "row_prefill",
+}
 
 
 def touched_rows(op_class: str, params, df: pd.DataFrame) -> list:
@@ -336,8 +524,11 @@ def touched_rows(op_class: str, params, df: pd.DataFrame) -> list:
     if op_class != "attention" or "pi_mixed" in params:
         return [None] * len(params)
     cols = lambda *c: np.any([df[k].to_numpy(float) > 0 for k in c if k in df], axis=0)  # noqa: E731
-    pre = np.flatnonzero(cols("prefill_seqs", "prefill_q", "prefill_kv") | (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
-                         | (df["bytes"].to_numpy(float) > df["decode_bytes"].to_numpy(float)))
+    pre = np.flatnonzero(
+        cols("prefill_seqs", "prefill_q", "prefill_kv")
+        | (df["flops"].to_numpy(float) > df["decode_flops"].to_numpy(float))
+        | (df["bytes"].to_numpy(float) > df["decode_bytes"].to_numpy(float))
+    )
     dec = np.flatnonzero(cols("seqs", "decode_flops", "decode_bytes"))
     return [pre if p in PREFILL_ONLY else dec for p in params]
 
@@ -350,7 +541,10 @@ class _Residuals:
 
     def __init__(self, times, df: pd.DataFrame, t: np.ndarray, params, op_class: str, lo, hi):
         self.times, self.df, self.t = times, FloatColumns(df), t
-        self.lo, self.hi = np.broadcast_to(lo, len(params)).astype(float), np.broadcast_to(hi, len(params)).astype(float)
+        self.lo, self.hi = (
+            np.broadcast_to(lo, len(params)).astype(float),
+            np.broadcast_to(hi, len(params)).astype(float),
+        )
         self.rel = relative_rows(op_class, params, df)
         subs = {}
         self.rows = []  # type: ignore[var-annotated]
@@ -408,8 +602,11 @@ def relative_rows(op_class: str, params, df: pd.DataFrame):
     fits take twice the solver steps, so they keep log error."""
     if op_class != "attention" or "pi_mixed" in params or "causal" not in df:
         return None
-    pre = ((df["prefill_seqs"].to_numpy(float) > 0) & ~(df["decode_flops"].to_numpy(float) > 0)
-           & ~(df["causal"].to_numpy(float) > 0))
+    pre = (
+        (df["prefill_seqs"].to_numpy(float) > 0)
+        & ~(df["decode_flops"].to_numpy(float) > 0)
+        & ~(df["causal"].to_numpy(float) > 0)
+    )
     return pre if pre.any() else None
 
 

@@ -2,6 +2,7 @@
 (operator class; attention by kernel; all-reduce by GPU count). A model that fits leaves a flat
 band around 0; a bend at the knee or the floor shows in its own panel. Titles give the MAPE on the
 fitted and the held-out rows; at most 6 log-spaced ticks per axis, so short ranges stay readable."""
+
 from __future__ import annotations
 
 import math
@@ -15,12 +16,16 @@ from .holdout import group_of
 
 def residual_plot(fit: Fit, df: pd.DataFrame, path, held_out: pd.DataFrame | None = None) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import LogLocator, NullFormatter
 
-    sets = [(d, label, marker) for d, label, marker in ((df, "fitted", "."), (held_out, "held out", "x"))
-            if d is not None and len(d)]
+    sets = [
+        (d, label, marker)
+        for d, label, marker in ((df, "fitted", "."), (held_out, "held out", "x"))
+        if d is not None and len(d)
+    ]
     groups = sorted({g for d, _, _ in sets for g, c in zip(group_of(d), d["op_class"]) if c in fit.classes})
     cols = min(4, max(1, len(groups)))
     rows = math.ceil(len(groups) / cols)
@@ -41,7 +46,7 @@ def residual_plot(fit: Fit, df: pd.DataFrame, path, held_out: pd.DataFrame | Non
         ax.set_title("\n".join([title[0], ", ".join(title[1:])]), fontsize=8)
         ax.set_xlabel("measured time (µs)", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(groups):]:
+    for ax in list(axes.flat)[len(groups) :]:
         ax.set_visible(False)
     for r in range(rows):
         axes[r][0].set_ylabel("model / measured − 1 (%)", fontsize=8)

@@ -6,6 +6,7 @@ prediction interval on one forward pass adds the fit's residual scatter s on top
 priced by one set of kernels, so that error is taken as shared by all its operators (one draw
 per pass), which is the conservative choice.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,12 @@ PERCENTILES = (2.5, 16.0, 50.0, 84.0, 97.5)
 
 def _require_fitted(hw: Hardware):
     names, values, cov = fitted_parameters(hw)
-    require(len(names) > 0, "hardware", hw.name,
-            "profile has no fitted covariance; write one with `chunksim calibrate --out DIR`")
+    require(
+        len(names) > 0,
+        "hardware",
+        hw.name,
+        "profile has no fitted covariance; write one with `chunksim calibrate --out DIR`",
+    )
     return names, values, cov
 
 
@@ -39,8 +44,16 @@ def sample_hardware(profile: Hardware, n: int, rng: np.random.Generator) -> list
     return [profile.replace(**{fields[names[i]]: float(v) for i, v in zip(keep, row)}) for row in draws]
 
 
-def forward_interval(model: ModelSpec, profile: Hardware, q_lens, kv_lens, tp: int = 1,
-                     counting: str | None = None, n: int = 400, seed: int = 0) -> dict:
+def forward_interval(
+    model: ModelSpec,
+    profile: Hardware,
+    q_lens,
+    kv_lens,
+    tp: int = 1,
+    counting: str | None = None,
+    n: int = 400,
+    seed: int = 0,
+) -> dict:
     """Percentiles (seconds) of one forward pass's time over parameter draws and residual scatter."""
     rng = np.random.default_rng(seed)
     stats = CostModel(model, profile, tp, counting).shape(q_lens, kv_lens)
@@ -48,5 +61,9 @@ def forward_interval(model: ModelSpec, profile: Hardware, q_lens, kv_lens, tp: i
     s = float((profile.calibration.get("residual_scale_log") or {}).get("gemm", 0.0))
     times = times * np.exp(s * rng.standard_normal(n))
     point = CostModel(model, profile, tp, counting).time(stats)
-    return {"time_s": point, "draws": n, "residual_scale_log": s,
-            **{f"p{p:g}_s": float(np.percentile(times, p)) for p in PERCENTILES}}
+    return {
+        "time_s": point,
+        "draws": n,
+        "residual_scale_log": s,
+        **{f"p{p:g}_s": float(np.percentile(times, p)) for p in PERCENTILES},
+    }

@@ -1,13 +1,14 @@
 """The step fit's second GEMM regime in rows (calibration/steps.py): which breaks and budgets to
 try, and whether the best one pays for its two parameters."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-MIN_REGIME = 0.02   # a break that moves π by less is no second regime
-SCREEN = 4000       # steps a fit runs on (every k-th of a larger table)
-SCREEN_BREAKS = 1000   # steps the candidate breaks are compared on
+MIN_REGIME = 0.02  # a break that moves π by less is no second regime
+SCREEN = 4000  # steps a fit runs on (every k-th of a larger table)
+SCREEN_BREAKS = 1000  # steps the candidate breaks are compared on
 
 
 def pays(cost: float, one_regime: float, n: int) -> bool:
@@ -20,7 +21,7 @@ def screen(n: int, most: int = SCREEN) -> slice:
     return slice(None) if n <= most else slice(None, None, -(-n // most))
 
 
-NONE = ("", 0)          # no rows regime
+NONE = ("", 0)  # no rows regime
 BUDGETS_PER_OCTAVE = 2  # the grid of budgets the fit starts from (it then frees the budget)
 
 

@@ -15,6 +15,7 @@ The step fit's scales act on the base profile's fields:
 
 and the host terms are the profile's (costmodel/host.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,25 +32,42 @@ from ..model import ModelSpec
 from ..roofline import CostModel
 
 ATTN_PI = ("attn_decode_pi", "attn_mixed_pi")
-BETA = ("beta_eff", "beta_attn", "attn_prefill_beta", "attn_prefill_kv_beta", "attn_decode_beta_mha", "elementwise_beta")
+BETA = (
+    "beta_eff",
+    "beta_attn",
+    "attn_prefill_beta",
+    "attn_prefill_kv_beta",
+    "attn_decode_beta_mha",
+    "elementwise_beta",
+)
 NO_HOST = dict.fromkeys(HOST_FIELDS, 0.0)
 
 
-def scaled_hardware(base: Hardware, s_pi: float, s_beta: float, s_pi_attn: float | None = None, rows_break: int = 0,
-                    s_rows: float = 1.0, host=None, budget: int = 0) -> Hardware:
+def scaled_hardware(
+    base: Hardware,
+    s_pi: float,
+    s_beta: float,
+    s_pi_attn: float | None = None,
+    rows_break: int = 0,
+    s_rows: float = 1.0,
+    host=None,
+    budget: int = 0,
+) -> Hardware:
     """The base profile with the step fit's constants applied (module docstring); attention's π
     follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros); a rows
     regime is a break (``rows_break``) or a budget (``budget``), not both."""
     tied = s_pi_attn is None
     s_pa = s_pi if tied else s_pi_attn
-    ch = {"pi_eff": base.pi_eff * s_pi,
-          "pi_attn": (base.pi_attn * s_pi if base.pi_attn else None) if tied else base.pi_attention * s_pa}  # type: ignore[operator]
+    ch = {
+        "pi_eff": base.pi_eff * s_pi,
+        "pi_attn": (base.pi_attn * s_pi if base.pi_attn else None) if tied else base.pi_attention * s_pa,  # type: ignore[operator]
+    }
     ch.update({f: getattr(base, f) * s_pa for f in ATTN_PI if getattr(base, f)})
     ch.update({f: getattr(base, f) * s_beta for f in BETA if getattr(base, f)})
     if rows_break:
         ch.update(gemm_rows_break=int(rows_break), gemm_rows_pi_scale=float(s_rows))
     elif budget:
-        ch.update(gemm_rows_budget=budget, gemm_rows_pi_scale=float(s_rows))   # a float while a fit frees it
+        ch.update(gemm_rows_budget=budget, gemm_rows_pi_scale=float(s_rows))  # a float while a fit frees it
     ch.update(dict(zip(HOST_FIELDS, (float(h) for h in host))) if host is not None else NO_HOST)
     return base.replace(**ch)
 
@@ -66,12 +84,13 @@ def scale_bounds(base: Hardware, tied: bool) -> tuple[float, float, float]:
 @dataclass(frozen=True)
 class StepShapes:
     """A step table's distinct batches, as ``CostModel.shape`` takes them, and its host columns."""
-    batches: list          # (prefill q_lens, their kv_lens, decodes, Σ(kv + 1) of the decodes)
-    inv: np.ndarray        # step -> its batch
+
+    batches: list  # (prefill q_lens, their kv_lens, decodes, Σ(kv + 1) of the decodes)
+    inv: np.ndarray  # step -> its batch
     host_cols: np.ndarray  # (steps, 4): 1, seqs, prefill_seqs, [prefill_seqs > 0]
-    rows: np.ndarray       # (steps,) Σ q
-    cache: dict = field(default_factory=dict, compare=False)   # the tile model's grids (``_tiled_lookup``)
-    flat: dict = field(default_factory=dict, compare=False)    # the batches' sequences flattened (``_sequences``)
+    rows: np.ndarray  # (steps,) Σ q
+    cache: dict = field(default_factory=dict, compare=False)  # the tile model's grids (``_tiled_lookup``)
+    flat: dict = field(default_factory=dict, compare=False)  # the batches' sequences flattened (``_sequences``)
 
     def __len__(self) -> int:
         return len(self.inv)
@@ -100,8 +119,9 @@ def subset(shapes: StepShapes, idx) -> StepShapes:
     """The steps ``idx`` (a slice or index array) of a StepShapes."""
     if isinstance(idx, slice) and idx == slice(None):
         return shapes
-    return StepShapes(shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache,
-                      shapes.flat)
+    return StepShapes(
+        shapes.batches, shapes.inv[idx], shapes.host_cols[idx], shapes.rows[idx], shapes.cache, shapes.flat
+    )
 
 
 def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np.ndarray:
@@ -112,8 +132,9 @@ def gpu_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int) -> np
     return t[shapes.inv]
 
 
-def batch_times(shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int, idx: np.ndarray,
-                used: np.ndarray | None = None) -> np.ndarray:
+def batch_times(
+    shapes: StepShapes, model: ModelSpec, hw: Hardware, tp: int, idx: np.ndarray, used: np.ndarray | None = None
+) -> np.ndarray:
     """GPU seconds of the distinct batches ``idx`` as ``CostModel.step_time`` prices them, host terms
     off: a tile-model profile's GEMMs for every distinct row count of ``used`` (default ``idx``) at once
     (``_tiled_lookup``), the attention sums of every batch at once and the rest per distinct
@@ -138,8 +159,20 @@ def _wave_times(cm: CostModel, shapes: StepShapes, idx) -> np.ndarray:
             s = memo[j] = cm.shape(*b[j])
         ss.append(s)
     rows, seqs = np.array([s.rows for s in ss], dtype=np.int64), np.array([s.seqs for s in ss], dtype=np.int64)
-    attn = np.array([cm._attention_time(s.prefill_pairs, s.prefill_kv, s.memory_bound_pairs, s.decode_kv,
-                                        s.seqs - s.prefill_seqs, s.rows, cm._prefill_compute(s)) for s in ss])
+    attn = np.array(
+        [
+            cm._attention_time(
+                s.prefill_pairs,
+                s.prefill_kv,
+                s.memory_bound_pairs,
+                s.decode_kv,
+                s.seqs - s.prefill_seqs,
+                s.rows,
+                cm._prefill_compute(s),
+            )
+            for s in ss
+        ]
+    )
     t = _fixed_by_key(cm, rows, seqs) + attn
     if not _agrees_on_sample(t, lambda i: cm.step_time(*b[idx[i]])):
         return np.array([cm.step_time(*b[j]) for j in idx])
@@ -154,8 +187,9 @@ def _agrees_on_sample(fast: np.ndarray, exact) -> bool:
 
 def _fixed_by_key(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarray:
     """``_fixed_times`` once per distinct key of ``_fixed_part`` (rows, or rows and sequences)."""
-    _, first, inv = np.unique(rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True,
-                              return_inverse=True)
+    _, first, inv = np.unique(
+        rows * (int(seqs.max()) + 1) + seqs if cm._fixed_uses_seqs else rows, return_index=True, return_inverse=True
+    )
     return _fixed_times(cm, rows[first], seqs[first])[inv]
 
 
@@ -168,9 +202,16 @@ def _sequences(shapes: StepShapes) -> dict:
         n = np.array([len(x[0]) for x in b], dtype=np.int64)
         q = np.fromiter((v for x in b for v in x[0]), np.int64, int(n.sum()))
         kv = np.fromiter((v for x in b for v in x[1]), np.int64, int(n.sum()))
-        f.update(batch=np.repeat(np.arange(len(b)), n), q=q, pairs=q * kv + q * (q + 1) // 2, tokens=kv + q, n=n,
-                 decodes=np.array([x[2] for x in b], dtype=np.int64), dtok=np.array([x[3] for x in b], dtype=np.int64))
-        f["exact"] = float(f["pairs"].sum() + f["tokens"].sum() + f["dtok"].sum() + f["q"].sum()) < 2.0 ** 52
+        f.update(
+            batch=np.repeat(np.arange(len(b)), n),
+            q=q,
+            pairs=q * kv + q * (q + 1) // 2,
+            tokens=kv + q,
+            n=n,
+            decodes=np.array([x[2] for x in b], dtype=np.int64),
+            dtok=np.array([x[3] for x in b], dtype=np.int64),
+        )
+        f["exact"] = float(f["pairs"].sum() + f["tokens"].sum() + f["dtok"].sum() + f["q"].sum()) < 2.0**52
     return f
 
 
@@ -181,7 +222,7 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
     only where a sample of batches matches ``step_time`` to 1e-12 (else every batch by ``step_time``)."""
     f, b = _sequences(shapes), shapes.batches
     step = lambda js: np.array([cm.step_time(*b[j]) for j in js], dtype=float)
-    wide = f["n"][idx] > 48                     # step_time's ShapeStats path
+    wide = f["n"][idx] > 48  # step_time's ShapeStats path
     if not f["exact"] or wide.all():
         return step(idx)
     t = np.empty(len(idx))
@@ -211,7 +252,9 @@ def _vector_times(cm: CostModel, shapes: StepShapes, idx: np.ndarray) -> np.ndar
     else:
         sums = np.stack([pairs, pkv, dpairs, dkv, seqs - pseqs, rows], 1)
         u, ui = np.unique(sums, axis=0, return_inverse=True)
-        attn = np.array([cm._attention_time(a, k, dp, dk, int(n), int(r)) for a, k, dp, dk, n, r in u.tolist()])[ui.ravel()]
+        attn = np.array([cm._attention_time(a, k, dp, dk, int(n), int(r)) for a, k, dp, dk, n, r in u.tolist()])[
+            ui.ravel()
+        ]
     t[~wide] = tv = fixed + attn
     if not _agrees_on_sample(tv, lambda i: cm.step_time(*b[js[i]])):
         return step(idx)
@@ -235,35 +278,48 @@ def _fixed_times(cm: CostModel, rows: np.ndarray, seqs: np.ndarray) -> np.ndarra
             return one()
     seed = cm.counting == "seed"
     names = ["linear", "embedding"] + (["lm_head"] if cm.head_gemm_params or not seed else [])
-    names += (["elementwise"] if hw.elementwise_beta else []) + (["sampler"] if hw.sampler_s or hw.sampler_seq_s else [])
+    names += (["elementwise"] if hw.elementwise_beta else []) + (
+        ["sampler"] if hw.sampler_s or hw.sampler_seq_s else []
+    )
     if [t[0] for t in cm._weight_terms(int(rows[0]), int(seqs[0]))] != names:
         return one()
     r, n = rows.astype(float), seqs.astype(float)
     pi = _pi_rows(cm, hw.pi_eff, rows)
     beta, floor, over = hw.beta_eff, hw.kernel_floor_s, hw.kernel_overhead_s
-    terms = [tiled.get("linear") if tiled else (2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers,
-                                                 cm.over_linear)]
+    terms = [
+        tiled.get("linear")
+        if tiled
+        else (2 * cm.lin_params * r, b * cm.lin_params, pi, beta, cm.floor_layers, cm.over_linear)
+    ]
     if seed:
         terms.append((2 * cm.embed_gemm_params * r, b * cm.embed_gemm_params, pi, beta, floor, over))
         if cm.head_gemm_params:
-            terms.append(tiled.get("lm_head") if tiled else
-                         (2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over))
+            terms.append(
+                tiled.get("lm_head")
+                if tiled
+                else (2 * cm.head_gemm_params * r, b * cm.head_gemm_params, pi, beta, floor, over)
+            )
     else:
         terms.append((0.0, b * m.H * r, pi, beta, floor, over))
-        terms.append(tiled.get("lm_head") if tiled else
-                     (2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over))
+        terms.append(
+            tiled.get("lm_head")
+            if tiled
+            else (2 * cm.vocab_params * n, b * cm.vocab_params, _pi_rows(cm, hw.pi_eff, seqs), beta, floor, over)
+        )
     if hw.elementwise_beta:
         terms.append((0.0, cm.elem_bytes_per_row * r, pi, hw.elementwise_beta, 0.0, cm.elem_over))
     if hw.sampler_s or hw.sampler_seq_s:
         terms.append((0.0, 0.0, pi, beta, 0.0, hw.sampler_s + hw.sampler_seq_s * n))
     t = np.full(len(rows), float(hw.step_overhead_s))
     for term in terms:
-        if isinstance(term, np.ndarray):      # a tile-model GEMM's time
+        if isinstance(term, np.ndarray):  # a tile-model GEMM's time
             t = t + term
             continue
         fl, by, p, be, fo, ov = term  # type: ignore[misc]
         a, mm = fl / p, by / be
-        t = t + ((np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov)
+        t = t + (
+            (np.maximum(np.sqrt(a * a + mm * mm), fo) if cm.quadrature else np.maximum(np.maximum(a, mm), fo)) + ov
+        )
     t = t + _allreduce(cm, rows) + _gather(cm, seqs)
     if not _agrees_on_sample(t, lambda i: cm._fixed_time(int(rows[i]), int(seqs[i]))):
         return one()
@@ -302,9 +358,18 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
         return 0.0
     if not cm.ar_regimes:
         return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
-    return cm.ar_calls * call_times(cm.ar_regimes, cm.ar_bytes_per_call_row * rows, rows, cm.ar_oneshot_tokens,
-                                    cm.ar_oneshot_alone, cm.ar_switches, cm.ar_wave, cm.ar_sms,
-                                    cm.ar_hinge, cm.ar_soft)
+    return cm.ar_calls * call_times(
+        cm.ar_regimes,
+        cm.ar_bytes_per_call_row * rows,
+        rows,
+        cm.ar_oneshot_tokens,
+        cm.ar_oneshot_alone,
+        cm.ar_switches,
+        cm.ar_wave,
+        cm.ar_sms,
+        cm.ar_hinge,
+        cm.ar_soft,
+    )
 
 
 def _gather(cm: CostModel, seqs: np.ndarray):
@@ -315,8 +380,9 @@ def _gather(cm: CostModel, seqs: np.ndarray):
     if not r:
         return size / cm.hw.interconnect_bandwidth + (cm.tp - 1) * cm.hw.interconnect_latency_s
     rows = gather_rows(size, cm.ar_bytes_per_call_row, cm.ar_oneshot_tokens, cm.ar_switches)
-    return call_times(r, size, np.broadcast_to(rows, np.shape(size)), cm.ar_oneshot_tokens, False, cm.ar_switches,
-                      soft=cm.ar_soft)
+    return call_times(
+        r, size, np.broadcast_to(rows, np.shape(size)), cm.ar_oneshot_tokens, False, cm.ar_switches, soft=cm.ar_soft
+    )
 
 
 def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
@@ -325,7 +391,9 @@ def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
 
     def op(fl, by):
         a, m = (cm.attn_coef * fl) / pi, (cm.kv_coef * by) / beta
-        return (np.maximum(np.sqrt(a * a + m * m), floor) if cm.quadrature else np.maximum(np.maximum(a, m), floor)) + over
+        return (
+            np.maximum(np.sqrt(a * a + m * m), floor) if cm.quadrature else np.maximum(np.maximum(a, m), floor)
+        ) + over
 
     return np.where(pkv != 0, op(pairs, pkv), 0.0) + np.where(dkv != 0, op(dpairs, dkv), 0.0)
 
@@ -336,8 +404,15 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     table (``gemm_tiles.grid``: only the constants change between a fit's evaluations). Installed
     only when a sample of row counts matches ``_tiled_time`` itself to 1e-12, checked once per grid,
     shape correction and rows break (the constants enter both alike)."""
-    key = (cm.model.name, cm.tp, cm.hw.sms, cm.counting, hash(used.tobytes()),
-           repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)), cm.tiles.field_key)  # type: ignore[union-attr]
+    key = (
+        cm.model.name,
+        cm.tp,
+        cm.hw.sms,
+        cm.counting,
+        hash(used.tobytes()),
+        repr((cm.hw.gemm_corr_knots, cm.hw.gemm_corr)),
+        cm.tiles.field_key,  # type: ignore[union-attr]
+    )
     g = shapes.cache.get(key)
     bt, m = cm.model.b, cm.model
     if g is None:
@@ -348,27 +423,40 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
         lin_m, lin_n, lin_k = np.repeat(rows, K), np.tile(cm.tile_n, len(rows)), np.tile(cm.tile_k, len(rows))
         f_lin = np.reshape(cm.tiles.factor(lin_m, lin_n, lin_k), (-1, K)) if cm.tiles.corrected else 1.0  # type: ignore[union-attr]
         f_head = np.reshape(cm.tiles.factor(heads, cm.vocab_params / m.H, m.H), (-1, 1)) if cm.tiles.corr else 1.0  # type: ignore[union-attr]
-        g = shapes.cache[key] = (rows, grid(lin_m, lin_n, lin_k, cm.hw.sms, bt), heads,
-                                 grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt), f_lin, f_head, set())
+        g = shapes.cache[key] = (
+            rows,
+            grid(lin_m, lin_n, lin_k, cm.hw.sms, bt),
+            heads,
+            grid(heads, cm.vocab_params / m.H, m.H, cm.hw.sms, bt),
+            f_lin,
+            f_head,
+            set(),
+        )
         if len(shapes.cache) > 8:
             shapes.cache.pop(next(iter(shapes.cache)))
     rows, g_lin, heads, g_head, f_lin, f_head, checked = g
 
     def table(x, gr, width, weights, name):
-        f = f_lin if name == "linear" else f_head   # the profile's GEMM shape correction (gemm_correction.py)
+        f = f_lin if name == "linear" else f_head  # the profile's GEMM shape correction (gemm_correction.py)
         t = cm.tiles.on_grid(gr).reshape(len(x), width) * f
         if cm.rows_break and (x > cm.rows_break).any():
             above = cm.tiles_above.on_grid(gr).reshape(len(x), width) * f
             t = np.where((x > cm.rows_break)[:, None], above, t)
         t = ((t * weights).sum(1) if weights is not None else t[:, 0]) * _budget_factor(cm, x)
         if name == "linear" and cm.lin_rest:
-            pi = np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff) if cm.rows_break else cm.hw.pi_eff
+            pi = (
+                np.where(x > cm.rows_break, cm.hw.pi_eff * cm.rows_pi_scale, cm.hw.pi_eff)
+                if cm.rows_break
+                else cm.hw.pi_eff
+            )
             pi = pi / _budget_factor(cm, x) if cm.rows_budget else pi
             t = t + np.hypot(2 * cm.lin_rest * x / pi, bt * cm.lin_rest / cm.hw.beta_eff)
         return x, t
 
-    tables = {"linear": table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear"),
-              "lm_head": table(heads, g_head, 1, None, "lm_head")}
+    tables = {
+        "linear": table(rows, g_lin, len(cm.tile_k), cm.tile_count, "linear"),
+        "lm_head": table(heads, g_head, 1, None, "lm_head"),
+    }
     lin, head = (dict(zip(x.tolist(), t.tolist())) for x, t in tables.values())
     seed = cm.counting == "seed"
 
@@ -387,7 +475,7 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
                     return
         checked.add((cm.rows_break, cm.rows_budget, cm.rows_pi_scale == 1.0))  # type: ignore[arg-type]
     cm._tiled_time = fast  # type: ignore[method-assign]
-    cm.step_fit_tables = tables        # type: ignore[attr-defined]  # the same times by row count, for ``_fixed_times``
+    cm.step_fit_tables = tables  # type: ignore[attr-defined]  # the same times by row count, for ``_fixed_times``
 
 
 def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:

@@ -46,6 +46,7 @@ Formats (``load_steps(path, fmt)``):
              already finished, and the elapsed time is then no step's duration (for step timings,
              log with ``--no-async-scheduling``).
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,21 @@ import pandas as pd
 
 from ..errors import InputError, require
 
-STEP_COLUMNS = ("step", "kind", "rows", "seqs", "prefill_seqs", "prefill_pairs", "prefill_kv", "decode_pairs",
-                "decode_kv", "prefill_groups", "time_s", "source", "tp")
+STEP_COLUMNS = (
+    "step",
+    "kind",
+    "rows",
+    "seqs",
+    "prefill_seqs",
+    "prefill_pairs",
+    "prefill_kv",
+    "decode_pairs",
+    "decode_kv",
+    "prefill_groups",
+    "time_s",
+    "source",
+    "tp",
+)
 STEP_FORMATS = ("steps", "splitwise", "vllm-log")
 MODELLED_DTYPES = ("bf16", "bfloat16", "fp16", "float16", "half")
 SPLITWISE_COLUMNS = ("prompt_size", "batch_size", "token_size", "prompt_time", "token_time")
@@ -68,9 +82,16 @@ ITERATION = re.compile(
     r"Iteration\((?P<iteration>\d+)\): (?P<ctx_req>\d+) context requests, (?P<ctx_tok>\d+) context tokens, "
     r"(?P<gen_req>\d+) generation requests, (?P<gen_tok>\d+) generation tokens, "
     r"iteration elapsed time: (?P<elapsed>\d+(?:\.\d+)?) ms(?P<dummy> \(dummy\))?, "
-    r"(?P<device>\S+) KV cache usage: (?P<usage>\d+(?:\.\d+)?)%")
-FIELDS = ("context requests", "context tokens", "generation requests", "generation tokens",
-          "iteration elapsed time", "KV cache usage")
+    r"(?P<device>\S+) KV cache usage: (?P<usage>\d+(?:\.\d+)?)%"
+)
+FIELDS = (
+    "context requests",
+    "context tokens",
+    "generation requests",
+    "generation tokens",
+    "iteration elapsed time",
+    "KV cache usage",
+)
 KV_SIZE = re.compile(r"KV cache size: (?P<tokens>[\d,]+) tokens")
 
 
@@ -78,21 +99,31 @@ def _kind(prefill_seqs: np.ndarray, seqs: np.ndarray) -> np.ndarray:
     return np.where(prefill_seqs == seqs, "prefill", np.where(prefill_seqs == 0, "decode", "mixed"))
 
 
-def uniform_steps(n_prefill, q_prefill, kv_prefill, n_decode, kv_decode, time_s, source, tp: int = 1,
-                  step=None) -> pd.DataFrame:
+def uniform_steps(
+    n_prefill, q_prefill, kv_prefill, n_decode, kv_decode, time_s, source, tp: int = 1, step=None
+) -> pd.DataFrame:
     """Steps of n_prefill sequences of q_prefill new tokens over kv_prefill cached ones, plus n_decode
     decodes with kv_decode cached (arrays, one entry per step; exact integer sums)."""
     npf, qp, kvp = (np.asarray(a, dtype=np.int64) for a in (n_prefill, q_prefill, kv_prefill))
     nd, kvd = np.asarray(n_decode, dtype=np.int64), np.asarray(kv_decode, dtype=np.int64)
     seqs = npf + nd
-    df = pd.DataFrame({
-        "step": np.arange(len(seqs)) if step is None else np.asarray(step),
-        "kind": _kind(npf, seqs), "rows": npf * qp + nd, "seqs": seqs, "prefill_seqs": npf,
-        "prefill_pairs": (npf * (qp * kvp + qp * (qp + 1) // 2)).astype(float),
-        "prefill_kv": (npf * (kvp + qp)).astype(float),
-        "decode_pairs": (nd * (kvd + 1)).astype(float), "decode_kv": (nd * (kvd + 1)).astype(float),
-        "prefill_groups": [((int(n), int(a), int(k)),) if n else () for n, a, k in zip(npf, qp, kvp)],
-        "time_s": np.asarray(time_s, dtype=float), "source": source, "tp": tp})
+    df = pd.DataFrame(
+        {
+            "step": np.arange(len(seqs)) if step is None else np.asarray(step),
+            "kind": _kind(npf, seqs),
+            "rows": npf * qp + nd,
+            "seqs": seqs,
+            "prefill_seqs": npf,
+            "prefill_pairs": (npf * (qp * kvp + qp * (qp + 1) // 2)).astype(float),
+            "prefill_kv": (npf * (kvp + qp)).astype(float),
+            "decode_pairs": (nd * (kvd + 1)).astype(float),
+            "decode_kv": (nd * (kvd + 1)).astype(float),
+            "prefill_groups": [((int(n), int(a), int(k)),) if n else () for n, a, k in zip(npf, qp, kvp)],
+            "time_s": np.asarray(time_s, dtype=float),
+            "source": source,
+            "tp": tp,
+        }
+    )
     return df
 
 
@@ -112,15 +143,22 @@ def _numeric(raw: pd.DataFrame, path: Path, col: str, positive: bool = False, in
     if bad.any():
         i = int(np.argmax(bad))
         need = "a positive number" if positive else "a number >= 0"
-        raise InputError(f"{path}:{raw.index[i] + 2}:{col}", raw[col].iloc[i], f"must be {need}" +
-                         (", an integer" if integer else ""))
+        raise InputError(
+            f"{path}:{raw.index[i] + 2}:{col}",
+            raw[col].iloc[i],
+            f"must be {need}" + (", an integer" if integer else ""),
+        )
     return v
 
 
 def _missing(raw: pd.DataFrame, path: Path, cols) -> None:
     missing = [c for c in cols if c not in raw.columns]
-    require(not missing, f"{path}:1:{missing[0] if missing else ''}", list(raw.columns),
-            f"missing column {missing[0] if missing else ''!r}; need {', '.join(cols)}")
+    require(
+        not missing,
+        f"{path}:1:{missing[0] if missing else ''}",
+        list(raw.columns),
+        f"missing column {missing[0] if missing else ''!r}; need {', '.join(cols)}",
+    )
 
 
 def _pick(raw: pd.DataFrame, path: Path, gpu: str | None, col: str = "hardware") -> pd.DataFrame:
@@ -139,8 +177,11 @@ def _dtype_filter(raw: pd.DataFrame, path: Path, skipped: dict) -> pd.DataFrame:
         return raw
     keep = raw["dtype"].astype(str).str.lower().isin(MODELLED_DTYPES)
     if not keep.any():
-        raise InputError(f"{path}:{raw.index[0] + 2}:dtype", str(raw["dtype"].iloc[0]),
-                         f"no rows of the 16-bit dtype modelled ({', '.join(MODELLED_DTYPES)})")
+        raise InputError(
+            f"{path}:{raw.index[0] + 2}:dtype",
+            str(raw["dtype"].iloc[0]),
+            f"no rows of the 16-bit dtype modelled ({', '.join(MODELLED_DTYPES)})",
+        )
     if (~keep).any():
         skipped["dtype"] = skipped.get("dtype", 0) + int((~keep).sum())
     return raw[keep]
@@ -153,30 +194,52 @@ def read_steps_csv(path, gpu: str | None = None, skipped: dict | None = None, tp
     if all(c in raw.columns for c in SPLITWISE_COLUMNS):
         return read_splitwise(path, gpu, skipped, raw)
     _missing(raw, path, ("step", "q_len", "kv_len"))
-    require("time_s" in raw.columns or "time_ms" in raw.columns, f"{path}:1:time_s", list(raw.columns),
-            "missing column 'time_s' (or 'time_ms')")
+    require(
+        "time_s" in raw.columns or "time_ms" in raw.columns,
+        f"{path}:1:time_s",
+        list(raw.columns),
+        "missing column 'time_s' (or 'time_ms')",
+    )
     raw = _dtype_filter(_pick(raw, path, gpu), path, skipped)
     q = _numeric(raw, path, "q_len", positive=True, integer=True).astype(np.int64)
     kv = _numeric(raw, path, "kv_len", integer=True).astype(np.int64)
-    t = (_numeric(raw, path, "time_s", positive=True) if "time_s" in raw.columns
-         else _numeric(raw, path, "time_ms", positive=True) * MS)
-    tp = _numeric(raw, path, "tp", positive=True, integer=True).astype(int) if "tp" in raw.columns else np.full(len(q), tp)  # type: ignore[assignment]
+    t = (
+        _numeric(raw, path, "time_s", positive=True)
+        if "time_s" in raw.columns
+        else _numeric(raw, path, "time_ms", positive=True) * MS
+    )
+    tp = (
+        _numeric(raw, path, "tp", positive=True, integer=True).astype(int)  # type: ignore[assignment]
+        if "tp" in raw.columns
+        else np.full(len(q), tp)
+    )
     pre = q > 1
     pairs = q * kv + q * (q + 1) // 2
-    per = pd.DataFrame({"step": raw["step"].to_numpy(), "rows": q, "seqs": 1, "prefill_seqs": pre.astype(np.int64),
-                        "prefill_pairs": np.where(pre, pairs, 0).astype(float),
-                        "prefill_kv": np.where(pre, kv + q, 0).astype(float),
-                        "decode_pairs": np.where(pre, 0, pairs).astype(float),
-                        "decode_kv": np.where(pre, 0, kv + q).astype(float), "time_s": t, "tp": tp,
-                        "line": raw.index.to_numpy() + 2})
+    per = pd.DataFrame(
+        {
+            "step": raw["step"].to_numpy(),
+            "rows": q,
+            "seqs": 1,
+            "prefill_seqs": pre.astype(np.int64),
+            "prefill_pairs": np.where(pre, pairs, 0).astype(float),
+            "prefill_kv": np.where(pre, kv + q, 0).astype(float),
+            "decode_pairs": np.where(pre, 0, pairs).astype(float),
+            "decode_kv": np.where(pre, 0, kv + q).astype(float),
+            "time_s": t,
+            "tp": tp,
+            "line": raw.index.to_numpy() + 2,
+        }
+    )
     g = per.groupby("step", sort=False)
     spread = g["time_s"].agg(["min", "max"])
     bad = spread.index[spread["max"] > spread["min"] * (1 + 1e-9)]
     if len(bad):
         line = int(per.loc[per["step"] == bad[0], "line"].iloc[0])
         raise InputError(f"{path}:{line}:time_s", bad[0], "the rows of one step must carry the same time")
-    out = g.agg({c: "sum" for c in ("rows", "seqs", "prefill_seqs", "prefill_pairs", "prefill_kv", "decode_pairs",
-                                    "decode_kv")} | {"time_s": "first", "tp": "first", "line": "first"}).reset_index()
+    out = g.agg(
+        {c: "sum" for c in ("rows", "seqs", "prefill_seqs", "prefill_pairs", "prefill_kv", "decode_pairs", "decode_kv")}
+        | {"time_s": "first", "tp": "first", "line": "first"}
+    ).reset_index()
     out["kind"] = _kind(out["prefill_seqs"].to_numpy(), out["seqs"].to_numpy())
     pq = per[pre].assign(kv0=kv[pre]).groupby(["step", "rows", "kv0"], sort=True).size()
     groups = {}  # type: ignore[var-annotated]
@@ -197,14 +260,26 @@ def read_splitwise(path, gpu: str | None = None, skipped: dict | None = None, ra
     b = _numeric(raw, path, "batch_size", positive=True, integer=True).astype(np.int64)
     n = _numeric(raw, path, "token_size", positive=True, integer=True).astype(np.int64)
     tpre, tdec = _numeric(raw, path, "prompt_time", positive=True), _numeric(raw, path, "token_time", positive=True)
-    tp = (_numeric(raw, path, "tensor_parallel", positive=True, integer=True).astype(int)
-          if "tensor_parallel" in raw.columns else np.ones(len(p), int))
+    tp = (
+        _numeric(raw, path, "tensor_parallel", positive=True, integer=True).astype(int)
+        if "tensor_parallel" in raw.columns
+        else np.ones(len(p), int)
+    )
     require(len(set(tp)) <= 1, f"{path}:tensor_parallel", sorted(set(tp)), "one tensor-parallel size per fit")
     src = [f"{path}:{i + 2}" for i in raw.index]
     zero = np.zeros_like(p)
     pre = uniform_steps(b, p, zero, zero, zero, tpre * MS, src, int(tp[0]) if len(tp) else 1, step=2 * raw.index)
-    dec = uniform_steps(zero, zero, zero, b, p + np.maximum(n - 2, 0) // 2, tdec * MS, src,
-                        int(tp[0]) if len(tp) else 1, step=2 * raw.index + 1)
+    dec = uniform_steps(
+        zero,
+        zero,
+        zero,
+        b,
+        p + np.maximum(n - 2, 0) // 2,
+        tdec * MS,
+        src,
+        int(tp[0]) if len(tp) else 1,
+        step=2 * raw.index + 1,
+    )
     out = pd.concat([pre, dec], ignore_index=True)[list(STEP_COLUMNS)]
     power = [c for c in ("peak_power", "average_power") if c in raw.columns]
     if power:
@@ -215,16 +290,17 @@ def read_splitwise(path, gpu: str | None = None, skipped: dict | None = None, ra
 
 def _iteration_error(path: Path, lineno: int, line: str) -> InputError:
     """Name the first field of an Iteration line that is missing or malformed."""
-    rest = line[line.index("Iteration("):]
+    rest = line[line.index("Iteration(") :]
     head = re.match(r"Iteration\(\d+\): ", rest)
     if not head:
         return InputError(f"{path}:{lineno}:iteration", rest[:40], "malformed 'Iteration(N): ' prefix")
-    parts = re.split(r",\s*", rest[head.end():])
+    parts = re.split(r",\s*", rest[head.end() :])
     for i, field in enumerate(FIELDS):
         if i >= len(parts) or field not in parts[i]:
             got = parts[i] if i < len(parts) else ""
-            return InputError(f"{path}:{lineno}:{field}", got.strip()[:40] or None,
-                              "missing or malformed (truncated line?)")
+            return InputError(
+                f"{path}:{lineno}:{field}", got.strip()[:40] or None, "missing or malformed (truncated line?)"
+            )
     return InputError(f"{path}:{lineno}:iteration", rest[:60], "does not match vLLM's iteration-details format")
 
 
@@ -250,17 +326,35 @@ def read_vllm_log(path, kv_cache_tokens: int | None = None, tp: int = 1, skipped
         if m["dummy"] or int(m["ctx_tok"]) + int(m["gen_tok"]) == 0:
             dummy += 1
             continue
-        rows.append((lineno, int(m["ctx_req"]), int(m["ctx_tok"]), int(m["gen_req"]), int(m["gen_tok"]),
-                     float(m["elapsed"]), float(m["usage"])))
+        rows.append(
+            (
+                lineno,
+                int(m["ctx_req"]),
+                int(m["ctx_tok"]),
+                int(m["gen_req"]),
+                int(m["gen_tok"]),
+                float(m["elapsed"]),
+                float(m["usage"]),
+            )
+        )
     require(bool(rows), "from", str(path), "no 'Iteration(N): ...' lines (vLLM --enable-logging-iteration-details)")
     quick = [r for r in rows if r[5] < ASYNC_FLOOR_MS]
     if quick:
         skipped["steps under 0.1 ms (async scheduling: already done when waited on)"] = len(quick)
         rows = [r for r in rows if r[5] >= ASYNC_FLOOR_MS]
-        require(bool(rows), "from", str(path), "every step logged under 0.1 ms: the log is from async scheduling, "
-                "whose elapsed times are not step times; log with --no-async-scheduling")
-    require(kv_total is not None, f"{path}:KV cache size", None,
-            "no 'GPU KV cache size: N tokens' line in the log; give the pool size (--kv-cache-tokens)")
+        require(
+            bool(rows),
+            "from",
+            str(path),
+            "every step logged under 0.1 ms: the log is from async scheduling, "
+            "whose elapsed times are not step times; log with --no-async-scheduling",
+        )
+    require(
+        kv_total is not None,
+        f"{path}:KV cache size",
+        None,
+        "no 'GPU KV cache size: N tokens' line in the log; give the pool size (--kv-cache-tokens)",
+    )
     if dummy:
         skipped["dummy or empty iterations"] = dummy
     a = np.array(rows, dtype=float)
@@ -268,11 +362,17 @@ def read_vllm_log(path, kv_cache_tokens: int | None = None, tp: int = 1, skipped
     bad = (cr > 0) & (ct < cr) | (gr > 0) & (gt != gr) | (ms <= 0)
     if bad.any():
         i = int(np.argmax(bad))
-        field = "iteration elapsed time" if ms[i] <= 0 else ("generation tokens" if gr[i] and gt[i] != gr[i]
-                                                             else "context tokens")
-        raise InputError(f"{path}:{int(line[i])}:{field}", None,
-                         "positive time, >= 1 token per context request and 1 per generation request needed "
-                         "(speculative decoding is not modelled)")
+        field = (
+            "iteration elapsed time"
+            if ms[i] <= 0
+            else ("generation tokens" if gr[i] and gt[i] != gr[i] else "context tokens")
+        )
+        raise InputError(
+            f"{path}:{int(line[i])}:{field}",
+            None,
+            "positive time, >= 1 token per context request and 1 per generation request needed "
+            "(speculative decoding is not modelled)",
+        )
     cr_i, gr_i = cr.astype(np.int64), gr.astype(np.int64)
     q = np.where(cr_i > 0, np.round(ct / np.maximum(cr, 1)), 0).astype(np.int64)
     used = np.round(usage / 100.0 * kv_total)  # type: ignore[operator]
@@ -281,8 +381,14 @@ def read_vllm_log(path, kv_cache_tokens: int | None = None, tp: int = 1, skipped
     return uniform_steps(cr_i, q, np.zeros_like(q), gr_i, kv_dec, ms * MS, src, tp, step=line.astype(np.int64))
 
 
-def load_steps(path, fmt: str = "steps", gpu: str | None = None, kv_cache_tokens: int | None = None,
-               tp: int = 1, skipped: dict | None = None) -> pd.DataFrame:
+def load_steps(
+    path,
+    fmt: str = "steps",
+    gpu: str | None = None,
+    kv_cache_tokens: int | None = None,
+    tp: int = 1,
+    skipped: dict | None = None,
+) -> pd.DataFrame:
     """The tidy step table of a file in one of STEP_FORMATS; ``skipped`` collects what was left out."""
     require(fmt in STEP_FORMATS, "from", fmt, f"not a step format; known: {', '.join(STEP_FORMATS)}")
     if fmt == "vllm-log":

@@ -53,6 +53,7 @@ session is then fitted, each from that session's steps only; a step of a session
 its time is seen, so using it on held-out steps of a session leaks no held-out time; it predicts no
 new session, so ``chunksim calibrate`` writes the pooled fit.
 """
+
 from __future__ import annotations
 
 import time
@@ -81,13 +82,21 @@ from .rows_regime import (
 from .step_pricing import batch_times, price_steps, scale_bounds, scaled_hardware, step_shapes, subset, with_host
 from .step_timings import STEP_COLUMNS
 
-PARAMS = ("s_pi", "s_beta", "s_pi_attn", "s_rows", "host_step_s", "host_per_seq_s", "host_per_prefill_seq_s",
-          "host_prefill_step_s")
+PARAMS = (
+    "s_pi",
+    "s_beta",
+    "s_pi_attn",
+    "s_rows",
+    "host_step_s",
+    "host_per_seq_s",
+    "host_per_prefill_seq_s",
+    "host_prefill_step_s",
+)
 SCALES = PARAMS[:4]
 HOST = PARAMS[4:]
 ATTN_SHARE = 0.05
 LOG_LOW = np.log(1e-3)
-AT_BOUND = 1e-3   # relative distance from a bound that counts as pressing on it
+AT_BOUND = 1e-3  # relative distance from a bound that counts as pressing on it
 
 
 class _Pricer:
@@ -111,8 +120,9 @@ class _Pricer:
         miss = self.used[np.isnan(g[self.used])]
         if len(miss):
             kind, n = regime
-            hw = scaled_hardware(self.base, s_pi, s_beta, s_pa, n if kind == "break" else 0, s_rows,
-                                 budget=n if kind == "budget" else 0)
+            hw = scaled_hardware(
+                self.base, s_pi, s_beta, s_pa, n if kind == "break" else 0, s_rows, budget=n if kind == "budget" else 0
+            )
             g[miss] = batch_times(self.shapes, self.model, hw, self.tp, miss, self.used)
         return g[self.shapes.inv]
 
@@ -122,25 +132,27 @@ class _Pricer:
         return with_host(self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0), self.shapes, host, overlap)
 
     def part(self, idx) -> _Pricer:
-        return self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
+        return (
+            self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
+        )
 
 
 @dataclass(frozen=True)
 class StepFit:
-    values: dict                 # PARAMS -> fitted value (SI; scales dimensionless)
-    rel_sigma: dict              # PARAMS -> 1σ / value (inf where not identified)
+    values: dict  # PARAMS -> fitted value (SI; scales dimensionless)
+    rel_sigma: dict  # PARAMS -> 1σ / value (inf where not identified)
     base: Hardware
     tp: int
     overlap: bool
-    errors: pd.DataFrame         # per kind: n, mape, median_ape, p90_ape on the fitted steps
+    errors: pd.DataFrame  # per kind: n, mape, median_ape, p90_ape on the fitted steps
     warnings: tuple[str, ...]
     seconds: float
     points: int
     sources: tuple = field(default=())
-    rows_break: int = 0          # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
-    fitted_on: int = 0           # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
-    rows_budget: int = 0         # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
-    session_rows: dict = field(default_factory=dict)   # session -> its s_rows (fit_steps(sessions=True))
+    rows_break: int = 0  # GEMMs of more rows run at s_rows·s_pi·π (0: one regime)
+    fitted_on: int = 0  # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
+    rows_budget: int = 0  # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
+    session_rows: dict = field(default_factory=dict)  # session -> its s_rows (fit_steps(sessions=True))
 
     @property
     def pi_eff(self) -> float:
@@ -155,22 +167,35 @@ class StepFit:
         ``session``, that recording session's s_rows (``session_rows``)."""
         b, v = self.base, dict(self.values)
         if session is not None:
-            require(session in self.session_rows, "session", session, f"not a fitted session; fitted: "
-                    f"{', '.join(self.session_rows) or 'none (fit_steps(sessions=True))'}")
+            require(
+                session in self.session_rows,
+                "session",
+                session,
+                f"not a fitted session; fitted: {', '.join(self.session_rows) or 'none (fit_steps(sessions=True))'}",
+            )
             v["s_rows"] = self.session_rows[session]
         tied = v["s_pi_attn"] == v["s_pi"]
-        hw = scaled_hardware(b, v["s_pi"], v["s_beta"], None if tied else v["s_pi_attn"], self.rows_break, v["s_rows"],
-                             [v[k] for k in HOST], self.rows_budget)
+        hw = scaled_hardware(
+            b,
+            v["s_pi"],
+            v["s_beta"],
+            None if tied else v["s_pi_attn"],
+            self.rows_break,
+            v["s_rows"],
+            [v[k] for k in HOST],
+            self.rows_budget,
+        )
         return hw.replace(
             name=name or f"{b.name}-steps",
             description=f"{b.description or b.name}, step-calibrated",
             notes=f"FLOP rates, HBM rates (x{v['s_pi']:.4g}, x{v['s_beta']:.4g} of {b.name}), attention's FLOP rates "
-                  f"(x{v['s_pi_attn']:.4g}), "
-                  + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
-                  + (f"a step's GEMM rows past {self.rows_budget} at x{v['s_rows']:.4g} π, " if self.rows_budget else "")
-                  + f"and the host terms fitted "
-                  f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
-            calibration=self._calibration())
+            f"(x{v['s_pi_attn']:.4g}), "
+            + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
+            + (f"a step's GEMM rows past {self.rows_budget} at x{v['s_rows']:.4g} π, " if self.rows_budget else "")
+            + f"and the host terms fitted "
+            f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
+            calibration=self._calibration(),
+        )
 
     def _calibration(self) -> dict:
         """The step fit's record; a kernel fit the base carried is kept beside it without its
@@ -179,28 +204,44 @@ class StepFit:
         return {"step_fit": self.record(), **({"kernel_fit": kernel} if kernel else {})}
 
     def record(self) -> dict:
-        return {"parameters": {k: {"value": float(self.values[k]),
-                                   "rel_sigma": float(self.rel_sigma[k]) if np.isfinite(self.rel_sigma[k]) else None}
-                               for k in PARAMS},
-                "gemm_rows_break": int(self.rows_break), "gemm_rows_budget": int(self.rows_budget),
-                "overlap_host": self.overlap, "tp": self.tp, "points": self.points,
-                "fitted_on": int(self.fitted_on or self.points),
-                "session_rows": {k: float(v) for k, v in self.session_rows.items()},
-                "errors_percent": self.errors.to_dict("records"), "warnings": list(self.warnings),
-                "sources": list(self.sources), "fit_seconds": self.seconds,
-                "method": "scipy.optimize.least_squares on ln(t_model/t_measured), soft_l1 loss; "
-                          "π, β bounded by the spec peaks"}
+        return {
+            "parameters": {
+                k: {
+                    "value": float(self.values[k]),
+                    "rel_sigma": float(self.rel_sigma[k]) if np.isfinite(self.rel_sigma[k]) else None,
+                }
+                for k in PARAMS
+            },
+            "gemm_rows_break": int(self.rows_break),
+            "gemm_rows_budget": int(self.rows_budget),
+            "overlap_host": self.overlap,
+            "tp": self.tp,
+            "points": self.points,
+            "fitted_on": int(self.fitted_on or self.points),
+            "session_rows": {k: float(v) for k, v in self.session_rows.items()},
+            "errors_percent": self.errors.to_dict("records"),
+            "warnings": list(self.warnings),
+            "sources": list(self.sources),
+            "fit_seconds": self.seconds,
+            "method": "scipy.optimize.least_squares on ln(t_model/t_measured), soft_l1 loss; "
+            "π, β bounded by the spec peaks",
+        }
 
     def table(self) -> pd.DataFrame:
         units = {**{k: "x" for k in SCALES}, **{k: "s" for k in HOST}}
-        return pd.DataFrame([{"parameter": k, "value": self.values[k], "unit": units[k],
-                              "rel_sigma": self.rel_sigma[k]} for k in PARAMS])
+        return pd.DataFrame(
+            [
+                {"parameter": k, "value": self.values[k], "unit": units[k], "rel_sigma": self.rel_sigma[k]}
+                for k in PARAMS
+            ]
+        )
 
 
 def errors_by_kind(pred: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
     meas = steps["time_s"].to_numpy(float)
-    return pd.DataFrame([{"kind": k, **ape_stats(pred[idx], meas[idx])}
-                         for k, idx in steps.groupby("kind").indices.items()])
+    return pd.DataFrame(
+        [{"kind": k, **ape_stats(pred[idx], meas[idx])} for k, idx in steps.groupby("kind").indices.items()]
+    )
 
 
 def missing_kinds(kinds: pd.Series) -> list[str]:
@@ -209,15 +250,24 @@ def missing_kinds(kinds: pd.Series) -> list[str]:
     have = set(kinds)
     out = []
     if "decode" not in have:
-        out.append("no decode-only steps: decode steps are extrapolated from prefill steps (their fixed host "
-                   "time per step is taken for a decode step's; add decode steps to fit it)")
+        out.append(
+            "no decode-only steps: decode steps are extrapolated from prefill steps (their fixed host "
+            "time per step is taken for a decode step's; add decode steps to fit it)"
+        )
     if not have & {"prefill", "mixed"}:
         out.append("no step with a prefill: prefill steps are extrapolated from decode steps")
     return out
 
 
-def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | None = None, overlap: bool = False,
-              fixed: dict | None = None, sessions: bool = False) -> StepFit:
+def fit_steps(
+    steps: pd.DataFrame,
+    model: ModelSpec,
+    base: Hardware,
+    tp: int | None = None,
+    overlap: bool = False,
+    fixed: dict | None = None,
+    sessions: bool = False,
+) -> StepFit:
     """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
     GEMM rows regime where one pays for itself (module docstring); ``sessions``: one s_rows per
     value of the table's ``session`` column (``by_session``)."""
@@ -228,8 +278,12 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     tp = int(tp or (tps[0] if len(tps) == 1 else 0))
     require(tps == [tp], "tp", tps, f"the steps were measured at tp {tps}; fit one tensor-parallel size at a time")
     require(len(steps) >= 3, "steps", len(steps), "need at least 3 step timings")
-    require(not sessions or "session" in steps.columns, "sessions", list(steps.columns),
-            "the step table has no session column")
+    require(
+        not sessions or "session" in steps.columns,
+        "sessions",
+        list(steps.columns),
+        "the step table has no session column",
+    )
     shapes = step_shapes(steps)
     pricer = _Pricer(shapes, model, base, tp)
     t = steps["time_s"].to_numpy(float)
@@ -240,7 +294,9 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     idx, idx_b = screen(n), screen(n, SCREEN_BREAKS)
     tied = "s_pi_attn" not in fixed and not any(_attention_moves(pricer.part(i), overlap) for i in (idx, slice(None)))
     if tied:
-        warns.append(f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi")
+        warns.append(
+            f"s_pi_attn not identified: quartering attention's π moves no step by {ATTN_SHARE:.0%}; tied to s_pi"
+        )
     up = dict(zip(SCALES, scale_bounds(base, tied) + (1.0,)))
     warns += missing_kinds(steps["kind"])
     for k, why in _unseen_host_terms(shapes.host_cols):
@@ -253,7 +309,9 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     def solve(regime, start=None, idx=slice(None), free_budget=None, by=None):
         pr, tt = pricer.part(idx), t[idx]
         fx = dict(fixed) if regime[1] else {**fixed, "s_rows": 1.0}
-        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")] + (["budget"] if free_budget else [])
+        free = [p for p in PARAMS if p not in fx and not (tied and p == "s_pi_attn")] + (
+            ["budget"] if free_budget else []
+        )
         labels, own = by if by else (None, [])
         free += [f"s_rows@{k}" for k in own]
 
@@ -263,9 +321,12 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
             sc = [np.exp(v[k]) if k in free else v.get(k) for k in SCALES]
             if tied:
                 sc[2] = sc[0]
-            return sc, [v[k] * (scale if k in free else 1.0) for k in HOST], (
-                ("budget", float(np.exp(v["budget"]))) if free_budget else regime), {k: float(np.exp(v[f"s_rows@{k}"]))
-                                                                                      for k in own}
+            return (
+                sc,
+                [v[k] * (scale if k in free else 1.0) for k in HOST],
+                (("budget", float(np.exp(v["budget"]))) if free_budget else regime),
+                {k: float(np.exp(v[f"s_rows@{k}"])) for k in own},
+            )
 
         def resid(x):
             scales, host, reg, by_label = unpack(x)
@@ -276,19 +337,21 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
                 out[at] = pr.times(scales[:3] + [s_k], host, overlap, reg)[at]
             return np.log(out / tt)
 
-        rows_scale = lambda p: p in SCALES or p.startswith("s_rows@")   # noqa: E731
+        rows_scale = lambda p: p in SCALES or p.startswith("s_rows@")  # noqa: E731
         lo = [LOG_LOW if rows_scale(p) else np.log(free_budget[0]) if p == "budget" else 0.0 for p in free]
-        hi = [np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
-              for p in free]
+        hi = [
+            np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
+            for p in free
+        ]
         x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
-        if start is not None:   # the one-regime solution, s_rows at 1
+        if start is not None:  # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
         res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
         return res, free, hi, unpack
 
     m = len(t[idx])
     best = solve(NONE, None, idx)
-    if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):   # see LOW_BETA_START
+    if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):  # see LOW_BETA_START
         low = solve(NONE, {**_start(best), "s_beta": LOW_BETA_START}, idx)
         best = low if low[0].cost < best[0].cost else best
     if regimes and np.abs(best[0].fun).max() < MIN_REGIME / 10:
@@ -315,15 +378,23 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
     elif sessions:
         warns.append("no rows regime: no scale per session")
     (s_pi, s_beta, s_pa, s_rows), host, regime, by_label = unpack(res.x)
-    host = [h if h > 1e-9 * scale else 0.0 for h in host]   # at the bound: zero, not a denormal
+    host = [h if h > 1e-9 * scale else 0.0 for h in host]  # at the bound: zero, not a denormal
     if by_session:
         by_session = {k: by_label.get(k, float(s_rows)) for k in by_session["sessions"]}
-    values = {"s_pi": float(s_pi), "s_beta": float(s_beta), "s_pi_attn": float(s_pa), "s_rows": float(s_rows),
-              **{k: float(h) for k, h in zip(HOST, host)}}
+    values = {
+        "s_pi": float(s_pi),
+        "s_beta": float(s_beta),
+        "s_pi_attn": float(s_pa),
+        "s_rows": float(s_rows),
+        **{k: float(h) for k, h in zip(HOST, host)},
+    }
     for p, x, h in zip(free, res.x, hi):
         if p in SCALES[:3] and x >= h - AT_BOUND:
-            what = {"s_pi": "pi_eff at peak_flops", "s_beta": "beta_eff at peak_bandwidth",
-                    "s_pi_attn": "pi_attn at peak_flops"}[p]
+            what = {
+                "s_pi": "pi_eff at peak_flops",
+                "s_beta": "beta_eff at peak_bandwidth",
+                "s_pi_attn": "pi_attn at peak_flops",
+            }[p]
             warns.append(f"{p} pressed against the spec sheet and was clamped: {what}")
     rel = _rel_sigma(res, free, values, m)
     for p in free:
@@ -338,9 +409,22 @@ def fit_steps(steps: pd.DataFrame, model: ModelSpec, base: Hardware, tp: int | N
         for k, s_k in by_session.items():
             mine = lab == k
             pred[mine] = pricer.times((float(s_pi), float(s_beta), float(s_pa), s_k), host, overlap, regime)[mine]
-    return StepFit(values, rel, base, tp, overlap, errors_by_kind(pred, steps), tuple(warns),
-                   time.perf_counter() - t0, n, tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})),
-                   at if kind == "break" else 0, m if m < n else 0, at if kind == "budget" else 0, by_session)
+    return StepFit(
+        values,
+        rel,
+        base,
+        tp,
+        overlap,
+        errors_by_kind(pred, steps),
+        tuple(warns),
+        time.perf_counter() - t0,
+        n,
+        tuple(sorted({s.rsplit(":", 1)[0] for s in steps["source"]})),
+        at if kind == "break" else 0,
+        m if m < n else 0,
+        at if kind == "budget" else 0,
+        by_session,
+    )
 
 
 LOW_BETA_START = float(np.log(0.5))
@@ -369,7 +453,7 @@ def _flat_decodes(pricer: _Pricer, scales) -> bool:
     up = CostModel(pricer.model, scaled_hardware(pricer.base, s_pi, s_beta * (1 + BETA_STEP), s_pa), pricer.tp)
     for j in pricer.used:
         q, kv, d, tok = pricer.shapes.batches[j]
-        if d and not (q and cm.varlen):       # varlen: decodes beside a chunk ride the prefill kernel
+        if d and not (q and cm.varlen):  # varlen: decodes beside a chunk ride the prefill kernel
             a, b = (c.breakdown(c.shape(q, kv, d, tok)).op("attention_decode").time_s for c in (cm, up))
             if abs(b / a - 1.0) < 1e-9:
                 return True
@@ -420,13 +504,16 @@ def _unseen_host_terms(cols: np.ndarray) -> list[tuple[str, str]]:
     seqs, pseqs, has = cols[:, 1], cols[:, 2], cols[:, 3] > 0
     out = []
     if not has.any():
-        out += [("host_per_prefill_seq_s", "no step has a prefill sequence"),
-                ("host_prefill_step_s", "no step has a prefill sequence")]
+        out += [
+            ("host_per_prefill_seq_s", "no step has a prefill sequence"),
+            ("host_prefill_step_s", "no step has a prefill sequence"),
+        ]
     elif has.all():
         out.append(("host_prefill_step_s", "every step has a prefill sequence (it is host_step_s)"))
     elif np.ptp(pseqs[has]) == 0:
-        out.append(("host_prefill_step_s", "every prefill step has as many prefill sequences "
-                                           "(it is host_per_prefill_seq_s)"))
+        out.append(
+            ("host_prefill_step_s", "every prefill step has as many prefill sequences (it is host_per_prefill_seq_s)")
+        )
     if np.ptp(seqs) == 0:
         out.append(("host_per_seq_s", "every step has the same number of sequences"))
     return out

@@ -20,6 +20,7 @@ prefill chunks: how many, each of q new tokens over kv cached ones).
   moe         fused MoE layer: tokens T, k = hidden, n = expert intermediate, heads = top-k, kv_heads =
               experts, tp, workers = ep, seqs = experts the batch touches on one GPU (expected)
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,22 +30,67 @@ import pandas as pd
 
 from ..errors import InputError, require
 
-COLUMNS = ["op_class", "op", "tokens", "m", "k", "n", "tp", "workers", "dtype", "flops", "bytes", "time_s", "source",
-           "seqs", "heads", "kv_heads", "decode_flops", "decode_bytes", "prefill_seqs", "prefill_q", "prefill_kv", "causal",
-           "kv_alias"]
+COLUMNS = [
+    "op_class",
+    "op",
+    "tokens",
+    "m",
+    "k",
+    "n",
+    "tp",
+    "workers",
+    "dtype",
+    "flops",
+    "bytes",
+    "time_s",
+    "source",
+    "seqs",
+    "heads",
+    "kv_heads",
+    "decode_flops",
+    "decode_bytes",
+    "prefill_seqs",
+    "prefill_q",
+    "prefill_kv",
+    "causal",
+    "kv_alias",
+]
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-VIDUR_ELEMENTWISE = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
-                     "mlp_act": "activation", "add": "residual_add", "emb": "embedding"}
-VIDUR_SHAPE = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp", "num_tokens",
-               "num_tensor_parallel_workers"]
+VIDUR_ELEMENTWISE = {
+    "input_layernorm": "norm",
+    "post_attention_layernorm": "norm",
+    "attn_rope": "rope",
+    "mlp_act": "activation",
+    "add": "residual_add",
+    "emb": "embedding",
+}
+VIDUR_SHAPE = [
+    "n_head",
+    "n_kv_head",
+    "n_embd",
+    "n_expanded_embd",
+    "use_gated_mlp",
+    "num_tokens",
+    "num_tensor_parallel_workers",
+]
 NETWORK_SHAPE = ["num_workers", "size"]
 
 
 def gemm_row(op: str, m, k, n, b: int, time_s, **extra) -> dict:
-    return dict(op_class="gemm", op=op, tokens=m, m=m, k=k, n=n, flops=2.0 * m * k * n,
-                bytes=float(b) * (k * n + m * k + m * n), time_s=time_s, **extra)
+    return dict(
+        op_class="gemm",
+        op=op,
+        tokens=m,
+        m=m,
+        k=k,
+        n=n,
+        flops=2.0 * m * k * n,
+        bytes=float(b) * (k * n + m * k + m * n),
+        time_s=time_s,
+        **extra,
+    )
 
 
 def layer_gemm_shapes(h, nq, nkv, ffn, gated, tp) -> dict:
@@ -52,8 +98,12 @@ def layer_gemm_shapes(h, nq, nkv, ffn, gated, tp) -> dict:
     O and down row-split; KV heads replicated when tp exceeds them). Works on scalars and arrays."""
     d = h / nq
     q_cols, kv_cols = nq * d / tp, np.maximum(1.0, nkv / tp) * d
-    return {"attn_pre_proj": (h, q_cols + 2 * kv_cols), "attn_post_proj": (q_cols, h),
-            "mlp_up_proj": (h, np.where(gated, 2, 1) * ffn / tp), "mlp_down_proj": (ffn / tp, h)}
+    return {
+        "attn_pre_proj": (h, q_cols + 2 * kv_cols),
+        "attn_post_proj": (q_cols, h),
+        "mlp_up_proj": (h, np.where(gated, 2, 1) * ffn / tp),
+        "mlp_down_proj": (ffn / tp, h),
+    }
 
 
 def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
@@ -66,14 +116,35 @@ def validate(df: pd.DataFrame, source: str = "timings") -> pd.DataFrame:
         bad = ~np.isfinite(v)
         require(not bad.any(), f"{source}:{col}", df[col][bad].iloc[0] if bad.any() else None, "must be a number")
     t = df["time_s"].to_numpy(dtype=float)
-    require(bool((t > 0).all()), f"{source}:time_s", float(t[t <= 0][0]) if (t <= 0).any() else None,
-            f"times must be positive ({int((t <= 0).sum())} rows are not)")
+    require(
+        bool((t > 0).all()),
+        f"{source}:time_s",
+        float(t[t <= 0][0]) if (t <= 0).any() else None,
+        f"times must be positive ({int((t <= 0).sum())} rows are not)",
+    )
     require(bool((df["bytes"] >= 0).all() and (df["flops"] >= 0).all()), f"{source}:bytes", None, "must be >= 0")
     out = df.copy()
-    for col, default in (("op", out["op_class"]), ("tokens", 0), ("m", 0), ("k", 0), ("n", 0), ("tp", 1),
-                         ("workers", 1), ("dtype", "float16"), ("source", source), ("seqs", 0), ("heads", 0),
-                         ("kv_heads", 0), ("decode_flops", 0.0), ("decode_bytes", 0.0), ("prefill_seqs", 0),
-                         ("prefill_q", 0), ("prefill_kv", 0), ("causal", 1), ("kv_alias", 0.0)):
+    for col, default in (
+        ("op", out["op_class"]),
+        ("tokens", 0),
+        ("m", 0),
+        ("k", 0),
+        ("n", 0),
+        ("tp", 1),
+        ("workers", 1),
+        ("dtype", "float16"),
+        ("source", source),
+        ("seqs", 0),
+        ("heads", 0),
+        ("kv_heads", 0),
+        ("decode_flops", 0.0),
+        ("decode_bytes", 0.0),
+        ("prefill_seqs", 0),
+        ("prefill_q", 0),
+        ("prefill_kv", 0),
+        ("causal", 1),
+        ("kv_alias", 0.0),
+    ):
         if col not in out.columns:
             out[col] = default
         elif not isinstance(default, pd.Series) and out[col].isna().any():
@@ -86,11 +157,25 @@ def attention_row(op_class: str, seqs, q, kv, heads, kv_heads, d, b: int, time_s
     False: every query sees all kv + q keys (a benchmark that leaves the mask off)."""
     pairs = seqs * (q * kv + (q * (q + 1) / 2 if causal else q * q))
     pre = np.asarray(q) > 1
-    return dict(op_class=op_class, op=op_class, tokens=seqs * q, m=seqs * q, k=kv, n=d, seqs=seqs, heads=heads,
-                prefill_seqs=np.where(pre, seqs, 0), prefill_q=np.where(pre, q, 0), prefill_kv=np.where(pre, kv, 0),
-                causal=int(bool(causal)), kv_heads=kv_heads, flops=4.0 * heads * d * pairs,
-                bytes=2.0 * d * b * seqs * (kv_heads * (kv + q) + heads * q),
-                time_s=time_s, **extra)
+    return dict(
+        op_class=op_class,
+        op=op_class,
+        tokens=seqs * q,
+        m=seqs * q,
+        k=kv,
+        n=d,
+        seqs=seqs,
+        heads=heads,
+        prefill_seqs=np.where(pre, seqs, 0),
+        prefill_q=np.where(pre, q, 0),
+        prefill_kv=np.where(pre, kv, 0),
+        causal=int(bool(causal)),
+        kv_heads=kv_heads,
+        flops=4.0 * heads * d * pairs,
+        bytes=2.0 * d * b * seqs * (kv_heads * (kv + q) + heads * q),
+        time_s=time_s,
+        **extra,
+    )
 
 
 def _read_csv(path, source: str, nrows: int | None = None) -> pd.DataFrame:
@@ -124,9 +209,14 @@ def read_vidur_mlp(path, b: int = 2) -> pd.DataFrame:
     q_cols = gemm_shapes["attn_post_proj"][0]
     kv_cols = (gemm_shapes["attn_pre_proj"][1] - q_cols) / 2
     ffn_tp = ffn / tp
-    elem_bytes = {"input_layernorm": 2 * T * h + h, "post_attention_layernorm": 2 * T * h + h,
-                  "attn_rope": 2 * T * (q_cols + kv_cols), "mlp_act": np.where(gated, 3, 2) * T * ffn_tp,
-                  "add": 3 * T * h, "emb": 2 * T * h}
+    elem_bytes = {
+        "input_layernorm": 2 * T * h + h,
+        "post_attention_layernorm": 2 * T * h + h,
+        "attn_rope": 2 * T * (q_cols + kv_cols),
+        "mlp_act": np.where(gated, 3, 2) * T * ffn_tp,
+        "add": 3 * T * h,
+        "emb": 2 * T * h,
+    }
     frames = []
     for op in ops:
         cols = dict(tp=tp, workers=tp, dtype="float16", source=src)
@@ -134,9 +224,23 @@ def read_vidur_mlp(path, b: int = 2) -> pd.DataFrame:
             k, n = gemm_shapes[op]
             frames.append(pd.DataFrame(gemm_row(op, T, k, n, b, _median_ms(raw, op), **cols)))
         else:
-            width = h if VIDUR_ELEMENTWISE[op] == "norm" else 0     # norm: one block per row of h elements
-            frames.append(pd.DataFrame(dict(op_class=VIDUR_ELEMENTWISE[op], op=op, tokens=T, m=T, k=0, n=width, flops=0.0,
-                                            bytes=b * elem_bytes[op], time_s=_median_ms(raw, op), **cols)))
+            width = h if VIDUR_ELEMENTWISE[op] == "norm" else 0  # norm: one block per row of h elements
+            frames.append(
+                pd.DataFrame(
+                    dict(
+                        op_class=VIDUR_ELEMENTWISE[op],
+                        op=op,
+                        tokens=T,
+                        m=T,
+                        k=0,
+                        n=width,
+                        flops=0.0,
+                        bytes=b * elem_bytes[op],
+                        time_s=_median_ms(raw, op),
+                        **cols,
+                    )
+                )
+            )
     return validate(pd.concat(frames, ignore_index=True), src)
 
 
@@ -150,9 +254,23 @@ def read_vidur_network(path) -> pd.DataFrame:
     require(not missing, f"{src}:columns", missing, "missing Vidur all_reduce.csv columns (times in ms)")
     g = raw.groupby(["num_workers", "size"], as_index=False)[col].median()
     nw, size = g["num_workers"].to_numpy(dtype=float), g["size"].to_numpy(dtype=float)
-    df = pd.DataFrame(dict(op_class="allreduce", op="all_reduce", tokens=0, m=size, k=0, n=0, tp=nw, workers=nw,
-                           dtype="float16", flops=0.0, bytes=2 * (nw - 1) / nw * size,
-                           time_s=g[col].to_numpy(dtype=float) * TIME_UNITS["ms"], source=src))
+    df = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op="all_reduce",
+            tokens=0,
+            m=size,
+            k=0,
+            n=0,
+            tp=nw,
+            workers=nw,
+            dtype="float16",
+            flops=0.0,
+            bytes=2 * (nw - 1) / nw * size,
+            time_s=g[col].to_numpy(dtype=float) * TIME_UNITS["ms"],
+            source=src,
+        )
+    )
     return validate(df[df["workers"] > 1], src)
 
 
@@ -166,8 +284,12 @@ def read_timings_csv(path) -> pd.DataFrame:
         require(not missing, f"{src}:columns", missing, "need time and time_unit (s, ms, us, ns)")
         units = set(raw["time_unit"].astype(str))
         unknown = sorted(units - set(TIME_UNITS))
-        require(not unknown, f"{src}:time_unit", unknown[0] if unknown else None,
-                f"unknown time unit; known: {', '.join(TIME_UNITS)}")
+        require(
+            not unknown,
+            f"{src}:time_unit",
+            unknown[0] if unknown else None,
+            f"unknown time unit; known: {', '.join(TIME_UNITS)}",
+        )
         raw = raw.assign(time_s=pd.to_numeric(raw["time"], errors="coerce") * raw["time_unit"].map(TIME_UNITS))
     return validate(raw, src)
 

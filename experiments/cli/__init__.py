@@ -4,6 +4,7 @@ Every failure a user can cause ends in one stderr line and exit 2: argparse's (w
 ``chunksim VERB --help``), an ``InputError``, a file that cannot be read. A closed stdout pipe
 (``chunksim stall | head -1``) ends quietly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,16 @@ from costmodel.errors import InputError
 
 from . import calibrate, cost, listing, report, simulate, stall, sweep, validate
 
-VERBS = {"stall": stall, "cost": cost, "simulate": simulate, "sweep": sweep, "calibrate": calibrate,
-         "validate": validate, "list": listing, "report": report}
+VERBS = {
+    "stall": stall,
+    "cost": cost,
+    "simulate": simulate,
+    "sweep": sweep,
+    "calibrate": calibrate,
+    "validate": validate,
+    "list": listing,
+    "report": report,
+}
 
 
 class UsageError(Exception):
@@ -86,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return 0
     except UnicodeDecodeError as e:
-        print(f"chunksim {args.verb}: error: a file is not UTF-8 text (byte {e.start}): {one_line(e.reason)}",
-              file=sys.stderr)
+        print(
+            f"chunksim {args.verb}: error: a file is not UTF-8 text (byte {e.start}): {one_line(e.reason)}",
+            file=sys.stderr,
+        )
     except OSError as e:
         print(f"chunksim {args.verb}: error: {e.filename or ''}: {one_line(e.strerror or e)}", file=sys.stderr)
     except MemoryError:

@@ -1,4 +1,5 @@
 """Flags several verbs share, their value types, and the one place where names become objects."""
+
 from __future__ import annotations
 
 import argparse
@@ -69,22 +70,28 @@ def finite_float(text: str) -> float:
 
 
 def add_model_hardware(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
-    p.add_argument("--model", default="llama-3.1-8b",
-                   help="short name from costmodel/models/, or a Hugging Face config.json (or its folder)")
+    p.add_argument(
+        "--model",
+        default="llama-3.1-8b",
+        help="short name from costmodel/models/, or a Hugging Face config.json (or its folder)",
+    )
     p.add_argument("--hardware", default="h100", help="GPU profile name or a YAML path (e.g. from `calibrate`)")
-    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, default=1,
-                   help="tensor-parallel degree")
+    p.add_argument(
+        "--tp", "--tensor-parallel-size", dest="tp", type=positive_int, default=1, help="tensor-parallel degree"
+    )
     if json_flag:
         p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
 def engine_type(name: str):
     """argparse type of engine flag ``name``: typed and range-checked as engine_flags declares it."""
+
     def parse(text: str):
         try:
             return engine_flags.convert(name, text, name)
         except InputError as e:
             raise argparse.ArgumentTypeError(f"{text!r}: {e.reason}") from None
+
     parse.__name__ = name
     return parse
 
@@ -93,9 +100,12 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     """The engine flags `simulate` takes, spelled as `vllm serve` and `sglang.launch_server` spell them
     (one argument per field of engine_flags.EngineFlags)."""
     g = p.add_argument_group("engine flags (as vllm serve / sglang.launch_server spell them)")
-    g.add_argument("--engine-cmd", metavar='"CMD"',
-                   help="paste a `vllm serve ...` or `python -m sglang.launch_server ...` command line: sets the "
-                        "policy, its flags, the model, --tp and (-dp) --replicas; explicit flags here override it")
+    g.add_argument(
+        "--engine-cmd",
+        metavar='"CMD"',
+        help="paste a `vllm serve ...` or `python -m sglang.launch_server ...` command line: sets the "
+        "policy, its flags, the model, --tp and (-dp) --replicas; explicit flags here override it",
+    )
     for name, spec in engine_flags.FLAGS.items():
         if not spec.cli:
             continue
@@ -108,22 +118,32 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
 
 def add_dataset_flags(w) -> None:
     """vllm bench serve's dataset flags (vllm/benchmarks/datasets.py: add_dataset_parser), on simulate and sweep."""
-    w.add_argument("--dataset-name", choices=datasets.VLLM_DATASETS,
-                   help="random (default), sharegpt (first-turn ShareGPT lengths as vLLM samples them: the "
-                        "shipped Llama 3 table, or --dataset-path), "
-                        "prefix_repetition")
-    w.add_argument("--dataset-path", help="sharegpt: a CSV length table of first turns (prompt_len,output_len); "
-                                             "vLLM's filter applies (prompt 4..1024, prompt+output <= 2048)")
+    w.add_argument(
+        "--dataset-name",
+        choices=datasets.VLLM_DATASETS,
+        help="random (default), sharegpt (first-turn ShareGPT lengths as vLLM samples them: the "
+        "shipped Llama 3 table, or --dataset-path), "
+        "prefix_repetition",
+    )
+    w.add_argument(
+        "--dataset-path",
+        help="sharegpt: a CSV length table of first turns (prompt_len,output_len); "
+        "vLLM's filter applies (prompt 4..1024, prompt+output <= 2048)",
+    )
     w.add_argument("--random-input-len", type=positive_int, help="random dataset: input tokens (vLLM default 1024)")
     w.add_argument("--random-output-len", type=positive_int, help="random dataset: output tokens (vLLM default 128)")
-    w.add_argument("--random-range-ratio", type=unit_ratio,
-                   help="random dataset: lengths uniform in [len(1-r), len(1+r)], r in [0, 1)")
+    w.add_argument(
+        "--random-range-ratio",
+        type=unit_ratio,
+        help="random dataset: lengths uniform in [len(1-r), len(1+r)], r in [0, 1)",
+    )
     w.add_argument("--random-prefix-len", type=nonneg_int, help="random dataset: shared prefix tokens (default 0)")
     w.add_argument("--prefix-repetition-prefix-len", type=nonneg_int, help="prefix_repetition: prefix tokens (256)")
     w.add_argument("--prefix-repetition-suffix-len", type=nonneg_int, help="prefix_repetition: suffix tokens (256)")
     w.add_argument("--prefix-repetition-num-prefixes", type=positive_int, help="prefix_repetition: prefixes (10)")
     w.add_argument("--prefix-repetition-output-len", type=positive_int, help="prefix_repetition: output tokens (128)")
     w.add_argument("--sharegpt-output-len", type=positive_int, help="sharegpt: replace every output length")
+
 
 def model_and_hardware(args):
     check_hardware_file(args.hardware)
@@ -147,6 +167,7 @@ def check_hardware_file(name: str | None, field: str = "--hardware") -> None:
     """A hardware path given (not a shipped name) must be UTF-8 YAML; load_hardware checks the rest."""
     if name and Path(name).is_file():
         import yaml
+
         text = read_text(name, field)
         try:
             d = yaml.safe_load(text)

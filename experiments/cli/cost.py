@@ -1,4 +1,5 @@
 """Price one forward pass of a batch shape, operator by operator."""
+
 from __future__ import annotations
 
 import csv
@@ -20,8 +21,11 @@ def add_parser(p):
     p.add_argument("--batch-file", help="CSV with columns q_len,kv_len")
     p.add_argument("--counting", choices=["seed", "faithful"], help="FLOP-counting convention (default: the profile's)")
     p.add_argument("--interval", action="store_true", help="prediction interval from a calibrated profile's covariance")
-    p.add_argument("--overlap-host", action="store_true",
-                   help="price host time as overlapped with the GPU (async scheduling): only host time beyond the GPU's shows")
+    p.add_argument(
+        "--overlap-host",
+        action="store_true",
+        help="price host time as overlapped with the GPU (async scheduling): only host time beyond the GPU's shows",
+    )
 
 
 def _ints(field: str, text: str) -> list[int]:
@@ -37,11 +41,15 @@ def _ints(field: str, text: str) -> list[int]:
 def within_context(model, q: list[int], kv: list[int], batch_file: str | None = None, q_text=None, kv_text=None):
     """No sequence longer than the model's context window (max_position_embeddings): an engine could
     never hold it, and its price would be a figure for nothing that runs."""
-    limit = model.max_model_len or 2 ** 31 - 1
+    limit = model.max_model_len or 2**31 - 1
     for field, text, lens in (("--q-lens", q_text, q), ("--kv-lens", kv_text, [a + b for a, b in zip(q, kv)])):
         worst = max(lens, default=0)
-        require(worst <= limit, "--batch-file" if batch_file else field, batch_file or text,
-                f"a sequence of {worst:,} tokens (q_len + kv_len) exceeds {model.name}'s context of {limit:,} tokens")
+        require(
+            worst <= limit,
+            "--batch-file" if batch_file else field,
+            batch_file or text,
+            f"a sequence of {worst:,} tokens (q_len + kv_len) exceeds {model.name}'s context of {limit:,} tokens",
+        )
 
 
 def read_batch_file(path: str) -> tuple[list[int], list[int]]:
@@ -88,12 +96,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result.to_dict() | ({"interval": band} if band else {}), indent=2))
         return 0
-    rows = [{"operator": o.name, "GFLOP": o.flops / 1e9, "MB": o.bytes / 1e6, "ms": o.time_s * 1e3, "bound": o.bound}
-            for o in result.operators]
+    rows = [
+        {"operator": o.name, "GFLOP": o.flops / 1e9, "MB": o.bytes / 1e6, "ms": o.time_s * 1e3, "bound": o.bound}
+        for o in result.operators
+    ]
     rows.append({"operator": "total", "GFLOP": result.flops / 1e9, "MB": result.bytes / 1e6, "ms": result.time_s * 1e3})
     print(f"{model.name} on {hw.name} (tp={args.tp}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached")
     print(table(rows))
     if band:
-        print(f"interval ({band['draws']} draws): 68 % {band['p16_s'] * 1e3:.4g}-{band['p84_s'] * 1e3:.4g} ms, "
-              f"95 % {band['p2.5_s'] * 1e3:.4g}-{band['p97.5_s'] * 1e3:.4g} ms")
+        print(
+            f"interval ({band['draws']} draws): 68 % {band['p16_s'] * 1e3:.4g}-{band['p84_s'] * 1e3:.4g} ms, "
+            f"95 % {band['p2.5_s'] * 1e3:.4g}-{band['p97.5_s'] * 1e3:.4g} ms"
+        )
     return 0

@@ -1,5 +1,6 @@
 """Write one self-contained HTML report (plotly inline, opens offline) of a results folder: a
 `chunksim simulate --out DIR` run or a `chunksim sweep --out DIR` sweep."""
+
 from __future__ import annotations
 
 import sys
@@ -15,6 +16,7 @@ def run(args) -> int:
 
     from ..bench_result import writable_file
     from ..html_report import folder_report
+
     if args.out:
         writable_file(Path(args.out), "--out")
     path = folder_report(args.dir, args.out)

@@ -4,6 +4,7 @@ Workload and result flags are `vllm bench serve`'s (--dataset-name, --random-*, 
 --percentile-metrics, --save-result, ...); engine flags are the engines' own, or a whole pasted
 command line with --engine-cmd. Flags given explicitly override an experiment file (-f).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,16 @@ TIME_UNITS = ("s", "ms", "us")
 
 def trace_columns(text: str) -> dict:
     import argparse
+
     out = {}
     for item in text.split(","):
         key, eq, col = item.partition("=")
         if not eq or not key.strip() or not col.strip():
             raise argparse.ArgumentTypeError(f"{item!r} is not FIELD=COLUMN")
         if key.strip() not in ("arrival", "prompt_len", "output_len", "block_hashes"):
-            raise argparse.ArgumentTypeError(f"{key.strip()!r} is not one of arrival, prompt_len, output_len, "
-                                             "block_hashes")
+            raise argparse.ArgumentTypeError(
+                f"{key.strip()!r} is not one of arrival, prompt_len, output_len, block_hashes"
+            )
         out[key.strip()] = col.strip()
     return out
 
@@ -46,8 +49,12 @@ def add_parser(p):
     p.add_argument("--replicas", type=positive_int, help="replicas behind the router (default 1), each of --tp GPUs")
     p.add_argument("--router", help="round_robin (default), least_outstanding, least_kv, prefix_affinity")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no notes on stderr")
-    p.add_argument("--gpu-hourly-price", type=finite_float, metavar="USD",
-                   help="USD per GPU-hour, for cost per million tokens (default for some GPUs: `chunksim list hardware`)")
+    p.add_argument(
+        "--gpu-hourly-price",
+        type=finite_float,
+        metavar="USD",
+        help="USD per GPU-hour, for cost per million tokens (default for some GPUs: `chunksim list hardware`)",
+    )
     add_engine_flags(p)
     w = p.add_argument_group("workload (vllm bench serve's flags)")
     add_dataset_flags(w)
@@ -62,15 +69,31 @@ def add_parser(p):
     w.add_argument("--ramp-up-end-rps", type=finite_float, help="ramp's last rate (requests/s)")
     w.add_argument("--scenario", choices=["stall"], help="seed 000's scene: decoders running, one long prompt arrives")
     w.add_argument("--workload-file", metavar="TRACE", help="replay a trace file instead of generating requests")
-    w.add_argument("--trace-format", choices=["azure", "mooncake", "csv", "jsonl"],
-                   help="format of --workload-file (default by suffix: .csv azure, .jsonl mooncake)")
-    w.add_argument("--trace-columns", dest="columns", type=trace_columns, metavar="arrival=COL,prompt_len=COL,...",
-                   help="a csv/jsonl trace's columns: arrival, prompt_len, output_len[, block_hashes]")
+    w.add_argument(
+        "--trace-format",
+        choices=["azure", "mooncake", "csv", "jsonl"],
+        help="format of --workload-file (default by suffix: .csv azure, .jsonl mooncake)",
+    )
+    w.add_argument(
+        "--trace-columns",
+        dest="columns",
+        type=trace_columns,
+        metavar="arrival=COL,prompt_len=COL,...",
+        help="a csv/jsonl trace's columns: arrival, prompt_len, output_len[, block_hashes]",
+    )
     w.add_argument("--time-unit", choices=TIME_UNITS, help="unit of the trace's arrival column")
-    w.add_argument("--time-scale", type=finite_float, metavar="F",
-                   help="trace: multiply every arrival time by F (2 = half the rate, 0.5 = twice)")
-    w.add_argument("--target-rate", type=finite_float, metavar="RPS",
-                   help="trace: rescale arrival times to this mean request rate (requests/s)")
+    w.add_argument(
+        "--time-scale",
+        type=finite_float,
+        metavar="F",
+        help="trace: multiply every arrival time by F (2 = half the rate, 0.5 = twice)",
+    )
+    w.add_argument(
+        "--target-rate",
+        type=finite_float,
+        metavar="RPS",
+        help="trace: rescale arrival times to this mean request rate (requests/s)",
+    )
     w.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
     r = p.add_argument_group("results (vllm bench serve's flags)")
     r.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs: ttft:MS tpot:MS e2el:MS")
@@ -83,18 +106,37 @@ def add_parser(p):
     r.add_argument("--result-filename", help="result file name (default as vllm bench serve names it)")
     r.add_argument("--label", help="result label (default chunksim-POLICY)")
     r.add_argument("--metadata", nargs="*", metavar="KEY=VALUE", help="extra keys for the result JSON")
-    r.add_argument("--result-format", choices=bench_result.FORMATS, default="vllm",
-                   help="vllm: vllm bench serve's keys; sglang: sglang.bench_serving's JSON line")
+    r.add_argument(
+        "--result-format",
+        choices=bench_result.FORMATS,
+        default="vllm",
+        help="vllm: vllm bench serve's keys; sglang: sglang.bench_serving's JSON line",
+    )
     o = p.add_argument_group("outputs")
-    o.add_argument("--no-fast-forward", action="store_true", default=None,
-                   help="one event per iteration (proves fast-forward exact)")
-    o.add_argument("--uncertainty", type=positive_int, metavar="N",
-                   help="rerun at N parameter sets drawn from a calibrated profile's covariance; report p5/p50/p95")
+    o.add_argument(
+        "--no-fast-forward",
+        action="store_true",
+        default=None,
+        help="one event per iteration (proves fast-forward exact)",
+    )
+    o.add_argument(
+        "--uncertainty",
+        type=positive_int,
+        metavar="N",
+        help="rerun at N parameter sets drawn from a calibrated profile's covariance; report p5/p50/p95",
+    )
     o.add_argument("--out", help="folder for requests.parquet, requests.csv, summary.json and config.yaml")
-    o.add_argument("--trace", metavar="RUN.json", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev); "
-                   "its size is printed on stderr")
-    o.add_argument("--trace-max-mb", type=positive_float, metavar="MB",
-                   help="the trace's size budget (default 100): past it requests are sampled, then passes merged")
+    o.add_argument(
+        "--trace",
+        metavar="RUN.json",
+        help="write a Chrome/Perfetto trace (open in ui.perfetto.dev); its size is printed on stderr",
+    )
+    o.add_argument(
+        "--trace-max-mb",
+        type=positive_float,
+        metavar="MB",
+        help="the trace's size budget (default 100): past it requests are sampled, then passes merged",
+    )
     o.add_argument("--plots", metavar="DIR", help="write itl_timeline.png, iteration_composition.png, latency_cdfs.png")
     o.add_argument("--report", metavar="FILE.html", help="write one self-contained HTML report (works offline)")
 
@@ -106,8 +148,7 @@ def run(args) -> int:
         return 0
     print(out["text"])
     for note in out["files"]:
-        if note.startswith("wrote trace"):   # announced already
+        if note.startswith("wrote trace"):  # announced already
             continue
         print(note, file=sys.stderr)
     return 0
-

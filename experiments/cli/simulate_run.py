@@ -1,4 +1,5 @@
 """`chunksim simulate` from parsed flags: everything checked first, then one run, then its files."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,11 +27,11 @@ from .common import check_hardware_file, read_text
 
 BAND_METRICS = ("p99_itl_ms", "p99_ttft_ms", "output_throughput")
 BANDS = (5, 50, 95)
-UNCERTAINTY_STREAM = 1000   # spawn key of the parameter draws; the workload's streams use 0, 1, 2
-BYTES_PER_REQUEST = 1500    # simulator + tables, measured: ~1 KB a request at a million requests
-TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 450, 600   # measured on chrome_trace output
-PROGRESS_DELAY_S = 2.0      # the bar shows only on runs longer than this
-TRACE_WARN_BYTES = 100 * 2 ** 20
+UNCERTAINTY_STREAM = 1000  # spawn key of the parameter draws; the workload's streams use 0, 1, 2
+BYTES_PER_REQUEST = 1500  # simulator + tables, measured: ~1 KB a request at a million requests
+TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 450, 600  # measured on chrome_trace output
+PROGRESS_DELAY_S = 2.0  # the bar shows only on runs longer than this
+TRACE_WARN_BYTES = 100 * 2**20
 ENGINE_KEYS = experiment_file.ENGINE_FLAGS
 
 
@@ -48,12 +49,16 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
     if cmd.dp and cmd.dp > 1:
         o["replicas"] = cmd.dp
         o["router"] = DP_ROUTER[cmd.policy]
-        notes.append(f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} independent replicas "
-                     f"of tp={cmd.tp or 1} behind the {DP_ROUTER[cmd.policy]} router (standing in for "
-                     f"{cmd.policy}'s own balancer; no DP attention or expert parallelism)")
+        notes.append(
+            f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} independent replicas "
+            f"of tp={cmd.tp or 1} behind the {DP_ROUTER[cmd.policy]} router (standing in for "
+            f"{cmd.policy}'s own balancer; no DP attention or expert parallelism)"
+        )
     if cmd.ignored or cmd.env:
-        notes.append("warning: --engine-cmd flags chunksim does not model (ignored): "
-                     + " ".join(cmd.ignored + [f"(environment) {e}" for e in cmd.env]))
+        notes.append(
+            "warning: --engine-cmd flags chunksim does not model (ignored): "
+            + " ".join(cmd.ignored + [f"(environment) {e}" for e in cmd.env])
+        )
     return o, notes
 
 
@@ -73,19 +78,27 @@ def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 2 ** 40
+        return 2**40
 
 
 def preflight(args, cfg: dict) -> dict:
     """Every check that needs no simulation: output paths, result options, sizes."""
-    opts = {"metrics": br.parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
-            "percentiles": br.parse_metric_percentiles(args.metric_percentiles or "99"),
-            "metadata": br.parse_metadata(args.metadata)}
-    for flag, given in (("--save-detailed", args.save_detailed), ("--result-dir", args.result_dir),
-                        ("--result-filename", args.result_filename), ("--label", args.label),
-                        ("--metadata", args.metadata), ("--append-result", args.append_result)):
-        require(not given or args.save_result, flag, given if not isinstance(given, bool) else True,
-                "needs --save-result")
+    opts = {
+        "metrics": br.parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
+        "percentiles": br.parse_metric_percentiles(args.metric_percentiles or "99"),
+        "metadata": br.parse_metadata(args.metadata),
+    }
+    for flag, given in (
+        ("--save-detailed", args.save_detailed),
+        ("--result-dir", args.result_dir),
+        ("--result-filename", args.result_filename),
+        ("--label", args.label),
+        ("--metadata", args.metadata),
+        ("--append-result", args.append_result),
+    ):
+        require(
+            not given or args.save_result, flag, given if not isinstance(given, bool) else True, "needs --save-result"
+        )
     if args.out:
         br.writable_dir(Path(args.out), "--out")
     if args.plots:
@@ -94,24 +107,37 @@ def preflight(args, cfg: dict) -> dict:
         br.writable_file(Path(args.trace), "--trace")
     if getattr(args, "report", None):
         br.writable_file(Path(args.report), "--report")
-    require(not getattr(args, "trace_max_mb", None) or args.trace, "--trace-max-mb", getattr(args, "trace_max_mb", None),
-            "needs --trace")
+    require(
+        not getattr(args, "trace_max_mb", None) or args.trace,
+        "--trace-max-mb",
+        getattr(args, "trace_max_mb", None),
+        "needs --trace",
+    )
     if args.result_dir:
         br.writable_dir(Path(args.result_dir), "--result-dir")
     if args.result_filename:
-        require(Path(args.result_filename).name == args.result_filename or not args.result_dir, "--result-filename",
-                args.result_filename, "give a file name when --result-dir is given")
+        require(
+            Path(args.result_filename).name == args.result_filename or not args.result_dir,
+            "--result-filename",
+            args.result_filename,
+            "give a file name when --result-dir is given",
+        )
     check_hardware_file(cfg["hardware"])
     n = cfg["workload"].get("num_prompts")
     if isinstance(n, int):
         need = n * BYTES_PER_REQUEST
-        require(need < _physical_memory(), "--num-prompts", n,
-                f"needs about {need / 2 ** 30:,.0f} GiB; this machine has {_physical_memory() / 2 ** 30:,.0f} GiB")
+        require(
+            need < _physical_memory(),
+            "--num-prompts",
+            n,
+            f"needs about {need / 2**30:,.0f} GiB; this machine has {_physical_memory() / 2**30:,.0f} GiB",
+        )
     return opts
 
 
 class ProgressSimulation(Simulation):
     """A Simulation that ticks a tqdm bar every 256 finished requests (no events of its own)."""
+
     bar = None
 
     def finished(self, req) -> None:
@@ -123,31 +149,52 @@ class ProgressSimulation(Simulation):
 
 def _bar(n: int, quiet: bool):
     from tqdm import tqdm
-    return tqdm(total=n, unit="req", desc="simulate", delay=PROGRESS_DELAY_S, disable=quiet, file=sys.stderr,
-                leave=False)
+
+    return tqdm(
+        total=n, unit="req", desc="simulate", delay=PROGRESS_DELAY_S, disable=quiet, file=sys.stderr, leave=False
+    )
 
 
 def run_info(args, cfg: dict, model, hw, workload) -> dict:
     w = cfg["workload"]
     lengths = w.get("lengths") or {}
-    ramp = tuple(w[k] for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")) \
-        if w.get("kind") == "ramp" else None
+    ramp = (
+        tuple(w[k] for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"))
+        if w.get("kind") == "ramp"
+        else None
+    )
     rate = w.get("request_rate", "inf")
     backend = f"chunksim-{cfg['policy']}"
-    dataset = {"fixed": "random", "random": "random", "sharegpt": "sharegpt", "table": "custom",
-               "shared_prefix": "prefix_repetition"}
-    return {"date": br.now_stamp(), "backend": backend, "label": args.label or backend,
-            "model_id": getattr(model, "source", None) or _model_id(model), "num_prompts": len(workload),
-            "request_rate": float(rate) if rate is not None else math.inf, "burstiness": float(w.get("burstiness", 1.0)),
-            "max_concurrency": w.get("max_concurrency"), "ramp": ramp,
-            "planned_arrival_s": workload.arrival_s, "dataset_name": dataset.get(lengths.get("kind"), "trace"),
-            "sharegpt_output_len": lengths.get("output_len") if lengths.get("kind") == "sharegpt" else None,
-            "random_input_len": lengths.get("input_len"), "random_output_len": lengths.get("output_len"),
-            "random_range_ratio": lengths.get("range_ratio", 0.0), "tag": args.label}
+    dataset = {
+        "fixed": "random",
+        "random": "random",
+        "sharegpt": "sharegpt",
+        "table": "custom",
+        "shared_prefix": "prefix_repetition",
+    }
+    return {
+        "date": br.now_stamp(),
+        "backend": backend,
+        "label": args.label or backend,
+        "model_id": getattr(model, "source", None) or _model_id(model),
+        "num_prompts": len(workload),
+        "request_rate": float(rate) if rate is not None else math.inf,
+        "burstiness": float(w.get("burstiness", 1.0)),
+        "max_concurrency": w.get("max_concurrency"),
+        "ramp": ramp,
+        "planned_arrival_s": workload.arrival_s,
+        "dataset_name": dataset.get(lengths.get("kind"), "trace"),
+        "sharegpt_output_len": lengths.get("output_len") if lengths.get("kind") == "sharegpt" else None,
+        "random_input_len": lengths.get("input_len"),
+        "random_output_len": lengths.get("output_len"),
+        "random_range_ratio": lengths.get("range_ratio", 0.0),
+        "tag": args.label,
+    }
 
 
 def _model_id(model) -> str:
     from costmodel.model import MODELS_DIR
+
     p = MODELS_DIR / f"{model.name}.json"
     if p.is_file():
         return json.loads(p.read_text()).get("_source", model.name)
@@ -161,11 +208,16 @@ def uncertainty(cfg: dict, model, hw, draws: list, workload, goodput, point: dic
     rows = []
     for i, d in enumerate(draws):
         sched, pool, cm, max_len = build_engine(cfg["policy"], model, d, cfg["tp"], cfg["engine"])
-        s = Simulation([(sched, pool, cm)], workload, fast_forward=cfg["fast_forward"],
-                       max_model_len=max_len).run(goodput=goodput).summary
+        s = (
+            Simulation([(sched, pool, cm)], workload, fast_forward=cfg["fast_forward"], max_model_len=max_len)
+            .run(goodput=goodput)
+            .summary
+        )
         rows.append({"draw": i, **{f: getattr(d, f) for f in drawn}, **{m: s[m] for m in BAND_METRICS}})
-    bands = {m: {"point": point[m], **{f"p{q}": float(np.percentile([r[m] for r in rows], q)) for q in BANDS}}
-             for m in BAND_METRICS}
+    bands = {
+        m: {"point": point[m], **{f"p{q}": float(np.percentile([r[m] for r in rows], q)) for q in BANDS}}
+        for m in BAND_METRICS
+    }
     return {"draws": len(draws), "hardware": hw.name, "drawn_fields": drawn, "metrics": bands}, rows
 
 
@@ -178,31 +230,42 @@ def run_simulation(args) -> dict:
     cfg, ignored = config(args)
     opts = preflight(args, cfg)
     model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
-    engines, router, max_len = build_cluster(cfg["policy"], model, hw, cfg["tp"], cfg["engine"], cfg["replicas"],
-                                             cfg["router"])
+    engines, router, max_len = build_cluster(
+        cfg["policy"], model, hw, cfg["tp"], cfg["engine"], cfg["replicas"], cfg["router"]
+    )
     sched, pool = engines[0][0], engines[0][1]
     resolved = engine_defaults.resolved(cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"])
     try:
         workload = experiment_file.build_workload(cfg)
-    except InputError as e:   # a workload section read from -f as written: the error names the file
+    except InputError as e:  # a workload section read from -f as written: the error names the file
         if args.file and cfg["workload"] == experiment_file.load_experiment(args.file).get("workload"):
             raise experiment_file.in_file(args.file, e, "workload") from None
         raise
     goodput = cfg.get("goodput")
     notes = []
     quiet = args.quiet or args.json
-    notes += ignored   # the pasted line's unmodelled flags and data-parallel reading, even with --quiet
+    notes += ignored  # the pasted line's unmodelled flags and data-parallel reading, even with --quiet
     draws = None
     if args.uncertainty:
         rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
-        require(len(fitted_parameters(hw)[0]) > 0, "--uncertainty", args.uncertainty,
-                f"needs a calibrated hardware profile; {hw.name} has no fitted covariance "
-                "(fit one with `chunksim calibrate --out DIR`, then pass --hardware DIR/fitted.yaml)")
+        require(
+            len(fitted_parameters(hw)[0]) > 0,
+            "--uncertainty",
+            args.uncertainty,
+            f"needs a calibrated hardware profile; {hw.name} has no fitted covariance "
+            "(fit one with `chunksim calibrate --out DIR`, then pass --hardware DIR/fitted.yaml)",
+        )
         draws = sample_hardware(hw, args.uncertainty, rng)
     for n in notes:
         print(n, file=sys.stderr)
-    sim = ProgressSimulation(engines, workload, fast_forward=cfg["fast_forward"], max_model_len=max_len,
-                             router=router, record_iterations=bool(args.trace or args.plots or args.save_result))
+    sim = ProgressSimulation(
+        engines,
+        workload,
+        fast_forward=cfg["fast_forward"],
+        max_model_len=max_len,
+        router=router,
+        record_iterations=bool(args.trace or args.plots or args.save_result),
+    )
     with _bar(len(workload), quiet) as bar:
         sim.bar = bar
         res = sim.run(goodput=goodput)
@@ -211,24 +274,34 @@ def run_simulation(args) -> dict:
     title = None
     if args.trace or args.plots or getattr(args, "report", None):
         from ..run_plots import pass_table, run_title, stalled_requests
+
         title = run_title(cfg["policy"], model.name, hw.name, cfg["tp"], cfg["replicas"], cfg["router"])
         if args.trace or args.plots:
             rids = stalled_requests(res)
             passes, times = pass_table(res, rids, progress=not quiet)
     if args.trace:
         from ..perfetto import MAX_BYTES, write_trace
-        budget = int(args.trace_max_mb * 2 ** 20) if getattr(args, "trace_max_mb", None) else MAX_BYTES
+
+        budget = int(args.trace_max_mb * 2**20) if getattr(args, "trace_max_mb", None) else MAX_BYTES
         path, info = write_trace(res, args.trace, budget, passes)
-        shown = "" if info["requests_shown"] == info["requests"] else \
-            f"; {info['requests_shown']:,} of {info['requests']:,} requests shown ({info['request_sampling']})"
+        shown = (
+            ""
+            if info["requests_shown"] == info["requests"]
+            else f"; {info['requests_shown']:,} of {info['requests']:,} requests shown ({info['request_sampling']})"
+        )
         merged = "" if info["entries_per_slice"] == 1 else f"; {info['entries_per_slice']} log entries per slice"
-        note = f"wrote trace: {path} ({info['bytes'] / 2 ** 20:,.1f} MB{shown}{merged})"
-        print(note, file=sys.stderr)   # the size always shows, --quiet and --json included
+        note = f"wrote trace: {path} ({info['bytes'] / 2**20:,.1f} MB{shown}{merged})"
+        print(note, file=sys.stderr)  # the size always shows, --quiet and --json included
         files.append(note)
     if args.plots:
         from ..run_plots import save_run_plots
-        files += [f"wrote plot: {p}" for p in save_run_plots(res, args.plots, title=title, progress=not quiet,
-                                                               passes=passes, times=times).values()]
+
+        files += [
+            f"wrote plot: {p}"
+            for p in save_run_plots(
+                res, args.plots, title=title, progress=not quiet, passes=passes, times=times
+            ).values()
+        ]
     s = res.summary
     if args.percentile_metrics or args.metric_percentiles:
         s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
@@ -237,8 +310,11 @@ def run_simulation(args) -> dict:
     if draws:
         s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
     if args.save_result:
-        info = {**run_info(args, cfg, model, hw, workload), "metadata": opts["metadata"],
-                "config": {**cfg, "engine_config": s["engine_config"]}}
+        info = {
+            **run_info(args, cfg, model, hw, workload),
+            "metadata": opts["metadata"],
+            "config": {**cfg, "engine_config": s["engine_config"]},
+        }
         if args.result_format == "sglang":
             result = br.sglang_result(res, info, args.save_detailed)
         else:
@@ -263,8 +339,14 @@ def run_simulation(args) -> dict:
         files.append(f"wrote run: {out}")
     if getattr(args, "report", None):
         from ..html_report import engine_title, simulate_report
-        path = simulate_report(res, args.report, title=engine_title(cfg["policy"], model.name, hw.name, cfg["tp"],
-                                                                     cfg["replicas"], cfg["router"]), config=config_rows(args, cfg, resolved), summary=s)
+
+        path = simulate_report(
+            res,
+            args.report,
+            title=engine_title(cfg["policy"], model.name, hw.name, cfg["tp"], cfg["replicas"], cfg["router"]),
+            config=config_rows(args, cfg, resolved),
+            summary=s,
+        )
         files.append(f"wrote report: {path}")
     return {"summary": s, "text": _text(cfg, model, hw, pool, s, resolved, draws), "files": files}
 
@@ -288,12 +370,24 @@ def config_rows(args, cfg: dict, resolved: list[dict]) -> list[dict]:
     for key in ("model", "hardware", "tp", "policy", "replicas", "router", "seed", "fast_forward"):
         if key not in cfg:
             continue
-        why = "flag" if key in given else "--engine-cmd" if key in cmd else f"-f {args.file}" if key in in_file \
+        why = (
+            "flag"
+            if key in given
+            else "--engine-cmd"
+            if key in cmd
+            else f"-f {args.file}"
+            if key in in_file
             else "chunksim default"
+        )
         rows.append({"setting": key, "value": cfg[key], "source": why})
     for key, v in (cfg.get("workload") or {}).items():
-        why = "flag" if key in given else f"-f {args.file}" if key in (in_file.get("workload") or {}) \
+        why = (
+            "flag"
+            if key in given
+            else f"-f {args.file}"
+            if key in (in_file.get("workload") or {})
             else "from the workload flags or chunksim default"
+        )
         rows.append({"setting": f"workload.{key}", "value": v, "source": why})
     rows += [{"setting": f"engine.{r['flag']}", "value": r["value"], "source": r["why"]} for r in resolved]
     return rows
@@ -304,23 +398,66 @@ def _plain(x):
 
 
 def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
-    lines = [f"{cfg['policy']} · {model.name} on {hw.name} (tp={cfg['tp']}) · {cfg['replicas']} replica(s), router "
-             f"{cfg['router']} · KV pool {pool.total * pool.block_size:,} tokens per replica"]
-    lines.append(table([{"engine flag": r["flag"], "value": "-" if r["value"] is None else str(r["value"]),
-                         "why": r["why"]} for r in resolved]))
+    lines = [
+        f"{cfg['policy']} · {model.name} on {hw.name} (tp={cfg['tp']}) · {cfg['replicas']} replica(s), router "
+        f"{cfg['router']} · KV pool {pool.total * pool.block_size:,} tokens per replica"
+    ]
+    lines.append(
+        table(
+            [
+                {"engine flag": r["flag"], "value": "-" if r["value"] is None else str(r["value"]), "why": r["why"]}
+                for r in resolved
+            ]
+        )
+    )
     lines.append("")
-    keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms",
-            "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_iterations", "num_preemptions"]
+    keys = [
+        "completed",
+        "num_rejected",
+        "request_throughput",
+        "output_throughput",
+        "mean_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "p99_tpot_ms",
+        "p99_itl_ms",
+        "max_itl_ms",
+        "num_iterations",
+        "num_preemptions",
+    ]
     lines.append(table([{"metric": k, "value": s[k]} for k in keys + [k for k in COST_KEYS if k in s]]))
-    lines.append(f"GPU price: {s['usd_per_gpu_hour']} USD per GPU-hour × {s['gpus']} GPUs ({s['price_source']})"
-                 if s["usd_per_gpu_hour"] is not None else f"cost: {s['price_source']}")
+    lines.append(
+        f"GPU price: {s['usd_per_gpu_hour']} USD per GPU-hour × {s['gpus']} GPUs ({s['price_source']})"
+        if s["usd_per_gpu_hour"] is not None
+        else f"cost: {s['price_source']}"
+    )
     if "replicas" in s:
         lines.append("")
-        lines.append(table([{"replica": i, **{k: r[k] for k in ("routed", "mean_load", "completed", "output_throughput",
-                                                                "p99_ttft_ms", "p99_itl_ms")}}
-                            for i, r in enumerate(s["replicas"])]))
-        lines.append("routed: requests sent to the replica; mean_load: requests in it on average over the run "
-                     "(Little's law: their time in the system over the run's span)")
+        lines.append(
+            table(
+                [
+                    {
+                        "replica": i,
+                        **{
+                            k: r[k]
+                            for k in (
+                                "routed",
+                                "mean_load",
+                                "completed",
+                                "output_throughput",
+                                "p99_ttft_ms",
+                                "p99_itl_ms",
+                            )
+                        },
+                    }
+                    for i, r in enumerate(s["replicas"])
+                ]
+            )
+        )
+        lines.append(
+            "routed: requests sent to the replica; mean_load: requests in it on average over the run "
+            "(Little's law: their time in the system over the run's span)"
+        )
     if draws:
         lines.append(f"\nuncertainty: {len(draws)} parameter sets drawn from {hw.name}'s fitted covariance")
         lines.append(table([{"metric": m, **b} for m, b in s["uncertainty"]["metrics"].items()]))

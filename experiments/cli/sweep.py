@@ -4,6 +4,7 @@ recommend, per engine, the setting with the highest throughput that meets them.
 Flags override a YAML experiment file (--config) key by key. An overloaded point (its queue grows:
 experiments/overload.py) never meets the SLOs; when every point is, no setting is recommended.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,38 +45,70 @@ from .common import (
     read_text,
 )
 
-DEFAULT_GRID = {"vllm": {"max_num_batched_tokens": [512, 768, 1024, 1536, 2048, 4096, 8192]},
-                "sglang": {"chunked_prefill_size": [512, 1024, 2048, 4096], "enable_mixed_chunk": [False, True]}}
+DEFAULT_GRID = {
+    "vllm": {"max_num_batched_tokens": [512, 768, 1024, 1536, 2048, 4096, 8192]},
+    "sglang": {"chunked_prefill_size": [512, 1024, 2048, 4096], "enable_mixed_chunk": [False, True]},
+}
 DEFAULT_RATES = [4, 8, 12, 16]
 MIXED = {"off": [False], "on": [True], "both": [False, True]}
 
 
 def add_parser(p):
-    p.add_argument("--config", help="YAML experiment file: model, hardware, tp, seed, grid, flags, request_rates, "
-                                    "workload, slo {itl_ms, ttft_ms, percentile, objective}, goodput")
+    p.add_argument(
+        "--config",
+        help="YAML experiment file: model, hardware, tp, seed, grid, flags, request_rates, "
+        "workload, slo {itl_ms, ttft_ms, percentile, objective}, goodput",
+    )
     p.add_argument("--model", help="short name from costmodel/models/, or a Hugging Face config.json")
     p.add_argument("--hardware", nargs="+", help="GPU profile names or YAML paths (several: a sweep axis)")
-    p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=positive_int, nargs="+",
-                   help="tensor-parallel degrees (several: a sweep axis)")
+    p.add_argument(
+        "--tp",
+        "--tensor-parallel-size",
+        dest="tp",
+        type=positive_int,
+        nargs="+",
+        help="tensor-parallel degrees (several: a sweep axis)",
+    )
     p.add_argument("--replicas", type=positive_int, nargs="+", help="replicas behind the router (default 1)")
     p.add_argument("--router", nargs="+", choices=ROUTERS, help="routers to sweep (default round_robin)")
-    p.add_argument("--gpu-hourly-price", nargs="+", metavar="USD|HW=USD",
-                   help="USD per GPU-hour (one number, or HW=USD per --hardware) for the cost per million tokens "
-                        "columns and --objective usd_per_million_*; default for some GPUs: `chunksim list hardware`")
+    p.add_argument(
+        "--gpu-hourly-price",
+        nargs="+",
+        metavar="USD|HW=USD",
+        help="USD per GPU-hour (one number, or HW=USD per --hardware) for the cost per million tokens "
+        "columns and --objective usd_per_million_*; default for some GPUs: `chunksim list hardware`",
+    )
     p.add_argument("--seed", type=nonneg_int, help="random seed (default 0)")
     p.add_argument("--policies", nargs="+", choices=list(KNOBS), help="engines to sweep (default vllm sglang)")
     g = p.add_argument_group("grid (engine knobs, as the engines spell them)")
-    g.add_argument("--max-num-batched-tokens", type=engine_type("max_num_batched_tokens"), nargs="+", help="vLLM token budgets to try")
-    g.add_argument("--long-prefill-token-threshold", type=engine_type("long_prefill_token_threshold"), nargs="+", help="vLLM thresholds (0 = none)")
-    g.add_argument("--chunked-prefill-size", type=engine_type("chunked_prefill_size"), nargs="+",
-                   help="SGLang chunk sizes (0 or -1 = off)")
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=engine_type("max_num_batched_tokens"),
+        nargs="+",
+        help="vLLM token budgets to try",
+    )
+    g.add_argument(
+        "--long-prefill-token-threshold",
+        type=engine_type("long_prefill_token_threshold"),
+        nargs="+",
+        help="vLLM thresholds (0 = none)",
+    )
+    g.add_argument(
+        "--chunked-prefill-size",
+        type=engine_type("chunked_prefill_size"),
+        nargs="+",
+        help="SGLang chunk sizes (0 or -1 = off)",
+    )
     g.add_argument("--enable-mixed-chunk", choices=list(MIXED), help="SGLang mixing: off, on or both (default both)")
     g.add_argument("--request-rates", type=positive_float, nargs="+", metavar="RPS", help="request rates to sweep")
     w = p.add_argument_group("workload (default: chat requests with a long prompt every --long-every)")
     w.add_argument("--workload-file", help="YAML file holding a workloads section (its request_rate is swept)")
     for key in TRAFFIC:
-        w.add_argument(f"--{key.replace('_', '-')}", type=positive_int, help=f"chat traffic: {key} "
-                       f"(default {TRAFFIC[key]}); with --dataset-name, num_prompts only")
+        w.add_argument(
+            f"--{key.replace('_', '-')}",
+            type=positive_int,
+            help=f"chat traffic: {key} (default {TRAFFIC[key]}); with --dataset-name, num_prompts only",
+        )
     add_dataset_flags(w)
     s = p.add_argument_group("SLOs")
     s.add_argument("--itl-slo-ms", type=positive_float, help="p-th percentile ITL must be at most this (required)")
@@ -103,12 +136,15 @@ def add_parser(p):
 
 def _bench(args) -> dict | None:
     from ..bench_result import parse_metric_percentiles, parse_percentile_metrics
+
     for flag, given in (("--save-detailed", args.save_detailed), ("--result-dir", args.result_dir)):
         require(not given or args.save_result, flag, given, "needs --save-result")
     if not (args.percentile_metrics or args.metric_percentiles or args.save_result):
         return None
-    out = {"metrics": parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
-           "percentiles": parse_metric_percentiles(args.metric_percentiles or "99")}
+    out = {
+        "metrics": parse_percentile_metrics(args.percentile_metrics or "ttft,tpot,itl"),
+        "percentiles": parse_metric_percentiles(args.metric_percentiles or "99"),
+    }
     if args.save_result:
         folder = Path(args.result_dir or args.out or ".")
         writable_dir(folder, "--result-dir")
@@ -119,8 +155,21 @@ def _bench(args) -> dict | None:
 DATASET_FLAGS = ("dataset_name", "dataset_path", *datasets.RANDOM_KEYS, *datasets.PREFIX_KEYS, "sharegpt_output_len")
 
 
-CONFIG_KEYS = {"model", "hardware", "tp", "replicas", "router", "gpu_hourly_price", "seed", "grid", "flags",
-               "request_rates", "workload", "slo", "goodput"}
+CONFIG_KEYS = {
+    "model",
+    "hardware",
+    "tp",
+    "replicas",
+    "router",
+    "gpu_hourly_price",
+    "seed",
+    "grid",
+    "flags",
+    "request_rates",
+    "workload",
+    "slo",
+    "goodput",
+}
 SLO_KEYS = {"itl_ms", "ttft_ms", "percentile", "objective"}
 
 
@@ -147,40 +196,68 @@ def validate_config(cfg: dict, path) -> dict:
     """A sweep file checked as experiment files are: known keys, and each value's type."""
     unknown = sorted(set(map(str, cfg)) - CONFIG_KEYS)
     require(not unknown, f"{path}", unknown, f"unknown keys; allowed: {', '.join(sorted(CONFIG_KEYS))}")
-    require("model" not in cfg or (isinstance(cfg["model"], str) and cfg["model"]), f"{path}:model", cfg.get("model"),
-            "must be a non-empty string")
+    require(
+        "model" not in cfg or (isinstance(cfg["model"], str) and cfg["model"]),
+        f"{path}:model",
+        cfg.get("model"),
+        "must be a non-empty string",
+    )
     for key in ("hardware", "router"):
         vals = _listed(cfg, key)
-        require(all(isinstance(v, str) and v for v in vals), f"{path}:{key}", cfg.get(key),
-                "must be a non-empty string or a list of them")
+        require(
+            all(isinstance(v, str) and v for v in vals),
+            f"{path}:{key}",
+            cfg.get(key),
+            "must be a non-empty string or a list of them",
+        )
     bad = [r for r in _listed(cfg, "router") if r not in ROUTERS]
     require(not bad, f"{path}:router", cfg.get("router"), f"must be among {', '.join(ROUTERS)}")
     for key, low in (("tp", 1), ("replicas", 1), ("seed", 0)):
         for v in _listed(cfg, key) if key != "seed" else [cfg.get(key, low)]:
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= low, f"{path}:{key}", cfg.get(key),
-                    f"must be an integer >= {low}" + (" or a list of them" if key != "seed" else ""))
+            require(
+                isinstance(v, int) and not isinstance(v, bool) and v >= low,
+                f"{path}:{key}",
+                cfg.get(key),
+                f"must be an integer >= {low}" + (" or a list of them" if key != "seed" else ""),
+            )
     price = cfg.get("gpu_hourly_price")
     prices = price.values() if isinstance(price, dict) else [] if price is None else [price]
-    require(all(_number(v) and 0 < v < float("inf") for v in prices), f"{path}:gpu_hourly_price", price,
-            "must be USD per GPU-hour (a positive number) or a mapping of hardware to one")
+    require(
+        all(_number(v) and 0 < v < float("inf") for v in prices),
+        f"{path}:gpu_hourly_price",
+        price,
+        "must be USD per GPU-hour (a positive number) or a mapping of hardware to one",
+    )
     for key in ("grid", "flags", "workload", "slo"):
         require(cfg.get(key) is None or isinstance(cfg[key], dict), f"{path}:{key}", cfg.get(key), "must be a mapping")
     for policy, knobs in (cfg.get("grid") or {}).items():
         require(isinstance(knobs, dict), f"{path}:grid:{policy}", knobs, "must map knob names to lists of values")
         for k, vals in knobs.items():
-            require(isinstance(vals, list) and vals and all(_number(x) or isinstance(x, bool) for x in vals),
-                    f"{path}:grid:{policy}:{k}", vals, "must be a non-empty list of numbers or booleans")
+            require(
+                isinstance(vals, list) and vals and all(_number(x) or isinstance(x, bool) for x in vals),
+                f"{path}:grid:{policy}:{k}",
+                vals,
+                "must be a non-empty list of numbers or booleans",
+            )
     for policy, flags in (cfg.get("flags") or {}).items():
         require(isinstance(flags, dict), f"{path}:flags:{policy}", flags, "must be a mapping of engine flags")
     rates = cfg.get("request_rates")
-    require(rates is None or (isinstance(rates, list) and rates and all(_number(r) and r > 0 for r in rates)),
-            f"{path}:request_rates", rates, "must be a non-empty list of positive numbers")
+    require(
+        rates is None or (isinstance(rates, list) and rates and all(_number(r) and r > 0 for r in rates)),
+        f"{path}:request_rates",
+        rates,
+        "must be a non-empty list of positive numbers",
+    )
     slo = cfg.get("slo") or {}
     unknown = sorted(set(map(str, slo)) - SLO_KEYS)
     require(not unknown, f"{path}:slo", unknown, f"unknown keys; allowed: {', '.join(sorted(SLO_KEYS))}")
     for key in ("itl_ms", "ttft_ms"):
-        require(slo.get(key) is None or (_number(slo[key]) and slo[key] > 0), f"{path}:slo:{key}", slo.get(key),
-                "must be a positive number of milliseconds")
+        require(
+            slo.get(key) is None or (_number(slo[key]) and slo[key] > 0),
+            f"{path}:slo:{key}",
+            slo.get(key),
+            "must be a positive number of milliseconds",
+        )
     return cfg
 
 
@@ -190,7 +267,7 @@ def _listed(cfg: dict, key: str) -> list:
     if v is None:
         return []
     if isinstance(v, list):
-        return v or [None]   # an empty list is refused by the caller's check
+        return v or [None]  # an empty list is refused by the caller's check
     return [v]
 
 
@@ -199,8 +276,13 @@ def _prices(args, cfg: dict, hardware: list) -> dict:
     given = args.gpu_hourly_price
     if not given:
         v = cfg.get("gpu_hourly_price")
-        return {str(k): float(p) for k, p in v.items()} if isinstance(v, dict) else \
-            {str(h): float(v) for h in hardware} if v is not None else {}
+        return (
+            {str(k): float(p) for k, p in v.items()}
+            if isinstance(v, dict)
+            else {str(h): float(v) for h in hardware}
+            if v is not None
+            else {}
+        )
     out = {}
     for item in given:
         hw, eq, text = item.rpartition("=") if "=" in item else ("", "", item)
@@ -210,8 +292,12 @@ def _prices(args, cfg: dict, hardware: list) -> dict:
             raise InputError("--gpu-hourly-price", item, "must be USD per GPU-hour, or HW=USD") from None
         require(0 < price < float("inf"), "--gpu-hourly-price", item, "must be a positive number of USD per GPU-hour")
         if not eq:
-            require(len(given) == 1 and len(hardware) == 1, "--gpu-hourly-price", item,
-                    f"give HW=USD for each of the {len(hardware)} --hardware values")
+            require(
+                len(given) == 1 and len(hardware) == 1,
+                "--gpu-hourly-price",
+                item,
+                f"give HW=USD for each of the {len(hardware)} --hardware values",
+            )
             hw = hardware[0]
         require(hw in hardware, "--gpu-hourly-price", item, f"{hw!r} is not among --hardware {' '.join(hardware)}")
         out[hw] = price
@@ -224,6 +310,7 @@ def check_scheduler(address: str | None) -> None:
         return
     import socket
     from urllib.parse import urlparse
+
     u = urlparse(address if "://" in address else f"tcp://{address}")
     require(u.hostname is not None and u.port is not None, "--scheduler-address", address, "must be tcp://HOST:PORT")
     try:
@@ -258,25 +345,47 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
         workload = {**workload, **{k: getattr(args, k) for k in TRAFFIC if getattr(args, k) is not None}}
     slo = cfg.get("slo") or {}
     goodput = parse_slos(args.goodput) if args.goodput else cfg.get("goodput")
-    axes = {"hardware": args.hardware or _listed(cfg, "hardware") or ["h100"], "tp": args.tp or _listed(cfg, "tp") or [1],
-            "replicas": args.replicas or _listed(cfg, "replicas") or [1],
-            "router": args.router or _listed(cfg, "router") or ["round_robin"]}
+    axes = {
+        "hardware": args.hardware or _listed(cfg, "hardware") or ["h100"],
+        "tp": args.tp or _listed(cfg, "tp") or [1],
+        "replicas": args.replicas or _listed(cfg, "replicas") or [1],
+        "router": args.router or _listed(cfg, "router") or ["round_robin"],
+    }
     for k, vals in axes.items():
         require(len(set(vals)) == len(vals), f"--{k}", " ".join(map(str, vals)), "names a value twice")
-    spec = SweepSpec(bench=_bench(args), grid=grid, request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
-                     workload=workload, model=args.model or cfg.get("model", "llama-3.1-8b"),
-                     hardware=axes["hardware"][0], tp=axes["tp"][0],
-                     seed=args.seed if args.seed is not None else cfg.get("seed", 0), flags=cfg.get("flags") or {},
-                     goodput=goodput, axes=axes, prices=_prices(args, cfg, axes["hardware"]))
-    slos = {"itl_slo_ms": args.itl_slo_ms or slo.get("itl_ms"), "ttft_slo_ms": args.ttft_slo_ms or slo.get("ttft_ms"),
-            "percentile": args.percentile or slo.get("percentile", 99),
-            "objective": args.objective or slo.get("objective", "output_throughput")}
+    spec = SweepSpec(
+        bench=_bench(args),
+        grid=grid,
+        request_rates=tuple(args.request_rates or cfg.get("request_rates") or DEFAULT_RATES),
+        workload=workload,
+        model=args.model or cfg.get("model", "llama-3.1-8b"),
+        hardware=axes["hardware"][0],
+        tp=axes["tp"][0],
+        seed=args.seed if args.seed is not None else cfg.get("seed", 0),
+        flags=cfg.get("flags") or {},
+        goodput=goodput,
+        axes=axes,
+        prices=_prices(args, cfg, axes["hardware"]),
+    )
+    slos = {
+        "itl_slo_ms": args.itl_slo_ms or slo.get("itl_ms"),
+        "ttft_slo_ms": args.ttft_slo_ms or slo.get("ttft_ms"),
+        "percentile": args.percentile or slo.get("percentile", 99),
+        "objective": args.objective or slo.get("objective", "output_throughput"),
+    }
     require(slos["itl_slo_ms"] is not None, "--itl-slo-ms", None, "give --itl-slo-ms (or slo: itl_ms: in --config)")
-    require(slos["percentile"] in SLO_PERCENTILES, "slo:percentile", slos["percentile"],
-            f"must be one of {SLO_PERCENTILES}")
-    require(slos["objective"] in OBJECTIVES, "slo:objective", slos["objective"], f"must be one of {', '.join(OBJECTIVES)}")
-    require(slos["objective"] != "request_goodput" or spec.goodput, "--objective", slos["objective"],
-            "needs goodput SLOs (--goodput ttft:MS ...)")
+    require(
+        slos["percentile"] in SLO_PERCENTILES, "slo:percentile", slos["percentile"], f"must be one of {SLO_PERCENTILES}"
+    )
+    require(
+        slos["objective"] in OBJECTIVES, "slo:objective", slos["objective"], f"must be one of {', '.join(OBJECTIVES)}"
+    )
+    require(
+        slos["objective"] != "request_goodput" or spec.goodput,
+        "--objective",
+        slos["objective"],
+        "needs goodput SLOs (--goodput ttft:MS ...)",
+    )
     if slos["objective"] in MINIMIZED:
         for hw in axes["hardware"]:
             require_price(hw, spec.prices.get(hw), f"--objective {slos['objective']} on {hw}")
@@ -286,6 +395,7 @@ def spec_from_args(args) -> tuple[SweepSpec, dict]:
 def preflight(args, spec: SweepSpec) -> None:
     """What would otherwise fail only after the whole grid ran: model, hardware, output folder, executor."""
     from costmodel import load_hardware, load_model
+
     load_model(spec.model)
     for name in spec.axis("hardware"):
         check_hardware_file(name)
@@ -296,15 +406,18 @@ def preflight(args, spec: SweepSpec) -> None:
         writable_dir(Path(args.out), "--out")
     if getattr(args, "report", None):
         from ..bench_result import writable_file
+
         writable_file(Path(args.report), "--report")
     check_scheduler(args.scheduler_address)
     from ..sweep import build_workload
+
     rate = spec.request_rates[0] if spec.request_rates else None
     try:
         build_workload(spec.workload, rate, spec.seed)
-    except InputError as e:   # a workload section from a YAML file: the error names the file and key
-        source = args.workload_file or (args.config if _load_config(args.config).get("workload") == spec.workload
-                                        else None)
+    except InputError as e:  # a workload section from a YAML file: the error names the file and key
+        source = args.workload_file or (
+            args.config if _load_config(args.config).get("workload") == spec.workload else None
+        )
         if source:
             raise in_file(source, e, "workload") from None
         raise
@@ -332,35 +445,63 @@ def run(args) -> int:
         rec.to_csv(files["recommendation"], index=False)
         if not args.no_plots and df.error.isna().any():
             from ..plots import itl_vs_throughput, save, ttft_vs_rate
+
             files["itl_vs_throughput"], files["ttft_vs_rate"] = out / "itl_vs_throughput.png", out / "ttft_vs_rate.png"
-            save(itl_vs_throughput(df, slos["itl_slo_ms"], slos["percentile"], rec, slos["objective"],
-                                   slos["ttft_slo_ms"]), files["itl_vs_throughput"])
+            save(
+                itl_vs_throughput(
+                    df, slos["itl_slo_ms"], slos["percentile"], rec, slos["objective"], slos["ttft_slo_ms"]
+                ),
+                files["itl_vs_throughput"],
+            )
             save(ttft_vs_rate(df, slos["ttft_slo_ms"], slos["percentile"]), files["ttft_vs_rate"])
     if getattr(args, "report", None) and df.error.isna().any():
         from ..html_report import sweep_report
-        files["report"] = sweep_report(df, rec, args.report, slos, {"model": spec.model, "hardware": spec.hardware,
-                                                                    "tp": spec.tp, "seed": spec.seed})
+
+        files["report"] = sweep_report(
+            df,
+            rec,
+            args.report,
+            slos,
+            {"model": spec.model, "hardware": spec.hardware, "tp": spec.tp, "seed": spec.seed},
+        )
     errors = df[df.error.notna()]
     overloaded = all_overloaded(df)
     if args.json:
-        print(json.dumps({"slo": slos, "points": len(df), "errors": errors[["point_id", "error"]].to_dict("records"),
-                          "all_overloaded": overloaded, **({"message": overload_message(df)} if overloaded else {}),
-                          "recommendation": rec.to_dict("records"), "files": {k: str(v) for k, v in files.items()}},
-                         indent=2, default=float))
+        print(
+            json.dumps(
+                {
+                    "slo": slos,
+                    "points": len(df),
+                    "errors": errors[["point_id", "error"]].to_dict("records"),
+                    "all_overloaded": overloaded,
+                    **({"message": overload_message(df)} if overloaded else {}),
+                    "recommendation": rec.to_dict("records"),
+                    "files": {k: str(v) for k, v in files.items()},
+                },
+                indent=2,
+                default=float,
+            )
+        )
         return _failed(errors, len(df))
     pct = slos["percentile"]
-    print(f"{len(df)} points · {spec.model} on {'/'.join(map(str, spec.axis('hardware')))} "
-          f"(tp={'/'.join(map(str, spec.axis('tp')))}, replicas={'/'.join(map(str, spec.axis('replicas')))}, "
-          f"router {'/'.join(spec.axis('router'))}) · SLO p{pct} ITL ≤ "
-          f"{slos['itl_slo_ms']:g} ms" + (f", p{pct} TTFT ≤ {slos['ttft_slo_ms']:g} ms" if slos["ttft_slo_ms"] else ""))
+    print(
+        f"{len(df)} points · {spec.model} on {'/'.join(map(str, spec.axis('hardware')))} "
+        f"(tp={'/'.join(map(str, spec.axis('tp')))}, replicas={'/'.join(map(str, spec.axis('replicas')))}, "
+        f"router {'/'.join(spec.axis('router'))}) · SLO p{pct} ITL ≤ "
+        f"{slos['itl_slo_ms']:g} ms" + (f", p{pct} TTFT ≤ {slos['ttft_slo_ms']:g} ms" if slos["ttft_slo_ms"] else "")
+    )
     shown = rec.drop(columns=["point_id"], errors="ignore").dropna(axis=1, how="all")
-    rows = [{k: (None if isinstance(v, float) and v != v else str(v) if isinstance(v, bool) else v) for k, v in r.items()}
-            for r in shown.astype(object).to_dict("records")]
+    rows = [
+        {k: (None if isinstance(v, float) and v != v else str(v) if isinstance(v, bool) else v) for k, v in r.items()}
+        for r in shown.astype(object).to_dict("records")
+    ]
     print(table(rows, list(shown.columns)))
     if overloaded:
         print(f"NO RECOMMENDATION: {overload_message(df)}")
-    print(f"analytic bound (seed 000's single-GPU formula: weight GEMMs only, no attention or all-reduce, "
-          f"32 decoders at 2k context, {spec.hardware} tp={spec.tp}; chunksim stall prices the step): {analytic} tokens")
+    print(
+        f"analytic bound (seed 000's single-GPU formula: weight GEMMs only, no attention or all-reduce, "
+        f"32 decoders at 2k context, {spec.hardware} tp={spec.tp}; chunksim stall prices the step): {analytic} tokens"
+    )
     for e in errors.itertuples():
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():

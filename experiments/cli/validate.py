@@ -1,5 +1,6 @@
 """Replay a measured serving run (LLMServingSim run folder, or `vllm bench serve --save-detailed`
 JSON) with its engine settings and parallelism, and print measured vs simulated latency figures."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,19 @@ from .common import fraction, nonneg_int, positive_int
 
 
 def add_parser(p):
-    p.add_argument("run", metavar="RUN", help="LLMServingSim run folder (meta.json, requests.jsonl) or a "
-                                              "`vllm bench serve --save-result --save-detailed` JSON")
+    p.add_argument(
+        "run",
+        metavar="RUN",
+        help="LLMServingSim run folder (meta.json, requests.jsonl) or a "
+        "`vllm bench serve --save-result --save-detailed` JSON",
+    )
     p.add_argument("--model", help="short name or config.json (default: the run's model, if shipped)")
-    p.add_argument("--hardware", "--profile", dest="hardware",
-                   help="GPU profile or a calibrated YAML (default: the run's GPU's spec-sheet profile)")
+    p.add_argument(
+        "--hardware",
+        "--profile",
+        dest="hardware",
+        help="GPU profile or a calibrated YAML (default: the run's GPU's spec-sheet profile)",
+    )
     p.add_argument("--tp", type=positive_int, help="tensor parallel (default: the run's)")
     p.add_argument("--data-parallel-size", type=positive_int, help="data-parallel ranks (default: the run's)")
     for flag in ("max-num-seqs", "max-num-batched-tokens", "max-model-len", "num-gpu-blocks-override", "block-size"):
@@ -39,39 +48,83 @@ def run(args) -> int:
         measured.dp = args.data_parallel_size
     model = load_model(args.model or model_for(measured))
     hw = load_hardware(args.hardware or hardware_for(measured))
-    flags = {k: getattr(args, k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                                           "num_gpu_blocks_override", "block_size", "long_prefill_token_threshold",
-                                           "gpu_memory_utilization")}
+    flags = {
+        k: getattr(args, k)
+        for k in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "num_gpu_blocks_override",
+            "block_size",
+            "long_prefill_token_threshold",
+            "gpu_memory_utilization",
+        )
+    }
     figures, overall, result, _ = validate(args.run, model, hw, flags, measured)
     seconds = time.perf_counter() - t0
     tpot = figures.set_index("metric").loc["median_tpot_ms", "rel_error"]
     if args.json:
-        print(json.dumps({"run": args.run, "model": model.name, "hardware": hw.name, "tp": measured.tp,
-                          "data_parallel_size": measured.dp, "requests": len(measured.requests),
-                          "figures": figures.to_dict("records"), "mean_abs_rel_error": overall,
-                          "seconds": seconds}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run": args.run,
+                    "model": model.name,
+                    "hardware": hw.name,
+                    "tp": measured.tp,
+                    "data_parallel_size": measured.dp,
+                    "requests": len(measured.requests),
+                    "figures": figures.to_dict("records"),
+                    "mean_abs_rel_error": overall,
+                    "seconds": seconds,
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"{args.run}: {len(measured.requests)} requests, {model.name} on {hw.name} (tp={measured.tp}, "
-              f"dp={measured.dp}), KV pool {result.replicas[0].state.pool.total:,} blocks")
-        print(table([{"figure": r.metric, "measured": r.measured, "simulated": r.simulated,
-                      "error %": 100 * r.rel_error} for r in figures.itertuples()]))
-        print(f"\nmean |relative error| over {len(figures)} figures: {100 * overall:.1f} %  "
-              f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)")
+        print(
+            f"{args.run}: {len(measured.requests)} requests, {model.name} on {hw.name} (tp={measured.tp}, "
+            f"dp={measured.dp}), KV pool {result.replicas[0].state.pool.total:,} blocks"
+        )
+        print(
+            table(
+                [
+                    {"figure": r.metric, "measured": r.measured, "simulated": r.simulated, "error %": 100 * r.rel_error}
+                    for r in figures.itertuples()
+                ]
+            )
+        )
+        print(
+            f"\nmean |relative error| over {len(figures)} figures: {100 * overall:.1f} %  "
+            f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)"
+        )
     if args.plots:
         from ..validate import cdf_plots
+
         title = f"{model.name} on {hw.name} (tp={measured.tp}, dp={measured.dp}) · policy vllm"
         for path in cdf_plots(measured, result, args.plots, title).values():
             print(f"wrote plot: {path}", file=sys.stderr if args.json else sys.stdout)
     if args.report:
         from ..html_report import engine_title, validate_report
-        config = [{"setting": "run", "value": args.run, "source": "RUN"},
-                  {"setting": "model", "value": model.name, "source": "flag" if args.model else "the run's model"},
-                  {"setting": "hardware", "value": hw.name, "source": "flag" if args.hardware else "the run's GPU"},
-                  {"setting": "tp", "value": measured.tp, "source": "flag" if args.tp else "the run's"},
-                  {"setting": "data_parallel_size", "value": measured.dp,
-                   "source": "flag" if args.data_parallel_size else "the run's"}]
+
+        config = [
+            {"setting": "run", "value": args.run, "source": "RUN"},
+            {"setting": "model", "value": model.name, "source": "flag" if args.model else "the run's model"},
+            {"setting": "hardware", "value": hw.name, "source": "flag" if args.hardware else "the run's GPU"},
+            {"setting": "tp", "value": measured.tp, "source": "flag" if args.tp else "the run's"},
+            {
+                "setting": "data_parallel_size",
+                "value": measured.dp,
+                "source": "flag" if args.data_parallel_size else "the run's",
+            },
+        ]
         config += [{"setting": k, "value": v, "source": "flag"} for k, v in flags.items() if v is not None]
-        path = validate_report(measured, result, figures, args.report,
-                               engine_title("vllm", model.name, hw.name, measured.tp, measured.dp), config)
+        path = validate_report(
+            measured,
+            result,
+            figures,
+            args.report,
+            engine_title("vllm", model.name, hw.name, measured.tp, measured.dp),
+            config,
+        )
         print(f"wrote report: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -7,6 +7,7 @@ arrival_folds.py  a sole replica's run going on past an arrival the policy can p
 applies.py        the commonest plans applied by short paths
 switches.py       one switch per optimisation, to bisect a divergence from the reference
 """
+
 from .switches import FastForward, switches
 
 __all__ = ["FastForward", "switches"]

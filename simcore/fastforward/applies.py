@@ -2,6 +2,7 @@
 request alone, and a busy one's of one prompt beside a cohort of one member. Each makes the
 general ``Replica._apply``'s updates in the same order, its setup for every other kind of plan
 left out (tests/test_apply_lone.py and tests/test_apply_beside.py compare them with it)."""
+
 from __future__ import annotations
 
 from operator import sub
@@ -28,11 +29,10 @@ def _sample(req, at: float, top: float):
     return gap
 
 
-
 def _apply_lone(rep, items, start: float, ends) -> None:
     """``_apply`` for a plan of one request, no cohort, lead, leavers or joiners (the common
     plan of a lightly loaded cluster): the same updates, the general case's setup left out."""
-    (req, n), = items
+    ((req, n),) = items
     steps = len(ends)
     rep.num_iterations += steps
     if type(ends) is list:
@@ -70,7 +70,7 @@ def _apply_lone(rep, items, start: float, ends) -> None:
             req.num_blocks = held
     assert pool.used <= pool.total
     c = s.cohort
-    if not finished and c is not None and not c.members:   # (a finished request joins nothing)
+    if not finished and c is not None and not c.members:  # (a finished request joins nothing)
         rep._join_cohort(items, last)
     if finished:
         req.finish_s = last
@@ -82,12 +82,13 @@ def _apply_lone(rep, items, start: float, ends) -> None:
             rep.policy.on_finish()
         rep.on_finish(req)
 
+
 def _apply_beside(rep, plan: Plan, start: float, ends) -> None:
     """``_apply`` for a plan of one request beside a cohort of one member, no lead or joiners
     (a busy cluster's common plan, ``runs._beside_ends``): the same updates in the same
     order, the general case's setup left out; leavers (at most the member and the request)
     go through the general ``_advance_folded``."""
-    (req, n), = plan.items
+    ((req, n),) = plan.items
     steps = len(ends)
     rep.num_iterations += steps
     listed = type(ends) is list
@@ -95,7 +96,7 @@ def _apply_beside(rep, plan: Plan, start: float, ends) -> None:
     s, itl = rep.state, rep.itl
     pool, c = s.pool, s.cohort
     bs, cache = pool.block_size, pool.cache
-    inner, inner_max, mine, top_mine = None, 0.0, steps, None   # top_mine: req's largest inner gap, if it leaves early
+    inner, inner_max, mine, top_mine = None, 0.0, steps, None  # top_mine: req's largest inner gap, if it leaves early
     if steps > 1:
         if rep._counts_runs:
             rep.policy.on_fast_forward(steps - 1)
@@ -103,9 +104,9 @@ def _apply_beside(rep, plan: Plan, start: float, ends) -> None:
     gap = first - c.last_end
     itl.add(gap, 1)
     if rep._leaving:
-        mine = next((f for f, r in rep._leaving if r is req), steps)   # req leaves after step mine
+        mine = next((f for f, r in rep._leaving if r is req), steps)  # req leaves after step mine
         if mine < steps:
-            top_mine = _max(inner[:mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
+            top_mine = _max(inner[: mine - 1]) if mine > 1 else 0.0  # type: ignore[index]
         done, inner_max, _ = rep._advance_folded(steps, gap, inner, ends, 1)
     else:
         if inner is not None:
@@ -127,7 +128,7 @@ def _apply_beside(rep, plan: Plan, start: float, ends) -> None:
         if req.num_output_tokens >= req.output_len:
             finished.append(req)
         if steps > 1:
-            held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)   # blocks_held
+            held = -(-req.num_computed_tokens // bs) - (cache.shared_blocks(req) if cache else 0)  # blocks_held
             pool.used += held - req.num_blocks
             req.num_blocks = held
     if done:

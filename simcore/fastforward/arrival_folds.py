@@ -25,6 +25,7 @@ A joiner is ``(request, step it is admitted in, its chunks)`` in ``rep._joins``;
 admits it then (its running-queue stamp follows the order of admission, as stepping's), and
 ``stop_at`` returns the ones whose step was not reached to the inbox.
 """
+
 from __future__ import annotations
 
 from heapq import heappop, heappush
@@ -39,6 +40,7 @@ def _seen_by(rep, t: float) -> bool:
     arrived, as stepping has them, whenever they are looked at)."""
     return rep.env.due_by(t)
 
+
 def _finished_joiners(rep, ends, now: float) -> int:
     """Joiners whose last step ended by now (``outstanding`` counts them as finished)."""
     n = 0
@@ -48,8 +50,10 @@ def _finished_joiners(rep, ends, now: float) -> int:
             n += 1
     return n
 
-def _fold_arrival(rep, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int,
-                  head=None):
+
+def _fold_arrival(
+    rep, pos: int, t: float, n: int, kv: int, k: int, held: int, riders: list, i: int, jl: list, ji: int, head=None
+):
     """Step `pos`, starting at t, is the first at or after an arrival, with n decodes whose
     Σ(kv + 1) is kv and `held` finished requests still seated. With `head`, (q, kv) pairs,
     some of the n are joiners before (or the plan's P), each taking its last chunk q over kv
@@ -58,21 +62,21 @@ def _fold_arrival(rep, pos: int, t: float, n: int, kv: int, k: int, held: int, r
     ji, the joiner's leave step or None, its chunks not taken)."""
     s, inbox = rep.state, rep.inbox
     c, waiting = s.cohort, s.waiting
-    if not waiting and not inbox:   # the arrival that cut a joiner's prompt short was rejected
+    if not waiting and not inbox:  # the arrival that cut a joiner's prompt short was rejected
         return None
-    req = waiting[0] if waiting else inbox[0]   # the queue's head: the inbox joins the queue behind the waiting
+    req = waiting[0] if waiting else inbox[0]  # the queue's head: the inbox joins the queue behind the waiting
     if req.num_computed_tokens or req.num_output_tokens:
         return None
     queued = len(waiting) + len(inbox) > 1
     extra = sum(q for q, _ in head) - len(head) if head else 0
     chunks, sealed = rep.policy.arrival_chunks(s, req, n, n + held, (), extra, queued)
     if not chunks:
-        if queued:   # its whole prompt in this step, the budget left to the next
+        if queued:  # its whole prompt in this step, the budget left to the next
             return _fold_head(rep, req, pos, n, held, kv, k, riders, i, jl, ji, extra)
         return None
     bs = s.pool.block_size
     L0 = len(chunks)
-    window = []   # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
+    window = []  # (step it is not in, base, request, kind): Σ(kv + 1) at step j is base + j
     finish, tick = c.finish, c.tick
     while finish and finish[0][0] - tick < pos + L0:
         f, _, r = heappop(finish)
@@ -87,28 +91,38 @@ def _fold_arrival(rep, pos: int, t: float, n: int, kv: int, k: int, held: int, r
         ji += 1
     if window:
         window.sort(key=_step)
-        chunks, sealed = rep.policy.arrival_chunks(s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued)
+        chunks, sealed = rep.policy.arrival_chunks(
+            s, req, n, n + held, [f - pos for f, _, _, _ in window], extra, queued
+        )
     out = req.output_len
-    mine = pos + len(chunks) - 1 + out   # the step it is not in
+    mine = pos + len(chunks) - 1 + out  # the step it is not in
     k2 = max(k, mine, c.last_finish - tick, riders[-1][0] if riders else 0, jl[-1][0] if jl else 0)
     lead = rep._lead
     grow = rep._seqs0 * (k2 // bs + 1)
-    if lead is not None:   # the plan's P: by all its prompt left, beyond one token a step
+    if lead is not None:  # the plan's P: by all its prompt left, beyond one token a step
         p = lead[0]
         grow += (p.prompt_len + p.num_output_tokens - p.num_computed_tokens) // bs + 1
     grow += (req.prompt_len + out + bs - 1) // bs + rep._joined_blocks
     if not chunks or grow > rep._free0:
-        for f, _, r, kind in window:   # nothing taken: all back where they were
+        for f, _, r, kind in window:  # nothing taken: all back where they were
             if kind == 0:
                 heappush(finish, (f + tick, r.seq, r))
         i -= sum(1 for x in window if x[3] == 1)
         ji -= sum(1 for x in window if x[3] == 2)
         return None
     waiting.popleft() if waiting else inbox.pop(0)
-    stop = t if queued else rep.next_arrival()   # with a request waiting behind, only sealed chunks after the first
-    e = rep.cm.prefill_lead_ends(n, kv - n, [0] + chunks, 0, t, stop, sealed + 1,
-                                  [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
-                                  head or ())
+    stop = t if queued else rep.next_arrival()  # with a request waiting behind, only sealed chunks after the first
+    e = rep.cm.prefill_lead_ends(
+        n,
+        kv - n,
+        [0] + chunks,
+        0,
+        t,
+        stop,
+        sealed + 1,
+        [(f - pos + 1, b + pos - 1) for f, b, _, _ in window] if window else (),
+        head or (),
+    )
     ran = len(e)
     end = pos + ran
     gone, back_i, back_j = [], 0, 0
@@ -135,8 +149,10 @@ def _fold_arrival(rep, pos: int, t: float, n: int, kv: int, k: int, held: int, r
         leave = end - 1 + out
     return e, gone, kv, n, k2, i, ji, leave, chunks[ran:]
 
-def _fold_head(rep, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int,
-               extra: int):
+
+def _fold_head(
+    rep, req, pos: int, n: int, held: int, kv: int, k: int, riders: list, i: int, jl: list, ji: int, extra: int
+):
     """The queue's head takes its whole prompt in step `pos` and the next in the queue the
     budget left (``arrival_chunks`` without the queue: one chunk). It joins with that chunk
     not taken: the run goes on only if the next one folds beside it as beside a joiner's last
@@ -160,6 +176,7 @@ def _fold_head(rep, req, pos: int, n: int, held: int, kv: int, k: int, riders: l
     rep._joins.append((req, pos, []))
     return [], [], kv, n, k2, i, ji, None, chunks
 
+
 def _unfold_head(rep, req) -> bool:
     """The run ends before `req`'s chunk (the next did not fold beside it): if it was folded
     by ``_fold_head``, it goes back to the queue's front. Returns whether it did."""
@@ -174,6 +191,7 @@ def _unfold_head(rep, req) -> bool:
         rep.inbox.insert(0, req)
     return True
 
+
 def _admit_joins(rep, ends, steps: int, inner, finished: list, marks: list | None = None) -> list:
     """(Called by _apply.) The arrivals folded into the run are admitted at their steps
     and advanced through their chunks, then one token a step until they finish or the run
@@ -184,10 +202,15 @@ def _admit_joins(rep, ends, steps: int, inner, finished: list, marks: list | Non
     bs, joins, rep._joins = pool.block_size, rep._joins, []
     if marks is None:
         marks = []
-    out, opens, shuts, sampled = [], [], [], []   # the inner gaps [open, shut) each joiner in sampled samples at both ends of
+    out, opens, shuts, sampled = (
+        [],
+        [],
+        [],
+        [],
+    )  # the inner gaps [open, shut) each joiner in sampled samples at both ends of
     for req, at, chunks in joins:
         s.admit(req)
-        if req.first_scheduled_s is None:   # else it ran before, preempted before its first token
+        if req.first_scheduled_s is None:  # else it ran before, preempted before its first token
             req.first_scheduled_s = float(ends[at - 1])
         taken = steps - at
         req.num_computed_tokens = sum(chunks if taken >= len(chunks) else chunks[:taken])
@@ -246,4 +269,4 @@ def _joiner_max_itl(gaps: np.ndarray, opens: list, shuts: list, reqs: list) -> N
             reqs[x].max_itl_s = top
 
 
-_step = itemgetter(0)   # a leaver's or joiner's step: the sort key (a C call, not a Python one)
+_step = itemgetter(0)  # a leaver's or joiner's step: the sort key (a C call, not a Python one)

@@ -1,5 +1,6 @@
 """The conformance tests drive the engines' own schedulers: they skip, saying why, where those are
 not installed (see docs/conformance.md)."""
+
 import os
 import sys
 

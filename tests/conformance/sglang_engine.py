@@ -16,6 +16,7 @@ Importing SGLang on CPU: sglang/srt/configs/__init__.py imports every model's co
 through them torchvision, whose PyPI wheels need CUDA), so the package is entered without that
 file (`_light_import`); the configs that scheduling reads are plain imports of their own modules.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -27,7 +28,7 @@ from array import array
 from dataclasses import dataclass, field
 
 SGLANG_VERSION = "0.5.23"
-OUTPUT_TOKEN_BASE = 1 << 16   # sampled tokens: OUTPUT_TOKEN_BASE + the request's index (prompts stay below)
+OUTPUT_TOKEN_BASE = 1 << 16  # sampled tokens: OUTPUT_TOKEN_BASE + the request's index (prompts stay below)
 
 
 def _light_import() -> None:
@@ -37,6 +38,7 @@ def _light_import() -> None:
         return
     import transformers  # noqa: F401
     from transformers import AutoImageProcessor, AutoProcessor  # noqa: F401
+
     spec = importlib.util.find_spec("sglang")
     if spec is None:
         raise ImportError("sglang is not installed (pip install 'chunksim[conformance]')")
@@ -51,6 +53,7 @@ def _light_import() -> None:
         if name.startswith("__"):
             raise AttributeError(name)
         return absent.setdefault(name, type(name, (), {"model_type": "absent-" + name}))
+
     m.__getattr__ = config_class
     sys.modules["sglang.srt.configs"] = m
     try:
@@ -74,6 +77,7 @@ def _stub_module_tree(names) -> None:
         if attr.startswith("__"):
             raise AttributeError(attr)
         return _Any
+
     for name in names:
         m = types.ModuleType(name)
         m.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
@@ -91,6 +95,7 @@ def _sglang():
     if _SG is not None:
         return _SG
     import warnings
+
     warnings.filterwarnings("ignore")
     _light_import()
     import sglang
@@ -106,22 +111,36 @@ def _sglang():
     from sglang.srt.mem_cache.radix_cache import RadixCache
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import ServerArgs
+
     if sglang.__version__ != SGLANG_VERSION:
-        warnings.warn(f"driving SGLang {sglang.__version__}; the policy was checked against {SGLANG_VERSION}", stacklevel=2)
+        warnings.warn(
+            f"driving SGLang {sglang.__version__}; the policy was checked against {SGLANG_VERSION}", stacklevel=2
+        )
     runtime_context.publish(ServerArgs(model_path="dummy", device="cpu", skip_tokenizer_init=True), role="scheduler")
-    _SG = types.SimpleNamespace(torch=torch, envs=envs, sb=schedule_batch, sp=schedule_policy, common=common,
-                                Paged=PagedTokenToKVPoolAllocator, CacheInitParams=CacheInitParams,
-                                ReqToTokenPool=ReqToTokenPool, RadixCache=RadixCache, SamplingParams=SamplingParams,
-                                Tracker=NewTokenRatioTracker, version=sglang.__version__)
+    _SG = types.SimpleNamespace(
+        torch=torch,
+        envs=envs,
+        sb=schedule_batch,
+        sp=schedule_policy,
+        common=common,
+        Paged=PagedTokenToKVPoolAllocator,
+        CacheInitParams=CacheInitParams,
+        ReqToTokenPool=ReqToTokenPool,
+        RadixCache=RadixCache,
+        SamplingParams=SamplingParams,
+        Tracker=NewTokenRatioTracker,
+        version=sglang.__version__,
+    )
     return _SG
 
 
 @dataclass
 class Knobs:
     """The engine flags a scenario sets (SGLang's server-argument names)."""
-    pool_tokens: int                       # max_total_num_tokens
+
+    pool_tokens: int  # max_total_num_tokens
     page_size: int = 1
-    chunked_prefill_size: int | None = 8192   # None: chunking off
+    chunked_prefill_size: int | None = 8192  # None: chunking off
     max_prefill_tokens: int = 16384
     max_running_requests: int = 4096
     enable_mixed_chunk: bool = False
@@ -132,13 +151,19 @@ class Knobs:
 @dataclass
 class Step:
     """What one engine step did: tokens per request (extend or decode), retractions, finishes."""
+
     time: int
     tokens: dict = field(default_factory=dict)
     retracted: list = field(default_factory=list)
     finished: list = field(default_factory=list)
 
     def key(self):
-        return (self.time, tuple(sorted(self.tokens.items())), tuple(sorted(self.retracted)), tuple(sorted(self.finished)))
+        return (
+            self.time,
+            tuple(sorted(self.tokens.items())),
+            tuple(sorted(self.retracted)),
+            tuple(sorted(self.finished)),
+        )
 
 
 class _Batch:
@@ -174,19 +199,26 @@ class SGLangEngine:
         ps = knobs.page_size
         self.alloc = sg.Paged(knobs.pool_tokens, ps, sg.torch.int64, "cpu", None, False)
         self.r2t = sg.ReqToTokenPool(knobs.max_running_requests, max_context_len, "cpu", False)
-        self.tree = sg.RadixCache(sg.CacheInitParams(disable=knobs.disable_radix_cache, req_to_token_pool=self.r2t,
-                                                     token_to_kv_pool_allocator=self.alloc, page_size=ps))
+        self.tree = sg.RadixCache(
+            sg.CacheInitParams(
+                disable=knobs.disable_radix_cache,
+                req_to_token_pool=self.r2t,
+                token_to_kv_pool_allocator=self.alloc,
+                page_size=ps,
+            )
+        )
         self.policy = sg.sp.SchedulePolicy("fcfs", self.tree, False, False, False)
         init = min(sg.envs.SGLANG_INIT_NEW_TOKEN_RATIO.get(), 1.0)
         low = min(init * sg.envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
-        self.ratio = sg.Tracker(init=init, min=low, decay=(init - low) / sg.envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get(),
-                                current=init)
+        self.ratio = sg.Tracker(
+            init=init, min=low, decay=(init - low) / sg.envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get(), current=init
+        )
         self.waiting: list = []
         self.running = _Batch()
         self.last_batch = None
         self.chunked_req = None
         self.time = 0
-        self._sampled: dict = {}   # rid → the token its fake forward samples
+        self._sampled: dict = {}  # rid → the token its fake forward samples
 
     def add(self, rid: str, tokens, max_new_tokens: int, ignore_eos: bool) -> None:
         """Scheduler._add_request_to_queue: to the back of the waiting queue."""
@@ -251,14 +283,24 @@ class SGLangEngine:
             running.batch_is_full = True
             return None, running
         self.policy.calc_priority(self.waiting, running)
-        adder = sg.sp.PrefillAdder(k.page_size, self.tree, self.alloc, running, self.ratio.current,
-                                   k.max_prefill_tokens, k.chunked_prefill_size,
-                                   running_bs if self.mixed else 0, 0, max_running_requests=k.max_running_requests,
-                                   waiting_queue_len=len(self.waiting))
+        adder = sg.sp.PrefillAdder(
+            k.page_size,
+            self.tree,
+            self.alloc,
+            running,
+            self.ratio.current,
+            k.max_prefill_tokens,
+            k.chunked_prefill_size,
+            running_bs if self.mixed else 0,
+            0,
+            max_running_requests=k.max_running_requests,
+            waiting_queue_len=len(self.waiting),
+        )
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             adder.chunked_req_limit = self.policy.shortest_prefill_chunk_limit(
-                self.chunked_req, self.waiting, adder.rem_chunk_tokens or 0, k.page_size)
+                self.chunked_req, self.waiting, adder.rem_chunk_tokens or 0, k.page_size
+            )
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         for req in self.waiting:
             if adder.budget_state() == sg.sp.AddReqResult.OTHER:
@@ -324,7 +366,9 @@ class SGLangEngine:
         sg, ps = self.sg, self.k.page_size
         extend_tokens = sum(r.extend_len for r in batch.reqs)
         need = extend_tokens + (len(batch.reqs) * ps if ps > 1 else 0)
-        prefixes = [None if r.kv.holds_kv or not r.prefix_len else self.tree.prefix_device_indices(r) for r in batch.reqs]
+        prefixes = [
+            None if r.kv.holds_kv or not r.prefix_len else self.tree.prefix_device_indices(r) for r in batch.reqs
+        ]
         sg.common.evict_from_tree_cache(self.tree, need)
         self.r2t.alloc(batch.reqs)
         for r, prefix in zip(batch.reqs, prefixes):
@@ -374,15 +418,23 @@ class SGLangEngine:
         (check_decode_mem), keeping at least one; each goes through release_req."""
         sg = self.sg
         reqs = batch.reqs
-        order = sorted(range(len(reqs)), key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True)
+        order = sorted(
+            range(len(reqs)), key=lambda i: (len(reqs[i].output_ids), -len(reqs[i].origin_input_ids)), reverse=True
+        )
         out, first = [], True
         while first or not self.check_decode_mem([reqs[i] for i in order]):
             if len(order) == 1:
                 break
             first = False
             i = order.pop()
-            sg.sb.release_req(req=reqs[i], remaing_req_count=len(order), req_to_token_pool=self.r2t,
-                              token_to_kv_pool_allocator=self.alloc, tree_cache=self.tree, hisparse_coordinator=None)
+            sg.sb.release_req(
+                req=reqs[i],
+                remaing_req_count=len(order),
+                req_to_token_pool=self.r2t,
+                token_to_kv_pool_allocator=self.alloc,
+                tree_cache=self.tree,
+                hisparse_coordinator=None,
+            )
             out.append(reqs[i])
         assert self.check_decode_mem([reqs[i] for i in order]), "even one request cannot decode"
         batch.filter_batch(keep_indices=order)
@@ -398,7 +450,7 @@ class SGLangEngine:
         self._retracted = []
         if batch is None:
             if not self.busy:
-                self.ratio.reset()   # Scheduler.on_idle
+                self.ratio.reset()  # Scheduler.on_idle
             self.last_batch = None
             return rec if rec.retracted else None
         if batch.extend:
@@ -452,7 +504,9 @@ class SGLangEngine:
 def run_engine(scenario, max_steps: int = 100_000) -> list:
     """The engine's steps for a scenario: requests join the waiting queue at their arrival step;
     an idle engine jumps to the next arrival."""
-    eng = SGLangEngine(scenario.knobs, max_context_len=max(len(r.tokens) + r.max_new_tokens for r in scenario.requests) + 8)
+    eng = SGLangEngine(
+        scenario.knobs, max_context_len=max(len(r.tokens) + r.max_new_tokens for r in scenario.requests) + 8
+    )
     pending = sorted(scenario.requests, key=lambda r: (r.arrival, r.rid))
     i, steps = 0, []
     while True:

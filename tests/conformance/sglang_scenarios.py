@@ -5,6 +5,7 @@ max_new_tokens, ignore_eos. Prompts share prefixes through a small pool of commo
 with the radix cache on a later request can hit what an earlier one computed. KV pools run from
 tiny (a few requests' worth: retraction) to ample.
 """
+
 from __future__ import annotations
 
 import random
@@ -29,7 +30,7 @@ class Scenario:
     requests: list = field(default_factory=list)
 
 
-CONFIGS = {   # name: (enable_mixed_chunk, disable_radix_cache, tight KV)
+CONFIGS = {  # name: (enable_mixed_chunk, disable_radix_cache, tight KV)
     "mixed-off/radix-off/ample": (False, True, False),
     "mixed-on/radix-off/ample": (True, True, False),
     "mixed-off/radix-on/ample": (False, False, False),
@@ -66,16 +67,26 @@ def random_scenario(config: str, seed: int) -> Scenario:
         head = rng.choice(heads) if rng.random() < 0.6 else ()
         tokens = (head + body)[: max(1, rng.randint(1, 40 if tight else 300))]
         eos = eos_all if uniform else rng.random() < (0.2 if tight else 0.5)
-        reqs.append(Req(f"r{i}", t, tokens, rng.randint(long_out // 4, long_out) if tight else rng.randint(1, long_out), eos))
+        reqs.append(
+            Req(f"r{i}", t, tokens, rng.randint(long_out // 4, long_out) if tight else rng.randint(1, long_out), eos)
+        )
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     if tight:
-        pool = max(longest + 4 * page + 16, int(sum(len(r.tokens) + r.max_new_tokens for r in reqs) * rng.uniform(0.25, 0.6)))
+        pool = max(
+            longest + 4 * page + 16, int(sum(len(r.tokens) + r.max_new_tokens for r in reqs) * rng.uniform(0.25, 0.6))
+        )
     else:
         pool = sum(len(r.tokens) + r.max_new_tokens for r in reqs) * 2 + 64 * page
     pool = -(-pool // page) * page + page
-    knobs = Knobs(pool_tokens=pool, page_size=page, chunked_prefill_size=chunk, max_prefill_tokens=max_prefill,
-                  max_running_requests=rng.choice((8, 64) if tight else (2, 3, 8, 64)), enable_mixed_chunk=mixed,
-                  disable_radix_cache=no_radix)
+    knobs = Knobs(
+        pool_tokens=pool,
+        page_size=page,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=max_prefill,
+        max_running_requests=rng.choice((8, 64) if tight else (2, 3, 8, 64)),
+        enable_mixed_chunk=mixed,
+        disable_radix_cache=no_radix,
+    )
     return Scenario(f"{config}#{seed}", knobs, reqs)
 
 
@@ -83,11 +94,19 @@ def seed_scenes() -> list:
     """Seed 000's and 001's SGLang scene, scaled down: 32 decoders then one long prompt, chunked
     (seed 001: chunked_prefill_size with and without mixed chunk; disabled)."""
     out = []
-    for name, chunk, mixed in (("seed-001/chunked", 256, False), ("seed-001/mixed", 256, True),
-                               ("seed-000/nochunk", None, False)):
+    for name, chunk, mixed in (
+        ("seed-001/chunked", 256, False),
+        ("seed-001/mixed", 256, True),
+        ("seed-000/nochunk", None, False),
+    ):
         reqs = [Req(f"d{i}", 0, tuple(range(1, 65)), 48) for i in range(32)]
         reqs.append(Req("long", 4, tuple(range(100, 100 + 2048)), 4))
-        knobs = Knobs(pool_tokens=1 << 16, chunked_prefill_size=chunk, max_prefill_tokens=16384,
-                      enable_mixed_chunk=mixed, disable_radix_cache=True)
+        knobs = Knobs(
+            pool_tokens=1 << 16,
+            chunked_prefill_size=chunk,
+            max_prefill_tokens=16384,
+            enable_mixed_chunk=mixed,
+            disable_radix_cache=True,
+        )
         out.append(Scenario(name, knobs, reqs))
     return out

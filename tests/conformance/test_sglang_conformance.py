@@ -4,6 +4,7 @@ Skips unless SGLang is importable (`pip install 'chunksim[conformance]'`, see do
 seed scenes and a sample of random scenarios per configuration must match at every step; the
 full count is `python -m benchmarks.conformance_sglang`.
 """
+
 import importlib.util
 
 import pytest

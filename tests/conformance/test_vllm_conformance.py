@@ -4,6 +4,7 @@ Every random scenario and seed scene must schedule the same tokens per request, 
 same requests and finish the same requests at every step, through stepping, fast-forward and
 the decode cohort. CONFORMANCE_COUNT sets the scenarios per configuration (default 200; the
 docs/conformance.md's figures are for 1,000: python benchmarks/conformance_vllm.py)."""
+
 import os
 
 import pytest
@@ -47,6 +48,7 @@ def test_seed_scenes_match_every_step(async_scheduling):
 def test_tight_pools_preempt():
     """The tight-KV configurations exercise preemption: most of their scenarios preempt in vLLM."""
     from vllm_driver import run_vllm
+
     scenarios = random_scenarios("sync-tight", 40)
     preempting = sum(any(r[1] for r in run_vllm(sc).values()) for sc in scenarios)
     assert preempting >= len(scenarios) // 3

@@ -1,6 +1,7 @@
 """A cost model in which every forward pass lasts exactly 1 s, so a step's start time is its
 index: what the conformance drivers run chunksim over. It answers every pricing call the replica
 and its fast-forward paths make (``step_time``, decode runs, chunked leads) with the same clock."""
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ log) or "cohort" (fast-forward with the decode cohort, compared per request).
 A record is, per step start time: {rid: tokens scheduled}, the rids preempted by that step's
 schedule(), and the rids that finished with that step's output.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ from unit_cost import UnitCost
 from vllm_scenarios import VllmScenario
 
 VLLM_VERSION = "0.33.0"
-_OUTPUT_TOKEN = 30_001   # + rid: every request generates its own token, outside the prompts' 1..29999, so
-                         # generated blocks are the request's own, as chunksim names them (simcore/apc.py)
+_OUTPUT_TOKEN = 30_001  # + rid: every request generates its own token, outside the prompts' 1..29999, so
+# generated blocks are the request's own, as chunksim names them (simcore/apc.py)
 _MODEL_DIR = None
 for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
     os.environ.setdefault(_k, _v)
@@ -36,6 +37,7 @@ for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFO
 def vllm_available() -> str | None:
     """None when vLLM's scheduler imports, else why not."""
     import importlib.util
+
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed; see docs/conformance.md"
     try:
@@ -52,10 +54,21 @@ def _model_dir() -> str:
     global _MODEL_DIR
     if _MODEL_DIR is None:
         _MODEL_DIR = tempfile.mkdtemp(prefix="chunksim-vllm-model-")
-        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-               "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-               "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 65536,
-               "torch_dtype": "float32", "rms_norm_eps": 1e-5, "eos_token_id": 2, "bos_token_id": 1}
+        cfg = {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": 65536,
+            "torch_dtype": "float32",
+            "rms_norm_eps": 1e-5,
+            "eos_token_id": 2,
+            "bos_token_id": 1,
+        }
         with open(os.path.join(_MODEL_DIR, "config.json"), "w") as f:
             json.dump(cfg, f)
     return _MODEL_DIR
@@ -69,23 +82,39 @@ def _build_scheduler(sc: VllmScenario):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True, max_model_len=sc.max_model_len,
-                        dtype="float32", seed=0)
-    sched = SchedulerConfig(max_num_seqs=sc.max_num_seqs, max_num_batched_tokens=sc.max_num_batched_tokens,
-                            max_model_len=sc.max_model_len, is_encoder_decoder=False,
-                            long_prefill_token_threshold=sc.long_prefill_token_threshold,
-                            enable_chunked_prefill=sc.enable_chunked_prefill,
-                            scheduler_reserve_full_isl=sc.scheduler_reserve_full_isl,
-                            async_scheduling=sc.async_scheduling)
+    model = ModelConfig(
+        model=_model_dir(), skip_tokenizer_init=True, max_model_len=sc.max_model_len, dtype="float32", seed=0
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=sc.max_num_seqs,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        max_model_len=sc.max_model_len,
+        is_encoder_decoder=False,
+        long_prefill_token_threshold=sc.long_prefill_token_threshold,
+        enable_chunked_prefill=sc.enable_chunked_prefill,
+        scheduler_reserve_full_isl=sc.scheduler_reserve_full_isl,
+        async_scheduling=sc.async_scheduling,
+    )
     cache = CacheConfig(block_size=sc.block_size, enable_prefix_caching=sc.enable_prefix_caching)
     cfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
     cfg.cache_config.num_gpu_blocks = sc.num_blocks
-    kv = KVCacheConfig(num_blocks=sc.num_blocks, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=sc.block_size, num_kv_heads=1, head_size=1,
-                                                     dtype=torch.float32))])
+    kv = KVCacheConfig(
+        num_blocks=sc.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"], FullAttentionSpec(block_size=sc.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+            )
+        ],
+    )
     cls = AsyncScheduler if sc.async_scheduling else Scheduler
-    return cls(vllm_config=cfg, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(cfg),
-               block_size=sc.block_size, log_stats=False)
+    return cls(
+        vllm_config=cfg,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(cfg),
+        block_size=sc.block_size,
+        log_stats=False,
+    )
 
 
 def _make_requests(sc: VllmScenario):
@@ -98,9 +127,17 @@ def _make_requests(sc: VllmScenario):
     if sc.enable_prefix_caching:
         init_none_hash(sha256)
         hasher = get_request_block_hasher(sc.block_size, sha256)
-    return [Request(str(i), list(prompt), SamplingParams(max_tokens=m, ignore_eos=True), None,
-                    arrival_time=float(a), block_hasher=hasher)
-            for i, (a, prompt, m) in enumerate(sc.requests)]
+    return [
+        Request(
+            str(i),
+            list(prompt),
+            SamplingParams(max_tokens=m, ignore_eos=True),
+            None,
+            arrival_time=float(a),
+            block_hasher=hasher,
+        )
+        for i, (a, prompt, m) in enumerate(sc.requests)
+    ]
 
 
 def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | None = None) -> dict:
@@ -116,8 +153,9 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
     def fake_output(out):
         ids = list(out.num_scheduled_tokens)
         sampled = [[] if scheduler.requests[r].is_prefill_chunk else [_OUTPUT_TOKEN + int(r)] for r in ids]
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                 sampled_token_ids=sampled)
+        return ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
+        )
 
     def update(start, out, mro):
         outs = scheduler.update_from_output(out, mro)
@@ -180,19 +218,33 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
     from simcore.simulation import Simulation
     from workloads.workload import Workload
 
-    flags = dict(max_num_batched_tokens=sc.max_num_batched_tokens, max_num_seqs=sc.max_num_seqs,
-                 long_prefill_token_threshold=sc.long_prefill_token_threshold,
-                 enable_chunked_prefill=sc.enable_chunked_prefill, block_size=sc.block_size,
-                 max_model_len=sc.max_model_len, num_gpu_blocks_override=sc.num_blocks,
-                 enable_prefix_caching=sc.enable_prefix_caching)
+    flags = dict(
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        max_num_seqs=sc.max_num_seqs,
+        long_prefill_token_threshold=sc.long_prefill_token_threshold,
+        enable_chunked_prefill=sc.enable_chunked_prefill,
+        block_size=sc.block_size,
+        max_model_len=sc.max_model_len,
+        num_gpu_blocks_override=sc.num_blocks,
+        enable_prefix_caching=sc.enable_prefix_caching,
+    )
     flags.update(_new_rule_flags(sc))
     policy, pool, _, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), flags=flags)
-    wl = Workload([float(a) for a, _, _ in sc.requests], [len(p) for _, p, _ in sc.requests],
-                  [m for _, _, m in sc.requests],
-                  block_hashes=[sc.block_hashes(p) for _, p, _ in sc.requests] if sc.enable_prefix_caching else None,
-                  block_tokens=sc.block_size)
-    sim = Simulation([(policy, pool, UnitCost())], wl, fast_forward=mode != "step", check=True,
-                     max_model_len=max_len, record_iterations=mode != "cohort")
+    wl = Workload(
+        [float(a) for a, _, _ in sc.requests],
+        [len(p) for _, p, _ in sc.requests],
+        [m for _, _, m in sc.requests],
+        block_hashes=[sc.block_hashes(p) for _, p, _ in sc.requests] if sc.enable_prefix_caching else None,
+        block_tokens=sc.block_size,
+    )
+    sim = Simulation(
+        [(policy, pool, UnitCost())],
+        wl,
+        fast_forward=mode != "step",
+        check=True,
+        max_model_len=max_len,
+        record_iterations=mode != "cohort",
+    )
     rec = _Recorder(policy, sim.env)
     sim.replicas[0].policy = rec
     res = sim.run()
@@ -218,14 +270,17 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
 def _new_rule_flags(sc: VllmScenario) -> dict:
     """The engine flags chunksim's vLLM policy takes for rules that vLLM makes configurable."""
     from policies.vllm import VLLMConfig
+
     names = VLLMConfig.__dataclass_fields__
     return {k: getattr(sc, k) for k in ("async_scheduling", "scheduler_reserve_full_isl") if k in names}
 
 
 def _outcomes(reqs) -> dict:
     """rid -> (first step scheduled, step whose output is the first token, finish step, preemptions)."""
-    return {r.rid: (int(r.first_scheduled_s), int(r.first_token_s) - 1, int(r.finish_s) - 1, r.num_preemptions)
-            for r in reqs}
+    return {
+        r.rid: (int(r.first_scheduled_s), int(r.first_token_s) - 1, int(r.finish_s) - 1, r.num_preemptions)
+        for r in reqs
+    }
 
 
 def outcomes_from_records(records: dict, sc: VllmScenario, first_tok: dict) -> dict:
@@ -269,9 +324,16 @@ def compare(sc: VllmScenario, modes=("step", "fast", "cohort")) -> dict:
         got = run_chunksim(sc, mode)
         if mode == "cohort":
             want = outcomes_from_records(ref, sc, first_tok)
-            out[mode] = None if got == want else next(
-                f"request {rid}: vllm (first step, first-token step, finish step, preemptions)={want[rid]} / "
-                f"chunksim {got.get(rid)}" for rid in sorted(want) if want[rid] != got.get(rid))
+            out[mode] = (
+                None
+                if got == want
+                else next(
+                    f"request {rid}: vllm (first step, first-token step, finish step, preemptions)={want[rid]} / "
+                    f"chunksim {got.get(rid)}"
+                    for rid in sorted(want)
+                    if want[rid] != got.get(rid)
+                )
+            )
         else:
             out[mode] = first_divergence(ref, got)
     return out

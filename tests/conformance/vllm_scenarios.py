@@ -7,6 +7,7 @@ scheduled step: a request stamped t is added before the step that starts at t is
 Prompts that share a prefix share token ids, so vLLM's block hashes and chunksim's
 ``block_hashes`` name the same blocks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -17,8 +18,8 @@ import numpy as np
 @dataclass(frozen=True)
 class VllmScenario:
     name: str
-    requests: tuple                          # ((arrival_step, prompt token ids, max_tokens), ...)
-    num_blocks: int                          # KVCacheConfig.num_blocks, the null block included
+    requests: tuple  # ((arrival_step, prompt token ids, max_tokens), ...)
+    num_blocks: int  # KVCacheConfig.num_blocks, the null block included
     max_num_batched_tokens: int = 64
     max_num_seqs: int = 8
     long_prefill_token_threshold: int = 0
@@ -31,16 +32,18 @@ class VllmScenario:
 
     @property
     def label(self) -> str:
-        return (f"{self.name}: budget={self.max_num_batched_tokens} seqs={self.max_num_seqs} "
-                f"thr={self.long_prefill_token_threshold} chunked={int(self.enable_chunked_prefill)} "
-                f"bs={self.block_size} blocks={self.num_blocks} apc={int(self.enable_prefix_caching)} "
-                f"async={int(self.async_scheduling)} full_isl={int(self.scheduler_reserve_full_isl)} "
-                f"reqs={[(a, len(p), m) for a, p, m in self.requests]}")
+        return (
+            f"{self.name}: budget={self.max_num_batched_tokens} seqs={self.max_num_seqs} "
+            f"thr={self.long_prefill_token_threshold} chunked={int(self.enable_chunked_prefill)} "
+            f"bs={self.block_size} blocks={self.num_blocks} apc={int(self.enable_prefix_caching)} "
+            f"async={int(self.async_scheduling)} full_isl={int(self.scheduler_reserve_full_isl)} "
+            f"reqs={[(a, len(p), m) for a, p, m in self.requests]}"
+        )
 
     def block_hashes(self, prompt) -> tuple:
         """One id per full block of the prompt; equal ids at equal depth mean equal prefixes."""
         bs = self.block_size
-        return tuple(hash(tuple(prompt[i:i + bs])) for i in range(0, len(prompt) - bs + 1, bs))
+        return tuple(hash(tuple(prompt[i : i + bs])) for i in range(0, len(prompt) - bs + 1, bs))
 
 
 CONFIGS = {
@@ -54,8 +57,9 @@ CONFIGS = {
 }
 
 
-def random_scenario(rng: np.random.Generator, index: int, async_scheduling: bool, pool: str,
-                    prefix_caching: bool) -> VllmScenario:
+def random_scenario(
+    rng: np.random.Generator, index: int, async_scheduling: bool, pool: str, prefix_caching: bool
+) -> VllmScenario:
     """Arrivals spread over steps, prompts from 1 token to a few budgets long, outputs from 1 to
     ~100 tokens, random knobs; ``pool`` "tight" sizes the KV pool near the largest request so that
     preemption is common, "ample" so that it is rare, "mixed" either way."""
@@ -80,15 +84,27 @@ def random_scenario(rng: np.random.Generator, index: int, async_scheduling: bool
             prompt = tuple(int(t) for t in rng.integers(1, 30000, size=p))
         reqs.append((int(rng.integers(0, span + 1)), prompt, out))
     reqs.sort(key=lambda r: r[0])
-    need = max(-(-(len(p) + m) // block_size) for _, p, m in reqs)   # the largest request's blocks
+    need = max(-(-(len(p) + m) // block_size) for _, p, m in reqs)  # the largest request's blocks
     total = sum(-(-(len(p) + m) // block_size) for _, p, m in reqs)
     kind = pool if pool != "mixed" else ("tight" if rng.random() < 0.5 else "ample")
     if kind == "tight":
         blocks = need + 1 + int(rng.integers(0, max(1, need // 2) + 1))
     else:
         blocks = max(need + 1, total + 1 + int(rng.integers(0, total + 1)))
-    return VllmScenario(f"random-{index}", tuple(reqs), int(blocks), budget, seqs, thr, chunked, block_size,
-                        prefix_caching, async_scheduling, True, max_model_len)
+    return VllmScenario(
+        f"random-{index}",
+        tuple(reqs),
+        int(blocks),
+        budget,
+        seqs,
+        thr,
+        chunked,
+        block_size,
+        prefix_caching,
+        async_scheduling,
+        True,
+        max_model_len,
+    )
 
 
 def random_scenarios(config: str, count: int, seed: int = 0) -> list[VllmScenario]:
@@ -106,12 +122,32 @@ def seed_scenes(async_scheduling: bool = False) -> list[VllmScenario]:
         return tuple(int(t) for t in rng.integers(1, 30000, size=n))
 
     decoders = tuple((0, prompt(64), 200) for _ in range(32))
-    stall = VllmScenario("seed000-stall", decoders + ((20, prompt(32768), 4),), num_blocks=4096,
-                         max_num_batched_tokens=2048, max_num_seqs=64, max_model_len=40000)
-    alone = VllmScenario("seed000-alone-threshold", ((0, prompt(5000), 3),), num_blocks=1024,
-                         max_num_batched_tokens=2048, max_num_seqs=4, long_prefill_token_threshold=512)
-    pressure = VllmScenario("seed000-preempt", tuple((2 * i, prompt(300), 60) for i in range(6)), num_blocks=41,
-                            max_num_batched_tokens=512, max_num_seqs=8, block_size=16)
+    stall = VllmScenario(
+        "seed000-stall",
+        decoders + ((20, prompt(32768), 4),),
+        num_blocks=4096,
+        max_num_batched_tokens=2048,
+        max_num_seqs=64,
+        max_model_len=40000,
+    )
+    alone = VllmScenario(
+        "seed000-alone-threshold",
+        ((0, prompt(5000), 3),),
+        num_blocks=1024,
+        max_num_batched_tokens=2048,
+        max_num_seqs=4,
+        long_prefill_token_threshold=512,
+    )
+    pressure = VllmScenario(
+        "seed000-preempt",
+        tuple((2 * i, prompt(300), 60) for i in range(6)),
+        num_blocks=41,
+        max_num_batched_tokens=512,
+        max_num_seqs=8,
+        block_size=16,
+    )
     scenes = [stall, alone, pressure]
-    return [replace(s, async_scheduling=async_scheduling, name=s.name + ("-async" if async_scheduling else ""))
-            for s in scenes]
+    return [
+        replace(s, async_scheduling=async_scheduling, name=s.name + ("-async" if async_scheduling else ""))
+        for s in scenes
+    ]

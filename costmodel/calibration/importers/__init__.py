@@ -3,6 +3,7 @@
 Each returns ``(table, notes)``: the rows of the dtype modelled, and one line per thing skipped
 (other dtypes, failed measurements), so that a fit says what it did not use.
 """
+
 from __future__ import annotations
 
 from .aiconfigurator import read_aiconfigurator, spec_hardware
@@ -16,6 +17,7 @@ def load_source(fmt: str, path):
     """(table, notes) of one ``calibrate --from FORMAT PATH``."""
     from ...errors import require
     from ..timings import load_timings
+
     require(fmt in FORMATS, "from", fmt, f"unknown format; known: {', '.join(FORMATS)}")
     if fmt == "aiconfigurator":
         return read_aiconfigurator(path)

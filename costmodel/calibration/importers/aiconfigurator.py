@@ -25,6 +25,7 @@ generation table keeps only its leading rows written in the collector's case ord
 (``lone_worker_rows``: 75 float16 rows, 64 query on 64 KV heads); the interleaved rest is not a
 kernel's time, so H100 generation attention has one measured head configuration.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,15 +45,21 @@ from .tables import drop_failed, drop_floor, keep_dtype, read_table
 SIXTEEN_BIT = {"float16", "bfloat16", "half", "bf16", "fp16"}
 ATTN = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step", "latency"]
 MS = 1e-3
-TOKEN_DIM = 4096    # the collector's all-reduce layout: [size / 4096, 4096] (collect_all_reduce.py, get_input_shape_and_comm_size)
+TOKEN_DIM = 4096  # the collector's all-reduce layout: [size / 4096, 4096] (collect_all_reduce.py, get_input_shape_and_comm_size)
 
 
 def _gemm(path: Path, notes: list) -> pd.DataFrame:
-    raw = keep_dtype(read_table(path, ["gemm_dtype", "m", "n", "k", "latency"], ["m", "n", "k", "latency"]),
-                     ["gemm_dtype"], SIXTEEN_BIT, str(path), notes)
+    raw = keep_dtype(
+        read_table(path, ["gemm_dtype", "m", "n", "k", "latency"], ["m", "n", "k", "latency"]),
+        ["gemm_dtype"],
+        SIXTEEN_BIT,
+        str(path),
+        notes,
+    )
     m, n, k = (raw[c].to_numpy(float) for c in "mnk")
-    df = pd.DataFrame(gemm_row("gemm", m, k, n, 2, raw["latency"].to_numpy(float) * MS, dtype="float16",
-                               source=str(path)))
+    df = pd.DataFrame(
+        gemm_row("gemm", m, k, n, 2, raw["latency"].to_numpy(float) * MS, dtype="float16", source=str(path))
+    )
     return drop_failed(df, ["n", "k"], "m", str(path), notes)
 
 
@@ -65,16 +72,20 @@ def _attention(path: Path, op_class: str, notes: list) -> pd.DataFrame:
     b, s, h, hkv, d, step = (raw[c].to_numpy(float) for c in ATTN[:-1])
     t = raw["latency"].to_numpy(float) * MS
     if op_class == "attention_prefill":
-        df = pd.DataFrame(attention_row("attention", b, s, 0.0, h, hkv, d, 2, t, causal=not sglang, dtype="float16",
-                                        source=str(path)))
+        df = pd.DataFrame(
+            attention_row("attention", b, s, 0.0, h, hkv, d, 2, t, causal=not sglang, dtype="float16", source=str(path))
+        )
     else:
-        df = pd.DataFrame(attention_row("attention", b, 1.0, s + step - 1, h, hkv, d, 2, t, dtype="float16",
-                                        source=str(path)))
+        df = pd.DataFrame(
+            attention_row("attention", b, 1.0, s + step - 1, h, hkv, d, 2, t, dtype="float16", source=str(path))
+        )
         if k_only(raw):
-            df["bytes"] -= 2.0 * d * b * hkv * (s + step)       # one of K and V per cached token: see k_only
+            df["bytes"] -= 2.0 * d * b * hkv * (s + step)  # one of K and V per cached token: see k_only
             df["kv_alias"] = 1.0
-            notes.append(f"{path}: generation rows read K only (TensorRT-LLM collector's SELFKONLY cache): "
-                         f"bytes are half the KV a serving decode reads")
+            notes.append(
+                f"{path}: generation rows read K only (TensorRT-LLM collector's SELFKONLY cache): "
+                f"bytes are half the KV a serving decode reads"
+            )
         df = df.assign(decode_flops=df["flops"], decode_bytes=df["bytes"])
     df["op"] = op_class
     if op_class == "attention_prefill":
@@ -97,14 +108,22 @@ def lone_worker_rows(raw: pd.DataFrame, src: str, notes: list) -> pd.DataFrame:
     there 81 % of the float16 rows sit at the 3 µs floor, 38 % beat the HBM bandwidth and 686 of
     4,548 steps to more keys run over 20 % faster: times no kernel of that size gives. Only the
     lone worker's rows are kept."""
-    key = raw["batch_size"].astype(str) + "|" + raw["num_heads"].astype(str) + "|" + raw["num_key_value_heads"].astype(str)
+    key = (
+        raw["batch_size"].astype(str)
+        + "|"
+        + raw["num_heads"].astype(str)
+        + "|"
+        + raw["num_key_value_heads"].astype(str)
+    )
     new = (key != key.shift()).to_numpy()
     back = new & key.duplicated().to_numpy()
     if not back.any():
         return raw
     end = int(np.argmax(back))
-    notes.append(f"{src}: kept the first {end} rows, written in the collector's case order; skipped {len(raw) - end} "
-                 f"written interleaved across configurations (timed under other workers' load)")
+    notes.append(
+        f"{src}: kept the first {end} rows, written in the collector's case order; skipped {len(raw) - end} "
+        f"written interleaved across configurations (timed under other workers' load)"
+    )
     return raw.iloc[:end].reset_index(drop=True)
 
 
@@ -120,9 +139,11 @@ def drop_unmovable(df: pd.DataFrame, path: Path, notes: list) -> pd.DataFrame:
         return df
     bad = (np.maximum(df["bytes"] / bw, df["flops"] / peak) > df["time_s"]).to_numpy()  # type: ignore[union-attr]
     if bad.any():
-        notes.append(f"{path}: skipped {int(bad.sum())} rows faster than their bytes at the spec sheet's "
-                     f"{bw / 1e12:.3g} TB/s or their FLOPs at {peak / 1e12:.4g} TFLOP/s (the collector's do_bench "
-                     f"evicts the L2 before each call: failed runs)")
+        notes.append(
+            f"{path}: skipped {int(bad.sum())} rows faster than their bytes at the spec sheet's "
+            f"{bw / 1e12:.3g} TB/s or their FLOPs at {peak / 1e12:.4g} TFLOP/s (the collector's do_bench "
+            f"evicts the L2 before each call: failed runs)"
+        )
     return df[~bad].reset_index(drop=True)
 
 
@@ -139,7 +160,9 @@ def k_only(raw: pd.DataFrame) -> bool:
 
 def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:
     dt = "nccl_dtype" if nccl else "allreduce_dtype"
-    raw = read_table(path, ["op_name", dt, "num_gpus", "message_size", "latency"], ["num_gpus", "message_size", "latency"])
+    raw = read_table(
+        path, ["op_name", dt, "num_gpus", "message_size", "latency"], ["num_gpus", "message_size", "latency"]
+    )
     if nccl:
         other = int((raw["op_name"] != "all_reduce").sum())
         if other:
@@ -148,9 +171,23 @@ def _allreduce(path: Path, notes: list, nccl: bool) -> pd.DataFrame:
     raw = keep_dtype(raw, [dt], SIXTEEN_BIT, str(path), notes)
     nw, size = raw["num_gpus"].to_numpy(float), raw["message_size"].to_numpy(float) * 2
     tokens = np.maximum(1.0, np.floor(raw["message_size"].to_numpy(float) / TOKEN_DIM))
-    df = pd.DataFrame(dict(op_class="allreduce", op="nccl_all_reduce" if nccl else "custom_all_reduce", tokens=tokens,
-                           m=size, k=0, n=0, tp=nw, workers=nw, dtype="float16", flops=0.0,
-                           bytes=2 * (nw - 1) / nw * size, time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
+    df = pd.DataFrame(
+        dict(
+            op_class="allreduce",
+            op="nccl_all_reduce" if nccl else "custom_all_reduce",
+            tokens=tokens,
+            m=size,
+            k=0,
+            n=0,
+            tp=nw,
+            workers=nw,
+            dtype="float16",
+            flops=0.0,
+            bytes=2 * (nw - 1) / nw * size,
+            time_s=raw["latency"].to_numpy(float) * MS,
+            source=str(path),
+        )
+    )
     return df[df["workers"] > 1]
 
 
@@ -160,23 +197,43 @@ def _moe(path: Path, notes: list) -> pd.DataFrame:
     on one GPU (``moe_routing``), bytes their weights plus each routed row's activations in and
     out (``costmodel/moe_cost.py``)."""
     cols = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "latency"]
-    raw = keep_dtype(read_table(path, cols + ["moe_dtype", "distribution"], cols), ["moe_dtype"], SIXTEEN_BIT,
-                     str(path), notes)
+    raw = keep_dtype(
+        read_table(path, cols + ["moe_dtype", "distribution"], cols), ["moe_dtype"], SIXTEEN_BIT, str(path), notes
+    )
     T, H, inter, k, E, tp, ep = (raw[c].to_numpy(float) for c in cols[:-1])
     per_expert = 3 * H * inter / tp
     dist = raw["distribution"].astype(str).to_numpy()
     touched = table_touched(T, k, E, ep, dist)
-    return pd.DataFrame(dict(op_class="moe", op=dist, tokens=T, m=T, k=H, n=inter,
-                             tp=tp, workers=ep, dtype="float16", flops=2.0 * per_expert * T * k / ep,
-                             bytes=2.0 * (per_expert * touched + 2 * T * H * k / ep), seqs=touched, heads=k, kv_heads=E,
-                             time_s=raw["latency"].to_numpy(float) * MS, source=str(path)))
+    return pd.DataFrame(
+        dict(
+            op_class="moe",
+            op=dist,
+            tokens=T,
+            m=T,
+            k=H,
+            n=inter,
+            tp=tp,
+            workers=ep,
+            dtype="float16",
+            flops=2.0 * per_expert * T * k / ep,
+            bytes=2.0 * (per_expert * touched + 2 * T * H * k / ep),
+            seqs=touched,
+            heads=k,
+            kv_heads=E,
+            time_s=raw["latency"].to_numpy(float) * MS,
+            source=str(path),
+        )
+    )
 
 
-READERS = {"gemm_perf.txt": _gemm, "moe_perf.txt": _moe,
-           "context_attention_perf.txt": lambda p, n: _attention(p, "attention_prefill", n),
-           "generation_attention_perf.txt": lambda p, n: _attention(p, "attention_decode", n),
-           "custom_allreduce_perf.txt": lambda p, n: _allreduce(p, n, nccl=False),
-           "nccl_perf.txt": lambda p, n: _allreduce(p, n, nccl=True)}
+READERS = {
+    "gemm_perf.txt": _gemm,
+    "moe_perf.txt": _moe,
+    "context_attention_perf.txt": lambda p, n: _attention(p, "attention_prefill", n),
+    "generation_attention_perf.txt": lambda p, n: _attention(p, "attention_decode", n),
+    "custom_allreduce_perf.txt": lambda p, n: _allreduce(p, n, nccl=False),
+    "nccl_perf.txt": lambda p, n: _allreduce(p, n, nccl=True),
+}
 
 
 def _engine_rows(ar: pd.DataFrame, nvlink: bool = False) -> pd.DataFrame:
@@ -251,20 +308,26 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
         before = int(ar.sum())
         df = pd.concat([df[~ar], _engine_rows(df[ar], spec_nvlink(p))], ignore_index=True)
         n_ref = int((df["op"] == REFERENCE).sum())
-        notes.append(f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
-                     f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)"
-                     + (f", kept {n_ref} below the engine's NCCL switch as reference rows for its NCCL lines" if n_ref else ""))
+        notes.append(
+            f"{p}: all-reduce: kept the custom table (the engine's own dispatch) where it has the GPU count, "
+            f"skipped {before - int((df['op_class'] == 'allreduce').sum())} NCCL rows (nccl-tests)"
+            + (f", kept {n_ref} below the engine's NCCL switch as reference rows for its NCCL lines" if n_ref else "")
+        )
     if ar.any() and spec_pcie(p):
         eng = (df["op_class"] == "allreduce") & df["op"].isin(["custom_all_reduce", "nccl_all_reduce"])
         df.loc[eng, "op"] = NCCL_PCIE
-        notes.append(f"{p}: all-reduce: no NVLink on the spec sheet, so the engine runs NCCL at every size "
-                     f"(TensorRT-LLM ifFallbackToNCCL): rows labelled {NCCL_PCIE}, fitted as NCCL's runs")
+        notes.append(
+            f"{p}: all-reduce: no NVLink on the spec sheet, so the engine runs NCCL at every size "
+            f"(TensorRT-LLM ifFallbackToNCCL): rows labelled {NCCL_PCIE}, fitted as NCCL's runs"
+        )
     peak = spec_peak_flops(p)
     if peak:
         fast = (df["flops"] / df["time_s"] > peak).to_numpy()
         for cls in sorted(set(df.loc[fast, "op_class"])):
-            notes.append(f"{p}: skipped {int((fast & (df['op_class'] == cls)).sum())} {cls} rows faster than the "
-                         f"spec sheet's {peak / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)")
+            notes.append(
+                f"{p}: skipped {int((fast & (df['op_class'] == cls)).sum())} {cls} rows faster than the "
+                f"spec sheet's {peak / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)"
+            )
         df = df[~fast]
     if classes is not None:
         df = df[df["op_class"].isin(classes)]
@@ -297,9 +360,18 @@ def spec_hardware(path) -> Hardware | None:
     except (KeyError, TypeError, ValueError):
         return None
     name = spec_yaml(path).stem  # type: ignore[union-attr]
-    return Hardware(name, mem, flops, bw, flops, bw, interconnect_bandwidth=float(node.get("intra_node_bw") or 0.0),
-                    gpus_per_node=int(node.get("num_gpus_per_node") or 8),
-                    description=f"{name} (AIConfigurator spec sheet)", sources=[str(spec_yaml(path))])
+    return Hardware(
+        name,
+        mem,
+        flops,
+        bw,
+        flops,
+        bw,
+        interconnect_bandwidth=float(node.get("intra_node_bw") or 0.0),
+        gpus_per_node=int(node.get("num_gpus_per_node") or 8),
+        description=f"{name} (AIConfigurator spec sheet)",
+        sources=[str(spec_yaml(path))],
+    )
 
 
 def spec_yaml(path) -> Path | None:

@@ -9,6 +9,7 @@ Times are µs for one transformer layer on one GPU (LLMServingSim's profiler, vL
 The model's shape comes from the profile's ``meta.yaml`` (``model:``, e.g. meta-llama/Llama-3.1-8B,
 read as a shipped model name) or the ``model`` argument; weights are split tp ways as vLLM does.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,10 +23,20 @@ from ...model import ModelSpec, load_model
 from ..timings import attention_row, gemm_row, layer_gemm_shapes, validate
 from .tables import read_table
 
-GEMMS = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "gate_up_proj": "mlp_up_proj",
-         "down_proj": "mlp_down_proj"}
-ELEMENTWISE = {"layernorm": "elementwise", "final_layernorm": "norm", "qk_norm": "norm", "act_fn": "elementwise",
-               "rotary_emb": "elementwise", "embedding": "embedding"}
+GEMMS = {
+    "qkv_proj": "attn_pre_proj",
+    "o_proj": "attn_post_proj",
+    "gate_up_proj": "mlp_up_proj",
+    "down_proj": "mlp_down_proj",
+}
+ELEMENTWISE = {
+    "layernorm": "elementwise",
+    "final_layernorm": "norm",
+    "qk_norm": "norm",
+    "act_fn": "elementwise",
+    "rotary_emb": "elementwise",
+    "embedding": "embedding",
+}
 # the per-layer kernels the roofline's "elementwise" operator prices (two RMSNorms, SiLU-and-mul,
 # rotary embedding); final and q/k norms stay "norm" (once per pass / Qwen3 only)
 US = 1e-6
@@ -56,11 +67,31 @@ def _attention(path: Path, m: ModelSpec, tp: int) -> pd.DataFrame:
     pre = attention_row("attention", (c > 0).astype(float), c, p, h, hkv, m.d_h, m.b, t)
     dec = attention_row("attention", n, 1.0, k, h, hkv, m.d_h, m.b, t)
     op = np.where(c > 0, np.where(n > 0, "attention_mixed", "attention_prefill"), "attention_decode")
-    df = pd.DataFrame(dict(op_class="attention", op=op, tokens=c + n, m=c + n, k=np.maximum(p, k), n=m.d_h, tp=tp,
-                           workers=tp, dtype="bfloat16", flops=pre["flops"] + dec["flops"],
-                           bytes=pre["bytes"] + dec["bytes"], seqs=n, heads=h, kv_heads=hkv,
-                           decode_flops=dec["flops"], decode_bytes=dec["bytes"], prefill_seqs=(c > 0).astype(int),
-                           prefill_q=c, prefill_kv=p, time_s=t, source=str(path)))
+    df = pd.DataFrame(
+        dict(
+            op_class="attention",
+            op=op,
+            tokens=c + n,
+            m=c + n,
+            k=np.maximum(p, k),
+            n=m.d_h,
+            tp=tp,
+            workers=tp,
+            dtype="bfloat16",
+            flops=pre["flops"] + dec["flops"],
+            bytes=pre["bytes"] + dec["bytes"],
+            seqs=n,
+            heads=h,
+            kv_heads=hkv,
+            decode_flops=dec["flops"],
+            decode_bytes=dec["bytes"],
+            prefill_seqs=(c > 0).astype(int),
+            prefill_q=c,
+            prefill_kv=p,
+            time_s=t,
+            source=str(path),
+        )
+    )
     return df[(c > 0) | (n > 0)]
 
 
@@ -78,10 +109,27 @@ def _dense(path: Path, m: ModelSpec, tp: int, notes: list) -> pd.DataFrame:
             frames.append(pd.DataFrame(gemm_row(layer, T, k, n, m.b, t, **cols)))  # type: ignore[arg-type]
         elif layer in ELEMENTWISE:
             width = {"qk_norm": m.d_h, "rotary_emb": 0, "act_fn": 0}.get(layer, m.H)  # type: ignore[arg-type]
-            per_row = {"act_fn": 3 * m.ffn / tp, "rotary_emb": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h,
-                       "qk_norm": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h}.get(layer, 2 * m.H)  # type: ignore[arg-type]
-            frames.append(pd.DataFrame(dict(op_class=ELEMENTWISE[layer], op=layer, tokens=T, m=T, k=0, n=width,  # type: ignore[index]
-                                            flops=0.0, bytes=m.b * per_row * T, time_s=t, **cols)))
+            per_row = {
+                "act_fn": 3 * m.ffn / tp,
+                "rotary_emb": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h,
+                "qk_norm": 2 * (m.h // tp + max(1, m.h_kv // tp)) * m.d_h,
+            }.get(layer, 2 * m.H)  # type: ignore[arg-type]
+            frames.append(
+                pd.DataFrame(
+                    dict(
+                        op_class=ELEMENTWISE[layer],  # type: ignore[index]
+                        op=layer,
+                        tokens=T,
+                        m=T,
+                        k=0,
+                        n=width,
+                        flops=0.0,
+                        bytes=m.b * per_row * T,
+                        time_s=t,
+                        **cols,
+                    )
+                )
+            )
     if other:
         notes.append(f"{path}: skipped layers {other} (no operator class for them)")
     return pd.concat(frames, ignore_index=True)
@@ -96,8 +144,23 @@ def _per_sequence(path: Path, m: ModelSpec, tp: int, notes: list) -> pd.DataFram
         if layer == "lm_head":
             frames.append(pd.DataFrame(gemm_row("lm_head", S, m.H, m.vocab / tp, m.b, t, **cols)))
         elif layer == "sampler":
-            frames.append(pd.DataFrame(dict(op_class="sampler", op="sampler", tokens=S, m=S, k=0, n=0, seqs=S,
-                                            flops=0.0, bytes=0.0, time_s=t, **cols)))
+            frames.append(
+                pd.DataFrame(
+                    dict(
+                        op_class="sampler",
+                        op="sampler",
+                        tokens=S,
+                        m=S,
+                        k=0,
+                        n=0,
+                        seqs=S,
+                        flops=0.0,
+                        bytes=0.0,
+                        time_s=t,
+                        **cols,
+                    )
+                )
+            )
         else:
             notes.append(f"{path}: skipped per-sequence layer {layer!r}")
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -127,6 +190,9 @@ def read_llmservingsim(path, model=None, tp: int | None = None) -> tuple[pd.Data
         names = ("attention.csv", "dense.csv", "per_sequence.csv")
         missing = [f for f in names if not (d / f).is_file()]
         require(not missing, "from", str(d), f"missing {', '.join(missing)}")
-        frames += [_attention(d / names[0], spec, n), _dense(d / names[1], spec, n, notes),
-                   _per_sequence(d / names[2], spec, n, notes)]
+        frames += [
+            _attention(d / names[0], spec, n),
+            _dense(d / names[1], spec, n, notes),
+            _per_sequence(d / names[2], spec, n, notes),
+        ]
     return validate(pd.concat(frames, ignore_index=True), str(p)), notes

@@ -1,4 +1,5 @@
 """Reading other projects' CSV tables with errors that name the file, the line and the field."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,12 @@ def read_table(path: Path, required: list[str], numeric: list[str]) -> pd.DataFr
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise InputError(src, None, f"not a readable CSV ({str(e).splitlines()[0]})") from None
     missing = [c for c in required if c not in raw.columns]
-    require(not missing, f"{src}:1:{missing[0] if missing else ''}", list(raw.columns),
-            f"missing column {missing[0] if missing else ''!r}")
+    require(
+        not missing,
+        f"{src}:1:{missing[0] if missing else ''}",
+        list(raw.columns),
+        f"missing column {missing[0] if missing else ''!r}",
+    )
     for col in required:
         empty = (raw[col].str.strip() == "").to_numpy()
         if empty.any():
@@ -48,14 +53,18 @@ def keep_dtype(raw: pd.DataFrame, cols: list[str], want: set[str], src: str, not
         label = label + "/" + raw[c].astype(str)
     if (~ok).any():
         kinds = label[~ok].value_counts()
-        notes.append(f"{src}: skipped {int((~ok).sum())} rows of other dtypes "
-                     f"({', '.join(f'{k}: {v}' for k, v in kinds.items())})")
+        notes.append(
+            f"{src}: skipped {int((~ok).sum())} rows of other dtypes "
+            f"({', '.join(f'{k}: {v}' for k, v in kinds.items())})"
+        )
     have = sorted(set(label))
     require(bool(ok.any()), f"{src}:{cols[0]}", have, f"no rows of the modelled dtype ({'/'.join(sorted(want))})")
     return raw[ok].reset_index(drop=True)
 
 
-def drop_failed(df: pd.DataFrame, keys: list[str], size: str, src: str, notes: list[str], factor: float = 0.5) -> pd.DataFrame:
+def drop_failed(
+    df: pd.DataFrame, keys: list[str], size: str, src: str, notes: list[str], factor: float = 0.5
+) -> pd.DataFrame:
     """Drop measurements faster than ``factor`` × a smaller problem of the same configuration
     (``keys``, ordered by ``size``): a kernel cannot get much faster when given more work, so these
     are failed runs (AIConfigurator's H100 context table has rows of ~3 µs at 2k-token prompts)."""
@@ -63,13 +72,16 @@ def drop_failed(df: pd.DataFrame, keys: list[str], size: str, src: str, notes: l
     prev = d.groupby(keys)["time_s"].cummax().groupby([d[k] for k in keys]).shift(1)
     bad = (d["time_s"] < factor * prev).to_numpy()
     if bad.any():
-        notes.append(f"{src}: skipped {int(bad.sum())} rows faster than {factor:g}× a smaller problem of the "
-                     f"same shape (failed measurements)")
+        notes.append(
+            f"{src}: skipped {int(bad.sum())} rows faster than {factor:g}× a smaller problem of the "
+            f"same shape (failed measurements)"
+        )
     return d[~bad].sort_index().reset_index(drop=True)
 
 
-def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, notes: list[str],
-               factor: float = 2.0) -> pd.DataFrame:
+def drop_floor(
+    df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, notes: list[str], factor: float = 2.0
+) -> pd.DataFrame:
     """Drop a table's failed runs of the kind AIConfigurator's H100 SGLang attention tables hold:
     rows at the table's timing floor (within 20 % of its fastest row: an empty launch, whatever the
     problem), then rows slower than twice a larger problem of the same configuration (``keys``;
@@ -83,7 +95,9 @@ def drop_floor(df: pd.DataFrame, keys: list[str], sizes: list[str], src: str, no
         fastest = np.where(larger, t[None, :], np.inf).min(1)
         bad[d.index.get_indexer(g.index)] = t > factor * fastest
     if floor.any() or bad.any():
-        notes.append(f"{src}: skipped {int(floor.sum())} rows at the table's timing floor "
-                     f"({1e6 * df['time_s'].min():.2g} µs) and {int(bad.sum())} slower than {factor:g}× a larger problem "
-                     f"of the same shape (failed measurements)")
+        notes.append(
+            f"{src}: skipped {int(floor.sum())} rows at the table's timing floor "
+            f"({1e6 * df['time_s'].min():.2g} µs) and {int(bad.sum())} slower than {factor:g}× a larger problem "
+            f"of the same shape (failed measurements)"
+        )
     return d[~bad].reset_index(drop=True)
