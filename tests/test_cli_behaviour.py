@@ -78,15 +78,15 @@ def test_progress_bar_shows_on_long_runs_and_is_silent_otherwise(monkeypatch):
     assert json.loads(run_cli(argv + ["--json"])[1]) == json.loads(js)
 
 
-def test_trace_size_warning_and_estimate(tmp_path, monkeypatch):
-    monkeypatch.setattr(sr, "TRACE_WARN_BYTES", 0)
+def test_trace_size_announced_even_when_quiet(tmp_path):
+    """The trace's size goes to stderr with --quiet too, and is the file's size."""
     path = tmp_path / "run.json"
-    rc, _, err = run_cli(["simulate", "--num-prompts", "300", "--request-rate", "10", "--trace", path])
+    rc, _, err = run_cli(["simulate", "--num-prompts", "300", "--request-rate", "10", "--trace", path, "--quiet"])
     assert rc == 0
-    warn = [l for l in err.splitlines() if l.startswith("warning: the trace will be about")]
-    assert len(warn) == 1
-    estimate = float(warn[0].split("about ")[1].split(" MB")[0]) * 2**20
-    assert 0.65 < estimate / path.stat().st_size < 1.5
+    line = [l for l in err.splitlines() if l.startswith("wrote trace:")]
+    assert len(line) == 1
+    mb = float(line[0].rsplit("(", 1)[1].split(" MB")[0])
+    assert abs(mb * 2**20 - path.stat().st_size) <= 0.05 * 2**20
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,6 @@ UNCERTAINTY_STREAM = 1000  # spawn key of the parameter draws; the workload's st
 BYTES_PER_REQUEST = 1500  # simulator + tables, measured: ~1 KB a request at a million requests
 TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 450, 600  # measured on chrome_trace output
 PROGRESS_DELAY_S = 2.0  # the bar shows only on runs longer than this
-TRACE_WARN_BYTES = 100 * 2**20
 ENGINE_KEYS = experiment_file.ENGINE_FLAGS
 
 
