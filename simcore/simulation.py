@@ -81,6 +81,8 @@ class Simulation:
                 SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
                 for i, (pol, pool, cm) in enumerate(engines)
             ]
+            for r in self.replicas:
+                r.open_loop = not self.concurrency
             self.env.process(arrivals(self))
             return
         self.replicas = [

@@ -12,7 +12,9 @@ ORDERING (decided once): an arrival stamped t joins the batch planned at t. Arri
 priority LATE, after every step that ends at t (simcore/clock.py); before each plan the replica
 waits at t behind them (``env.at(now, LATE)``), so every request stamped t is in its inbox.
 Held finished requests (vLLM async scheduling, ``SchedulerState.retire``) leave at the next
-schedule(), or when the replica goes idle.
+schedule(), or when the replica goes idle: in open loop only after the arrivals stamped that
+instant (they find them held, as vLLM's next schedule() does); in closed loop at once (the client
+sends the next request after the finish is processed).
 
 This is the oracle the fast paths are tested against: no decode cohort, no runs of several
 steps, no folding, no deferred finish, and no SimPy internals. It imports no fast-forward module
@@ -36,6 +38,7 @@ class SteppingReplica:
         self.env, self.index, self.policy, self.state = env, index, policy, state
         self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
         self.on_finish, self.checking = on_finish, check
+        self.open_loop = True  # closed loop: a finish frees its slot first, so the next request finds it gone
         self.itl = LogHistogram()
         self.inbox: list = []
         self.num_iterations = 0
@@ -69,8 +72,11 @@ class SteppingReplica:
         env, s = self.env, self.state
         while True:
             if not self._outstanding:  # idle: held finished requests leave; wait for a request
-                s.release_finished()
-                yield from self._wait_for_work()
+                if s.finished and self.open_loop:  # an arrival stamped now still finds them held
+                    yield env.at(env.now, LATE)
+                if not self._outstanding:
+                    s.release_finished()
+                    yield from self._wait_for_work()
             yield env.at(env.now, LATE)  # behind every arrival stamped now (ORDERING)
             s.waiting.extend(self.inbox)
             self.inbox.clear()

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from costmodel import load_hardware, load_model
 from experiments.engines import build_engine
 from simcore.cohort import DecodeCohort
+from simcore.fastforward import runs
 from simcore.request import Request
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -305,6 +306,6 @@ def test_single_request_kv_limit_closed_form(computed, q, bs, spare, k):
     pool.used = pool.total - spare
     rep = Replica.__new__(Replica)
     rep.state, rep.policy = SchedulerState(pool, running=[r]), PolicyHooks()
-    got = rep._kv_limited([(r, q)], k, 0)
+    got = runs._kv_limited(rep, [(r, q)], k, 0)
     brute = max(j for j in range(1, k + 1) if -(-(computed + q - 1 + j) // bs) - r.num_blocks <= spare)
     assert got == brute
