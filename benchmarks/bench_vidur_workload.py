@@ -96,7 +96,7 @@ def workload():
 class CountingSim(Simulation):
     """Counts the SimPy events the run processes (one Environment.step each) and the replica's
     runs (one plan each: a step, or a fast-forwarded run of steps; a sole fast-forwarding replica
-    takes most runs without an event, see Replica._skip_to)."""
+    takes most runs without an event, see ExactEnvironment.skip_to)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)

@@ -81,7 +81,7 @@ class Replica:
         self._running_ends = None
         self._running_plan = None
         self._lead: Any = None  # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
-        self.fast_forward, self.switches, self.checking = True, switches, check
+        self.switches, self.checking = switches, check
         self.settle = False  # True in closed loop: a finish may release an arrival at the same instant
         self.pull = (
             None  # one replica in open loop: pull(t) submits every arrival stamped ≤ t (it knows its next arrival)
@@ -228,7 +228,7 @@ class Replica:
     def run(self):
         state = self.state
         env = self.env
-        skipping = self.pull is not None and self.fast_forward  # set before the run starts (Simulation)
+        skipping = self.pull is not None  # set before the run starts (Simulation)
         self._folds_arrivals = (
             skipping
             and self.fold
@@ -334,19 +334,13 @@ class Replica:
             a = self.next_arrival()
             if a == math.inf:
                 yield self.env.event()  # nothing more will come
-            if not (self.fast_forward and self._skip_to(max(a, self.env.now))):
+            if not self.env.skip_to(max(a, self.env.now)):  # nobody could look in between: no event
                 yield self.env.at(max(a, self.env.now))
             self._clock = a
             return
         self.idle = self.env.event()
         yield self.idle
         self._clock = None
-
-    def _skip_to(self, t: float) -> bool:
-        """A sole replica in open loop, fast-forwarding, moves the clock to t itself, without an
-        event, when nothing else is due by t (no other process, no stop): nobody could have looked
-        in between, so this is what the event would have done (the same ``now``, exactly)."""
-        return self.env.skip_to(t)
 
     def _apply(self, plan: Plan, start: float, ends) -> None:
         """Advance every planned request; whoever catches up samples a token at the end of each step."""

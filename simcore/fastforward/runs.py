@@ -47,23 +47,15 @@ def _step_ends(rep, plan: Plan, start: float):
     is in the plan, catches up in its first step and then only decodes (see FAST-FORWARD)."""
     items, cm, nc, c = plan.items, rep.cm, plan.cohort, rep.state.cohort
     rep._lead, rep._seqs0, rep._ends_all = None, len(items) + nc, False
-    if not nc and len(items) == 1 and rep.pull is None and rep.fast_forward and not plan.preempted:
+    if not nc and len(items) == 1 and rep.pull is None and not plan.preempted:
         ends = _lone_ends(rep, items[0], start)
         if ends is not None:
             return ends
-    if (
-        nc == 1
-        and len(items) == 1
-        and rep.pull is None
-        and rep.fold
-        and rep.fast_forward
-        and not plan.preempted
-        and not rep.state.waiting
-    ):
+    if nc == 1 and len(items) == 1 and rep.pull is None and rep.fold and not plan.preempted and not rep.state.waiting:
         ends = _beside_ends(rep, items[0], start)
         if ends is not None:
             return ends
-    k, longest, decodes = _run_length(items) if rep.fast_forward and not plan.preempted else (0, 0, False)
+    k, longest, decodes = _run_length(items) if not plan.preempted else (0, 0, False)
     if not k and rep.switches.chunked_runs and not plan.preempted and rep.iteration_log is None:
         ends = chunked._chunked_run(rep, plan, start)
         if ends is not None:
@@ -84,11 +76,7 @@ def _step_ends(rep, plan: Plan, start: float):
     if k <= 1 or not decodes:  # the first step priced on its own: it ends at t1
         if len(items) == 1:  # fast-forward prices it as a lead step of one chunk (its pared loop; the same bits)
             ((r, q),) = items
-            t1 = (
-                cm.prefill_step_end(nc, cohort_kv - nc, q, r.num_computed_tokens, start)
-                if rep.fast_forward
-                else start + cm.step_time((q,), (r.num_computed_tokens,), nc, cohort_kv)
-            )
+            t1 = cm.prefill_step_end(nc, cohort_kv - nc, q, r.num_computed_tokens, start)
         else:
             t1 = start + cm.step_time([q for _, q in items], [r.num_computed_tokens for r, _ in items], nc, cohort_kv)
         if k <= 1:
