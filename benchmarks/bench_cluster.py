@@ -100,7 +100,9 @@ def simulate(wl, replicas: int, ff: bool, readings: Readings | None = None, ever
     engines, route, max_len = build_cluster("vllm", m, hw, 1, {}, replicas, "least_outstanding")
     sim = Simulation(engines, wl, router=route, fast_forward=ff, max_model_len=max_len)
     spent = (readings.spent_cpu, readings.spent_wall) if readings else (0.0, 0.0)
-    if readings is not None and every_h > 0 and replicas > 1:  # a sole replica looks at the queue (ExactEnvironment.skip_to)
+    if (
+        readings is not None and every_h > 0 and replicas > 1
+    ):  # a sole replica looks at the queue (ExactEnvironment.skip_to)
         end = float(wl.arrival_s[-1])
         for t in np.arange(every_h * 3600.0, end, every_h * 3600.0):
             sim.env.at(float(t), LATE).callbacks.append(readings.take_during)
