@@ -26,7 +26,7 @@ from .sglang_config import (
     SGLangConfig,
 )
 from .sglang_lookahead import SGLangLookahead
-from .sglang_prefill import CLIP_MAX_NEW_TOKENS, IGNORE_EOS_RESERVE_TOKENS, PrefillAdder, page_up
+from .sglang_prefill import PrefillAdder, reject_reason
 from .sglang_radix import RadixDriving, evict_for
 
 
@@ -190,41 +190,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         self.batch_is_full = False
 
     def reject_reason(self, req, pool) -> str | None:
-        """SGLang serves at most max_req_len = max_total_num_tokens − 1 positions per request: it
-        refuses inputs of max_req_len − 5 tokens or more and clips max_new_tokens to max_req_len −
-        input_len − 1 (scheduler.py); the simulator keeps output lengths as given, so a request that
-        SGLang would cut short is rejected too."""
-        max_req_len = pool.total * pool.block_size - 1
-        if req.prompt_len >= max_req_len - 5:
-            return f"prompt_len={req.prompt_len} is at least SGLang's max_req_input_len={max_req_len - 5} (max_total_num_tokens-6)"
-        limit = max_req_len - 1
-        if req.prompt_len + req.output_len > limit:
-            return (
-                f"prompt_len+output_len={req.prompt_len + req.output_len} exceeds max_total_num_tokens-2={limit} "
-                "(SGLang would clip max_new_tokens)"
-            )
-        return self._never_admitted(req, pool.total * pool.block_size)
-
-    def _never_admitted(self, req, total: int) -> str | None:
-        """A request PrefillAdder refuses even on an idle engine waits forever in SGLang; here it is
-        rejected. add_one_req needs input + clipped max_new_tokens + a page < the pool;
-        add_one_req_ignore_eos (radix cache off) the whole paged input plus a page, with its
-        outputs and IGNORE_EOS_RESERVE_TOKENS to spare."""
-        page = self.cfg.page_size
-        if req.ignore_eos and self.cfg.disable_radix_cache:
-            paged = page_up(req.prompt_len, page) + page
-            if paged > total or total - paged - req.output_len <= IGNORE_EOS_RESERVE_TOKENS:
-                return (
-                    f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
-                    f"(add_one_req_ignore_eos needs {paged + req.output_len + IGNORE_EOS_RESERVE_TOKENS + 1} "
-                    f"of max_total_num_tokens={total})"
-                )
-        elif req.prompt_len + min(req.output_len, CLIP_MAX_NEW_TOKENS) + page >= total:
-            return (
-                f"prompt_len={req.prompt_len}, output_len={req.output_len}: SGLang never admits it "
-                f"(add_one_req needs fewer than max_total_num_tokens={total} with a page)"
-            )
-        return None
+        return reject_reason(self.cfg, req, pool)
 
     def on_finish(self) -> None:
         self.batch_is_full = False
