@@ -3,6 +3,8 @@
     python benchmarks/bench_kernels.py [--gpu a100-sxm ...]  # everything (a few minutes)
     python benchmarks/bench_kernels.py --only gemm    # one operator class (gemm, attention, allreduce, moe): its
                                                       # held-out table (same draws as the whole run) and its in-sample fit
+    python benchmarks/bench_kernels.py --quantized [--dtype fp8 ...]  # the quantized GEMM fits (gemm_dtypes):
+                                                      # held out by shape, all rows and decode-size rows
 
 For each AIConfigurator GPU (H100, A100, B200, L40S): fit on 3/4 of the whole shapes (GEMM (n, k),
 attention head configurations, all-reduce sizes, fused-MoE model configurations), predict the rest;
@@ -29,7 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_profiles import DATA, GPUS, base_of, load  # noqa: E402
+from fit_profiles import (  # noqa: E402
+    DATA,
+    GEMM_DTYPES_FITTED,
+    GPUS,
+    base_of,
+    dtype_base,
+    load,
+    load_gemm_dtype,
+)
 
 from costmodel import load_hardware  # noqa: E402
 from costmodel.calibration.allreduce_model import NCCL_REFERENCE  # noqa: E402
@@ -37,6 +47,7 @@ from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, group_of, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_llmservingsim  # noqa: E402
 from costmodel.errors import InputError  # noqa: E402
+from costmodel.gemm_tiles import GEMM_DTYPES  # noqa: E402
 
 LSS = ROOT.parent / "shared" / "data" / "validation" / "llmservingsim" / "profiles"
 FOLDERS = {
@@ -103,27 +114,87 @@ def gemm_neighbour_floor(df: pd.DataFrame) -> str:
 def _neighbour_floor(df: pd.DataFrame, rows, keys, pos, what: str) -> str:
     """The held-out rows (``rows`` of each draw) predicted from the training rows of the same
     ``keys``, log time interpolated linearly over ``pos`` (nearest neighbour outside the hull)."""
-    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
-
     stats = []
     for seed in SEEDS:
         train, held = (x[rows(x)].reset_index(drop=True) for x in split_by_shape(df, 0.25, seed))
-        pred, inside = np.full(len(held), np.nan), np.zeros(len(held), bool)
-        for key, g in held.groupby(keys):
-            t = train[(train[keys].to_numpy(float) == np.atleast_1d(np.asarray(key, float))).all(axis=1)]
-            if len(t) < 4:
-                continue
-            y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
-            lin = LinearNDInterpolator(pos(t), y)(pos(g))
-            inside[idx], pred[idx] = (
-                np.isfinite(lin),
-                np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g))),
-            )
+        pred, inside = _floor_predict(train, held, keys, pos)
         ape = 100 * np.abs(np.exp(pred) / held["time_s"].to_numpy() - 1)
         ok = np.isfinite(ape)
         stats.append((ape[ok].mean(), np.median(ape[ok]), ape[ok & inside].mean(), 100 * (ok & inside).mean()))
     m = np.mean(stats, axis=0)
     return f"MAPE {m[0]:.1f} / median {m[1]:.1f}; inside the training {what} hull ({m[3]:.0f} % of rows) {m[2]:.1f}"
+
+
+def _floor_predict(train: pd.DataFrame, held: pd.DataFrame, keys, pos) -> tuple[np.ndarray, np.ndarray]:
+    """(ln time, inside the hull) of each held-out row from the training rows of the same ``keys``,
+    interpolated linearly over ``pos`` (nearest neighbour outside the hull; NaN under 4 rows)."""
+    from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+
+    pred, inside = np.full(len(held), np.nan), np.zeros(len(held), bool)
+    for key, g in held.groupby(keys):
+        t = train[(train[keys].to_numpy(float) == np.atleast_1d(np.asarray(key, float))).all(axis=1)]
+        if len(t) < 4:
+            continue
+        y, idx = np.log(t["time_s"].to_numpy()), g.index.to_numpy()
+        lin = LinearNDInterpolator(pos(t), y)(pos(g))
+        inside[idx], pred[idx] = (
+            np.isfinite(lin),
+            np.where(np.isfinite(lin), lin, NearestNDInterpolator(pos(t), y)(pos(g))),
+        )
+    return pred, inside
+
+
+DECODE_M = 128  # decode-size GEMMs: m ≤ this many rows (a decode batch of up to 128 sequences)
+
+
+def quantized_gemm(name: str, folder: str, spec, dtype: str) -> dict:
+    """One quantized dtype's GEMM table (``fit_profiles.load_gemm_dtype``) fitted at its spec peak on
+    3/4 of its (n, k) shapes and the rest predicted, over the draws: MAPE / median / p90 of all
+    held-out rows and of the decode-size ones (m ≤ DECODE_M), and the neighbour floor's MAPE
+    (``gemm_neighbour_floor``: the measured shapes around a held-out one interpolated) on both."""
+    df, _ = load_gemm_dtype(folder, dtype)
+    spec = dtype_base(spec, folder, dtype)
+    pos = lambda d: np.c_[np.log2(d["n"]), np.log2(d["k"])]  # noqa: E731
+    stats = []
+    for seed in SEEDS:
+        train, held = split_by_shape(df, 0.25, seed)
+        ape = 100 * np.abs(fit(train, form="physical", spec=spec).predict(held) / held["time_s"].to_numpy() - 1)
+        fl = 100 * np.abs(np.exp(_floor_predict(train, held, ["m"], pos)[0]) / held["time_s"].to_numpy() - 1)
+        dec = (held["m"] <= DECODE_M).to_numpy()
+        row = []
+        for sel in (np.ones(len(held), bool), dec):
+            a = ape[sel]
+            row += [a.mean(), np.median(a), np.percentile(a, 90), np.nanmean(fl[sel])]
+        stats.append(row)
+    m = np.mean(stats, axis=0)
+    keys = ("mape", "median", "p90", "floor")
+    return {
+        "gpu": name,
+        "dtype": dtype,
+        "rows": len(df),
+        **{f"all_{k}": round(float(v), 1) for k, v in zip(keys, m[:4])},
+        **{f"dec_{k}": round(float(v), 1) for k, v in zip(keys, m[4:])},
+    }
+
+
+def quantized_only(gpus=None, dtypes=None) -> None:
+    """``--quantized``: the held-out table of every fitted (GPU, quantized dtype), or of the named
+    dtypes on every GPU whose table holds them."""
+    out = []
+    for name, (folder, spec) in GPUS.items():
+        if gpus and name not in gpus:
+            continue
+        for dt in dtypes or GEMM_DTYPES_FITTED.get(name, ()):
+            try:
+                out.append(quantized_gemm(name, folder, base_of(spec, name), dt))
+            except InputError:
+                continue
+            print(pd.DataFrame(out[-1:]).to_string(index=False, header=len(out) == 1), flush=True)
+    print(
+        f"\nquantized GEMMs held out by shape, mean of {len(SEEDS)} draws (percent); dec: m <= {DECODE_M}; "
+        "floor: the neighbour floor's MAPE"
+    )
+    print(pd.DataFrame(out).to_string(index=False))
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:
@@ -358,7 +429,20 @@ def main(argv=None) -> None:
         help="one operator class on the AIConfigurator tables (attention also prints its fit error "
         "and context attention's neighbour floor; gemm its neighbour floor)",
     )
+    ap.add_argument(
+        "--quantized",
+        action="store_true",
+        help="the quantized GEMM fits (fit_profiles.GEMM_DTYPES_FITTED) held out by shape, all and decode-size rows",
+    )
+    ap.add_argument(
+        "--dtype",
+        action="append",
+        choices=sorted(GEMM_DTYPES),
+        help="with --quantized: only this GEMM dtype (repeatable), on every GPU whose table holds it",
+    )
     args = ap.parse_args(argv)
+    if args.quantized or args.dtype:
+        return quantized_only(args.gpu, args.dtype)
     if args.only == "allreduce":
         return allreduce_only(args.gpu)
     if args.only:

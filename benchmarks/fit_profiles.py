@@ -3,6 +3,8 @@ each profile's error report (fit and held out by shape).
 
     python benchmarks/fit_profiles.py            # writes costmodel/hardware/<gpu>.yaml and
                                                  # benchmarks/profile_reports/<gpu>.md
+    python benchmarks/fit_profiles.py --gemm-dtypes [gpu ...]  # only the quantized GEMM fits
+                                                 # (gemm_dtypes) into the shipped profiles, the rest as is
 Held out by shape: a quarter of the whole GEMM (n, k) shapes, attention head configurations and
 all-reduce message sizes (``costmodel.calibration.holdout``) is left out of a first fit and
 predicted; the shipped profile is then fitted on every row. The spec sheets (the caps of the
@@ -24,9 +26,11 @@ from costmodel import load_hardware  # noqa: E402
 from costmodel.calibration.fit import fit  # noqa: E402
 from costmodel.calibration.holdout import error_table, split_by_shape  # noqa: E402
 from costmodel.calibration.importers import read_aiconfigurator  # noqa: E402
+from costmodel.calibration.importers.aiconfigurator import spec_dtype_peak  # noqa: E402
 from costmodel.calibration.profile import profile_from_fit  # noqa: E402
 from costmodel.calibration.timings import load_timings  # noqa: E402
-from costmodel.hardware import HARDWARE_DIR, Hardware  # noqa: E402
+from costmodel.gemm_tiles import element_bytes  # noqa: E402
+from costmodel.hardware import GEMM_DTYPE_FIELDS, HARDWARE_DIR, Hardware  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "kernels" / "aiconfigurator"
 SPEC = "AIConfigurator 0.4.0 systems/<gpu>.yaml (float16_tc_flops, mem_bw, intra_node_bw)"
@@ -89,6 +93,40 @@ Q_TILES = {
 # rows (contextFusedMultiHeadAttention/cubin: fmha_v2_flash_attention_fp16_64_128_S_..._128_sm80/sm89)
 # H100 (SGLang's FlashAttention-3): 128 query rows per tile at head dim 128 in 16 bits, causal or not
 # (flash-attention hopper/tile_size.h, tile_size_fwd_sm90: kBlockM 128; kBlockN 176 without the mask, 128 with it)
+
+
+GEMM_DTYPES_FITTED = {  # quantized GEMM dtypes fitted per GPU into the profile's gemm_dtypes
+    "h100-sxm": ("fp8", "fp8_block"),
+    "a100-sxm": ("int4_wo", "int8_wo", "sq"),
+    "l40s": ("fp8", "fp8_block", "int4_wo", "int8_wo", "sq"),
+    "b200": ("fp8", "nvfp4"),
+}  # H100's SGLang table also labels rows int4_wo and int8_wo, but they are its fp8 rows' times
+# (92 % within 3 %; up to 1,690 TFLOP/s against the 989 a 16-bit weight-only kernel computes at),
+# as its float16 rows are: not a weight-only kernel's, so not fitted
+
+
+def load_gemm_dtype(folder: str, dtype: str):
+    """(the GEMM rows of one quantized dtype, notes)."""
+    return read_aiconfigurator(DATA / folder, classes=["gemm"], gemm_dtype=dtype)
+
+
+def dtype_base(base: Hardware, folder: str, dtype: str) -> Hardware:
+    """The fit's spec for a quantized dtype: the base with the dtype's spec peak as π's cap."""
+    return base.replace(peak_flops=spec_dtype_peak(DATA / folder, dtype))
+
+
+def gemm_dtype_entry(name: str, folder: str, base: Hardware, dtype: str) -> dict:
+    """One dtype's entry of gemm_dtypes: the GEMM fit on every row of that dtype, as the fields
+    the 16-bit fit writes (``profile_from_fit``) with the dtype's spec peak and element bytes."""
+    df, _ = load_gemm_dtype(folder, dtype)
+    spec = dtype_base(base, folder, dtype)
+    hw = profile_from_fit(fit(df, form="physical", spec=spec), spec, f"{folder} {dtype}", name)
+    w, x = element_bytes(dtype)
+    return {**{k: getattr(hw, k) for k in GEMM_DTYPE_FIELDS}, "weight_bytes": w, "act_bytes": x}
+
+
+def gemm_dtypes_of(name: str, folder: str, base: Hardware) -> dict:
+    return {d: gemm_dtype_entry(name, folder, base, d) for d in GEMM_DTYPES_FITTED.get(name, ())}
 
 
 def base_of(spec, name: str | None = None) -> Hardware:
@@ -154,7 +192,9 @@ def write_profile(name: str, folder: str, base: Hardware) -> pd.DataFrame:
         notes.append(f"{folder}: {NOT_SHIPPED[folder]} fitted and reported here, not written into the profile")
     hw = profile_from_fit(shipped, base, f"AIConfigurator 0.4.0 kernel tables, {folder}", name)
     hw = hw.replace(
-        notes=hw.notes + f" Fitted by benchmarks/fit_profiles.py; error report in benchmarks/profile_reports/{name}.md."
+        notes=hw.notes
+        + f" Fitted by benchmarks/fit_profiles.py; error report in benchmarks/profile_reports/{name}.md.",
+        gemm_dtypes=gemm_dtypes_of(name, folder, base),
     )
     (HARDWARE_DIR / f"{name}.yaml").write_text(hw.to_yaml())
     held_err, fit_err = error_table(f_held, held), error_table(full, df)
@@ -190,9 +230,23 @@ def write_profile(name: str, folder: str, base: Hardware) -> pd.DataFrame:
     return held_err.assign(gpu=name)
 
 
+def write_gemm_dtypes(name: str, folder: str, base: Hardware) -> None:
+    """The shipped profile with its gemm_dtypes refitted, every other field as it was."""
+    path = HARDWARE_DIR / f"{name}.yaml"
+    hw = load_hardware(str(path)).replace(gemm_dtypes=gemm_dtypes_of(name, folder, base))
+    path.write_text(hw.to_yaml())
+
+
 def main(names=None) -> None:
+    names = list(names or [])
+    dtypes_only = "--gemm-dtypes" in names
+    names = [n for n in names if n != "--gemm-dtypes"]
     for name, (folder, spec) in GPUS.items():
         if names and name not in names:
+            continue
+        if dtypes_only:
+            print(f"{name}: gemm_dtypes {', '.join(GEMM_DTYPES_FITTED.get(name, ()))}")
+            write_gemm_dtypes(name, folder, base_of(spec, name))
             continue
         print(f"{name}:")
         print(write_profile(name, folder, base_of(spec, name)).to_string(index=False))

@@ -51,6 +51,20 @@ from .gemm_serial import apply as serial_apply
 
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+# Quantized weight GEMMs: (weight, activation) bytes per element. fp8 (per-tensor) and W8A8
+# SmoothQuant ("sq"): 1 and 1; fp8_block (DeepSeek-style 128×128 weight / 1×128 activation scales,
+# fp32): 1 + 4/128² and 1 + 4/128; nvfp4: 4-bit values with one fp8 scale per 16 (weights and
+# activations): 0.5 + 1/16; weight-only int8 / int4 (TensorRT-LLM's WeightOnlyQuantMatmul,
+# 16-bit activations): 1 and 0.5 + 2/128 (an fp16 scale per group of 128; per channel it is
+# less). The output is 16-bit in every case.
+GEMM_DTYPES = {
+    "fp8": (1.0, 1.0),
+    "fp8_block": (1.0 + 4.0 / 128**2, 1.0 + 4.0 / 128),
+    "sq": (1.0, 1.0),
+    "nvfp4": (0.5 + 1.0 / 16, 0.5 + 1.0 / 16),
+    "int8_wo": (1.0, 2.0),
+    "int4_wo": (0.5 + 2.0 / 128, 2.0),
+}
 PARAMS = ("pi", "beta", "beta_l2", "beta_cta", "floor", "split", "wave", "l2", "l2_out", "l2_act")
 UNITS = {
     "pi": "FLOP/s",
@@ -66,16 +80,26 @@ UNITS = {
 }
 
 
-def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
+def element_bytes(dtype: str | None) -> tuple[float, float]:
+    """(weight, activation) bytes per element a GEMM of ``dtype`` streams (``GEMM_DTYPES``; 16-bit
+    and unknown names: (2, 2))."""
+    return GEMM_DTYPES.get(str(dtype), (2.0, 2.0))
+
+
+def grid(m, n, k, sms: int, b: float = 2.0, bw=None, bx=None) -> dict:
     """The parameter-free part of every candidate kernel (configs × rows arrays), computed once
-    per table so that a fit's many evaluations only redo the arithmetic in the constants."""
+    per table so that a fit's many evaluations only redo the arithmetic in the constants.
+    ``bw``, ``bx``: the weights' and activations' bytes per element where they are not ``b``
+    (quantized GEMMs, ``GEMM_DTYPES``; scalars or one per row); the output stays b bytes."""
     m, n, k = (np.atleast_1d(np.asarray(x, float)) for x in (m, n, k))
     cfg = [(tm, tn, s) for tm, tn in TILES for s in SPLITS]
     tm = np.array([c[0] for c in cfg], float)[:, None]
     tn = np.array([c[1] for c in cfg], float)[:, None]
     s = np.array([c[2] for c in cfg], float)[:, None]
     ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
-    W, X = b * n * k + 0.0 * s + 0.0 * m, b * m * k + 0.0 * s + 0.0 * n
+    quant = bw is not None or bx is not None
+    bw, bx = (b if bw is None else np.asarray(bw, float)), (b if bx is None else np.asarray(bx, float))
+    W, X = bw * n * k + 0.0 * s + 0.0 * m, bx * m * k + 0.0 * s + 0.0 * n
     B = W + X
     out = b * m * n + np.where(s > 1, 4.0 * m * n * s, 0.0)
     return {
@@ -88,7 +112,7 @@ def grid(m, n, k, sms: int, b: float = 2.0) -> dict:
         "out": out,
         "split": (s > 1) + 0.0 * m,
         "mma": 2.0 * tm * tn + 0 * m,
-        "feed": b * (tm + tn) + 0 * m,
+        "feed": (bx * tm + bw * tn if quant else b * (tm + tn)) + 0 * m,
         "store": np.where(s > 1, 4.0, b) * tm * tn + 0 * m,
         "sms": float(sms),
         "mnk": (m, n, k),
@@ -164,10 +188,47 @@ class GemmTiles:
     l2_act: float = 0.0  # activations' L2-resident capacity (0: inputs together below l2)
     field: tuple = ()  # (m grid, shapes, residuals, h, a): the residual field (gemm_residual.py); (): none
     serial: tuple = ()  # [t0, tau, S, K, M]: the unsplit kernel's region (gemm_serial.py); (): none
+    w_bytes: float = 0.0  # weights' bytes per element where not the call's b (quantized: element_bytes); 0: b
+    x_bytes: float = 0.0  # activations' bytes per element likewise; 0: b
 
     def __post_init__(self):
         object.__setattr__(self, "_corr", Correction(self.corr_knots, self.corr) if self.corr else None)
         object.__setattr__(self, "_field", Field(*self.field) if self.field and self.field[0] else None)
+
+    @classmethod
+    def from_profile(cls, hw, dtype: str | None = None, pi_scale: float = 1.0) -> GemmTiles | None:
+        """The tile model of a profile with gemm_form "tiles" (a ``Hardware``), as the roofline builds
+        it, π scaled by ``pi_scale``; with ``dtype``, the profile's fit for that quantized dtype
+        (``Hardware.for_gemm_dtype``) streaming its element bytes, None where it has none."""
+        if dtype is not None:
+            hw = hw.for_gemm_dtype(dtype)
+            if hw is None:
+                return None
+        w, x = element_bytes(dtype) if dtype is not None else (0.0, 0.0)
+        fld = (
+            (hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
+            if hw.gemm_field
+            else ()
+        )
+        return cls(
+            hw.pi_eff * pi_scale,
+            hw.beta_eff,
+            hw.gemm_l2_beta,
+            hw.gemm_cta_beta,
+            hw.kernel_overhead_s,
+            hw.gemm_split_s,
+            hw.gemm_wave_s,
+            hw.gemm_l2_resident_bytes,
+            hw.gemm_l2_out_bytes,
+            hw.sms,
+            tuple(map(tuple, hw.gemm_corr_knots)),
+            tuple(hw.gemm_corr),
+            l2_act=hw.gemm_l2_act_bytes,
+            field=fld,
+            serial=tuple(hw.gemm_serial),
+            w_bytes=w,
+            x_bytes=x,
+        )
 
     @property
     def corrected(self) -> bool:
@@ -198,7 +259,8 @@ class GemmTiles:
 
     def times(self, m, n, k, b: float = 2.0) -> np.ndarray:
         """Seconds per GEMM (arrays or scalars of rows m, output columns n, inner dimension k)."""
-        t = self.on_grid(grid(m, n, k, self.sms, b))
+        bw, bx = self.w_bytes or None, self.x_bytes or None
+        t = self.on_grid(grid(m, n, k, self.sms, b, bw, bx))
         if self.corrected:
             t = t * np.exp(self._log_factor(m, n, k))
         return t

@@ -13,6 +13,28 @@ from .datafiles import find
 from .errors import InputError, require
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
+GEMM_DTYPE_FIELDS = (  # what one dtype's entry of gemm_dtypes replaces (Hardware.for_gemm_dtype)
+    "peak_flops",
+    "pi_eff",
+    "beta_eff",
+    "kernel_overhead_s",
+    "gemm_l2_beta",
+    "gemm_cta_beta",
+    "gemm_split_s",
+    "gemm_wave_s",
+    "gemm_l2_resident_bytes",
+    "gemm_l2_out_bytes",
+    "gemm_l2_act_bytes",
+    "gemm_corr_knots",
+    "gemm_corr",
+    "gemm_field_m",
+    "gemm_field_shapes",
+    "gemm_field",
+    "gemm_field_h",
+    "gemm_field_shrink",
+    "gemm_serial",
+)
+GEMM_DTYPE_INFO = ("weight_bytes", "act_bytes")  # also in an entry: the bytes per element its fit priced
 GiB = 1 << 30
 COMBINES = ("max", "quadrature")
 ATTN_FORMS = ("roofline", "separate", "varlen")
@@ -117,6 +139,9 @@ class Hardware:
     gemm_serial: list = field(
         default_factory=list
     )  # tiles: the unsplit kernel's [t0, tau, S, K, M(, N, M_w)] (costmodel/gemm_serial.py)
+    gemm_dtypes: dict = field(
+        default_factory=dict
+    )  # tiles: quantized GEMM dtype -> its own fit (GEMM_DTYPE_FIELDS, peak_flops the dtype's): for_gemm_dtype
     elementwise_beta: float = 0.0  # per-layer norms, activation, rotary embedding: bytes/s (0: not priced)
     elementwise_floor_s: float = 0.0  # ... and the fixed cost of each of those kernels
     sampler_s: float = 0.0  # GPU sampling after the LM head: fixed per pass
@@ -167,6 +192,19 @@ class Hardware:
 
     def replace(self, **changes) -> Hardware:
         return dataclasses.replace(self, **changes)
+
+    def for_gemm_dtype(self, dtype: str) -> Hardware | None:
+        """This profile with the GEMM fit of a quantized weight dtype (``gemm_dtypes``: fp8,
+        fp8_block, nvfp4, sq, int8_wo, int4_wo) in place of the 16-bit one: pi_eff, beta_eff,
+        kernel_overhead_s (the tile model's floor), every gemm_* field of the tile model and
+        peak_flops (the dtype's spec peak); None when the profile has no fit for it. The fit
+        priced the weights and activations at ``gemm_tiles.element_bytes(dtype)`` bytes each
+        (also the entry's weight_bytes and act_bytes): a GemmTiles built from the copy takes
+        them as w_bytes and x_bytes."""
+        d = (self.gemm_dtypes or {}).get(dtype)
+        if not d:
+            return None
+        return dataclasses.replace(self, **{k: d[k] for k in GEMM_DTYPE_FIELDS if k in d})
 
     def to_yaml(self) -> str:
         return yaml.dump(dataclasses.asdict(self), Dumper=_Dumper, sort_keys=False)
@@ -458,6 +496,17 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         "must be a list [t0_s, tau_s_per_k, max_nk, max_k, max_m] or empty",
     )
     check_serial(hw.gemm_serial, f"{source}:gemm_serial")
+    require(isinstance(hw.gemm_dtypes, dict), f"{source}:gemm_dtypes", hw.gemm_dtypes, "must be a mapping")
+    for dt, entry in hw.gemm_dtypes.items():
+        where = f"{source}:gemm_dtypes.{dt}"
+        require(isinstance(entry, dict), where, entry, "must be a mapping of fields")
+        bad = sorted(set(entry) - set(GEMM_DTYPE_FIELDS) - set(GEMM_DTYPE_INFO))
+        require(not bad, where, bad, f"unknown keys; allowed: {', '.join(GEMM_DTYPE_FIELDS + GEMM_DTYPE_INFO)}")
+        for key in ("peak_flops", "pi_eff", "beta_eff"):
+            v = entry.get(key)
+            require(isinstance(v, (int, float)) and v > 0, f"{where}.{key}", v, "must be a number > 0")
+        check(entry.get("gemm_corr_knots", []), entry.get("gemm_corr", []), f"{where}.gemm_corr")
+        check_serial(entry.get("gemm_serial", []), f"{where}.gemm_serial")
     regimes = hw.allreduce_regimes or {}
     require(
         isinstance(regimes, dict), f"{source}:allreduce_regimes", regimes, "must map tp to [latency_s, bandwidth, ...]"

@@ -33,7 +33,7 @@ from scipy.sparse.linalg import cg, spsolve
 from .. import gemm_residual, gemm_serial
 from ..gemm_correction import BOUND, corners, log_factor
 from ..gemm_residual import Field, build
-from ..gemm_tiles import PARAMS, UNITS, grid, shortlist, times_on
+from ..gemm_tiles import GEMM_DTYPES, PARAMS, UNITS, element_bytes, grid, shortlist, times_on
 from .fit import F_SCALE, LOSS, ClassFit, ape_stats
 from .identify import identify
 
@@ -59,7 +59,14 @@ SERIAL_FOLDS = 4
 
 
 def _grid(df: pd.DataFrame, sms: int) -> dict:
-    return grid(df["m"].to_numpy(float), df["n"].to_numpy(float), df["k"].to_numpy(float), sms)
+    """The tile model's grid of the rows; quantized rows (``dtype`` one of ``GEMM_DTYPES``) stream
+    their weights and activations at that dtype's bytes per element."""
+    mnk = (df["m"].to_numpy(float), df["n"].to_numpy(float), df["k"].to_numpy(float))
+    dt = df["dtype"].astype(str).to_numpy() if "dtype" in df else np.array([], str)
+    if not np.isin(dt, list(GEMM_DTYPES)).any():
+        return grid(*mnk, sms)
+    wx = np.array([element_bytes(d) for d in dt], float)
+    return grid(*mnk, sms, 2.0, wx[:, 0], wx[:, 1])
 
 
 @dataclass(frozen=True)

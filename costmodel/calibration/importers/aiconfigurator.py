@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 
 from ...errors import require
+from ...gemm_tiles import GEMM_DTYPES, element_bytes
 from ...hardware import Hardware
 from ..allreduce_model import NCCL_REFERENCE as REFERENCE, ONESHOT_MAX_TOKENS
 from ..allreduce_runs import NCCL_PCIE
@@ -48,18 +49,23 @@ MS = 1e-3
 TOKEN_DIM = 4096  # the collector's all-reduce layout: [size / 4096, 4096] (collect_all_reduce.py, get_input_shape_and_comm_size)
 
 
-def _gemm(path: Path, notes: list) -> pd.DataFrame:
+def _gemm(path: Path, notes: list, gemm_dtype: str | None = None) -> pd.DataFrame:
+    """The table's GEMMs of one dtype: the 16-bit rows (``gemm_dtype`` None), or one of the
+    quantized labels (``GEMM_DTYPES``: fp8, fp8_block, nvfp4, sq, int8_wo, int4_wo), whose rows carry
+    that label as their dtype and its weight and activation bytes per element (16-bit output)."""
     raw = keep_dtype(
         read_table(path, ["gemm_dtype", "m", "n", "k", "latency"], ["m", "n", "k", "latency"]),
         ["gemm_dtype"],
-        SIXTEEN_BIT,
+        SIXTEEN_BIT if gemm_dtype is None else {gemm_dtype.lower()},
         str(path),
         notes,
     )
     m, n, k = (raw[c].to_numpy(float) for c in "mnk")
-    df = pd.DataFrame(
-        gemm_row("gemm", m, k, n, 2, raw["latency"].to_numpy(float) * MS, dtype="float16", source=str(path))
-    )
+    dtype = "float16" if gemm_dtype is None else gemm_dtype.lower()
+    df = pd.DataFrame(gemm_row("gemm", m, k, n, 2, raw["latency"].to_numpy(float) * MS, dtype=dtype, source=str(path)))
+    if gemm_dtype is not None:
+        bw, bx = element_bytes(dtype)
+        df["bytes"] = bw * k * n + bx * m * k + 2.0 * m * n
     return drop_failed(df, ["n", "k"], "m", str(path), notes)
 
 
@@ -291,9 +297,17 @@ def spec_pcie(path) -> bool:
         return False
 
 
-def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
+def read_aiconfigurator(path, classes=None, gemm_dtype: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """A ``<gpu>`` folder (every framework and NCCL table below it), a ``<gpu>/<framework>/<version>``
-    folder, or one ``*_perf.txt`` file; the 16-bit rows as tidy timings, and notes on what was skipped."""
+    folder, or one ``*_perf.txt`` file; the 16-bit rows as tidy timings, and notes on what was skipped.
+    ``gemm_dtype``: the GEMM table's rows of that quantized dtype instead of its 16-bit rows (the
+    other tables stay 16-bit), checked against that dtype's spec peak (``spec_dtype_peak``)."""
+    require(
+        gemm_dtype is None or gemm_dtype.lower() in GEMM_DTYPES,
+        "gemm_dtype",
+        gemm_dtype,
+        f"not a quantized GEMM dtype ({', '.join(GEMM_DTYPES)}); None for the 16-bit rows",
+    )
     p = Path(path)
     require(p.exists(), "from", str(p), "no such file or folder")
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*_perf.txt") if f.name in READERS)
@@ -301,7 +315,7 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
     for f in files:
         require(f.name in READERS, "from", str(f), f"not one of AIConfigurator's tables ({', '.join(READERS)})")
     notes: list[str] = []
-    frames = [READERS[f.name](f, notes) for f in files]
+    frames = [_gemm(f, notes, gemm_dtype) if f.name == "gemm_perf.txt" else READERS[f.name](f, notes) for f in files]
     df = pd.concat(frames, ignore_index=True)
     ar = df["op_class"] == "allreduce"
     if ar.any() and df.loc[ar, "op"].nunique() > 1:
@@ -322,11 +336,15 @@ def read_aiconfigurator(path, classes=None) -> tuple[pd.DataFrame, list[str]]:
         )
     peak = spec_peak_flops(p)
     if peak:
-        fast = (df["flops"] / df["time_s"] > peak).to_numpy()
+        q_peak = spec_dtype_peak(p, gemm_dtype) if gemm_dtype else None
+        q = (df["op_class"] == "gemm").to_numpy() & bool(q_peak)
+        cap = np.where(q, q_peak or peak, peak)
+        fast = (df["flops"] / df["time_s"] > cap).to_numpy()
         for cls in sorted(set(df.loc[fast, "op_class"])):
+            top = (q_peak or peak) if cls == "gemm" else peak
             notes.append(
                 f"{p}: skipped {int((fast & (df['op_class'] == cls)).sum())} {cls} rows faster than the "
-                f"spec sheet's {peak / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)"
+                f"spec sheet's {top / 1e12:.4g} TFLOP/s (impossible: failed runs or another dtype)"
             )
         df = df[~fast]
     if classes is not None:
@@ -347,6 +365,25 @@ def _spec(path) -> dict:
 def spec_peak_flops(path) -> float | None:
     """``gpu.float16_tc_flops`` of the AIConfigurator spec sheet next to the folder, if any."""
     v = (_spec(path).get("gpu") or {}).get("float16_tc_flops")
+    return float(v) if v else None
+
+
+FP4_PEAKS = {"b200_sxm": 9.0e15}  # dense FP4 tensor-core FLOP/s where the spec sheet has no fp4 field:
+# NVIDIA's HGX/DGX B200 data sheet gives 144 PFLOPS FP4 per 8 GPUs with sparsity, so 18 sparse and
+# 9 dense per GPU (its 72 PFLOPS FP8 likewise gives the sheet's fp8_tc_flops, 4.5 dense)
+
+
+def spec_dtype_peak(path, dtype: str | None) -> float | None:
+    """The spec peak a GEMM of ``dtype`` computes at, from the sheet beside the folder: fp8 and
+    fp8_block ``fp8_tc_flops``, sq (W8A8) ``int8_tc_flops``, nvfp4 ``fp4_tc_flops`` or
+    ``FP4_PEAKS``, weight-only int4/int8 and 16-bit ``float16_tc_flops`` (they compute in 16 bits)."""
+    gpu = _spec(path).get("gpu") or {}
+    d = (dtype or "float16").lower()
+    key = {"fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "sq": "int8_tc_flops", "nvfp4": "fp4_tc_flops"}
+    v = gpu.get(key.get(d, "float16_tc_flops"))
+    if not v and d == "nvfp4":
+        y = spec_yaml(path)
+        v = FP4_PEAKS.get(y.stem) if y is not None else None
     return float(v) if v else None
 
 
