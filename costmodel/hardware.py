@@ -172,6 +172,7 @@ class Hardware:
     sources: list = field(default_factory=list)
     notes: str = ""
     calibration: dict = field(default_factory=dict)
+    dtype_peaks: dict = field(default_factory=dict)  # spec sheet dense FLOP/s per low-precision dtype (fp8, int8, fp4)
 
     @property
     def pi_attention(self) -> float:
@@ -245,6 +246,11 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
     for fld in ("memory_bytes", "peak_flops", "peak_bandwidth", "pi_eff", "beta_eff"):
         v = getattr(hw, fld)
         require(isinstance(v, (int, float)) and v > 0, f"{source}:{fld}", v, "must be a positive number")
+    require(isinstance(hw.dtype_peaks, dict), f"{source}:dtype_peaks", hw.dtype_peaks, "must be a mapping")
+    for k, v in hw.dtype_peaks.items():
+        require(k in ("fp8", "int8", "fp4"), f"{source}:dtype_peaks", k, "keys are fp8, int8 and fp4")
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        require(ok, f"{source}:dtype_peaks.{k}", v, "must be a positive number (FLOP/s)")
     for fld in (
         "step_overhead_s",
         "host_step_s",

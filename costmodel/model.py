@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .datafiles import find
 from .errors import InputError, require
+from .precision import WEIGHT_FORMATS, from_config
 
 MODELS_DIR = Path(__file__).parent / "models"
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
@@ -49,6 +50,8 @@ class ModelSpec:
     lin_v_dim: int = 0  # value head dim,
     lin_conv_kernel: int = 0  # causal short-convolution width
     gated_mlp: bool = True  # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
+    weights: str = "bf16"  # the decoder's linear weights' format (costmodel/precision.py); embedding, head: b
+    kv_b: float = 0.0  # bytes per KV element (0: b)
 
     def __post_init__(self):
         if self.kv_layers is None:
@@ -165,13 +168,27 @@ class ModelSpec:
         )
 
     @property
-    def weight_bytes(self) -> int:
-        return self.P * self.b
+    def w_b(self) -> float:
+        """Bytes per decoder linear weight: b, or the quantized format's (scales included)."""
+        return self.b if self.weights == "bf16" else WEIGHT_FORMATS[self.weights][0]
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B); hybrid models: kv_layers for L."""
-        return 2 * self.kv_layers * self.h_kv * self.d_h * self.b  # type: ignore[operator]
+    def kv_elem_bytes(self) -> float:
+        return self.kv_b or self.b
+
+    @property
+    def weight_bytes(self) -> float:
+        """P·b; quantized, the decoder's weights at w_b and the embedding and LM head at b."""
+        if self.weights == "bf16":
+            return self.P * self.b
+        outer = self.embed_params + self.head_params
+        return (self.P - outer) * self.w_b + outer * self.b
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B); hybrid models: kv_layers for L;
+        an fp8 KV cache: its bytes per element for b."""
+        return 2 * self.kv_layers * self.h_kv * self.d_h * self.kv_elem_bytes  # type: ignore[operator]
 
     @property
     def is_moe(self) -> bool:
@@ -334,6 +351,7 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         max_model_len=int(cfg.get("max_position_embeddings") or 0),
         kv_layers=kv_layers,
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),
+        weights=from_config(cfg.get("quantization_config"), f"{name}:quantization_config") or "bf16",
         **lin,
     )
     for fld in ("L", "H", "h", "h_kv", "d_h", "vocab"):

@@ -87,6 +87,7 @@ from .gemm_tiles import GemmTiles, layer_gemms
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
+from .precision import PrecisionError, gemm_rate
 from .shape import ShapeStats, attention_sums
 
 COUNTINGS = ("seed", "faithful")
@@ -163,7 +164,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.head_gemm_params = m.head_params / tp
         La = m.kv_layers  # full-attention layers
         self.attn_coef = 4 * La * (m.h // tp) * m.d_h  # type: ignore[operator]  # FLOPs per query-key pair
-        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * b  # type: ignore[operator]  # k per GPU, bytes per token
+        self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * m.kv_elem_bytes  # type: ignore[operator]  # k per GPU, bytes per token
+        self.w_b, self.q_ratio = m.w_b, gemm_rate(m.weights, hw)
         self.floor_layers = m.L * hw.kernel_floor_s
         self.floor_attn = La * hw.kernel_floor_s  # type: ignore[operator]
         over = hw.kernel_overhead_s
@@ -180,6 +182,18 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.rows_break, self.rows_pi_scale = hw.gemm_rows_break, hw.gemm_rows_pi_scale
         self.rows_budget = hw.gemm_rows_budget
         self.tiles = None
+        self.qtiles = self.qtiles_above = None  # tile profiles: the decoder's quantized GEMMs' own fit
+        if hw.gemm_form == "tiles" and m.weights != "bf16":
+            d = {"int8": "sq"}.get(m.weights, m.weights)  # W8A8 int8 is AIConfigurator's "sq"
+            self.qtiles = GemmTiles.from_profile(hw, d)
+            if self.qtiles is None:
+                fitted = ", ".join(sorted(hw.gemm_dtypes)) or "none"
+                raise PrecisionError(
+                    "quantization",
+                    m.weights,
+                    f"{hw.name} has no GEMM fit for it (fitted: {fitted}); use a spec-sheet profile",
+                )
+            self.qtiles_above = GemmTiles.from_profile(hw, d, self.rows_pi_scale) if self.rows_break else self.qtiles
         if hw.gemm_form == "tiles":  # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
             rest = (
                 hw.beta_eff,
@@ -246,9 +260,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if self.moe_fitted:  # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
             tuned = [m.num_experts, round(n)] in [list(x) for x in hw.moe_tuned_shapes]
-            self.moe_pi = hw.moe_tuned_pi if tuned else hw.moe_pi
+            self.moe_pi = (hw.moe_tuned_pi if tuned else hw.moe_pi) * (self.q_ratio or 1.0)
             self.moe_row_flops = 2.0 * (3.0 * m.H * n + hw.moe_tile_depth * (2.0 * n + m.H))
-            self.moe_expert_bytes, self.moe_row_bytes = b * 3.0 * m.H * n, b * 2.0 * m.H
+            self.moe_expert_bytes, self.moe_row_bytes = m.w_b * 3.0 * m.H * n, b * 2.0 * m.H
         qkv_cols = (m.h // tp + max(1, m.h_kv // tp)) * m.d_h
         self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)  # type: ignore[operator]
         self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s  # type: ignore[operator]
@@ -313,8 +327,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         hw, b, m = self.hw, self.model.b, self.model
         beta, over = hw.beta_eff, hw.kernel_overhead_s
         pi = self._pi_rows(hw.pi_eff, rows)
+        qpi, wb = (pi * self.q_ratio, self.w_b) if self.q_ratio else (pi, b)  # the decoder's weights' format
         out = [
-            ("linear", 2 * self.lin_params * rows, b * self.lin_params, pi, beta, self.floor_layers, self.over_linear)
+            ("linear", 2 * self.lin_params * rows, wb * self.lin_params, qpi, beta, self.floor_layers, self.over_linear)
         ]
         if self.moe_fitted:  # the fit's F'/π_moe as true FLOPs over an effective π
             true, eff, by = self._moe_terms(rows)
@@ -334,8 +349,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                 (
                     "moe_experts",
                     2 * m.experts_per_tok * self.expert_params * rows,
-                    b * self.expert_params * self._experts_touched(rows),
-                    pi,
+                    wb * self.expert_params * self._experts_touched(rows),
+                    qpi,
                     beta,
                     self.floor_layers,
                     self.over_moe,
@@ -470,11 +485,13 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         tiles = self.tiles_above if above else self.tiles
         if name == "lm_head":
             return tiles.time(m, self.vocab_params / self.model.H, self.model.H, b) * self.budget_factor(m)  # type: ignore[union-attr]
+        if self.qtiles is not None:
+            tiles = self.qtiles_above if above else self.qtiles
         t = float((tiles.times(np.full(len(self.tile_k), rows), self.tile_n, self.tile_k, b) * self.tile_count).sum())  # type: ignore[union-attr]
         t *= self.budget_factor(rows)  # past the budget the tiles' time, compute-bound there, as π scaled
         if self.lin_rest:
             pi = hw.pi_eff * self.rows_pi_scale if above else hw.pi_eff / self.budget_factor(rows)
-            t += math.hypot(2 * self.lin_rest * rows / pi, b * self.lin_rest / hw.beta_eff)
+            t += math.hypot(2 * self.lin_rest * rows / pi, self.w_b * self.lin_rest / hw.beta_eff)
         return t
 
     def _tiled_part(self, name: str, rows: int, seqs: int) -> float:

@@ -56,6 +56,7 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
                 "why": "given" if "max_model_len" in user else f"the model's max_position_embeddings ({model.name})",
             }
         )
+    rows += precision_rows(model, hw, user)
     rows.append(
         {
             "flag": "kv_pool_tokens",
@@ -68,6 +69,32 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
         }
     )
     return rows
+
+
+def precision_rows(model, hw, user: dict) -> list[dict]:
+    """The weights' format and the KV cache's dtype in force, and where each came from."""
+    from costmodel.precision import gemm_rate, resolve
+
+    ckpt = None if model.weights == "bf16" else model.weights
+    p = resolve(ckpt, user.get("quantization"), user.get("kv_cache_dtype"), user.get("dtype"))
+    if "quantization" in user:
+        why = f"given (--quantization {user['quantization']})"
+    elif ckpt:
+        why = f"the checkpoint's quantization_config ({model.name})"
+    else:
+        why = "16-bit, the model's dtype"
+    rate = gemm_rate(p.weights, hw)
+    if p.compute and rate == 1.0:
+        why += f"; {hw.name} lists no {p.compute} rate: a weight-only kernel at the 16-bit rate"
+    elif p.compute:
+        why += f"; GEMMs at {p.compute} ({rate:g}x the 16-bit rate, {hw.name}'s dtype_peaks)"
+    kv_why = (
+        f"given (--kv-cache-dtype {user['kv_cache_dtype']})" if "kv_cache_dtype" in user else "auto: the model's dtype"
+    )
+    return [
+        {"flag": "weights", "value": p.weights, "why": why},
+        {"flag": "kv_cache_dtype", "value": p.kv, "why": kv_why + f", {p.kv_bytes:g} B per element"},
+    ]
 
 
 def as_mapping(rows: list[dict]) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from costmodel import precision
 from costmodel.errors import InputError
 
 INT, FLOAT, BOOL, STR = "int", "float", "bool", "str"
@@ -45,6 +46,25 @@ def _chunk(v):
     """SGLang: any size <= 0 turns chunking off (scheduler.py ``init_chunked_prefill``:
     ``if self.chunked_prefill_size <= 0:  # -1 means disable``); kept as given, the policy reads <= 0 as off."""
     return None
+
+
+def _quantization(v):
+    ok = str(v).lower() in precision.QUANTIZATION or str(v).lower() in precision.NEEDS_CONFIG
+    return (
+        None
+        if ok
+        else f"not modelled (modelled: {', '.join(sorted(precision.QUANTIZATION))}, or modelopt / compressed-tensors with a quantization_config)"
+    )
+
+
+def _kv_dtype(v):
+    ok = str(v).lower() in precision.KV_DTYPES
+    return None if ok else f"not modelled (modelled: {', '.join(precision.KV_DTYPES)})"
+
+
+def _dtype(v):
+    ok = str(v).lower() in precision.DTYPES
+    return None if ok else f"not modelled (16-bit: {', '.join(sorted(precision.DTYPES))})"
 
 
 def flag(kind: str, engines: tuple, help: str, vllm: tuple = (), sglang: tuple = (), check=None, cli: bool = True):
@@ -181,6 +201,30 @@ class EngineFlags:
         "vLLM (default on): admit a request only when its whole current length fits in free KV",
         vllm=("--scheduler-reserve-full-isl", "--no-scheduler-reserve-full-isl"),
     )
+    quantization: str | None = flag(
+        STR,
+        (V, S, N),
+        "weight quantization: fp8, fp8_per_block, awq, gptq, modelopt_fp4, w8a8_int8, ... (costmodel/precision.py)",
+        vllm=("--quantization", "-q"),
+        sglang=("--quantization",),
+        check=_quantization,
+    )
+    kv_cache_dtype: str | None = flag(
+        STR,
+        (V, S, N),
+        "KV cache dtype: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2 (SGLang also mxfp8, nvfp4)",
+        vllm=("--kv-cache-dtype",),
+        sglang=("--kv-cache-dtype",),
+        check=_kv_dtype,
+    )
+    dtype: str | None = flag(
+        STR,
+        (V, S, N),
+        "activation / unquantized weight dtype: auto, bfloat16, float16 (float32 is not modelled)",
+        vllm=("--dtype",),
+        sglang=("--dtype",),
+        check=_dtype,
+    )
     usage_context: str | None = flag(
         STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False
     )
@@ -224,6 +268,8 @@ def check(name: str, value, where: str):
 def convert(name: str, text: str, where: str):
     """A flag's value from its command-line text: typed and range-checked."""
     kind = FLAGS[name].kind
+    if kind == STR:
+        return check(name, text, where)
     try:
         v = int(text) if kind == INT else float(text)
     except ValueError:

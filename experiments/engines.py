@@ -6,8 +6,11 @@ SGLang's chunked_prefill_size and mem_fraction_static by GPU memory (server_args
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel import CostModel, Hardware, ModelSpec
 from costmodel.errors import require
+from costmodel.precision import KV_FORMATS, resolve
 from policies.nochunk import NoChunkConfig, NoChunkScheduler
 from policies.sglang import SGLangScheduler
 from policies.sglang_config import (
@@ -28,11 +31,14 @@ VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)  #
 def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):
     """Returns (scheduler, BlockPool, CostModel, max_model_len). Unset flags (None) take the engine's defaults."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    cm = CostModel(model, hw, tp)
     allowed = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS, "nochunk": NOCHUNK_FLAGS}.get(policy)
     require(allowed is not None, "policy", policy, f"must be one of {', '.join(POLICIES)}")
     unknown = sorted(set(flags) - allowed)
     require(not unknown, "flags", unknown, f"not {policy} flags; {policy} takes {', '.join(sorted(allowed))}")
+    model = with_precision(
+        model, flags.pop("quantization", None), flags.pop("kv_cache_dtype", None), flags.pop("dtype", None)
+    )
+    cm = CostModel(model, hw, tp)
     max_len = int(flags.pop("max_model_len", 0) or model.max_model_len)
     require(max_len > 0, "max_model_len", max_len, "must be positive")
     if policy == "sglang":
@@ -62,6 +68,15 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget)
     pool = vllm_block_pool(blocks, cfg.block_size) if policy == "vllm" else BlockPool(blocks, cfg.block_size)
     return sched, pool, cm, max_len
+
+
+def with_precision(model: ModelSpec, quantization=None, kv_cache_dtype=None, dtype=None) -> ModelSpec:
+    """The model as the engine runs it: its checkpoint's quantization_config and the precision flags
+    (costmodel/precision.py); unchanged when nothing is quantized."""
+    p = resolve(None if model.weights == "bf16" else model.weights, quantization, kv_cache_dtype, dtype)
+    if p.weights == model.weights and p.kv == "bf16" and not model.kv_b:
+        return model
+    return replace(model, weights=p.weights, kv_b=0.0 if p.kv == "bf16" else KV_FORMATS[p.kv])
 
 
 MAX_REPLICAS = 4096

@@ -42,6 +42,7 @@ FILES = {  # name -> content (str or bytes)
     "cfg_layers_list.json": _config(num_hidden_layers=[32]),
     "cfg_tied_str.json": _config(tie_word_embeddings="yes"),
     "cfg_text_config.json": _config(text_config=[1]),
+    "cfg_quant.json": _config(quantization_config={"quant_method": "bitsandbytes"}),
     "hw_utf8.yaml": NOT_UTF8,
     "hw_syntax.yaml": "name: x\n  bad: [unclosed\n",
     "hw_list.yaml": "- 1\n- 2\n",
@@ -272,6 +273,14 @@ CASES += [
         "--gpu-memory-utilization",
     ),
     (SIM + ["--engine-cmd", "CUDA_VISIBLE_DEVICES=0 docker run vllm"], "--engine-cmd"),
+    (SIM + ["--quantization", "bitsandbytes"], "quantization"),
+    (SIM + ["--kv-cache-dtype", "fp8_inc"], "kv-cache-dtype"),
+    (SIM + ["--dtype", "float32"], "dtype"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B -q gguf"], "-q"),
+    (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --quantization modelopt"], "quantization"),
+    (SIM + ["--quantization", "awq", "--hardware", "h100-sxm"], "quantization"),
+    (SIM + ["--quantization", "w8a8_int8", "--policy", "sglang", "--hardware", "rtx-pro-6000"], "quantization"),
+    (SIM + ["--model", "{d}/cfg_quant.json"], "quant_method"),
 ]
 MODEL_FILES = [f for f in FILES if f.startswith("cfg_")]
 HW_FILES = [f for f in FILES if f.startswith("hw_")]

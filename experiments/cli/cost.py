@@ -10,8 +10,9 @@ from costmodel import cost
 from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
 
+from ..engines import with_precision
 from ..report import table
-from .common import add_model_hardware, model_and_hardware, read_text
+from .common import add_model_hardware, engine_type, model_and_hardware, read_text
 
 
 def add_parser(p):
@@ -21,6 +22,10 @@ def add_parser(p):
     p.add_argument("--batch-file", help="CSV with columns q_len,kv_len")
     p.add_argument("--counting", choices=["seed", "faithful"], help="FLOP-counting convention (default: the profile's)")
     p.add_argument("--interval", action="store_true", help="prediction interval from a calibrated profile's covariance")
+    p.add_argument(
+        "--quantization", "-q", type=engine_type("quantization"), help="weight quantization, as the engines spell it"
+    )
+    p.add_argument("--kv-cache-dtype", type=engine_type("kv_cache_dtype"), help="KV cache dtype (auto, fp8, ...)")
     p.add_argument(
         "--overlap-host",
         action="store_true",
@@ -89,6 +94,7 @@ def batch_from_args(args) -> tuple[list[int], list[int]]:
 
 def run(args) -> int:
     model, hw = model_and_hardware(args)
+    model = with_precision(model, args.quantization, args.kv_cache_dtype)
     q, kv = batch_from_args(args)
     within_context(model, q, kv, args.batch_file, args.q_lens, args.kv_lens)
     result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host)
@@ -101,7 +107,10 @@ def run(args) -> int:
         for o in result.operators
     ]
     rows.append({"operator": "total", "GFLOP": result.flops / 1e9, "MB": result.bytes / 1e6, "ms": result.time_s * 1e3})
-    print(f"{model.name} on {hw.name} (tp={args.tp}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached")
+    dtypes = f", weights {model.weights}, KV {model.kv_elem_bytes:g} B" if model.weights != "bf16" or model.kv_b else ""
+    print(
+        f"{model.name} on {hw.name} (tp={args.tp}{dtypes}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached"
+    )
     print(table(rows))
     if band:
         print(

@@ -408,6 +408,12 @@ def spec_hardware(path) -> Hardware | None:
         gpus_per_node=int(node.get("num_gpus_per_node") or 8),
         description=f"{name} (AIConfigurator spec sheet)",
         sources=[str(spec_yaml(path))],
+        dtype_peaks={  # dense tensor-core peaks of the low-precision dtypes the sheet lists
+            k: v
+            for k, v in (("fp8", spec_dtype_peak(path, "fp8")), ("int8", spec_dtype_peak(path, "sq")))
+            + (("fp4", FP4_PEAKS.get(name)),)
+            if v
+        },
     )
 
 
