@@ -34,10 +34,12 @@ import pandas as pd
 
 from costmodel import Hardware, ModelSpec
 from costmodel.errors import InputError, require
+from costmodel.expected_error import expected_error, time_scales
 from costmodel.model import MODELS_DIR
-from simcore.simulation import Simulation, fixed_workload
+from simcore.simulation import fixed_workload
 
 from .engines import build_cluster
+from .model_error import run_at_scale
 
 STATS = ("mean", "median", "p90", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -235,9 +237,17 @@ def hardware_for(run: MeasuredRun) -> str:
     raise InputError("hardware", run.device or None, "the run does not name a known GPU; give --hardware")
 
 
-def simulate(run: MeasuredRun, model: ModelSpec, hw: Hardware, flags: dict | None = None, fast_forward: bool = True):
+def simulate(
+    run: MeasuredRun,
+    model: ModelSpec,
+    hw: Hardware,
+    flags: dict | None = None,
+    fast_forward: bool = True,
+    scale: float = 1.0,
+):
     """The run's requests, at their measured arrival times, through vLLM's scheduler with the
-    run's engine settings (``flags`` override them) on tp GPUs, dp replicas."""
+    run's engine settings (``flags`` override them) on tp GPUs, dp replicas; ``scale``: every step
+    that many times the cost model's price (experiments/model_error.py)."""
     if run.expert_parallel:
         require(
             not model.is_moe,
@@ -255,9 +265,9 @@ def simulate(run: MeasuredRun, model: ModelSpec, hw: Hardware, flags: dict | Non
     )
     r = run.requests
     wl = fixed_workload(r.arrival_s.to_numpy(), r.prompt_len.to_numpy(), r.output_len.to_numpy())
-    return Simulation(
-        engines, wl, fast_forward=fast_forward, max_model_len=max_len, router=router if run.dp > 1 else None
-    ).run()
+    return run_at_scale(
+        engines, wl, scale, fast_forward=fast_forward, max_model_len=max_len, router=router if run.dp > 1 else None
+    )
 
 
 def _stat(v: np.ndarray, s: str) -> float:
@@ -312,6 +322,37 @@ def validate(path, model: ModelSpec, hw: Hardware, flags: dict | None = None, ru
     )
     table = compare(run, result)
     return table, overall_error(table), result, run
+
+
+def figure_bands(
+    run: MeasuredRun,
+    model: ModelSpec,
+    hw: Hardware,
+    flags: dict | None = None,
+    sigma_log: float | None = None,
+    draws: int = 40,
+    band: tuple = (5, 95),
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Each figure's band over ``draws`` runs, each with a factor on every step's time drawn from
+    the profile's expected error (``sigma_log``, default its kind's: costmodel/expected_error.py)
+    and the fit's parameters drawn from its covariance where it has one; ``inside``: whether the
+    measured figure lies in the band."""
+    from costmodel.calibration import sample_hardware
+
+    rng = np.random.default_rng(seed)
+    s = expected_error(hw).sigma_log if sigma_log is None else sigma_log
+    fitted = bool((hw.calibration or {}).get("log_covariance"))
+    profiles = sample_hardware(hw, draws, rng) if fitted else [hw] * draws
+    sims = [
+        compare(run, simulate(run, model, d, flags, scale=float(f))).simulated.to_numpy()
+        for d, f in zip(profiles, time_scales(s, draws, rng))
+    ]
+    out = compare(run, simulate(run, model, hw, flags))[["metric", "measured", "simulated"]]
+    lo, hi = np.percentile(np.array(sims), band, axis=0)
+    out[f"p{band[0]}"], out[f"p{band[1]}"] = lo, hi
+    out["inside"] = (out.measured >= lo) & (out.measured <= hi)
+    return out
 
 
 def cdf_plots(run: MeasuredRun, result, folder, title: str | None = None) -> dict:

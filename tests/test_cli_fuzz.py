@@ -200,7 +200,6 @@ CASES += [
     (SIM + ["--trace", "{d}"], "--trace"),
     (SIM + ["--trace", "{d}/afile/run.json"], "--trace"),
     (SIM + ["--plots", "{d}/afile"], "--plots"),
-    (SIM + ["--uncertainty", "3"], "--uncertainty"),
     (SIM + ["--router", "random_walk"], "router"),
     (SIM + ["--policy", "sglang", "--max-num-seqs", "4"], "flags"),
     (SIM + ["--engine-cmd", ""], "--engine-cmd"),

@@ -176,7 +176,8 @@ def test_cli_bad_input_exits_2_with_one_line(capsys, argv, field):
 def test_cli_cost_json(capsys):
     assert main(["cost", "--q-lens", "2016,1,1", "--kv-lens", "0,2048,2048", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"time_s", "flops", "bytes", "operators"}
+    assert set(out) == {"time_s", "flops", "bytes", "operators", "expected_error"}
+    assert out["expected_error"]["kind"] == "spec-sheet"
     assert {o["bound"] for o in out["operators"]} <= {"compute", "memory"}
     assert out["time_s"] == pytest.approx(sum(o["time_s"] for o in out["operators"]))
 

@@ -1,4 +1,5 @@
-"""`simulate --uncertainty N`: the run repeated at parameter sets drawn from a calibrated profile's covariance."""
+"""`simulate --uncertainty N`: the run repeated at draws of the profile's expected error (a factor on
+every step's time) and, for a calibrated profile, of parameter sets from its covariance."""
 
 import json
 from pathlib import Path
@@ -50,15 +51,30 @@ def test_faster_draws_give_shorter_latency(fitted, tmp_path, capsys):
     assert np.corrcoef(speed, rows.p99_itl_ms)[0, 1] < 0
 
 
-def test_zero_covariance_collapses_bands_to_the_point(fitted, tmp_path, capsys):
+def test_zero_covariance_and_no_model_error_collapse_bands_to_the_point(fitted, tmp_path, capsys, monkeypatch):
+    from costmodel import expected_error as ee
+    from experiments.cli import simulate_run
+
     d = yaml.safe_load(fitted.read_text())
     cov = d["calibration"]["log_covariance"]
     cov["matrix"] = np.zeros_like(np.array(cov["matrix"])).tolist()
     path = tmp_path / "certain.yaml"
     path.write_text(yaml.safe_dump(d))
+    exact = ee.ExpectedError("kernel-calibrated", 0.0, 0.0, 1, "test")
+    monkeypatch.setattr(simulate_run, "expected_error", lambda hw: exact)
     u = run(["--hardware", str(path), "--uncertainty", "4"], capsys)["uncertainty"]["metrics"]
     for m in METRICS:
         assert u[m]["p5"] == pytest.approx(u[m]["point"], rel=1e-9) == u[m]["p95"]
+
+
+def test_the_time_factor_alone_moves_latency_its_way(tmp_path, capsys):
+    """A spec-sheet profile has no covariance: only the expected error is drawn, and a slower draw
+    never gives a shorter p99 TTFT."""
+    s = run(["--hardware", "h100", "--uncertainty", "8", "--out", str(tmp_path)], capsys)
+    assert s["uncertainty"]["drawn_fields"] == [] and s["expected_error"]["kind"] == "spec-sheet"
+    rows = pd.read_csv(tmp_path / "uncertainty.csv").sort_values("time_scale")
+    assert rows.time_scale.nunique() == 8 and np.all(np.diff(rows.p99_ttft_ms) >= -1e-9)
+    assert rows.p99_ttft_ms.iloc[0] < rows.p99_ttft_ms.iloc[-1]
 
 
 def test_same_seed_same_bands(fitted, capsys):
@@ -70,10 +86,9 @@ def test_same_seed_same_bands(fitted, capsys):
 def test_table_in_the_terminal(fitted, capsys):
     assert main(["simulate", *WORKLOAD, "--hardware", str(fitted), "--uncertainty", "3"]) == 0
     out = capsys.readouterr().out
-    assert "3 parameter sets" in out and "p95" in out and "p99_ttft_ms" in out
+    assert "3 draws of" in out and "expected error" in out and "p95" in out and "p99_ttft_ms" in out
 
 
-def test_uncalibrated_profile_is_one_clear_error(capsys):
-    assert main(["simulate", *WORKLOAD, "--hardware", "h100", "--uncertainty", "3"]) == 2
-    err = capsys.readouterr().err
-    assert "uncertainty" in err and "calibrate" in err and "Traceback" not in err
+def test_every_profile_prints_its_expected_error(capsys):
+    assert main(["simulate", *WORKLOAD, "--hardware", "h100"]) == 0
+    assert "h100: spec-sheet profile, expected error" in capsys.readouterr().out

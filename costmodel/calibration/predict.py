@@ -31,12 +31,18 @@ def _require_fitted(hw: Hardware):
     return names, values, cov
 
 
+UNIDENTIFIED_VAR = 1.0
+"""A parameter whose 1σ in ln exceeds 1 (a factor e) is one the data did not pin down (the fit warns
+of it): drawn, it would swing by factors of e^σ that no point measured; it is kept at its value."""
+
+
 def sample_hardware(profile: Hardware, n: int, rng: np.random.Generator) -> list[Hardware]:
-    """``n`` profiles whose fitted fields are drawn from the calibration's covariance."""
+    """``n`` profiles whose fitted fields are drawn from the calibration's covariance (the
+    identified ones: ``UNIDENTIFIED_VAR``)."""
     require(isinstance(n, int) and n >= 1, "n", n, "must be a positive integer")
     names, values, cov = _require_fitted(profile)
     fields = hw_fields((profile.calibration or {}).get("form", "offset"))
-    keep = [i for i, nm in enumerate(names) if nm in fields]
+    keep = [i for i, nm in enumerate(names) if nm in fields and cov[i, i] <= UNIDENTIFIED_VAR]
     if not keep:
         return [profile] * n
     mu, sub = np.log(values[keep]), cov[np.ix_(keep, keep)]

@@ -9,6 +9,7 @@ import json
 from costmodel import cost
 from costmodel.calibration import forward_interval
 from costmodel.errors import InputError, require
+from costmodel.expected_error import expected_error
 
 from ..engines import with_precision
 from ..report import table
@@ -100,7 +101,8 @@ def run(args) -> int:
     result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host)
     band = forward_interval(model, hw, q, kv, args.tp, args.counting) if args.interval else None
     if args.json:
-        print(json.dumps(result.to_dict() | ({"interval": band} if band else {}), indent=2))
+        extra = {"expected_error": expected_error(hw).as_dict()} | ({"interval": band} if band else {})
+        print(json.dumps(result.to_dict() | extra, indent=2))
         return 0
     rows = [
         {"operator": o.name, "GFLOP": o.flops / 1e9, "MB": o.bytes / 1e6, "ms": o.time_s * 1e3, "bound": o.bound}
@@ -112,6 +114,7 @@ def run(args) -> int:
         f"{model.name} on {hw.name} (tp={args.tp}{dtypes}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached"
     )
     print(table(rows))
+    print(expected_error(hw).line(hw.name))
     if band:
         print(
             f"interval ({band['draws']} draws): 68 % {band['p16_s'] * 1e3:.4g}-{band['p84_s'] * 1e3:.4g} ms, "

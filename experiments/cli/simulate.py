@@ -123,7 +123,7 @@ def add_parser(p):
         "--uncertainty",
         type=positive_int,
         metavar="N",
-        help="rerun at N parameter sets drawn from a calibrated profile's covariance; report p5/p50/p95",
+        help="rerun N times, each with a draw of the profile kind's expected error (and of a calibrated profile's covariance); report p5/p50/p95",
     )
     o.add_argument("--out", help="folder for requests.parquet, requests.csv, summary.json and config.yaml")
     o.add_argument(

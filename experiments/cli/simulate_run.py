@@ -16,11 +16,13 @@ from costmodel import load_hardware, load_model
 from costmodel.calibration import sample_hardware
 from costmodel.calibration.profile import fitted_parameters
 from costmodel.errors import InputError, require
+from costmodel.expected_error import ExpectedError, expected_error, time_scales
 from simcore.simulation import Simulation
 
 from .. import bench_result as br, engine_defaults, experiment_file
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
-from ..engines import build_cluster, build_engine
+from ..engines import build_cluster
+from ..model_error import run_at_scale
 from ..pricing import COST_KEYS, cost_per_million, gpu_hourly_price
 from ..report import table
 from .common import check_hardware_file, read_text
@@ -200,19 +202,34 @@ def _model_id(model) -> str:
     return model.name
 
 
-def uncertainty(cfg: dict, model, hw, draws: list, workload, goodput, point: dict) -> tuple[dict, list[dict]]:
-    """The same workload at each drawn parameter set: percentile bands of the key metrics.
-    Bands carry the fit's parameter uncertainty only, not its per-kernel residual scatter."""
+def uncertainty(cfg: dict, model, hw, draws: list, scales, workload, goodput, point: dict) -> tuple[dict, list[dict]]:
+    """The same workload at each draw: a parameter set (the fit's covariance, where the profile has
+    one) and a factor on every step's time (the profile kind's expected error,
+    costmodel/expected_error.py, run by a change of time unit: experiments/model_error.py);
+    percentile bands of the key metrics."""
     drawn = [f.name for f in dataclasses.fields(hw) if any(getattr(d, f.name) != getattr(hw, f.name) for d in draws)]
     rows = []
-    for i, d in enumerate(draws):
-        sched, pool, cm, max_len = build_engine(cfg["policy"], model, d, cfg["tp"], cfg["engine"])
-        s = (
-            Simulation([(sched, pool, cm)], workload, fast_forward=cfg["fast_forward"], max_model_len=max_len)
-            .run(goodput=goodput)
-            .summary
+    for i, (d, scale) in enumerate(zip(draws, scales)):
+        engines, router, max_len = build_cluster(
+            cfg["policy"], model, d, cfg["tp"], cfg["engine"], cfg["replicas"], cfg["router"]
         )
-        rows.append({"draw": i, **{f: getattr(d, f) for f in drawn}, **{m: s[m] for m in BAND_METRICS}})
+        res = run_at_scale(
+            engines,
+            workload,
+            float(scale),
+            router=router if cfg["replicas"] > 1 else None,
+            max_model_len=max_len,
+            goodput=goodput,
+            fast_forward=cfg["fast_forward"],
+        )
+        rows.append(
+            {
+                "draw": i,
+                "time_scale": float(scale),
+                **{f: getattr(d, f) for f in drawn},
+                **{m: res.summary[m] for m in BAND_METRICS},
+            }
+        )
     bands = {
         m: {"point": point[m], **{f"p{q}": float(np.percentile([r[m] for r in rows], q)) for q in BANDS}}
         for m in BAND_METRICS
@@ -244,17 +261,13 @@ def run_simulation(args) -> dict:
     notes = []
     quiet = args.quiet or args.json
     notes += ignored  # the pasted line's unmodelled flags and data-parallel reading, even with --quiet
-    draws = None
+    draws = scales = None
+    expected = expected_error(hw)
     if args.uncertainty:
         rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
-        require(
-            len(fitted_parameters(hw)[0]) > 0,
-            "--uncertainty",
-            args.uncertainty,
-            f"needs a calibrated hardware profile; {hw.name} has no fitted covariance "
-            "(fit one with `chunksim calibrate --out DIR`, then pass --hardware DIR/fitted.yaml)",
-        )
-        draws = sample_hardware(hw, args.uncertainty, rng)
+        fitted = len(fitted_parameters(hw)[0]) > 0 if (hw.calibration or {}).get("log_covariance") else False
+        draws = sample_hardware(hw, args.uncertainty, rng) if fitted else [hw] * args.uncertainty
+        scales = time_scales(expected.sigma_log, args.uncertainty, rng)
     for n in notes:
         print(n, file=sys.stderr)
     sim = ProgressSimulation(
@@ -306,8 +319,9 @@ def run_simulation(args) -> dict:
         s.update(br.percentile_keys(res, opts["metrics"], opts["percentiles"]))
     s["engine_config"] = engine_defaults.as_mapping(resolved)
     s.update(_cost(cfg, hw, s, args.gpu_hourly_price))
+    s["expected_error"] = {"hardware": hw.name, **expected.as_dict()}
     if draws:
-        s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, workload, goodput, s)
+        s["uncertainty"], rows = uncertainty(cfg, model, hw, draws, scales, workload, goodput, s)
     if args.save_result:
         info = {
             **run_info(args, cfg, model, hw, workload),
@@ -457,7 +471,13 @@ def _text(cfg, model, hw, pool, s, resolved, draws) -> str:
             "routed: requests sent to the replica; mean_load: requests in it on average over the run "
             "(Little's law: their time in the system over the run's span)"
         )
+    e = s["expected_error"]
+    lines.append(ExpectedError(**{k: v for k, v in e.items() if k != "hardware"}).line(hw.name))
     if draws:
-        lines.append(f"\nuncertainty: {len(draws)} parameter sets drawn from {hw.name}'s fitted covariance")
+        u = s["uncertainty"]
+        fit = f"{hw.name}'s fitted covariance and " if u["drawn_fields"] else ""
+        lines.append(
+            f"\nuncertainty: {len(draws)} draws of {fit}the {e['kind']} expected error (1σ {e['sigma_log']:.2f} in ln)"
+        )
         lines.append(table([{"metric": m, **b} for m, b in s["uncertainty"]["metrics"].items()]))
     return "\n".join(lines)

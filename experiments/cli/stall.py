@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from costmodel.expected_error import expected_error
+
 from ..report import table
 from ..stall import JSON_KEYS, LABELS, SEED_SCENE, SEED_VALUES, StallScene, chunk_table, stall_figures
 from .common import add_model_hardware, model_and_hardware, positive_float, positive_int
@@ -62,6 +64,7 @@ def run(args) -> int:
         f"at {scene.decode_context} tokens, budget {scene.budget}; counting={hw.counting}"
     )
     print(table(rows))
+    print(expected_error(hw).line(hw.name))
     if not args.no_simulate:
         from ..stall_sim import simulated_stalls
 

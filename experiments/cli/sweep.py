@@ -13,7 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from costmodel import load_hardware
 from costmodel.errors import InputError, require
+from costmodel.expected_error import expected_error
 from simcore.router import ROUTERS
 from workloads.traffic import DEFAULTS as TRAFFIC
 
@@ -502,6 +504,8 @@ def run(args) -> int:
         f"analytic bound (seed 000's single-GPU formula: weight GEMMs only, no attention or all-reduce, "
         f"32 decoders at 2k context, {spec.hardware} tp={spec.tp}; chunksim stall prices the step): {analytic} tokens"
     )
+    for name in dict.fromkeys(map(str, spec.axis("hardware"))):
+        print(expected_error(load_hardware(name)).line(name))
     for e in errors.itertuples():
         print(f"point {e.point_id} ({e.engine}, rate {e.request_rate}) failed: {e.error}")
     for kind, path in files.items():

@@ -8,6 +8,7 @@ import sys
 import time
 
 from costmodel import load_hardware, load_model
+from costmodel.expected_error import expected_error
 
 from ..report import table
 from ..validate import hardware_for, load_run, model_for, validate
@@ -75,6 +76,7 @@ def run(args) -> int:
                     "requests": len(measured.requests),
                     "figures": figures.to_dict("records"),
                     "mean_abs_rel_error": overall,
+                    "expected_error": expected_error(hw).as_dict(),
                     "seconds": seconds,
                 },
                 indent=2,
@@ -97,6 +99,7 @@ def run(args) -> int:
             f"\nmean |relative error| over {len(figures)} figures: {100 * overall:.1f} %  "
             f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)"
         )
+        print(expected_error(hw).line(hw.name))
     if args.plots:
         from ..validate import cdf_plots
 
