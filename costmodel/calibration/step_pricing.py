@@ -13,6 +13,20 @@ The step fit's scales act on the base profile's fields:
   s_rows     gemm_rows_pi_scale for GEMMs of more rows than gemm_rows_break, or for a step's rows
              past gemm_rows_budget
 
+the per-layer terms (``layer``: kernel_launch_s, hop_latency_s) are added to the base's own:
+
+  kernel_launch_s  elementwise_floor_s, the fixed cost of each per-layer elementwise kernel (two
+                   norms, the activation, rotary: 2·L + dense + kv layers of them, so 4 per dense
+                   layer, whatever the model); where the base prices no elementwise kernels
+                   (elementwise_beta 0) their bytes are priced at its β_eff (scaled by s_β). The
+                   carrier is this operator and not kernel_overhead_s because a tile-model
+                   profile's GEMM floor is multiplied by its shape correction (gemm_tiles.py), so
+                   kernel_overhead_s would add a shape-dependent, not a per-layer, time
+  hop_latency_s    each all-reduce's latency grows by 2·(tp − 1)·hop_latency_s (NCCL's ring model:
+                   2(tp − 1) hops): interconnect_latency_s + hop_latency_s, and every line's latency
+                   of allreduce_regimes[tp] + 2·(tp − 1)·hop_latency_s, so the two all-reduces of
+                   each layer cost 4·(tp − 1)·hop_latency_s more at every tp
+
 and the host terms are the profile's (costmodel/host.py).
 """
 
@@ -52,10 +66,12 @@ def scaled_hardware(
     s_rows: float = 1.0,
     host=None,
     budget: int = 0,
+    layer=None,
 ) -> Hardware:
     """The base profile with the step fit's constants applied (module docstring); attention's π
     follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros); a rows
-    regime is a break (``rows_break``) or a budget (``budget``), not both."""
+    regime is a break (``rows_break``) or a budget (``budget``), not both; ``layer``: (kernel_launch_s,
+    hop_latency_s) or None (the base's per-layer costs unchanged, no elementwise kernels added)."""
     tied = s_pi_attn is None
     s_pa = s_pi if tied else s_pi_attn
     ch = {
@@ -69,7 +85,24 @@ def scaled_hardware(
     elif budget:
         ch.update(gemm_rows_budget=budget, gemm_rows_pi_scale=float(s_rows))  # a float while a fit frees it
     ch.update(dict(zip(HOST_FIELDS, (float(h) for h in host))) if host is not None else NO_HOST)
+    if layer is not None:
+        ch.update(layer_fields(base, s_beta, *layer))
     return base.replace(**ch)
+
+
+def layer_fields(base: Hardware, s_beta: float, launch: float, hop: float) -> dict:
+    """The profile fields that carry the per-layer terms (module docstring) on top of ``base``."""
+    launch, hop = float(launch), float(hop)
+    out: dict = {"elementwise_floor_s": base.elementwise_floor_s + launch}
+    if not base.elementwise_beta:
+        out["elementwise_beta"] = base.beta_eff * s_beta
+    if hop:
+        out["interconnect_latency_s"] = base.interconnect_latency_s + hop
+        out["allreduce_regimes"] = {
+            tp: [float(v) + 2 * (int(tp) - 1) * hop if i % 2 == 0 else float(v) for i, v in enumerate(r)]
+            for tp, r in (base.allreduce_regimes or {}).items()
+        }
+    return out
 
 
 def scale_bounds(base: Hardware, tied: bool) -> tuple[float, float, float]:

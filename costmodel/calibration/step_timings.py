@@ -27,7 +27,10 @@ Formats (``load_steps(path, fmt)``):
              Where the file has power columns, each step also gets a ``session``: "power" where
              the row's peak_power or average_power was recorded (> 0), else "no-power" (the
              measurements came from recording runs with and without power logging:
-             fit_steps(sessions=True)).
+             fit_steps(sessions=True)). A ``tensor_parallel`` column gives each row its tp (a
+             table may hold several: fit_steps fits them jointly), a ``model`` column its model
+             (the steps' ``model``). Rows that fail a check against their neighbours are skipped
+             and counted (``splitwise_screen``), both of their steps.
   vllm-log   the lines vLLM prints with ``--enable-logging-iteration-details``
              (vllm/v1/metrics/loggers.py, ``LoggingStatLogger._log_iteration_details``):
              ``Iteration(N): C context requests, c context tokens, G generation requests,
@@ -265,27 +268,71 @@ def read_splitwise(path, gpu: str | None = None, skipped: dict | None = None, ra
         if "tensor_parallel" in raw.columns
         else np.ones(len(p), int)
     )
-    require(len(set(tp)) <= 1, f"{path}:tensor_parallel", sorted(set(tp)), "one tensor-parallel size per fit")
+    keep = splitwise_screen(raw, p, b, n, tpre, tdec, tp, skipped if skipped is not None else {})
+    raw, p, b, n, tpre, tdec, tp = raw[keep], p[keep], b[keep], n[keep], tpre[keep], tdec[keep], tp[keep]
     src = [f"{path}:{i + 2}" for i in raw.index]
     zero = np.zeros_like(p)
-    pre = uniform_steps(b, p, zero, zero, zero, tpre * MS, src, int(tp[0]) if len(tp) else 1, step=2 * raw.index)
-    dec = uniform_steps(
-        zero,
-        zero,
-        zero,
-        b,
-        p + np.maximum(n - 2, 0) // 2,
-        tdec * MS,
-        src,
-        int(tp[0]) if len(tp) else 1,
-        step=2 * raw.index + 1,
-    )
+    pre = uniform_steps(b, p, zero, zero, zero, tpre * MS, src, tp, step=2 * raw.index)
+    dec = uniform_steps(zero, zero, zero, b, p + np.maximum(n - 2, 0) // 2, tdec * MS, src, tp, step=2 * raw.index + 1)
     out = pd.concat([pre, dec], ignore_index=True)[list(STEP_COLUMNS)]
     power = [c for c in ("peak_power", "average_power") if c in raw.columns]
     if power:
         logged = (raw[power].apply(pd.to_numeric, errors="coerce").fillna(0.0) > 0).any(axis=1).to_numpy()
         out["session"] = np.tile(np.where(logged, "power", "no-power"), 2)
+    if "model" in raw.columns:
+        out["model"] = np.tile(raw["model"].astype(str).to_numpy(), 2)
     return out
+
+
+MONOTONE_SLACK = 0.05  # a configuration this much faster than one of less work is broken
+E2E_SLACK = 0.10  # e2e_time this much above prompt_time + (token_size - 1)·token_time: the run stalled
+
+
+def splitwise_screen(raw, p, b, n, tpre, tdec, tp, skipped: dict) -> np.ndarray:
+    """Which Splitwise rows to keep. Two stated checks, each on a configuration's median over its
+    repeats, skip every row of the configuration (both steps: the run is not trusted):
+
+      less work, less time: within one GPU, model, tp and token_size, a configuration's
+        prompt_time more than MONOTONE_SLACK below that of one with the same prompt_size and
+        fewer requests, or the same requests and a shorter prompt; or its token_time more than
+        MONOTONE_SLACK below that of one with the same prompt_size and fewer requests (a batch of
+        more sequences cannot run faster; PROVENANCE's tp 2 batch-64 rows are such)
+      the times add up: e2e_time (where the table has it) more than E2E_SLACK above
+        prompt_time + (token_size − 1)·token_time: the generation spent time that neither step
+        time shows (pre-emption, a stall), so neither is the time of the step it names (below,
+        fewer tokens were generated than asked for, which changes neither step's time)
+    """
+    cols = {"p": p, "b": b, "n": n, "tpre": tpre, "tdec": tdec, "tp": tp}
+    for c in ("hardware", "model"):
+        cols[c] = raw[c].astype(str).to_numpy() if c in raw.columns else np.full(len(p), "")
+    df = pd.DataFrame(cols)
+    key = ["hardware", "model", "tp", "n", "p", "b"]
+    med = df.groupby(key)[["tpre", "tdec"]].median().reset_index()
+    bad = set()
+    for _, g in med.groupby(["hardware", "model", "tp", "n"]):
+        rows = g.to_dict("records")
+        for r in rows:
+            for o in rows:
+                fewer = o["p"] == r["p"] and o["b"] < r["b"]
+                shorter = o["b"] == r["b"] and o["p"] < r["p"]
+                if (fewer or shorter) and r["tpre"] < (1 - MONOTONE_SLACK) * o["tpre"]:
+                    bad.add(tuple(r[k] for k in key))
+                if fewer and r["tdec"] < (1 - MONOTONE_SLACK) * o["tdec"]:
+                    bad.add(tuple(r[k] for k in key))
+    keys = list(zip(*(df[k].to_numpy() for k in key)))
+    mono = np.array([k in bad for k in keys], dtype=bool)
+    e2e = np.zeros(len(p), bool)
+    if "e2e_time" in raw.columns:
+        total = pd.to_numeric(raw["e2e_time"], errors="coerce").to_numpy(float)
+        over = total > (1 + E2E_SLACK) * (tpre + (n - 1) * tdec)
+        df["over"] = over
+        stalled = df.groupby(key)["over"].transform("median").to_numpy() >= 0.5
+        e2e = stalled & ~mono
+    if mono.any():
+        skipped["rows faster than a configuration of less work (splitwise_screen)"] = int(mono.sum())
+    if e2e.any():
+        skipped["rows whose e2e_time exceeds their step times by 10 % (splitwise_screen)"] = int(e2e.sum())
+    return ~(mono | e2e)
 
 
 def _iteration_error(path: Path, lineno: int, line: str) -> InputError:

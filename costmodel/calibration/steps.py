@@ -87,13 +87,19 @@ PARAMS = (
     "s_beta",
     "s_pi_attn",
     "s_rows",
+    "kernel_launch_s",
+    "hop_latency_s",
     "host_step_s",
     "host_per_seq_s",
     "host_per_prefill_seq_s",
     "host_prefill_step_s",
 )
 SCALES = PARAMS[:4]
-HOST = PARAMS[4:]
+LAYER = PARAMS[4:6]
+HOST = PARAMS[6:]
+LAYER_UNIT = 1e-6  # the per-layer terms' unit in the solver (seconds)
+PER_LAYER = ("step", "layer")
+BETA_LOW = 0.5  # a fitted β_eff below this share of the spec sheet's is reported
 ATTN_SHARE = 0.05
 LOG_LOW = np.log(1e-3)
 AT_BOUND = 1e-3  # relative distance from a bound that counts as pressing on it
@@ -110,8 +116,12 @@ class _Pricer:
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
 
-    def gpu(self, s_pi, s_beta, s_pa, regime, s_rows) -> np.ndarray:
-        key = (s_pi, s_beta, s_pa, regime, s_rows)
+    @property
+    def groups(self) -> list:
+        return [(self, slice(None))]
+
+    def gpu(self, s_pi, s_beta, s_pa, regime, s_rows, layer=None) -> np.ndarray:
+        key = (s_pi, s_beta, s_pa, regime, s_rows, layer)
         g = self.memo.get(key)
         if g is None:
             if len(self.memo) > 16:
@@ -121,20 +131,60 @@ class _Pricer:
         if len(miss):
             kind, n = regime
             hw = scaled_hardware(
-                self.base, s_pi, s_beta, s_pa, n if kind == "break" else 0, s_rows, budget=n if kind == "budget" else 0
+                self.base,
+                s_pi,
+                s_beta,
+                s_pa,
+                n if kind == "break" else 0,
+                s_rows,
+                budget=n if kind == "budget" else 0,
+                layer=layer,
             )
             g[miss] = batch_times(self.shapes, self.model, hw, self.tp, miss, self.used)
         return g[self.shapes.inv]
 
-    def times(self, scales, host, overlap: bool, regime=NONE) -> np.ndarray:
+    def times(self, scales, host, overlap: bool, regime=NONE, layer=None) -> np.ndarray:
         s_pi, s_beta, s_pa, s_rows = scales
         regime = regime if regime[1] else NONE
-        return with_host(self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0), self.shapes, host, overlap)
+        layer = None if layer is None else tuple(float(v) for v in layer)
+        gpu = self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0, layer)
+        return with_host(gpu, self.shapes, host, overlap)
 
     def part(self, idx) -> _Pricer:
-        return (
-            self if idx == slice(None) else _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
-        )
+        if isinstance(idx, slice) and idx == slice(None):
+            return self
+        return _Pricer(subset(self.shapes, idx), self.model, self.base, self.tp, self.memo)
+
+
+class _Joint:
+    """Several step tables, one per (model, tp), priced by one set of constants: each step's time
+    from its own group's ``_Pricer``, in the joint table's order (``pos``: the group's rows)."""
+
+    def __init__(self, parts: list, n: int):
+        self.parts, self.n = parts, n  # [(_Pricer, positions in the joint table)]
+
+    @property
+    def groups(self) -> list:
+        return self.parts
+
+    def times(self, scales, host, overlap: bool, regime=NONE, layer=None) -> np.ndarray:
+        out = np.empty(self.n)
+        for pr, pos in self.parts:
+            out[pos] = pr.times(scales, host, overlap, regime, layer)
+        return out
+
+    def part(self, idx) -> _Joint:
+        if isinstance(idx, slice) and idx == slice(None):
+            return self
+        take = np.zeros(self.n, bool)
+        take[np.arange(self.n)[idx]] = True
+        rank = np.cumsum(take) - 1
+        parts = []
+        for pr, pos in self.parts:
+            mine = pos[take[pos]]
+            if len(mine):
+                parts.append((pr.part(np.nonzero(take[pos])[0]), rank[mine]))
+        return _Joint(parts, int(take.sum()))
 
 
 @dataclass(frozen=True)
@@ -153,6 +203,9 @@ class StepFit:
     fitted_on: int = 0  # steps the fit ran on (every k-th of a table over SCREEN; 0: all)
     rows_budget: int = 0  # a step's rows past it run at s_rows·s_pi·π (0: none; not with rows_break)
     session_rows: dict = field(default_factory=dict)  # session -> its s_rows (fit_steps(sessions=True))
+    layered: bool = False  # the per-layer terms were fitted (the profile carries them: step_pricing.py)
+    groups: tuple = ()  # (model, tp) of each table fitted jointly
+    group_errors: pd.DataFrame | None = None  # per model, tp and kind: n, mape, ... on the fitted steps
 
     @property
     def pi_eff(self) -> float:
@@ -184,6 +237,7 @@ class StepFit:
             v["s_rows"],
             [v[k] for k in HOST],
             self.rows_budget,
+            [v[k] for k in LAYER] if self.layered else None,
         )
         return hw.replace(
             name=name or f"{b.name}-steps",
@@ -192,6 +246,12 @@ class StepFit:
             f"(x{v['s_pi_attn']:.4g}), "
             + (f"GEMMs above {self.rows_break} rows at x{v['s_rows']:.4g} π, " if self.rows_break else "")
             + (f"a step's GEMM rows past {self.rows_budget} at x{v['s_rows']:.4g} π, " if self.rows_budget else "")
+            + (
+                f"per-layer elementwise kernels at +{v['kernel_launch_s'] * 1e6:.4g} µs each, all-reduces at "
+                f"+{v['hop_latency_s'] * 1e6:.4g} µs per ring hop, "
+                if self.layered
+                else ""
+            )
             + f"and the host terms fitted "
             f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration(),
@@ -216,6 +276,8 @@ class StepFit:
             "gemm_rows_budget": int(self.rows_budget),
             "overlap_host": self.overlap,
             "tp": self.tp,
+            "groups": [{"model": m, "tp": int(t)} for m, t in self.groups],
+            "per_layer_terms": self.layered,
             "points": self.points,
             "fitted_on": int(self.fitted_on or self.points),
             "session_rows": {k: float(v) for k, v in self.session_rows.items()},
@@ -228,7 +290,7 @@ class StepFit:
         }
 
     def table(self) -> pd.DataFrame:
-        units = {**{k: "x" for k in SCALES}, **{k: "s" for k in HOST}}
+        units = {**{k: "x" for k in SCALES}, **{k: "s" for k in LAYER + HOST}}
         return pd.DataFrame(
             [
                 {"parameter": k, "value": self.values[k], "unit": units[k], "rel_sigma": self.rel_sigma[k]}
@@ -261,22 +323,28 @@ def missing_kinds(kinds: pd.Series) -> list[str]:
 
 def fit_steps(
     steps: pd.DataFrame,
-    model: ModelSpec,
+    model,
     base: Hardware,
     tp: int | None = None,
     overlap: bool = False,
     fixed: dict | None = None,
     sessions: bool = False,
+    per_layer: str = "step",
 ) -> StepFit:
     """Fit PARAMS (minus those in ``fixed``, held at the given values) to the step table, with a
     GEMM rows regime where one pays for itself (module docstring); ``sessions``: one s_rows per
-    value of the table's ``session`` column (``by_session``)."""
+    value of the table's ``session`` column (``by_session``). ``model``: a ModelSpec, or a dict of
+    them by the table's ``model`` column, whose steps (of any tp sizes, the ``tp`` column) are then
+    fitted jointly (``joint_groups``); ``per_layer``: where a fixed time the steps cannot place goes
+    when the tables hold one model, so that per-layer and per-step time are one (``layer_terms``):
+    "step" to host_step_s, "layer" to kernel_launch_s."""
     t0 = time.perf_counter()
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     require(not missing, "steps:columns", missing, "not a step table (costmodel/calibration/step_timings.py)")
-    tps = sorted(set(steps["tp"].astype(int)))
-    tp = int(tp or (tps[0] if len(tps) == 1 else 0))
-    require(tps == [tp], "tp", tps, f"the steps were measured at tp {tps}; fit one tensor-parallel size at a time")
+    require(per_layer in PER_LAYER, "per_layer", per_layer, f"must be one of {', '.join(PER_LAYER)}")
+    groups = joint_groups(steps, model, tp)
+    tps = sorted({g[1] for g in groups})
+    tp = tps[0] if len(tps) == 1 else 0
     require(len(steps) >= 3, "steps", len(steps), "need at least 3 step timings")
     require(
         not sessions or "session" in steps.columns,
@@ -284,8 +352,11 @@ def fit_steps(
         list(steps.columns),
         "the step table has no session column",
     )
+    parts = []
+    for (_, g_tp, spec), pos in groups.items():
+        parts.append((_Pricer(step_shapes(steps.iloc[pos]), spec, base, g_tp), pos))
+    pricer = _Joint(parts, len(steps)) if len(parts) > 1 else parts[0][0]
     shapes = step_shapes(steps)
-    pricer = _Pricer(shapes, model, base, tp)
     t = steps["time_s"].to_numpy(float)
     scale = float(np.median(t))
     fixed = dict(fixed or {})
@@ -299,6 +370,10 @@ def fit_steps(
         )
     up = dict(zip(SCALES, scale_bounds(base, tied) + (1.0,)))
     warns += missing_kinds(steps["kind"])
+    for k, why in layer_terms(list(groups), per_layer, fixed):
+        fixed[k] = 0.0
+        warns.append(why)
+    layered = any(k not in fixed or fixed[k] for k in LAYER)
     for k, why in _unseen_host_terms(shapes.host_cols):
         if k not in fixed:
             fixed[k] = 0.0
@@ -326,15 +401,16 @@ def fit_steps(
                 [v[k] * (scale if k in free else 1.0) for k in HOST],
                 (("budget", float(np.exp(v["budget"]))) if free_budget else regime),
                 {k: float(np.exp(v[f"s_rows@{k}"])) for k in own},
+                [v[k] * (LAYER_UNIT if k in free else 1.0) for k in LAYER] if layered else None,
             )
 
         def resid(x):
-            scales, host, reg, by_label = unpack(x)
+            scales, host, reg, by_label, layer = unpack(x)
             scales = [float(v) for v in scales]
-            out = pr.times(scales, host, overlap, reg)
+            out = pr.times(scales, host, overlap, reg, layer)
             for k, s_k in by_label.items():
                 at = labels == k
-                out[at] = pr.times(scales[:3] + [s_k], host, overlap, reg)[at]
+                out[at] = pr.times(scales[:3] + [s_k], host, overlap, reg, layer)[at]
             return np.log(out / tt)
 
         rows_scale = lambda p: p in SCALES or p.startswith("s_rows@")  # noqa: E731
@@ -343,7 +419,7 @@ def fit_steps(
             np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
             for p in free
         ]
-        x0 = [min(0.0, h - 1e-6) if p in SCALES else 0.01 for p, h in zip(free, hi)]
+        x0 = [min(0.0, h - 1e-6) if p in SCALES else 1.0 if p in LAYER else 0.01 for p, h in zip(free, hi)]
         if start is not None:  # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
         res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
@@ -377,8 +453,9 @@ def fit_steps(
         res, free, hi, unpack = best
     elif sessions:
         warns.append("no rows regime: no scale per session")
-    (s_pi, s_beta, s_pa, s_rows), host, regime, by_label = unpack(res.x)
+    (s_pi, s_beta, s_pa, s_rows), host, regime, by_label, layer = unpack(res.x)
     host = [h if h > 1e-9 * scale else 0.0 for h in host]  # at the bound: zero, not a denormal
+    layer = None if layer is None else [float(v) if v > 1e-12 else 0.0 for v in layer]
     if by_session:
         by_session = {k: by_label.get(k, float(s_rows)) for k in by_session["sessions"]}
     values = {
@@ -386,6 +463,7 @@ def fit_steps(
         "s_beta": float(s_beta),
         "s_pi_attn": float(s_pa),
         "s_rows": float(s_rows),
+        **{k: float(h) for k, h in zip(LAYER, layer or (0.0, 0.0))},
         **{k: float(h) for k, h in zip(HOST, host)},
     }
     for p, x, h in zip(free, res.x, hi):
@@ -398,17 +476,19 @@ def fit_steps(
             warns.append(f"{p} pressed against the spec sheet and was clamped: {what}")
     rel = _rel_sigma(res, free, values, m)
     for p in free:
-        if p in HOST and values[p] == 0.0:
+        if p in HOST + LAYER and values[p] == 0.0:
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
     rel.update({p: np.inf for p in PARAMS if p not in free})
-    pred = pricer.times((float(s_pi), float(s_beta), float(s_pa), float(s_rows)), host, overlap, regime)
+    sc = (float(s_pi), float(s_beta), float(s_pa), float(s_rows))
+    pred = pricer.times(sc, host, overlap, regime, layer)
     kind, at = regime
     if by_session:
         lab = steps["session"].astype(str).to_numpy()
         for k, s_k in by_session.items():
             mine = lab == k
-            pred[mine] = pricer.times((float(s_pi), float(s_beta), float(s_pa), s_k), host, overlap, regime)[mine]
+            pred[mine] = pricer.times(sc[:3] + (s_k,), host, overlap, regime, layer)[mine]
+    warns += _low_beta(pricer, sc, host, overlap, regime, layer, pred, steps, base, fixed)
     return StepFit(
         values,
         rel,
@@ -424,7 +504,110 @@ def fit_steps(
         m if m < n else 0,
         at if kind == "budget" else 0,
         by_session,
+        layered,
+        tuple((g[0], g[1]) for g in groups),
+        errors_by_group(pred, steps, groups),
     )
+
+
+def joint_groups(steps: pd.DataFrame, model, tp: int | None = None) -> dict:
+    """(model name, tp, ModelSpec) -> positions of its steps in the table. ``model``: one ModelSpec
+    for every step, or a dict of them by the table's ``model`` column; ``tp``: the one tp size the
+    table must hold (None: whatever the ``tp`` column holds)."""
+    tps = steps["tp"].astype(int).to_numpy()
+    if tp:
+        have = sorted(set(tps.tolist()))
+        require(have == [int(tp)], "tp", have, f"the steps were measured at tp {have}, not {tp}")
+    if isinstance(model, ModelSpec):
+        names = np.full(len(steps), model.name, dtype=object)
+        specs = {model.name: model}
+    else:
+        require("model" in steps.columns, "steps:model", list(steps.columns), "several models need a model column")
+        names = steps["model"].astype(str).to_numpy()
+        specs = dict(model)
+        lack = sorted(set(names) - set(specs))
+        require(not lack, "model", lack, f"no model given for these; given: {', '.join(specs)}")
+    out: dict = {}
+    for i, key in enumerate(zip(names.tolist(), tps.tolist())):
+        out.setdefault(key, []).append(i)
+    return {(m, t, specs[m]): np.asarray(pos, dtype=np.int64) for (m, t), pos in sorted(out.items())}
+
+
+def elementwise_kernels(model: ModelSpec) -> int:
+    """The per-layer elementwise kernels of one pass (roofline.py's elementwise operator)."""
+    return int(2 * model.L + model.dense_layers + (model.kv_layers or 0))
+
+
+def layer_terms(groups: list, per_layer: str, fixed: dict) -> list[tuple[str, str]]:
+    """(term, why) for each of kernel_launch_s, hop_latency_s and host_step_s to hold at 0, from the
+    fixed time per step each puts on every step of a (model, tp) group: host_step_s 1,
+    kernel_launch_s the model's elementwise kernels, hop_latency_s 4·L·(tp − 1) (2·L all-reduces of
+    2·(tp − 1) hops). A term whose column is a combination of the others' over the groups cannot be
+    told from them: with one model, kernel_launch_s is host_step_s times the kernel count, and
+    per_layer says which of the two keeps the time ("step": host_step_s, today's fit; "layer":
+    kernel_launch_s, which carries to another model); with one tp, hop_latency_s is held."""
+    cols = {
+        "host_step_s": np.ones(len(groups)),
+        "kernel_launch_s": np.array([float(elementwise_kernels(s)) for _, _, s in groups]),
+        "hop_latency_s": np.array([4.0 * s.L * (t - 1) for _, t, s in groups]),
+    }
+    first = ("kernel_launch_s", "host_step_s") if per_layer == "layer" else ("host_step_s", "kernel_launch_s")
+    kept: list = []
+    out = []
+    for k in (*first, "hop_latency_s"):
+        if k in fixed:
+            if fixed[k]:
+                kept.append(cols[k])
+            continue
+        if not cols[k].any():
+            out.append((k, f"{k} not identified: no step pays it (tp 1); held at 0"))
+            continue
+        trial = np.stack(kept + [cols[k]], 1)
+        if np.linalg.matrix_rank(trial) == len(kept) + 1:
+            kept.append(cols[k])
+            continue
+        if k == "hop_latency_s":
+            why = "one tensor-parallel size: its all-reduces' latency is the per-layer or per-step time; held at 0"
+        elif k == "kernel_launch_s":
+            why = (
+                "one model: its per-layer kernels' time is a per-step time (host_step_s has it; "
+                "per_layer='layer' puts it per layer); held at 0"
+            )
+        else:
+            why = "one model: its per-step time is put per layer (per_layer='layer', kernel_launch_s); held at 0"
+        out.append((k, f"{k} not identified: {why}"))
+    return out
+
+
+def errors_by_group(pred: np.ndarray, steps: pd.DataFrame, groups: dict) -> pd.DataFrame:
+    """errors_by_kind of each (model, tp) group."""
+    rows = []
+    for (m, t, _), pos in groups.items():
+        e = errors_by_kind(pred[pos], steps.iloc[pos])
+        rows += [{"model": m, "tp": int(t), **r} for r in e.to_dict("records")]
+    return pd.DataFrame(rows)
+
+
+def _low_beta(pricer, sc, host, overlap, regime, layer, pred, steps, base, fixed) -> list[str]:
+    """A warning where the fitted β_eff is below BETA_LOW of the spec sheet's, naming what it
+    absorbed: the time the steps lose when β is raised to BETA_LOW·peak_bandwidth, by kind."""
+    beta = sc[1] * base.beta_eff
+    if beta >= BETA_LOW * base.peak_bandwidth:
+        return []
+    up = (sc[0], BETA_LOW * base.peak_bandwidth / base.beta_eff, sc[2], sc[3])
+    lost = 1.0 - pricer.times(up, host, overlap, regime, layer) / pred
+    by = [
+        f"{k} steps {100 * float(lost[i].mean()):.0f} %"
+        for k, i in steps.groupby("kind").indices.items()
+        if float(lost[i].mean()) > 0.005
+    ]
+    held = [k for k in LAYER + HOST[:1] if fixed.get(k) == 0.0]
+    return [
+        f"beta_eff {beta / 1e12:.3g} TB/s is below {BETA_LOW:.0%} of the spec sheet's "
+        f"{base.peak_bandwidth / 1e12:.3g} TB/s: it absorbed fixed time the memory-bound steps pay, "
+        f"{', '.join(by) or 'under 0.5 % of any kind'} of their time at {BETA_LOW:.0%} of spec"
+        + (f" (held, so unable to take it: {', '.join(held)})" if held else "")
+    ]
 
 
 LOW_BETA_START = float(np.log(0.5))
@@ -435,28 +618,29 @@ two solutions is kept. Tried only when the first solution has such a decode (``_
 BETA_STEP = 1e-3
 
 
-def _attention_moves(pricer: _Pricer, overlap: bool) -> bool:
+def _attention_moves(pricer: _Pricer | _Joint, overlap: bool) -> bool:
     """Whether quartering attention's π moves some step by ATTN_SHARE (else s_pi_attn is tied)."""
     zero = [0.0] * len(HOST)
     moved = pricer.times((1.0, 1.0, 0.25, 1.0), zero, overlap) / pricer.times((1.0, 1.0, 1.0, 1.0), zero, overlap) - 1.0
     return bool((moved >= ATTN_SHARE).any())
 
 
-def _flat_decodes(pricer: _Pricer, scales) -> bool:
+def _flat_decodes(pricer: _Pricer | _Joint, scales) -> bool:
     """Whether the unit decode model (costmodel/decode_units.py) prices some decode of these steps at
     these scales with an attention time that s_beta does not move (raised by BETA_STEP): one bound
     by its thread blocks' flow."""
     s_pi, s_beta, s_pa, _ = (float(v) for v in scales)
-    cm = CostModel(pricer.model, scaled_hardware(pricer.base, s_pi, s_beta, s_pa), pricer.tp)
-    if not cm.units:
-        return False
-    up = CostModel(pricer.model, scaled_hardware(pricer.base, s_pi, s_beta * (1 + BETA_STEP), s_pa), pricer.tp)
-    for j in pricer.used:
-        q, kv, d, tok = pricer.shapes.batches[j]
-        if d and not (q and cm.varlen):  # varlen: decodes beside a chunk ride the prefill kernel
-            a, b = (c.breakdown(c.shape(q, kv, d, tok)).op("attention_decode").time_s for c in (cm, up))
-            if abs(b / a - 1.0) < 1e-9:
-                return True
+    for pr, _ in pricer.groups:
+        cm = CostModel(pr.model, scaled_hardware(pr.base, s_pi, s_beta, s_pa), pr.tp)
+        if not cm.units:
+            continue
+        up = CostModel(pr.model, scaled_hardware(pr.base, s_pi, s_beta * (1 + BETA_STEP), s_pa), pr.tp)
+        for j in pr.used:
+            q, kv, d, tok = pr.shapes.batches[j]
+            if d and not (q and cm.varlen):  # varlen: decodes beside a chunk ride the prefill kernel
+                a, b = (c.breakdown(c.shape(q, kv, d, tok)).op("attention_decode").time_s for c in (cm, up))
+                if abs(b / a - 1.0) < 1e-9:
+                    return True
     return False
 
 
@@ -536,7 +720,11 @@ def _rel_sigma(res, free, values, n) -> dict:
     return out
 
 
-def predict_steps(steps: pd.DataFrame, model: ModelSpec, hw: Hardware, tp: int, overlap: bool = False) -> np.ndarray:
+def predict_steps(steps: pd.DataFrame, model, hw: Hardware, tp: int | None = None, overlap: bool = False) -> np.ndarray:
     """Seconds per step as the simulator prices each batch with ``hw`` (a fitted profile), host
-    time included (calibration/step_pricing.py)."""
-    return price_steps(steps, model, hw, tp, overlap)
+    time included (calibration/step_pricing.py); ``model`` and ``tp`` as fit_steps takes them (a
+    dict of models by the table's model column; tp None: the table's tp column)."""
+    out = np.empty(len(steps))
+    for (_, g_tp, spec), pos in joint_groups(steps, model, tp).items():
+        out[pos] = price_steps(steps.iloc[pos], spec, hw, g_tp, overlap)
+    return out

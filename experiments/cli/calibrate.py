@@ -322,6 +322,12 @@ def _print_steps(report: dict, args) -> int:
         )
     )
     _print_errors(report, "steps")
+    if len(report.get("errors_by_group") or []) > len(report["errors_fit"]):
+        print("\nerror on the fitted steps by model and tp (%)")
+        print(table(report["errors_by_group"]))
+    if report.get("errors_leave_one_model_out"):
+        print("\nerror on each model's steps, fitted without that model (leave one model out, %)")
+        print(table(report["errors_leave_one_model_out"]))
     return _print_warnings_and_files(report)
 
 

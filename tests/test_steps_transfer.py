@@ -1,0 +1,179 @@
+"""The step fit's per-layer terms (kernel_launch_s, hop_latency_s: calibration/step_pricing.py) fitted
+jointly over several models and tp sizes (calibration/steps.py, ``fit_steps`` with a dict of models),
+the β-below-half-spec warning, multi-tp Splitwise tables, and the cross-model transfer on the shared
+Splitwise data where it is present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel import load_hardware, load_model
+from costmodel.calibration.step_pricing import scaled_hardware
+from costmodel.calibration.step_timings import load_steps, uniform_steps
+from costmodel.calibration.steps import elementwise_kernels, fit_steps, layer_terms, predict_steps
+from costmodel.roofline import CostModel
+
+BASE = load_hardware("a100-80gb")
+MODELS = {"llama-2-7b": load_model("llama-2-7b"), "qwen3-8b": load_model("qwen3-8b")}
+TRUTH = {"s_pi": 0.8, "s_beta": 0.9, "launch": 20e-6, "hop": 5e-6, "host_step": 2e-3, "host_seq": 50e-6}
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps"
+
+
+def truth_hw():
+    return scaled_hardware(
+        BASE,
+        TRUTH["s_pi"],
+        TRUTH["s_beta"],
+        host=[TRUTH["host_step"], TRUTH["host_seq"], 0.0, 0.0],
+        layer=(TRUTH["launch"], TRUTH["hop"]),
+    )
+
+
+def splitwise_like(model: str, tp: int, hw) -> pd.DataFrame:
+    """Splitwise-shaped steps (a batch's prefill, its mean decode) of ``model`` at ``tp`` priced by ``hw``."""
+    cm = CostModel(MODELS[model], hw, tp)
+    grid = [(p, b) for p in (128, 512, 2048) for b in (1, 4, 16)]
+    p, b = np.array(grid).T
+    zero = np.zeros_like(p)
+    pre = [cm.step_time([int(x)] * int(n), [0] * int(n)) for x, n in grid]
+    dec = [cm.step_time([1] * int(n), [int(x) + 63] * int(n)) for x, n in grid]
+    out = pd.concat(
+        [
+            uniform_steps(b, p, zero, zero, zero, pre, "synthetic", tp),
+            uniform_steps(zero, zero, zero, b, p + 63, dec, "synthetic", tp),
+        ],
+        ignore_index=True,
+    )
+    out["model"] = model
+    return out
+
+
+def test_joint_fit_of_two_models_recovers_the_shared_per_layer_terms():
+    """Two models of other depths at tp 1, 2 and 4, priced by a profile with known per-layer and host
+    terms: the joint fit recovers them within a few %, and each model's steps price back."""
+    hw = truth_hw()
+    steps = pd.concat(
+        [splitwise_like("llama-2-7b", tp, hw) for tp in (1, 2, 4)] + [splitwise_like("qwen3-8b", 2, hw)],
+        ignore_index=True,
+    )
+    fit = fit_steps(steps, MODELS, BASE)
+    v = fit.values
+    assert fit.layered and {m for m, _ in fit.groups} == set(MODELS)
+    assert v["kernel_launch_s"] == pytest.approx(TRUTH["launch"], rel=0.03)
+    assert v["hop_latency_s"] == pytest.approx(TRUTH["hop"], rel=0.03)
+    assert v["host_step_s"] == pytest.approx(TRUTH["host_step"], rel=0.03)
+    assert v["s_pi"] == pytest.approx(TRUTH["s_pi"], rel=0.02) and v["s_beta"] == pytest.approx(0.9, rel=0.02)
+    assert fit.group_errors["mape"].max() < 0.5
+    pred = predict_steps(steps, MODELS, fit.hardware())
+    assert np.abs(pred / steps["time_s"].to_numpy() - 1).max() < 0.01
+
+
+def test_per_layer_terms_carry_to_another_model():
+    """Fitted on one model (its fixed time put per layer), the profile prices another model of other
+    depth, priced by the same per-layer profile, within 1 %; with the fixed time per step it does not."""
+    hw = truth_hw().replace(host_step_s=0.0)  # all of the fixed time per layer
+    one = pd.concat([splitwise_like("llama-2-7b", tp, hw) for tp in (1, 2)], ignore_index=True)
+    other = splitwise_like("qwen3-8b", 2, hw)
+    for per_layer, ok in (("layer", True), ("step", False)):
+        fit = fit_steps(one, MODELS, BASE, per_layer=per_layer)
+        err = np.abs(predict_steps(other, MODELS, fit.hardware()) / other["time_s"].to_numpy() - 1).mean()
+        assert (err < 0.01) == ok, (per_layer, err, fit.warnings)
+
+
+def test_unidentified_per_layer_terms_are_held_and_said():
+    m = load_model("llama-2-7b")
+    one = [("a", 8, m)]
+    assert [k for k, _ in layer_terms(one, "step", {})] == ["kernel_launch_s", "hop_latency_s"]
+    assert [k for k, _ in layer_terms(one, "layer", {})] == ["host_step_s", "hop_latency_s"]
+    two_tp = [("a", 2, m), ("a", 8, m)]
+    assert [k for k, _ in layer_terms(two_tp, "step", {})] == ["kernel_launch_s"]
+    two_models = [("a", 8, m), ("b", 8, load_model("llama-3.1-70b"))]
+    assert [k for k, _ in layer_terms(two_models, "step", {})] == ["hop_latency_s"]
+    assert elementwise_kernels(m) == 4 * m.L
+
+
+def test_one_model_one_tp_fit_is_unchanged_by_default():
+    """per_layer="step" on one model and tp holds both per-layer terms: the profile carries none."""
+    steps = splitwise_like("llama-2-7b", 2, truth_hw())
+    fit = fit_steps(steps, MODELS["llama-2-7b"], BASE, tp=2)
+    assert not fit.layered and fit.values["kernel_launch_s"] == fit.values["hop_latency_s"] == 0.0
+    assert fit.hardware().elementwise_beta == BASE.elementwise_beta
+    assert any("kernel_launch_s not identified" in w for w in fit.warnings)
+
+
+def test_beta_below_half_spec_is_warned_with_what_it_absorbed():
+    """Decode steps slowed by a fixed time that only β can take (per-layer and host terms held):
+    the fit's β_eff falls below half the spec sheet's, and the warning names the decode steps."""
+    hw = scaled_hardware(BASE, 1.0, 0.35)
+    steps = splitwise_like("llama-2-7b", 1, hw)
+    fixed = {"kernel_launch_s": 0.0, "hop_latency_s": 0.0, "host_step_s": 0.0, "host_per_seq_s": 0.0}
+    fit = fit_steps(steps, MODELS["llama-2-7b"], BASE, tp=1, fixed=fixed)
+    assert fit.beta_eff < 0.5 * BASE.peak_bandwidth
+    warn = [w for w in fit.warnings if w.startswith("beta_eff")]
+    assert len(warn) == 1 and "decode steps" in warn[0] and "host_step_s" in warn[0]
+    ok = fit_steps(splitwise_like("llama-2-7b", 1, BASE), MODELS["llama-2-7b"], BASE, tp=1)
+    assert not any(w.startswith("beta_eff") for w in ok.warnings)
+
+
+def test_multi_tp_splitwise_table_is_read_and_screened(tmp_path):
+    """A Splitwise table of several tp sizes loads (each step its tp and model); a configuration
+    faster than one of less work, and one whose e2e time its step times do not add up to, are
+    skipped and counted; the CLI fits it."""
+    from experiments.cli import main
+
+    rows = []
+    for tp, scale in ((2, 1.0), (4, 0.6)):
+        for b in (1, 2, 4, 8):
+            pt, tt = 100.0 * b * scale, 40.0 * scale * (1 + 0.01 * b)
+            if tp == 2 and b == 8:
+                pt = 50.0  # broken: below batch 4's
+            e2e = pt + 127 * tt * (1.5 if (tp, b) == (4, 4) else 1.0)
+            for _ in range(3):
+                rows.append(("llama2-70b", "a100-80gb", 512, b, 128, 0.0, 0.0, pt, tt, e2e, tp))
+    cols = "model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,prompt_time,token_time,e2e_time,tensor_parallel"
+    pd.DataFrame(rows, columns=cols.split(",")).to_csv(tmp_path / "sw.csv", index=False)
+    skipped: dict = {}
+    st = load_steps(tmp_path / "sw.csv", "splitwise", skipped=skipped)
+    assert sorted(set(st["tp"])) == [2, 4] and set(st["model"]) == {"llama2-70b"}
+    assert sum(skipped.values()) == 6 and len(st) == 2 * (24 - 6)
+    assert main(["calibrate", "--from", "splitwise", str(tmp_path / "sw.csv"), "--base", "a100-80gb", "--json"]) == 0
+
+
+@pytest.mark.skipif(not (SHARED / "splitwise_llama2_70b_a100.csv").is_file(), reason="needs the shared step data")
+def test_calibrate_two_models_reports_leave_one_model_out(tmp_path, capsys):
+    import json
+
+    from experiments.cli import main
+
+    rc = main(
+        [
+            "calibrate",
+            "--from",
+            "splitwise",
+            str(SHARED / "splitwise_bloom176b.csv"),
+            "--from",
+            "splitwise",
+            str(SHARED / "splitwise_llama2_70b_a100.csv"),
+            "--gpu",
+            "a100-80gb",
+            "--base",
+            "a100-80gb",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    lomo = rep["errors_leave_one_model_out"]
+    assert {(r["model"], r["tp"]) for r in lomo} == {
+        ("bloom-176b", 8),
+        ("llama2-70b", 2),
+        ("llama2-70b", 4),
+        ("llama2-70b", 8),
+    }
+    assert rep["model"] == "bloom-176b, llama2-70b" and rep["skipped"]
+    names = {p["parameter"]: p["value"] for p in rep["parameters"]}
+    assert names["kernel_launch_s"] > 0 and names["hop_latency_s"] > 0
