@@ -26,14 +26,15 @@ from .sglang_config import (
     SGLangConfig,
 )
 from .sglang_lookahead import SGLangLookahead
+from .sglang_overlap import OverlapLag
 from .sglang_prefill import PrefillAdder, reject_reason
 from .sglang_radix import RadixDriving, evict_for
 
 
-class SGLangScheduler(RadixDriving, SGLangLookahead):
+class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
     """SGLang's Scheduler, its event loop's scheduling half. The fast-forward hooks are
     SGLangLookahead's (policies/sglang_lookahead.py); the radix cache's driving is RadixDriving's
-    (policies/sglang_radix.py)."""
+    (policies/sglang_radix.py); the overlap scheduler's lag, OverlapLag's (policies/sglang_overlap.py)."""
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -43,6 +44,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         self._extends = 0
         self._replaced = False  # the last prefill batch replaced the running batch (see schedule)
         self._init_radix()
+        self._init_overlap()
 
     def _decoding(self, s: SchedulerState) -> list:
         """The running decodes outside the cohort (the chunked request is running but not decoding)."""
@@ -68,14 +70,23 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         return plan
 
     def schedule(self, s: SchedulerState) -> Plan:
+        if self.overlapped:  # event_loop_overlap: see policies/sglang_overlap.py
+            finishing = self._lag_begin(s)
+            return self._lag_end(s, self._schedule(s, finishing))
         if self._cache is not None:
             self._settle(s)
+        return self._remember(self._schedule(s, []))
+
+    def _schedule(self, s: SchedulerState, finishing: list) -> Plan:
+        """Scheduler.get_next_batch_to_run. `finishing`: the requests finishing in flight under the
+        overlap scheduler, still in SGLang's running batch but decoded no more."""
         if self._replaced:
             self.batch_is_full = False
             self._replaced = False
         decoding = self._decoding(s)
-        had_running = bool(decoding) or bool(s.num_in_cohort)
-        plan = self._prefill(s, decoding)
+        batch = sorted(decoding + finishing, key=_seq) if finishing else decoding  # running_batch.reqs
+        had_running = bool(batch) or bool(s.num_in_cohort)
+        plan = self._prefill(s, batch)
         self._extends = len(plan.items)  # the plan's first items are extends (prefill), the rest decodes
         if plan:
             # get_next_batch_to_run: the prefill batch becomes the running batch (a fresh
@@ -84,12 +95,13 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
             self._replaced = not had_running or self.chunked_req is not None
             if self.cfg.is_mixed_chunk and had_running:
                 n = len(plan.items)
-                plan = self._with_decodes(s, plan, decoding)
+                if decoding or s.num_in_cohort:
+                    plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
-            return self._remember(plan)
+            return plan
         if not s.num_running and not s.waiting:
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        return self._remember(self._decode(s, decoding))
+        return self._decode(s, decoding, finishing)
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
@@ -137,13 +149,17 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
             self.chunked_req = None
         return plan
 
-    def _decode(self, s: SchedulerState, decoding: list) -> Plan:
+    def _decode(self, s: SchedulerState, decoding: list, finishing: list) -> Plan:
         """Scheduler.update_running_batch: retract when the next decode does not fit, else decay the
-        new-token ratio."""
+        new-token ratio; nothing when it does not fit and a request finishes in flight (overlap)."""
         plan = Plan()
         if not decoding and not s.num_in_cohort:
             return plan
-        if not self._decode_fits(s, decoding):
+        fits = self._decode_fits(s, decoding)
+        if not fits and finishing:
+            self.batch_is_full = False
+            return plan
+        if not fits:
             s.dissolve_cohort()
             decoding = self._decoding(s)
             self._retract(s, decoding, plan)
@@ -193,7 +209,8 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         return reject_reason(self.cfg, req, pool)
 
     def on_finish(self) -> None:
-        self.batch_is_full = False
+        if not self.overlapped:  # else when the finish is processed (OverlapLag._full_reset_due)
+            self.batch_is_full = False
 
     def check(self, plan, s) -> None:
         """Extends and decodes are told apart by where the plan put them, not by request state: a
@@ -213,7 +230,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
         work of step n+1 (scheduling it, preparing its batch) is done while step n runs on the
         GPU, and step n's results are processed after step n+1 is launched. A cost model may then
         hide a step's host time behind the previous step's GPU time. The scheduling decisions
-        themselves are modelled on the non-overlap loop (event_loop_normal)."""
+        themselves follow the loop that runs (policies/sglang_overlap.py)."""
         return not self.cfg.disable_overlap_schedule
 
     @property
@@ -223,3 +240,7 @@ class SGLangScheduler(RadixDriving, SGLangLookahead):
 
 def _one(req) -> int:
     return 1
+
+
+def _seq(req) -> int:
+    return req.seq

@@ -42,6 +42,7 @@ def flags_for(policy: str, budget: int, tight: int, cache: bool, async_schedulin
             page_size=16,
             disable_radix_cache=not cache,
             max_running_requests=16,
+            disable_overlap_schedule=not async_scheduling,  # the overlap scheduler's lag: policies/sglang_overlap.py
         )
         if tight:
             flags["max_total_tokens"] = tight * 16

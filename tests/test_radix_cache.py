@@ -226,6 +226,7 @@ def test_radix_under_kv_pressure_fast_forward_equals_stepping(mixed, page, monke
         max_running_requests=48,
         disable_radix_cache=False,
         max_model_len=8192,
+        disable_overlap_schedule=True,  # the overlap scheduler steps (policies/sglang_overlap.py)
     )
     sim, a = _run(flags, wl, True)
     fast = len(events)

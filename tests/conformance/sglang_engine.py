@@ -8,7 +8,14 @@ writes itself is the glue that SGLang keeps on `Scheduler` and `ScheduleBatch`, 
 need a model and a GPU; each method names the function it follows. The model forward is a stub:
 every request whose prefill completes, and every decode, samples a token of its own (one id per
 request, above every prompt token), and a request finishes by length at max_new_tokens, which is
-what chunksim's fixed output lengths are. Own tokens, because chunksim's prefix cache names a
+what chunksim's fixed output lengths are.
+
+The loop is SGLang's too, in either form: event_loop_normal (Knobs.disable_overlap_schedule) or
+event_loop_overlap, SGLang's default, whose ordering (batch n+1 formed before batch n's result is
+processed; Scheduler._reqs_finishing_inflight; update_running_batch returning None while a
+finishing request's KV is still held; results of retracted requests dropped) is reproduced here
+function by function (``_step_overlap``): the real loop needs a model worker, CUDA streams and the
+future map of sampled tokens, none of which scheduling reads. Own tokens, because chunksim's prefix cache names a
 request's generated blocks after the request alone: with a shared token, a cached output could
 match another request's prompt or output, which no real workload's block hashes say.
 
@@ -145,7 +152,7 @@ class Knobs:
     max_running_requests: int = 4096
     enable_mixed_chunk: bool = False
     disable_radix_cache: bool = True
-    disable_overlap_schedule: bool = True
+    disable_overlap_schedule: bool = True  # False: event_loop_overlap (SGLang's default on CUDA)
 
 
 @dataclass
@@ -191,7 +198,8 @@ class _Batch:
 
 
 class SGLangEngine:
-    """Scheduler.event_loop_normal around SGLang's own admission, radix cache and allocator."""
+    """Scheduler.event_loop_normal or event_loop_overlap around SGLang's own admission, radix cache
+    and allocator."""
 
     def __init__(self, knobs: Knobs, max_context_len: int = 1 << 16):
         sg = self.sg = _sglang()
@@ -219,6 +227,9 @@ class SGLangEngine:
         self.chunked_req = None
         self.time = 0
         self._sampled: dict = {}  # rid → the token its fake forward samples
+        self.overlap = not knobs.disable_overlap_schedule
+        self.result_queue: list = []  # event_loop_overlap: (batch, its requests, its decodes, its Step), unprocessed
+        self.progressed = False  # the last step() processed a result without running a batch
 
     def add(self, rid: str, tokens, max_new_tokens: int, ignore_eos: bool) -> None:
         """Scheduler._add_request_to_queue: to the back of the waiting queue."""
@@ -230,7 +241,13 @@ class SGLangEngine:
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.running.reqs or self.chunked_req or (self.last_batch and self.last_batch.reqs))
+        return bool(
+            self.waiting
+            or self.running.reqs
+            or self.chunked_req
+            or (self.last_batch and self.last_batch.reqs)
+            or self.result_queue
+        )
 
     # --- Scheduler.get_next_batch_to_run ---------------------------------------------------------
     def get_next_batch_to_run(self):
@@ -329,8 +346,14 @@ class SGLangEngine:
         batch = _Batch(can_run, extend=True)
         self._prepare_for_extend(batch)
         if self.mixed and not running.is_empty():
-            if self.check_decode_mem(running.reqs):
+            finishing = self._reqs_finishing_inflight(running)
+            running.filter_batch(reqs_to_exclude=finishing)
+            if finishing:
+                running.batch_is_full = False
+            if not running.is_empty() and self.check_decode_mem(running.reqs):
                 self._prepare_for_decode(running)
+                for r in running.reqs:  # ScheduleBatch.mix_with_running: a tail's extend ends at its row length
+                    r.extend_end = r.kv.kv_allocated_len
                 batch.decoding_reqs = running.reqs
                 batch.reqs = batch.reqs + running.reqs
                 full = running.batch_is_full
@@ -399,7 +422,16 @@ class SGLangEngine:
         does not fit, else decay the new-token ratio; then the decode."""
         initial = batch.batch_size()
         self._retracted = []
-        if not self.check_decode_mem(batch.reqs):
+        finishing = self._reqs_finishing_inflight(batch)
+        batch.filter_batch(reqs_to_exclude=finishing)
+        if batch.is_empty():
+            batch.batch_is_full = False
+            return None
+        fits = self.check_decode_mem(batch.reqs)
+        if not fits and finishing:  # the queued result frees the finishing requests' KV: decode next step
+            batch.batch_is_full = False
+            return None
+        if not fits:
             self._retracted, self.ratio.current = self.retract_decode(batch)
             for req in self._retracted:
                 self.waiting.append(req)
@@ -411,6 +443,16 @@ class SGLangEngine:
             return None
         self._prepare_for_decode(batch)
         return batch
+
+    def _reqs_finishing_inflight(self, batch) -> list:
+        """Scheduler._reqs_finishing_inflight (overlap only: enable_skip_finishing_decode): the
+        requests of the queued (unprocessed) batch whose result commits their last output by
+        length (Req.next_output_finishes_by_length: len(output_ids) + 1 >= max_new_tokens)."""
+        if not self.overlap or not self.result_queue:
+            return []
+        assert len(self.result_queue) == 1
+        queued = set(map(id, self.result_queue[0][1]))
+        return [r for r in batch.reqs if id(r) in queued and len(r.output_ids) + 1 >= r.sampling_params.max_new_tokens]
 
     def retract_decode(self, batch):
         """ScheduleBatch.retract_decode: most output tokens kept first, then shortest prompt
@@ -443,34 +485,69 @@ class SGLangEngine:
 
     # --- the loop --------------------------------------------------------------------------------
     def step(self) -> Step | None:
-        """One pass of Scheduler.event_loop_normal; None when the engine had nothing to run."""
+        """One pass of Scheduler.event_loop_normal, or of event_loop_overlap; None when the engine
+        ran nothing and had no result to process."""
         self._retracted = []
+        self.progressed = False
         batch = self.get_next_batch_to_run()
         rec = Step(self.time, retracted=[r.rid for r in self._retracted])
         self._retracted = []
+        if self.overlap:
+            return self._step_overlap(batch, rec)
         if batch is None:
             if not self.busy:
                 self.ratio.reset()  # Scheduler.on_idle
             self.last_batch = None
             return rec if rec.retracted else None
-        if batch.extend:
-            self._process_prefill(batch, rec)
-        else:
-            self._process_decode(batch, rec)
+        self._record(batch, rec)
+        self._process(batch.extend, batch.reqs, batch.decoding_reqs, rec)
         self.last_batch = batch
         self.time += 1
         return rec
 
-    def _process_prefill(self, batch, rec) -> None:
+    def _step_overlap(self, batch, rec) -> Step | None:
+        """Scheduler.event_loop_overlap: batch n+1 was formed above before batch n's result is
+        processed (so n's tokens are not in output_ids yet, its finished requests still hold
+        their KV and req_to_token rows, and its completed prefills are not checkpointed); then
+        n+1 is launched (run_batch; result_queue.append), then n's result is processed
+        (pop_and_process). is_disable_overlap_for_batch is False here: it needs
+        SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP (default off) or a speculative grammar."""
+        if batch is not None:
+            self._record(batch, rec)
+            self.result_queue.append((batch.extend, list(batch.reqs), batch.decoding_reqs, rec))
+            self.time += 1
+        if self.last_batch is not None:
+            extend, reqs, decoding, done = self.result_queue.pop(0)
+            self._process(extend, reqs, decoding, done)
+            self.progressed = batch is None
+        elif batch is None and not self.busy:
+            self.ratio.reset()  # Scheduler.on_idle
+        self.last_batch = batch
+        if batch is None:
+            return rec if rec.retracted else None
+        return rec
+
+    def _record(self, batch, rec) -> None:
+        """The tokens each request computes in the batch, as it is launched."""
+        decoding = set(map(id, batch.decoding_reqs or ()))
+        for req in batch.reqs:
+            rec.tokens[req.rid] = 1 if not batch.extend or id(req) in decoding else req.extend_len
+
+    def _process(self, extend, reqs, decoding, rec) -> None:
+        if extend:
+            self._process_prefill(reqs, decoding, rec)
+        else:
+            self._process_decode(reqs, rec)
+
+    def _process_prefill(self, reqs, decoding_reqs, rec) -> None:
         """BatchResultProcessor.process_batch_result_prefill: a request whose prefill completed
         samples a token; finished → release_kv_cache(checkpoint=True), else, if not a mixed decode,
         checkpoint_kv_cache (its prompt enters the radix tree while it runs); a chunk that does not
-        complete the prompt only counts down inflight_middle_chunks."""
+        complete the prompt only counts down inflight_middle_chunks. A finished or retracted
+        request's result is dropped (overlap: retracted after the batch was launched)."""
         sg = self.sg
-        decoding = set(map(id, batch.decoding_reqs or ()))
-        for req in batch.reqs:
-            rec.tokens[req.rid] = 1 if id(req) in decoding else req.extend_len
-        for req in batch.reqs:
+        decoding = set(map(id, decoding_reqs or ()))
+        for req in reqs:
             if req.finished() or req.is_retracted:
                 continue
             if req.inflight_middle_chunks <= 0:
@@ -483,15 +560,16 @@ class SGLangEngine:
                     sg.common.checkpoint_kv_cache(req, self.tree)
             else:
                 req.inflight_middle_chunks -= 1
-        if batch.decoding_reqs:
-            for req in batch.decoding_reqs:
-                req.refresh_fill_ids()
+        for req in decoding_reqs or ():
+            req.refresh_fill_ids()
 
-    def _process_decode(self, batch, rec) -> None:
-        """BatchResultProcessor.process_batch_result_decode: one token each; finished → release_kv_cache."""
+    def _process_decode(self, reqs, rec) -> None:
+        """BatchResultProcessor.process_batch_result_decode: one token each; finished → release_kv_cache.
+        Under overlap a request retracted after the batch was launched drops its token."""
         sg = self.sg
-        for req in batch.reqs:
-            rec.tokens[req.rid] = 1
+        for req in reqs:
+            if self.overlap and (req.finished() or req.is_retracted):
+                continue
             req.output_ids.append(self._sampled[req.rid])
             req.update_finish_state()
             if req.finished():
@@ -515,6 +593,10 @@ def run_engine(scenario, max_steps: int = 100_000) -> list:
             eng.add(r.rid, r.tokens, r.max_new_tokens, r.ignore_eos)
             i += 1
         rec = eng.step()
+        if eng.progressed:  # overlap: a result processed, nothing launched; form the next batch now
+            if rec is not None:
+                steps.append(rec)
+            continue
         if rec is not None:
             steps.append(rec)
             if rec.tokens:

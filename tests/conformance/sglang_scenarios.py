@@ -30,20 +30,23 @@ class Scenario:
     requests: list = field(default_factory=list)
 
 
-CONFIGS = {  # name: (enable_mixed_chunk, disable_radix_cache, tight KV)
-    "mixed-off/radix-off/ample": (False, True, False),
-    "mixed-on/radix-off/ample": (True, True, False),
-    "mixed-off/radix-on/ample": (False, False, False),
-    "mixed-on/radix-on/ample": (True, False, False),
-    "mixed-off/radix-off/tight": (False, True, True),
-    "mixed-on/radix-off/tight": (True, True, True),
-    "mixed-off/radix-on/tight": (False, False, True),
-    "mixed-on/radix-on/tight": (True, False, True),
+CONFIGS = {  # name: (enable_mixed_chunk, disable_radix_cache, tight KV, overlap scheduler)
+    "mixed-off/radix-off/ample": (False, True, False, False),
+    "mixed-on/radix-off/ample": (True, True, False, False),
+    "mixed-off/radix-on/ample": (False, False, False, False),
+    "mixed-on/radix-on/ample": (True, False, False, False),
+    "mixed-off/radix-off/tight": (False, True, True, False),
+    "mixed-on/radix-off/tight": (True, True, True, False),
+    "mixed-off/radix-on/tight": (False, False, True, False),
+    "mixed-on/radix-on/tight": (True, False, True, False),
 }
+CONFIGS.update(  # the same with SGLang's default event loop, event_loop_overlap
+    {"overlap/" + name: (mixed, radix, tight, True) for name, (mixed, radix, tight, _) in CONFIGS.items()}
+)
 
 
 def random_scenario(config: str, seed: int) -> Scenario:
-    mixed, no_radix, tight = CONFIGS[config]
+    mixed, no_radix, tight, overlap = CONFIGS[config]
     rng = random.Random(f"{config}/{seed}")
     page = rng.choice((1, 1, 4, 16))
     chunk = rng.choice((None, 16, 32, 64, 128, 256))
@@ -86,6 +89,7 @@ def random_scenario(config: str, seed: int) -> Scenario:
         max_running_requests=rng.choice((8, 64) if tight else (2, 3, 8, 64)),
         enable_mixed_chunk=mixed,
         disable_radix_cache=no_radix,
+        disable_overlap_schedule=not overlap,
     )
     return Scenario(f"{config}#{seed}", knobs, reqs)
 
