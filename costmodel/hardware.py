@@ -166,6 +166,12 @@ class Hardware:
     moe_tuned_shapes: list = field(default_factory=list)  # ... those shapes: [experts, expert width per GPU]
     interconnect_bandwidth: float = 0.0  # bytes/s per direction per GPU, for tensor parallelism
     interconnect_latency_s: float = 0.0  # per ring step
+    pcie_gts: float = 0.0  # > 0: tp > 1 over PCIe, priced by NCCL's tuning model (costmodel/pcie.py): GT/s a lane
+    pcie_lanes: int = 16  # ... the GPU's link width
+    pcie_p2p: bool = True  # ... whether the driver allows GPU peer-to-peer (GeForce: no; then NCCL's SHM path)
+    pcie_switch: bool = False  # ... GPUs behind a PCIe switch (NCCL PATH_PXB), else on the CPU's root ports
+    host_cpu: str = ""  # ... "intel", "amd" or "" (unknown): NCCL's P2P level and Intel P2P overhead
+    compute_capability: float = 0.0  # ... the GPU's (8.9, 12.0): NCCL's speed array and compcap index
     gpus_per_node: int = 8
     counting: str = "seed"  # FLOP-counting convention the effective numbers belong to
     description: str = ""
@@ -304,6 +310,30 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         "moe_tuned_pi",
     ):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
+    if hw.pcie_gts:
+        from .pcie import PCI_GEN_RATE
+
+        require(
+            float(hw.pcie_gts) in PCI_GEN_RATE,
+            f"{source}:pcie_gts",
+            hw.pcie_gts,
+            f"must be 0 or a PCIe rate NCCL knows (GT/s: {', '.join(f'{k:g}' for k in PCI_GEN_RATE)})",
+        )
+        require(
+            isinstance(hw.pcie_lanes, int) and not isinstance(hw.pcie_lanes, bool) and 1 <= hw.pcie_lanes <= 32,
+            f"{source}:pcie_lanes",
+            hw.pcie_lanes,
+            "must be an integer from 1 to 32",
+        )
+        require(
+            isinstance(hw.compute_capability, (int, float)) and 6.0 <= hw.compute_capability < 20,
+            f"{source}:compute_capability",
+            hw.compute_capability,
+            "must be set (e.g. 8.9, 12.0) with pcie_gts",
+        )
+    for fld in ("pcie_p2p", "pcie_switch"):
+        require(isinstance(getattr(hw, fld), bool), f"{source}:{fld}", getattr(hw, fld), "must be true or false")
+    require(hw.host_cpu in ("", "intel", "amd"), f"{source}:host_cpu", hw.host_cpu, 'must be "intel", "amd" or ""')
     require(
         isinstance(hw.gemm_tile_rows, int) and hw.gemm_tile_rows >= 1,
         f"{source}:gemm_tile_rows",

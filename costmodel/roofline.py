@@ -87,6 +87,7 @@ from .gemm_tiles import GemmTiles, layer_gemms
 from .hardware import Hardware
 from .host import HostTime
 from .model import ModelSpec
+from .pcie import PcieNccl, uses_pcie
 from .precision import PrecisionError, gemm_rate
 from .shape import ShapeStats, attention_sums
 
@@ -256,6 +257,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.ar_wave, self.ar_sms = float((hw.allreduce_wave_s or {}).get(tp, 0.0)), hw.sms
         self.ar_hinge = tp in (hw.allreduce_oneshot_max or [])
         self.ar_soft = tp in (hw.allreduce_soft or [])
+        # PCIe profiles without measured regimes for this tp: NCCL's tuning model (costmodel/pcie.py)
+        self.pcie = PcieNccl.from_hardware(hw, tp) if uses_pcie(hw, tp) else None
+        self.ar_call_bytes_per_row = m.H * b  # one all-reduce's message per row
+        self.gather_out_bytes_per_seq = m.vocab * b if faithful_tp else 0.0  # all-gather output per sequence
         self.moe_fitted = m.is_moe and hw.moe_pi > 0
         if self.moe_fitted:  # per MoE layer and GPU: costmodel/moe_cost.py
             n = m.expert_ffn / tp
@@ -464,6 +469,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                 self.ar_hinge,
                 self.ar_soft,
             )
+        if self.pcie is not None:
+            return self.ar_calls * self.pcie.allreduce_us(self.ar_call_bytes_per_row * rows)[0] * 1e-6
         return self.ar_bytes_per_row * rows / self.hw.interconnect_bandwidth + self.ar_latency
 
     def gather_s(self, seqs: int) -> float:
@@ -474,6 +481,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         if r:
             rows = gather_rows(size, self.ar_bytes_per_call_row, self.ar_oneshot_tokens, self.ar_switches)
             return call_time(r, size, rows, self.ar_oneshot_tokens, False, self.ar_switches, soft=self.ar_soft)
+        if self.pcie is not None:
+            return self.pcie.allgather_us(self.gather_out_bytes_per_seq * seqs)[0] * 1e-6
         return size / self.hw.interconnect_bandwidth + (self.tp - 1) * self.hw.interconnect_latency_s
 
     def _tiled_time(self, name: str, rows: int, seqs: int) -> float:

@@ -9,6 +9,7 @@ import time
 
 from costmodel import load_hardware, load_model
 from costmodel.expected_error import expected_error
+from costmodel.pcie import PcieNccl, uses_pcie
 
 from ..report import table
 from ..validate import hardware_for, load_run, model_for, validate
@@ -77,6 +78,9 @@ def run(args) -> int:
                     "figures": figures.to_dict("records"),
                     "mean_abs_rel_error": overall,
                     "expected_error": expected_error(hw).as_dict(),
+                    "pcie_allreduce": (
+                        PcieNccl.from_hardware(hw, measured.tp).describe() if uses_pcie(hw, measured.tp) else None
+                    ),
                     "seconds": seconds,
                 },
                 indent=2,
@@ -100,6 +104,8 @@ def run(args) -> int:
             f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)"
         )
         print(expected_error(hw).line(hw.name))
+        if uses_pcie(hw, measured.tp):
+            print(PcieNccl.from_hardware(hw, measured.tp).describe())
     if args.plots:
         from ..validate import cdf_plots
 
