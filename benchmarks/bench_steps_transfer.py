@@ -67,6 +67,18 @@ def transfer(fit_on: str, predict: str, data: dict, base: str, per_layer: str):
     return f, mape_by_tp(pred, data[predict]), time.perf_counter() - t0
 
 
+def transfer_log_errors(base: str = "a100-sxm") -> np.ndarray:
+    """ln(predicted / measured) of every held-out step, both directions, per-layer fit on ``base``:
+    the step-calibrated kind's figures in the expected-error ledger (benchmarks/error_ledger.py)."""
+    data = tables()
+    models = step_models(pd.concat(data.values(), ignore_index=True), None)
+    out = []
+    for fit_on, predict in (("bloom-176b", "llama2-70b"), ("llama2-70b", "bloom-176b")):
+        hw = fit_steps(data[fit_on], models, load_hardware(base), per_layer="layer").hardware()
+        out.append(np.log(predict_steps(data[predict], models, hw) / data[predict]["time_s"].to_numpy()))
+    return np.concatenate(out)
+
+
 def show_fit(f) -> None:
     v = f.values
     print(

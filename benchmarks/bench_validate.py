@@ -285,7 +285,7 @@ def interconnect_variants(hw, tp: int) -> list[tuple[str, object]]:
     out.append(
         (
             "all-reduce at LLMServingSim's PCIe link setting (16 GB/s, 20 µs per hop; diagnosis only)",
-            hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6),
+            hw.replace(allreduce_regimes={}, interconnect_bandwidth=16e9, interconnect_latency_s=20e-6, pcie_gts=0),
         )
     )
     return out
@@ -296,7 +296,9 @@ def link_sensitivity(run_dir: Path, model, hw, run) -> str:
     bandwidths (the profile's per-hop latency): what link the run implies, not a source."""
     cells = []
     for bw in (64e9, 32e9, 16e9, 8e9):
-        alt = hw.replace(allreduce_regimes={}, interconnect_bandwidth=bw)
+        alt = hw.replace(
+            allreduce_regimes={}, interconnect_bandwidth=bw, pcie_gts=0
+        )  # the link alone, not NCCL's model
         table, overall, _, _ = validate(run_dir, model, alt, run=run)
         tpot = table.set_index("metric").loc["median_tpot_ms", "rel_error"]
         cells.append(f"{bw / 1e9:.0f} GB/s {100 * overall:.1f} % (TPOT {100 * tpot:+.1f} %)")
@@ -363,9 +365,17 @@ def main() -> None:
                     + "\n  ".join(wind_down(ROOT / "runs" / run_rel, ROOT / "profiles" / prof_rel, model, hw, run.tp))
                 )
             if run.tp > 1:
+                from costmodel import CostModel
+
+                pcie = CostModel(model, hw, run.tp).pcie
                 print(
-                    f"  the profile folder holds no all-reduce; above: the base's spec-sheet link "
-                    f"({hw.interconnect_bandwidth / 1e9:.0f} GB/s, {hw.interconnect_latency_s * 1e6:.1f} µs per hop)"
+                    "  the profile folder holds no all-reduce; above: "
+                    + (
+                        pcie.describe()
+                        if pcie is not None
+                        else f"the base's spec-sheet link ({hw.interconnect_bandwidth / 1e9:.0f} GB/s, "
+                        f"{hw.interconnect_latency_s * 1e6:.1f} µs per hop)"
+                    )
                 )
                 for i, (label, alt) in enumerate(engine_allreduce(hw, model, run.tp)):
                     t2, o2, _, _ = validate(ROOT / "runs" / run_rel, model, alt, run=run)

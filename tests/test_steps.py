@@ -363,6 +363,8 @@ def test_step_pricing_is_the_simulators_step_time(counting, brk, budget, base_na
         ("bloom-176b", 8, dict(gemm_tile_rows=128, gemm_rows_break=1024, gemm_rows_pi_scale=0.7)),
         ("bloom-176b", 8, dict(gemm_tile_rows=128, gemm_rows_budget=1500, gemm_rows_pi_scale=0.6)),
         ("llama-3.1-70b", 4, dict(allreduce_oneshot_tokens=512, step_overhead_s=1e-4, counting="faithful")),
+        ("qwen3-32b", 2, dict(pcie_gts=32, pcie_lanes=16, pcie_p2p=True, compute_capability=12.0, counting="faithful")),
+        ("llama-3.1-8b", 4, dict(pcie_gts=16, pcie_lanes=16, compute_capability=8.9)),
     ],
 )
 def test_roofline_step_pricing_is_step_time_bit_for_bit(name, tp, fields):

@@ -389,6 +389,10 @@ def _allreduce(cm: CostModel, rows: np.ndarray):
     """``CostModel.allreduce_s`` elementwise."""
     if cm.tp == 1:
         return 0.0
+    if cm.pcie is not None:  # NCCL's tuning model (costmodel/pcie.py), one price per distinct size
+        u, inv = np.unique(np.asarray(rows, float), return_inverse=True)
+        t = np.array([cm.allreduce_s(int(r)) for r in u])
+        return t[inv].reshape(np.shape(rows))
     if not cm.ar_regimes:
         return cm.ar_bytes_per_row * rows / cm.hw.interconnect_bandwidth + cm.ar_latency
     return cm.ar_calls * call_times(
@@ -409,6 +413,10 @@ def _gather(cm: CostModel, seqs: np.ndarray):
     """``CostModel.gather_s`` elementwise."""
     if not cm.gather_bytes_per_seq:
         return 0.0
+    if cm.pcie is not None:
+        u, inv = np.unique(np.asarray(seqs, float), return_inverse=True)
+        t = np.array([cm.gather_s(int(x)) for x in u])
+        return t[inv].reshape(np.shape(seqs))
     size, r = cm.gather_bytes_per_seq * seqs, cm.ar_regimes
     if not r:
         return size / cm.hw.interconnect_bandwidth + (cm.tp - 1) * cm.hw.interconnect_latency_s
