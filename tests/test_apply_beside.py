@@ -22,6 +22,8 @@ from simcore.fastforward import applies, runs
 from simcore.replica import Replica
 from simcore.simulation import Simulation
 
+pytestmark = pytest.mark.usefixtures("sglang_non_overlap")  # the fast paths: SGLang's non-overlap loop
+
 
 def _twin(replica):
     """A replica sharing `replica`'s cost model and flags over a deep copy of its state, policy

@@ -21,6 +21,8 @@ from simcore.replica import Replica
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
+pytestmark = pytest.mark.usefixtures("sglang_non_overlap")  # the fast paths: SGLang's non-overlap loop
+
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 BLOCK_TOKENS = 32  # prefix-cache block: a multiple of every engine block size drawn below
 

@@ -17,6 +17,8 @@ from simcore.fastforward import arrival_folds, chunked
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
+pytestmark = pytest.mark.usefixtures("sglang_non_overlap")  # the fast paths: SGLang's non-overlap loop
+
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 ROUTERS = ["round_robin", "least_outstanding", "least_kv", "prefix_affinity"]
 COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_itl_s")
@@ -457,9 +459,9 @@ def _radix_releases(flags, wl, ff, monkeypatch):
         got.append(req.seq)
         return release(cache, req)
 
-    monkeypatch.setattr(RadixCache, "release", logged)
-    run("sglang", flags, wl, ff)
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:  # undone alone (not the module's sglang_non_overlap)
+        mp.setattr(RadixCache, "release", logged)
+        run("sglang", flags, wl, ff)
     return got
 
 

@@ -12,6 +12,8 @@ from experiments.sglang_chunk_study import agentic_workload
 from simcore.simulation import Simulation, fixed_workload
 from workloads.workload import Workload
 
+pytestmark = pytest.mark.usefixtures("sglang_non_overlap")  # the fast paths: SGLang's non-overlap loop
+
 TRACES = Path(__file__).resolve().parents[2] / "shared/data/traces"
 
 

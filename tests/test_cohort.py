@@ -13,6 +13,8 @@ from simcore.request import Request
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
+pytestmark = pytest.mark.usefixtures("sglang_non_overlap")  # the fast paths: SGLang's non-overlap loop
+
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 
 
