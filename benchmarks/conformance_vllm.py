@@ -17,7 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "tests", "conformance"), os.path.join(HERE, "..")]
 
 from vllm_driver import compare, vllm_available  # noqa: E402
-from vllm_scenarios import CONFIGS, random_scenarios, seed_scenes  # noqa: E402
+from vllm_scenarios import CONFIGS, SPEC_CONFIGS, random_scenarios, seed_scenes  # noqa: E402
+
+ALL_CONFIGS = [*CONFIGS, *SPEC_CONFIGS]  # spec-*: speculative decoding, sync (policies/vllm_spec.py)
 
 MODES = ("step", "fast", "cohort")
 
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=1000, help="random scenarios per configuration")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--config", nargs="*", default=ALL_CONFIGS, choices=ALL_CONFIGS)
     ap.add_argument("--show", type=int, default=5, help="failing scenarios printed per configuration")
     args = ap.parse_args(argv)
     why = vllm_available()
@@ -71,10 +73,10 @@ def main(argv=None) -> int:
         r = run(scenes, len(scenes))
         rows.append(("seed scenes" + (" async" if async_ else ""), r, 0.0))
     print()
-    print(f"{'configuration':<20}{'scenarios':>10}{'step':>8}{'fast':>8}{'cohort':>8}{'all':>8}{'preempt':>9}")
+    print(f"{'configuration':<22}{'scenarios':>10}{'step':>8}{'fast':>8}{'cohort':>8}{'all':>8}{'preempt':>9}")
     for name, r, _ in rows:
         print(
-            f"{name:<20}{r['n']:>10}"
+            f"{name:<22}{r['n']:>10}"
             + "".join(f"{r['ok'][m]:>8}" for m in MODES)
             + f"{r['all']:>8}{r['preempting']:>9}"
         )

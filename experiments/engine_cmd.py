@@ -141,6 +141,30 @@ def _strip_env(tokens: list[str]) -> tuple[list[str], list[str]]:
     return env, tokens[i:]
 
 
+REFUSED = {  # flags that change what the engine does and that chunksim does not model: an error, not a warning
+    "sglang": {
+        s: "SGLang's speculative decoding is not modelled yet (vLLM's --speculative-config is)"
+        for s in (
+            "--speculative-algorithm",
+            "--speculative-draft-model-path",
+            "--speculative-num-steps",
+            "--speculative-eagle-topk",
+            "--speculative-num-draft-tokens",
+        )
+    },
+    "vllm": {},
+}
+
+
+def _refused(engine: str, flag: str) -> None:
+    if flag in REFUSED[engine]:
+        raise InputError(f"--engine-cmd {flag}", flag, REFUSED[engine][flag])
+    if engine == "vllm" and flag.startswith("--speculative-config."):
+        raise InputError(
+            f"--engine-cmd {flag}", flag, "spell the speculative config as one JSON value: --speculative-config '{...}'"
+        )
+
+
 def _not_modelled(engine: str, flag: str) -> None:
     """A flag nobody models: a near-miss of a modelled spelling is a typo (the engine itself would
     refuse it), another engine's flag is refused; anything else is passed on as not modelled."""
@@ -202,6 +226,7 @@ def parse_engine_cmd(line: str) -> EngineCommand:
             else:
                 out.flags[table[flag][0]] = convert(table[flag][0], text, f"--engine-cmd {flag}")
             continue
+        _refused(engine, flag)
         _not_modelled(engine, flag)
         out.ignored.append(tok if eq or not takes_value else f"{tok} {rest[i + 1]}")
         i += 1 if eq or not takes_value else 2

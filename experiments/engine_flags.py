@@ -67,9 +67,19 @@ def _dtype(v):
     return None if ok else f"not modelled (16-bit: {', '.join(sorted(precision.DTYPES))})"
 
 
-def flag(kind: str, engines: tuple, help: str, vllm: tuple = (), sglang: tuple = (), check=None, cli: bool = True):
+def flag(
+    kind: str,
+    engines: tuple,
+    help: str,
+    vllm: tuple = (),
+    sglang: tuple = (),
+    check=None,
+    cli: bool = True,
+    own: tuple = (),
+):
     """A field of EngineFlags. ``vllm`` / ``sglang``: the spellings each engine's command line accepts
-    (booleans: the first switches on, a ``--no-`` one off); ``cli``: also a flag of ``chunksim simulate``."""
+    (booleans: the first switches on, a ``--no-`` one off); ``cli``: also a flag of ``chunksim simulate``;
+    ``own``: chunksim's spelling for a knob no engine has (not read from a pasted command line)."""
     return field(
         default=None,
         metadata={
@@ -80,8 +90,25 @@ def flag(kind: str, engines: tuple, help: str, vllm: tuple = (), sglang: tuple =
             "sglang": sglang,
             "check": check,
             "cli": cli,
+            "own": own,
         },
     )
+
+
+def _speculative(v):
+    """vLLM's --speculative-config JSON, parsed as the policy parses it (policies/vllm_spec.py)."""
+    from policies.vllm_spec import parse_speculative_config
+
+    try:
+        parse_speculative_config(v)
+    except InputError as e:
+        sub = e.field.removeprefix("--speculative-config").strip()
+        return f"{sub}={e.value!r}: {e.reason}" if sub else e.reason
+    return None
+
+
+def _acceptance(v):
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
 V, S, N = "vllm", "sglang", "nochunk"
@@ -225,6 +252,25 @@ class EngineFlags:
         sglang=("--dtype",),
         check=_dtype,
     )
+    speculative_config: str | None = flag(
+        STR,
+        (V,),
+        'vLLM speculative decoding, JSON as vLLM takes it: \'{"method": "ngram"|"eagle"|"eagle3"|"mtp", '
+        '"num_speculative_tokens": K}\' (sync scheduler only; policies/vllm_spec.py)',
+        vllm=("--speculative-config",),
+        check=_speculative,
+    )
+    spec_acceptance: float | None = flag(
+        FLOAT,
+        (V,),
+        "chunksim's own (vLLM has no such flag): per-draft-token acceptance probability α "
+        "(default 0.65, from EAGLE-3 on Llama-3.1-8B, MT-bench; policies/vllm_spec.py)",
+        own=("--spec-acceptance",),
+        check=_acceptance,
+    )
+    spec_seed: int | None = flag(
+        INT, (V,), "chunksim's own: seed of the acceptance draws (default 0)", own=("--spec-seed",), check=_nonneg
+    )
     usage_context: str | None = flag(
         STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False
     )
@@ -240,11 +286,12 @@ class Spec:
     sglang: tuple
     check: object
     cli: bool
+    own: tuple = ()
 
     @property
     def spellings(self) -> tuple:
         """Every command-line spelling, vLLM's first (the ``--no-`` forms left out)."""
-        return tuple(dict.fromkeys(s for s in self.vllm + self.sglang if not s.startswith("--no-")))
+        return tuple(dict.fromkeys(s for s in self.vllm + self.sglang + self.own if not s.startswith("--no-")))
 
     @property
     def negatable(self) -> bool:

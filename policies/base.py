@@ -176,27 +176,28 @@ class SchedulerState:
                 return False
         return True
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, preempted: list) -> bool:
+    def allocate_slots(self, req: Request, num_new_tokens: int, preempted: list, lookahead: int = 0) -> bool:
         """vLLM's KVCacheManager.allocate_slots for a running request, in Scheduler.schedule's
         preemption loop (``grow_or_preempt``): blocks for its next `num_new_tokens` positions, the
         last running request preempted until they are free; then the prefix cache takes its full
-        blocks (``publish``). False when `req` itself was preempted."""
+        blocks (``publish``). False when `req` itself was preempted. `lookahead`: slots held past the
+        new tokens (``num_lookahead_tokens``, speculative decoding's drafter), not published."""
         pool = self.pool
         tokens = req.num_computed_tokens + num_new_tokens
         if pool.cache is None:  # pool.grow without a cache, inline (the common case: the blocks are free)
-            need = -(-tokens // pool.block_size) - req.num_blocks
+            need = -(-(tokens + lookahead) // pool.block_size) - req.num_blocks
             if need <= 0:
                 return True
             if need <= pool.total - pool.used:
                 pool.used += need
                 req.num_blocks += need
                 return True
-        if not self.grow_or_preempt(req, tokens, preempted):
+        if not self.grow_or_preempt(req, tokens + lookahead, preempted):
             return False
         self.publish(req, tokens)
         return True
 
-    def allocate_new(self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool) -> bool:
+    def allocate_new(self, req: Request, num_new_tokens: int, full_sequence_must_fit: bool, lookahead: int = 0) -> bool:
         """vLLM's KVCacheManager.allocate_slots for a waiting request (looked up): blocks for its next
         `num_new_tokens` positions and, with `full_sequence_must_fit` (scheduler_reserve_full_isl),
         free blocks for all its num_tokens (its prefix-cache hit counted as held, hit blocks nobody
@@ -206,7 +207,7 @@ class SchedulerState:
         tokens = req.num_computed_tokens + num_new_tokens
         if pool.cache is None and not req.num_blocks:  # the same without a cache to consult, inline
             free = pool.total - pool.used
-            need = -(-tokens // pool.block_size)
+            need = -(-(tokens + lookahead) // pool.block_size)
             if (
                 full_sequence_must_fit and -(-(req.prompt_len + req.num_output_tokens) // pool.block_size) > free
             ) or need > free:
@@ -215,7 +216,7 @@ class SchedulerState:
             req.num_blocks = need
             return True
         if (full_sequence_must_fit and pool.blocks_missing(req, req.num_tokens) > pool.available) or not pool.grow(
-            req, tokens
+            req, tokens + lookahead
         ):
             return False
         self.publish(req, tokens)
@@ -236,6 +237,7 @@ class Plan:
     preempted: list = field(default_factory=list)
     cohort: int = 0  # decode cohort members riding along, one token each (not in items)
     released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
+    spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
 
     @property
     def num_tokens(self) -> int:
@@ -253,6 +255,20 @@ class PolicyHooks:
 
     cohort_max_outputs_left = 1 << 62  # a decode joins the cohort only with at most this many outputs left
     kv_observed = False  # set by Simulation when the router reads replicas' KV usage mid-run (Replica.kv_usage)
+    num_spec_tokens = 0  # drafts the drafter proposes after a request's sampling step (0: no spec decoding)
+
+    @property
+    def needs_stepping(self) -> bool:
+        """True: Simulation runs the reference loop (simcore/stepping.py), no fast path."""
+        return False
+
+    def step_cost(self, cm):
+        """The cost model as this policy's steps cost (speculative decoding adds its drafter)."""
+        return cm
+
+    def accept(self, req, drafts: int) -> int:
+        """Drafts accepted of the `drafts` a step verified for `req` (speculative decoding only)."""
+        return 0
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
         """FAST-FORWARD HOOK (simcore/fastforward/runs.py, chunked.py): whether the steps after the plan just

@@ -23,6 +23,7 @@ from simcore.apc import BlockHashCache
 
 from .base import Plan, SchedulerState
 from .vllm_lookahead import VLLMLookahead
+from .vllm_spec import SpecHooks, parse_speculative_config, resolve_async
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,15 @@ class VLLMConfig:
     gpu_memory_utilization: float = 0.9
     max_model_len: int = 0  # 0 = the model's max_position_embeddings
     enable_prefix_caching: bool = True  # V1 default; acts only when requests carry block hashes
-    async_scheduling: bool = True  # vllm/config/vllm.py: None resolves to True unless incompatible
+    async_scheduling: bool | None = None  # vllm/config/vllm.py: None resolves to True unless incompatible
     scheduler_reserve_full_isl: bool = True  # SchedulerConfig.scheduler_reserve_full_isl
+    speculative_config: str = ""  # vLLM's --speculative-config JSON (policies/vllm_spec.py); "" = off
+    spec_acceptance: float | None = None  # chunksim's own: per-draft acceptance α (None: vllm_spec's default)
+    spec_seed: int = 0  # chunksim's own: the acceptance draws' seed
 
     def __post_init__(self):
+        spec = parse_speculative_config(self.speculative_config, self.spec_acceptance, self.spec_seed)
+        object.__setattr__(self, "async_scheduling", resolve_async(spec, self.async_scheduling))
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
         require(
             self.max_num_batched_tokens >= self.max_num_seqs,
@@ -89,7 +95,7 @@ def vllm_defaults(
     return {"max_num_batched_tokens": tokens, "max_num_seqs": min(seqs, tokens)}
 
 
-class VLLMScheduler(VLLMLookahead):
+class VLLMScheduler(SpecHooks, VLLMLookahead):
     """vLLM's Scheduler (async_scheduling off) or AsyncScheduler (on).
 
     ``overlaps_host``: with async scheduling, vLLM schedules step n+1 and prepares its inputs on
@@ -102,9 +108,18 @@ class VLLMScheduler(VLLMLookahead):
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
         self._thr = cfg.long_prefill_token_threshold
+        self.init_spec(parse_speculative_config(cfg.speculative_config, cfg.spec_acceptance, cfg.spec_seed))
 
     def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> BlockHashCache:
-        """vLLM's own block-hash cache (simcore/apc.py)."""
+        """vLLM's own block-hash cache (simcore/apc.py); not with drafts (EAGLE's block drop, the
+        caching of verified tokens only: not modelled)."""
+        require(
+            self.spec is None,
+            "enable_prefix_caching",
+            True,
+            "prefix caching with speculative decoding is not modelled yet (the workload carries block "
+            "hashes); pass --no-enable-prefix-caching",
+        )
         return BlockHashCache(block_tokens, engine_block_size, outputs_lag=self.cfg.async_scheduling)
 
     @property
@@ -133,6 +148,9 @@ class VLLMScheduler(VLLMLookahead):
         plan.cohort = s.cohort_rides(self._wants, token_budget)
         token_budget -= plan.cohort
         num_scheduled_tokens, preempted_reqs = {}, plan.preempted
+        spec, max_len, ahead, prefill_scheduled = self.spec, cfg.max_model_len, 0, False
+        if spec is not None:
+            plan.spec = {}  # request -> drafts scheduled (negative: padding placeholders)
 
         # First, schedule the RUNNING requests.
         req_index, running, allocate_slots = 0, s.running, s.allocate_slots
@@ -141,12 +159,28 @@ class VLLMScheduler(VLLMLookahead):
             num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
             if 0 < long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = long_prefill_token_threshold
+            if spec is not None:
+                num_new_tokens += request.spec_tokens  # num_tokens_with_spec
+                if 0 < long_prefill_token_threshold < num_new_tokens:
+                    num_new_tokens = long_prefill_token_threshold
             if num_new_tokens > token_budget:  # min(num_new_tokens, token_budget): no call in the hot loop
                 num_new_tokens = token_budget
+            if spec is not None:  # "Make sure the input position does not exceed the max model len."
+                num_new_tokens = min(num_new_tokens, max_len - request.num_computed_tokens - 1)
+                if num_new_tokens <= 0:
+                    req_index += 1
+                    continue
+                ahead = min(spec.lookahead, max_len - request.num_computed_tokens - num_new_tokens)
             # allocate_slots, preempting the last running request until it fits
-            if not allocate_slots(request, num_new_tokens, preempted_reqs):
+            if not allocate_slots(request, num_new_tokens, preempted_reqs, ahead):
                 break
             num_scheduled_tokens[request] = num_new_tokens
+            if spec is not None:
+                drafts = request.num_computed_tokens + num_new_tokens - request.num_tokens
+                if drafts > 0:
+                    plan.spec[request] = drafts  # type: ignore[index]
+                request.spec_tokens = 0
+                prefill_scheduled |= request in self._chunking
             token_budget -= num_new_tokens
             req_index += 1
         if cache is not None:
@@ -156,24 +190,42 @@ class VLLMScheduler(VLLMLookahead):
         if not preempted_reqs and s.waiting:
             waiting = s.waiting
             num_running = s.num_running + len(s.finished)
+            ran = len(num_scheduled_tokens)
             while waiting and token_budget > 0 and num_running < cfg.max_num_seqs:
                 request = waiting[0]
                 if s.pool.cache is not None:
                     s.lookup(request)  # get_computed_blocks
                 num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
+                pad = False
+                if spec is not None and num_new_tokens == 1 and not prefill_scheduled:
+                    # "Pad new decode requests to uniform spec decoding size"
+                    if (ran or request.num_computed_tokens > 0) and request.num_computed_tokens + spec.k + 2 <= max_len:
+                        if spec.k + 1 > token_budget:
+                            break  # "Prefer to not schedule than schedule un-padded."
+                        num_new_tokens, pad = spec.k + 1, True
                 if 0 < long_prefill_token_threshold < num_new_tokens:
                     num_new_tokens = long_prefill_token_threshold
                 if not cfg.enable_chunked_prefill and num_new_tokens > token_budget:
                     break
                 num_new_tokens = min(num_new_tokens, token_budget)
-                if not s.allocate_new(request, num_new_tokens, cfg.scheduler_reserve_full_isl):
+                if spec is not None:
+                    ahead = min(spec.lookahead, max_len - request.num_computed_tokens - num_new_tokens)
+                if not s.allocate_new(request, num_new_tokens, cfg.scheduler_reserve_full_isl, ahead):
                     break
+                if pad:  # k placeholder drafts (-1), never accepted
+                    plan.spec[request] = request.num_tokens - request.num_computed_tokens - num_new_tokens  # type: ignore[index]
                 waiting.popleft()
                 s.admit(request)
                 num_running += 1
                 num_scheduled_tokens[request] = num_new_tokens
                 token_budget -= num_new_tokens
         plan.items = list(num_scheduled_tokens.items())
+        if spec is not None:  # Request.is_prefill_chunk: set by _update_after_schedule, kept while unscheduled
+            for r, n in plan.items:
+                if r.num_computed_tokens + n < r.num_tokens:
+                    self._chunking[r] = True
+                else:
+                    self._chunking.pop(r, None)
         if s.finished:
             plan.released = s.release_finished()
         return plan

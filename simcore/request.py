@@ -36,6 +36,8 @@ class Request:
     cohort_tick: int = -1  # the decode cohort's tick when it joined; -1: not a member
     cache_path: list | None = None  # prefix-cache nodes matched (pinned while this request holds them)
     ignore_eos: bool = True  # runs to output_len regardless of EOS (what fixed output lengths are)
+    spec_tokens: int = 0  # speculative decoding: drafts proposed for the next step (vLLM's spec_token_ids)
+    spec_draws: int = 0  # speculative decoding: verify steps so far (the acceptance draws' counter)
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +61,7 @@ class Request:
         self.num_computed_tokens = 0
         self.num_blocks = 0
         self.num_preemptions += 1
+        self.spec_tokens = 0  # vLLM's _preempt_request drops the drafts
 
     def check(self) -> None:
         assert 0 <= self.num_computed_tokens <= self.num_tokens, (self.rid, self.num_computed_tokens, self.num_tokens)

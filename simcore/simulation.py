@@ -75,6 +75,8 @@ class Simulation:
                 )
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
+        if any(getattr(pol, "needs_stepping", False) for pol, _, _ in engines):
+            ff = None  # a policy the fast paths do not know (speculative decoding): the reference loop
         if ff is None:  # the reference: simcore/stepping.py alone
             # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class
             self.replicas: list[Any] = [

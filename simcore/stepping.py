@@ -37,6 +37,9 @@ class SteppingReplica:
     ):
         self.env, self.index, self.policy, self.state = env, index, policy, state
         self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
+        if hasattr(policy, "step_cost"):
+            self.cm = policy.step_cost(self.cm)  # speculative decoding: + the drafter (costmodel/speculative.py)
+        self.drafts = getattr(policy, "num_spec_tokens", 0)  # drafts proposed after each sampling step
         self.on_finish, self.checking = on_finish, check
         self.open_loop = True  # closed loop: a finish frees its slot first, so the next request finds it gone
         self.itl = LogHistogram()
@@ -100,27 +103,48 @@ class SteppingReplica:
 
     def apply(self, plan, start: float, end: float) -> None:
         """[0, computed) cached | [computed, computed + n) this step: a request caught up with its
-        known tokens samples one at `end`; its gap since the last one is an inter-token latency."""
+        known tokens samples one at `end`; its gap since the last one is an inter-token latency.
+
+        Speculative decoding (``plan.spec``: request -> drafts verified): the request samples 1 + a
+        tokens, a = ``policy.accept`` of its drafts; num_computed_tokens rolls back by the rejected
+        drafts and, at output_len, by the tokens past it (vLLM's update_from_output). The 1 + a
+        tokens share the step's end as their time: a client streaming the output receives them in
+        one chunk, so the step adds one inter-token gap (vllm bench serve's ITL is per chunk),
+        while TPOT ((e2e − TTFT) / (outputs − 1)) counts every token. A request that sampled and
+        goes on gets the drafter's ``num_spec_tokens`` drafts for its next step."""
         self.num_iterations += 1
         if self.iteration_log is not None:
             self.iteration_log.append((self.index, start, end, 1, plan))
-        gaps, finished = [], []
+        gaps, finished, spec = [], [], plan.spec
         for req, n in plan.items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:  # a prefill chunk that is not the prompt's last
                 continue
+            emitted = 1
+            if spec is not None:
+                drafts = spec.get(req, 0)
+                if drafts:
+                    accepted = self.policy.accept(req, drafts)
+                    req.num_computed_tokens -= abs(drafts) - accepted
+                    emitted += accepted
+                left = req.output_len - req.num_output_tokens
+                if emitted > left:  # stopped at max_tokens: the tokens past it are trimmed
+                    req.num_computed_tokens -= emitted - left
+                    emitted = left
             if req.first_token_s is None:
                 req.first_token_s = end
             else:
                 gap = end - req.last_token_s
                 gaps.append(gap)
                 req.max_itl_s = max(req.max_itl_s, gap)
-            req.num_output_tokens += 1
+            req.num_output_tokens += emitted
             req.last_token_s = end
             if req.num_output_tokens >= req.output_len:
                 finished.append(req)
+            elif spec is not None:
+                req.spec_tokens = self.drafts
         if gaps:
             self.itl.add_many(gaps)
         for req in finished:  # in the step's batch order

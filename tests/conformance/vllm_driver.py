@@ -29,6 +29,7 @@ from vllm_scenarios import VllmScenario
 VLLM_VERSION = "0.33.0"
 _OUTPUT_TOKEN = 30_001  # + rid: every request generates its own token, outside the prompts' 1..29999, so
 # generated blocks are the request's own, as chunksim names them (simcore/apc.py)
+_DRAFT_TOKEN = 29_999  # a draft's token id (its value does not matter: acceptance is drawn)
 _MODEL_DIR = None
 for _k, _v in (("VLLM_TARGET_DEVICE", "cpu"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
     os.environ.setdefault(_k, _v)
@@ -96,7 +97,21 @@ def _build_scheduler(sc: VllmScenario):
         async_scheduling=sc.async_scheduling,
     )
     cache = CacheConfig(block_size=sc.block_size, enable_prefix_caching=sc.enable_prefix_caching)
-    cfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)
+    spec = None
+    if sc.spec_method:
+        from vllm.config import ParallelConfig, SpeculativeConfig
+
+        # An EAGLE drafter's config needs its weights; the scheduler reads of it only
+        # num_lookahead_tokens (k, set below) and use_eagle (prefix caching, off here): ngram stands in.
+        spec = SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=sc.num_spec_tokens,
+            prompt_lookup_max=3,
+            prompt_lookup_min=1,
+            target_model_config=model,
+            target_parallel_config=ParallelConfig(),
+        )
+    cfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, speculative_config=spec)
     cfg.cache_config.num_gpu_blocks = sc.num_blocks
     kv = KVCacheConfig(
         num_blocks=sc.num_blocks,
@@ -108,13 +123,16 @@ def _build_scheduler(sc: VllmScenario):
         ],
     )
     cls = AsyncScheduler if sc.async_scheduling else Scheduler
-    return cls(
+    out = cls(
         vllm_config=cfg,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(cfg),
         block_size=sc.block_size,
         log_stats=False,
     )
+    if sc.spec_method == "eagle":
+        out.num_lookahead_tokens = sc.num_spec_tokens  # VllmConfig.num_lookahead_tokens for EAGLE
+    return out
 
 
 def _make_requests(sc: VllmScenario):
@@ -150,15 +168,38 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
     records, queue, clock = {}, deque(), 0
     depth = 2 if sc.async_scheduling else 1
 
+    spec = _spec(sc)
+    draws: dict = {}
+
     def fake_output(out):
         ids = list(out.num_scheduled_tokens)
-        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [_OUTPUT_TOKEN + int(r)] for r in ids]
+        sampled = []
+        for r in ids:
+            if scheduler.requests[r].is_prefill_chunk:
+                sampled.append([])
+                continue
+            drafts = out.scheduled_spec_decode_tokens.get(r) or []
+            accepted = 0
+            if spec is not None and drafts and -1 not in drafts:  # -1: padding placeholders, never accepted
+                accepted = spec.accepted(int(r), draws.get(r, 0), len(drafts))
+                draws[r] = draws.get(r, 0) + 1
+            sampled.append([_OUTPUT_TOKEN + int(r)] * (1 + accepted))
         return ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
         )
 
+    def propose(out):
+        """The drafter after a step (EngineCore.post_step): k drafts for every scheduled request;
+        the scheduler drops those of prefill chunks and finished requests."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        ids = list(out.num_scheduled_tokens)
+        if spec is not None and ids:
+            scheduler.update_draft_token_ids(DraftTokenIds(ids, [[_DRAFT_TOKEN] * spec.k for _ in ids]))
+
     def update(start, out, mro):
         outs = scheduler.update_from_output(out, mro)
+        propose(out)
         if first_token is not None:
             for eco in outs.values():
                 for o in eco.outputs:
@@ -229,6 +270,13 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
         enable_prefix_caching=sc.enable_prefix_caching,
     )
     flags.update(_new_rule_flags(sc))
+    if sc.spec_method:
+        flags.update(
+            speculative_config=sc.speculative_config,
+            spec_acceptance=sc.spec_acceptance,
+            spec_seed=sc.spec_seed,
+            async_scheduling=False,
+        )
     policy, pool, _, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), flags=flags)
     wl = Workload(
         [float(a) for a, _, _ in sc.requests],
@@ -265,6 +313,15 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
     for r in reqs:
         records.setdefault(int(r.finish_s) - 1, ({}, [], []))[2].append(r.rid)
     return {t: (tok, sorted(p), sorted(f)) for t, (tok, p, f) in records.items()}
+
+
+def _spec(sc: VllmScenario):
+    """The acceptance model both sides draw from (policies/vllm_spec.py), or None."""
+    if not sc.spec_method:
+        return None
+    from policies.vllm_spec import SpecDecode
+
+    return SpecDecode(sc.spec_method, sc.num_spec_tokens, sc.spec_acceptance, sc.spec_seed)
 
 
 def _new_rule_flags(sc: VllmScenario) -> dict:

@@ -29,6 +29,17 @@ class VllmScenario:
     async_scheduling: bool = False
     scheduler_reserve_full_isl: bool = True
     max_model_len: int = 8192
+    spec_method: str = ""  # speculative decoding: "ngram" | "eagle" ("" = off); sync only
+    num_spec_tokens: int = 0
+    spec_acceptance: float = 0.65
+    spec_seed: int = 0
+
+    @property
+    def speculative_config(self) -> str:
+        """The --speculative-config JSON chunksim takes ("" when off)."""
+        if not self.spec_method:
+            return ""
+        return f'{{"method": "{self.spec_method}", "num_speculative_tokens": {self.num_spec_tokens}}}'
 
     @property
     def label(self) -> str:
@@ -37,6 +48,12 @@ class VllmScenario:
             f"thr={self.long_prefill_token_threshold} chunked={int(self.enable_chunked_prefill)} "
             f"bs={self.block_size} blocks={self.num_blocks} apc={int(self.enable_prefix_caching)} "
             f"async={int(self.async_scheduling)} full_isl={int(self.scheduler_reserve_full_isl)} "
+            + (
+                f"spec={self.spec_method}:k={self.num_spec_tokens}:a={self.spec_acceptance} "
+                if self.spec_method
+                else ""
+            )
+            + f"max_len={self.max_model_len} "
             f"reqs={[(a, len(p), m) for a, p, m in self.requests]}"
         )
 
@@ -54,6 +71,13 @@ CONFIGS = {
     "async-tight": (True, "tight", False),
     "sync-apc": (False, "mixed", True),
     "async-apc": (True, "mixed", True),
+}
+SPEC_CONFIGS = {
+    # name: (method, k, pool): synchronous Scheduler, no prefix caching, acceptance α drawn per scenario
+    f"spec-{m}-k{k}-{pool}": (m, k, pool)
+    for m in ("ngram", "eagle")
+    for k in (1, 3, 5)
+    for pool in ("ample", "tight")
 }
 
 
@@ -108,9 +132,40 @@ def random_scenario(
 
 
 def random_scenarios(config: str, count: int, seed: int = 0) -> list[VllmScenario]:
+    if config in SPEC_CONFIGS:
+        return spec_scenarios(config, count, seed)
     async_, pool, apc = CONFIGS[config]
     rng = np.random.default_rng([seed, list(CONFIGS).index(config)])
     return [random_scenario(rng, i, async_, pool, apc) for i in range(count)]
+
+
+def spec_scenarios(config: str, count: int, seed: int = 0) -> list[VllmScenario]:
+    """The random scenarios with drafts: k per step, α from {0, 0.3, 0.65, 0.9, 1}, a seed per
+    scenario. long_prefill_token_threshold stays 0 or >= 16 (> 1 + k): vLLM 0.33 asserts
+    (``assert num_new_tokens == 1 + self.num_spec_tokens``) when the threshold cuts a padded
+    one-token admission, an engine crash, not a schedule to match."""
+    method, k, pool = SPEC_CONFIGS[config]
+    rng = np.random.default_rng([seed, 100 + list(SPEC_CONFIGS).index(config)])
+    out = []
+    for i in range(count):
+        sc = random_scenario(rng, i, False, pool, False)
+        thr = sc.long_prefill_token_threshold
+        # room for a request's last verify step and the drafter's lookahead: a request that can never
+        # get them preempts itself forever in vLLM (a livelock, not a schedule to match)
+        bs = sc.block_size
+        room = max(-(-(len(p) + m + 2 * k) // bs) for _, p, m in sc.requests) + 1
+        out.append(
+            replace(
+                sc,
+                long_prefill_token_threshold=thr if thr == 0 or thr > k + 1 else 16,
+                num_blocks=max(sc.num_blocks, room),
+                spec_method=method,
+                num_spec_tokens=k,
+                spec_acceptance=float(rng.choice([0.0, 0.3, 0.65, 0.9, 1.0])),
+                spec_seed=int(rng.integers(0, 1 << 31)),
+            )
+        )
+    return out
 
 
 def seed_scenes(async_scheduling: bool = False) -> list[VllmScenario]:
