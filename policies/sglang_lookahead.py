@@ -50,12 +50,11 @@ class SGLangLookahead(PolicyHooks):
         return self._extends
 
     def can_fast_forward(self, s: SchedulerState) -> bool:
-        """Not under the overlap scheduler, nor with a chunked request or a queue; nor, when a router reads the KV usage mid-run, a
+        """Not with a chunked request or a queue; nor, when a router reads the KV usage mid-run, a
         plan with extends under the radix cache: their checkpoint after the first step frees what
         the tree already held (``checkpoint``), which ``Replica.kv_usage`` cannot show inside a run."""
         return (
-            self.cfg.disable_overlap_schedule  # the overlap scheduler steps (policies/sglang_overlap.py)
-            and self.chunked_req is None
+            self.chunked_req is None
             and not s.waiting
             and not (self.kv_observed and self._cache is not None and self._extends)
         )
@@ -79,13 +78,7 @@ class SGLangLookahead(PolicyHooks):
         arrival would join the next prefill batch, so no chunk is sealed. Declined when the radix
         checkpoint after a chunk (``schedule``) would meet blocks the tree already holds: it frees
         the request's copies, which changes the KV the next chunk is cut with."""
-        if (
-            self.cfg.is_mixed_chunk
-            or not self.cfg.disable_overlap_schedule
-            or s.waiting
-            or plan.cohort
-            or len(plan.items) != 1
-        ):
+        if self.cfg.is_mixed_chunk or s.waiting or plan.cohort or len(plan.items) != 1:
             return [], 0
         req, q = plan.items[0]
         if req is not self.chunked_req or (s.pool.cache is not None and s.pool.cache.holds_next(req)):

@@ -23,8 +23,9 @@ event_loop_overlap forms batch n+1 (get_next_batch_to_run) before it processes b
 - with the radix cache, n's completed prefills are checkpointed and its finished requests'
   KV goes into the tree after n+1 is formed, in batch order; the chunked request's chunk is
   stashed when n+1 is formed (get_next_batch_to_run), before them.
-The fast paths decline under the overlap (SGLangLookahead: no decode cohort, no runs, no leads),
-so the replica steps.
+Under the overlap the decode cohort is off (its members' lagged outputs are not kept); decode runs
+and chunked leads are taken as without it (SGLangLookahead), checked against the reference loop
+with the overlap drawn (tests/test_fast_forward_oracle.py) and by the conformance harness.
 """
 
 from __future__ import annotations
