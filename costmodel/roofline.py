@@ -196,31 +196,8 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                 )
             self.qtiles_above = GemmTiles.from_profile(hw, d, self.rows_pi_scale) if self.rows_break else self.qtiles
         if hw.gemm_form == "tiles":  # weight GEMMs by the tile/wave model (costmodel/gemm_tiles.py)
-            rest = (
-                hw.beta_eff,
-                hw.gemm_l2_beta,
-                hw.gemm_cta_beta,
-                hw.kernel_overhead_s,
-                hw.gemm_split_s,
-                hw.gemm_wave_s,
-                hw.gemm_l2_resident_bytes,
-                hw.gemm_l2_out_bytes,
-                hw.sms,
-                tuple(map(tuple, hw.gemm_corr_knots)),
-                tuple(hw.gemm_corr),
-            )
-            fld = (
-                (hw.gemm_field_m, hw.gemm_field_shapes, hw.gemm_field, hw.gemm_field_h, hw.gemm_field_shrink)
-                if hw.gemm_field
-                else ()
-            )
-            ser = tuple(hw.gemm_serial)
-            self.tiles = GemmTiles(hw.pi_eff, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld, serial=ser)
-            self.tiles_above = (
-                GemmTiles(hw.pi_eff * self.rows_pi_scale, *rest, l2_act=hw.gemm_l2_act_bytes, field=fld, serial=ser)
-                if self.rows_break
-                else self.tiles
-            )
+            self.tiles = GemmTiles.from_profile(hw)
+            self.tiles_above = GemmTiles.from_profile(hw, None, self.rows_pi_scale) if self.rows_break else self.tiles
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
