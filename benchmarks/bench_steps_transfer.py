@@ -58,12 +58,19 @@ def mape_by_tp(pred: np.ndarray, steps: pd.DataFrame) -> list[dict]:
     return rows + [allk]
 
 
-def transfer(fit_on: str, predict: str, data: dict, base: str, per_layer: str):
+DIRECTIONS = (("bloom-176b", "llama2-70b"), ("llama2-70b", "bloom-176b"))  # (fit on, predict)
+
+
+def fit_and_predict(fit_on: str, predict: str, data: dict, base: str, per_layer: str):
+    """(the fit on ``fit_on``'s steps, its prices of ``predict``'s steps)."""
     models = step_models(pd.concat(data.values(), ignore_index=True), None)
-    t0 = time.perf_counter()
     f = fit_steps(data[fit_on], models, load_hardware(base), per_layer=per_layer)
-    hw = f.hardware()
-    pred = predict_steps(data[predict], models, hw)
+    return f, predict_steps(data[predict], models, f.hardware())
+
+
+def transfer(fit_on: str, predict: str, data: dict, base: str, per_layer: str):
+    t0 = time.perf_counter()
+    f, pred = fit_and_predict(fit_on, predict, data, base, per_layer)
     return f, mape_by_tp(pred, data[predict]), time.perf_counter() - t0
 
 
@@ -71,11 +78,10 @@ def transfer_log_errors(base: str = "a100-sxm") -> np.ndarray:
     """ln(predicted / measured) of every held-out step, both directions, per-layer fit on ``base``:
     the step-calibrated kind's figures in the expected-error ledger (benchmarks/error_ledger.py)."""
     data = tables()
-    models = step_models(pd.concat(data.values(), ignore_index=True), None)
     out = []
-    for fit_on, predict in (("bloom-176b", "llama2-70b"), ("llama2-70b", "bloom-176b")):
-        hw = fit_steps(data[fit_on], models, load_hardware(base), per_layer="layer").hardware()
-        out.append(np.log(predict_steps(data[predict], models, hw) / data[predict]["time_s"].to_numpy()))
+    for fit_on, predict in DIRECTIONS:
+        _, pred = fit_and_predict(fit_on, predict, data, base, "layer")
+        out.append(np.log(pred / data[predict]["time_s"].to_numpy()))
     return np.concatenate(out)
 
 
@@ -103,7 +109,7 @@ def main() -> None:
     for base in BASES[:1] if quick else BASES:
         for per_layer in modes:
             print(f"\nbase {base}, per_layer={per_layer!r}: MAPE % of the held-out model (target <= {TARGET:g})")
-            for fit_on, predict in (("bloom-176b", "llama2-70b"), ("llama2-70b", "bloom-176b")):
+            for fit_on, predict in DIRECTIONS:
                 f, rows, s = transfer(fit_on, predict, data, base, per_layer)
                 print(f"  fit {fit_on} -> predict {predict} ({s:.1f} s)")
                 show_fit(f)

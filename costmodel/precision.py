@@ -83,11 +83,6 @@ class PrecisionError(InputError):
 class Precision:
     weights: str = "bf16"
     kv: str = "bf16"
-    source: str = "16-bit (default)"
-
-    @property
-    def weight_bytes(self) -> float:
-        return WEIGHT_FORMATS[self.weights][0]
 
     @property
     def kv_bytes(self) -> float:
@@ -133,10 +128,7 @@ def resolve(
     """The precision an engine runs a checkpoint at, from its ``quantization_config``'s format and
     the ``--quantization``, ``--kv-cache-dtype`` and ``--dtype`` flags. As vLLM
     (``ModelConfig._verify_quantization``), a flag naming another method than the checkpoint's is an error."""
-    notes = []
     weights = config_format or "bf16"
-    if config_format:
-        notes.append(f"weights {config_format} (the checkpoint's quantization_config)")
     if quantization is not None:
         q = str(quantization).lower()
         if q in NEEDS_CONFIG:
@@ -151,7 +143,6 @@ def resolve(
                     f"the checkpoint's quantization_config is {config_format}, not {fmt}",
                 )
             weights = config_format or fmt
-            notes = [f"weights {weights} (--quantization {quantization})"]
         else:
             raise PrecisionError(
                 "quantization",
@@ -168,9 +159,7 @@ def resolve(
                 "kv_cache_dtype", kv_cache_dtype, f"not modelled (modelled: {', '.join(sorted(KV_DTYPES))})"
             )
         kv = KV_DTYPES[k] or "bf16"
-        if kv != "bf16":
-            notes.append(f"KV {kv} (--kv-cache-dtype {kv_cache_dtype})")
-    return Precision(weights, kv, "; ".join(notes) or "16-bit (default)")
+    return Precision(weights, kv)
 
 
 def gemm_rate(weights: str, hw) -> float:

@@ -14,6 +14,9 @@ import dataclasses
 
 import numpy as np
 
+from costmodel.calibration import sample_hardware
+from costmodel.calibration.profile import fitted_parameters
+from costmodel.expected_error import expected_error, time_scales
 from simcore.simulation import Result, Simulation
 
 PER_SECOND = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
@@ -53,3 +56,12 @@ def run_at_scale(
         goodput=slo
     )
     return res if scale == 1.0 else rescaled(res, scale)
+
+
+def draws(hw, n: int, rng: np.random.Generator, sigma_log: float | None = None) -> tuple[list, np.ndarray]:
+    """``n`` (profile, time factor) draws: the fit's parameters from its covariance where the profile
+    has one (else the profile itself), then a factor from the expected error (the kind's sigma, or
+    ``sigma_log``), in that order from ``rng``."""
+    profiles = sample_hardware(hw, n, rng) if len(fitted_parameters(hw)[0]) else [hw] * n
+    s = expected_error(hw).sigma_log if sigma_log is None else sigma_log
+    return profiles, time_scales(s, n, rng)

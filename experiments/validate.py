@@ -34,10 +34,10 @@ import pandas as pd
 
 from costmodel import Hardware, ModelSpec
 from costmodel.errors import InputError, require
-from costmodel.expected_error import expected_error, time_scales
 from costmodel.model import MODELS_DIR
 from simcore.simulation import fixed_workload
 
+from . import model_error
 from .engines import build_cluster
 from .model_error import run_at_scale
 
@@ -338,15 +338,10 @@ def figure_bands(
     the profile's expected error (``sigma_log``, default its kind's: costmodel/expected_error.py)
     and the fit's parameters drawn from its covariance where it has one; ``inside``: whether the
     measured figure lies in the band."""
-    from costmodel.calibration import sample_hardware
-
-    rng = np.random.default_rng(seed)
-    s = expected_error(hw).sigma_log if sigma_log is None else sigma_log
-    fitted = bool((hw.calibration or {}).get("log_covariance"))
-    profiles = sample_hardware(hw, draws, rng) if fitted else [hw] * draws
+    profiles, scales = model_error.draws(hw, draws, np.random.default_rng(seed), sigma_log)
     sims = [
         compare(run, simulate(run, model, d, flags, scale=float(f))).simulated.to_numpy()
-        for d, f in zip(profiles, time_scales(s, draws, rng))
+        for d, f in zip(profiles, scales)
     ]
     out = compare(run, simulate(run, model, hw, flags))[["metric", "measured", "simulated"]]
     lo, hi = np.percentile(np.array(sims), band, axis=0)

@@ -13,13 +13,11 @@ import numpy as np
 import pandas as pd
 
 from costmodel import load_hardware, load_model
-from costmodel.calibration import sample_hardware
-from costmodel.calibration.profile import fitted_parameters
 from costmodel.errors import InputError, require
-from costmodel.expected_error import ExpectedError, expected_error, time_scales
+from costmodel.expected_error import ExpectedError, expected_error
 from simcore.simulation import Simulation
 
-from .. import bench_result as br, engine_defaults, experiment_file
+from .. import bench_result as br, engine_defaults, experiment_file, model_error
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster
 from ..model_error import run_at_scale
@@ -265,9 +263,7 @@ def run_simulation(args) -> dict:
     expected = expected_error(hw)
     if args.uncertainty:
         rng = np.random.default_rng(np.random.SeedSequence(cfg["seed"], spawn_key=(UNCERTAINTY_STREAM,)))
-        fitted = len(fitted_parameters(hw)[0]) > 0 if (hw.calibration or {}).get("log_covariance") else False
-        draws = sample_hardware(hw, args.uncertainty, rng) if fitted else [hw] * args.uncertainty
-        scales = time_scales(expected.sigma_log, args.uncertainty, rng)
+        draws, scales = model_error.draws(hw, args.uncertainty, rng, expected.sigma_log)
     for n in notes:
         print(n, file=sys.stderr)
     sim = ProgressSimulation(
