@@ -31,10 +31,10 @@ PARALLEL = {  # spelling -> ("tp" | "dp"); vLLM: EngineArgs' ParallelConfig flag
         "--data-parallel-size": "dp",
     },
 }
-DP_ROUTER = {"vllm": "least_outstanding", "sglang": "round_robin"}
-"""The router standing in for each engine's own data-parallel balancer. vLLM: the API server's
-``DPLBAsyncMPClient.get_core_engine_for_request`` (vllm/v1/engine/core_client.py) sends a request
-to the engine with the lowest 4·waiting + running, nearest here to least_outstanding; SGLang:
+DP_ROUTER = {"vllm": "vllm_dp", "sglang": "round_robin"}
+"""Each engine's own data-parallel balancer. vLLM: the API server's
+``DPLBAsyncMPClient.get_core_engine_for_request`` (vllm/v1/engine/core_client.py), the vllm_dp
+router (simcore/router.py; a MoE model's ranks step in lockstep); SGLang:
 ``ServerArgs.load_balance_method = "round_robin"`` (server_args.py) in its DataParallelController."""
 MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")

@@ -94,7 +94,9 @@ def build_cluster(
     router: str = "round_robin",
 ):
     """N identical replicas of tp GPUs each behind a router: (engines, router, max_model_len). The
-    replicas share one CostModel (it holds nothing but memos of prices), so one memo serves all."""
+    replicas share one CostModel (it holds nothing but memos of prices), so one memo serves all.
+    vLLM behind its own DP front end (router vllm_dp) serving a MoE model: the replicas are the
+    data-parallel ranks of one engine, stepped in lockstep (``build_dp_group``)."""
     from simcore.router import make_router
 
     require(isinstance(replicas, int) and replicas >= 1, "replicas", replicas, "must be a positive integer")
@@ -105,9 +107,38 @@ def build_cluster(
         f"at most {MAX_REPLICAS} (each replica is its own scheduler and KV pool, built up front)",
     )
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
+    if router == "vllm_dp" and policy == "vllm" and model.is_moe and replicas > 1:
+        engines, route, max_len, cost = build_dp_group(model, hw, tp, replicas, flags)
+        route.lockstep = cost  # the Simulation steps the ranks together (simcore/data_parallel.py)
+        return engines, route, max_len
     route = make_router(router)
     engines, max_len = [], 0
     for _ in range(replicas):
         sched, pool, cm, max_len = build_engine(policy, model, hw, tp, flags)
         engines.append((sched, pool, engines[0][2] if engines else cm))
     return engines, route, max_len
+
+
+def build_dp_group(model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict | None = None):
+    """vLLM ``--data-parallel-size dp`` of a MoE model: dp ranks of tp GPUs stepped in lockstep
+    (simcore/data_parallel.py) behind vLLM's own rank choice (the vllm_dp router), each rank's KV
+    pool sized after its share of the weights (the experts split dp·tp ways):
+    (engines, router, max_model_len, lockstep cost)."""
+    from costmodel.data_parallel import LockstepCost
+    from simcore.router import make_router
+
+    require(isinstance(dp, int) and 2 <= dp <= MAX_REPLICAS, "data_parallel_size", dp, "must be 2 or more")
+    require(model.is_moe, "model", model.name, "vLLM steps data-parallel ranks in lockstep only for MoE models")
+    require(tp * dp <= MAX_REPLICAS, "data_parallel_size", dp, "too many GPUs")
+    engines, cost, max_len = [], None, 0
+    for _ in range(dp):
+        sched, pool, cm, max_len = build_engine("vllm", model, hw, tp, flags)
+        if cost is None:
+            cost = LockstepCost(cm, dp)
+        if not (flags or {}).get("num_gpu_blocks_override"):
+            c = sched.cfg
+            budget = c.max_num_batched_tokens or max_len
+            blocks = vllm_kv_blocks(cm, c.gpu_memory_utilization, c.block_size, budget, cost.weight_bytes_per_gpu)
+            pool = vllm_block_pool(blocks, c.block_size)
+        engines.append((sched, pool, engines[0][2] if engines else cm))
+    return engines, make_router("vllm_dp"), max_len, cost

@@ -90,10 +90,17 @@ def activation_peak_bytes(cm: CostModel, max_num_batched_tokens: int) -> float:
     return max_num_batched_tokens * per_row + 256 * m.vocab / tp * 4
 
 
-def vllm_kv_blocks(cm: CostModel, gpu_memory_utilization: float, block_size: int, max_num_batched_tokens: int) -> int:
+def vllm_kv_blocks(
+    cm: CostModel,
+    gpu_memory_utilization: float,
+    block_size: int,
+    max_num_batched_tokens: int,
+    weight_bytes: float | None = None,
+) -> int:
+    """weight_bytes: per GPU, when not ``cm``'s (data-parallel ranks sharing the experts)."""
     avail = (
         cm.hw.memory_bytes * gpu_memory_utilization
-        - cm.weight_bytes_per_gpu
+        - (cm.weight_bytes_per_gpu if weight_bytes is None else weight_bytes)
         - activation_peak_bytes(cm, max_num_batched_tokens)
     )
     return int(avail // (block_size * cm.kv_coef))

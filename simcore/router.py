@@ -6,13 +6,15 @@ least_kv           lowest KV-pool usage (used blocks / total, as of now)
 prefix_affinity    requests sharing their first `affinity_blocks` block hashes go to the replica
                    that served that prefix last, unless it has `imbalance` more outstanding requests
                    than the least loaded one, then to the least loaded (SGLang cache-aware router)
+vllm_dp            vLLM's own data-parallel front end (VllmDPBalancer); with a MoE model the
+                   replicas are one engine's DP ranks, stepped in lockstep (simcore/data_parallel.py)
 """
 
 from __future__ import annotations
 
 from costmodel.errors import require
 
-ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity")
+ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_affinity", "vllm_dp")
 
 
 def _least(replicas, key) -> int:
@@ -67,6 +69,49 @@ class PrefixAffinity:
         return i
 
 
+class VllmDPBalancer:
+    """vLLM 0.33's choice of data-parallel rank, ``DPLBAsyncMPClient.get_core_engine_for_request``
+    (vllm/v1/engine/core_client.py), for one API-server client: the lowest
+    score = max(in flight, waiting + running) + waiting · 6 · max(0, kv usage − 0.5), scanning from a
+    start index that rotates by one per request (ties go to the first in scan order). waiting,
+    running and kv usage are the coordinator's snapshot, published at most every 100 ms
+    (``DPCoordinatorProc``'s ``min_stats_update_interval_ms``, vllm/v1/engine/coordinator.py); here
+    a snapshot is taken at the first routing decision 100 ms or more after the last one, and the
+    front end adds one to the chosen rank's waiting count until the next (as vLLM does). In flight:
+    requests sent to the rank and not finished (exact, ``engine_inflight``)."""
+
+    reads_kv_usage = True  # it reads queue lengths and KV usage as of the arrival
+    needs_stepping = True  # the reference loop's queues are exact at every instant
+
+    def __init__(self, interval_s: float = 0.1):
+        self.interval_s, self.start, self.taken_s = interval_s, 0, -float("inf")
+        self.lockstep = None  # the group step's price when the replicas are a MoE engine's DP ranks
+        self.counts: list[list[float]] = []
+
+    def __call__(self, req, replicas) -> int:
+        now = req.arrival_s
+        if now - self.taken_s >= self.interval_s or len(self.counts) != len(replicas):
+            self.counts = [[r.waiting_count(), r.running_count(), r.kv_usage()] for r in replicas]
+            self.taken_s = now
+        return self.pick([r.outstanding for r in replicas])
+
+    def pick(self, inflight: list[int]) -> int:
+        """The rank for the next request given the snapshot ``counts`` ([waiting, running, kv usage]
+        per rank) and each rank's requests in flight (tests/conformance: against vLLM's own code)."""
+        n, best, pick = len(inflight), float("inf"), 0
+        for i in range(n):
+            idx = (self.start + i) % n
+            waiting, running, kv = self.counts[idx]
+            score = max(inflight[idx], waiting + running)
+            if waiting:
+                score += waiting * 6.0 * max(0.0, kv - 0.5)
+            if score < best:
+                best, pick = score, idx
+        self.counts[pick][0] += 1
+        self.start = (self.start + 1) % n
+        return pick
+
+
 def make_router(name: str):
     require(name in ROUTERS, "router", name, f"must be one of {', '.join(ROUTERS)}")
     factories = {
@@ -74,5 +119,6 @@ def make_router(name: str):
         "least_outstanding": lambda: least_outstanding,
         "least_kv": lambda: least_kv,
         "prefix_affinity": PrefixAffinity,
+        "vllm_dp": VllmDPBalancer,
     }
     return factories[name]()

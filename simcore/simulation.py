@@ -20,6 +20,7 @@ from workloads.workload import Workload
 
 from .admission import new_request, reject_reason
 from .clock import LATE, ExactEnvironment
+from .data_parallel import LockstepGroup
 from .fastforward.switches import FastForward, switches
 from .histogram import LogHistogram
 from .metrics import requests_frame, summarize
@@ -48,13 +49,19 @@ class Simulation:
         max_model_len: int = 0,
         record_iterations: bool = False,
         router=None,
+        lockstep=None,
     ):
         """engines: list of (policy, BlockPool, CostModel), one per replica. fast_forward: True (every
-        fast path), False (the reference loop, simcore/stepping.py), or a FastForward of switches."""
+        fast path), False (the reference loop, simcore/stepping.py), or a FastForward of switches.
+        lockstep: a group step's price (costmodel/data_parallel.py): the replicas are then vLLM's
+        data-parallel ranks of one MoE engine, stepped together (simcore/data_parallel.py)."""
         require(len(engines) > 0, "replicas", len(engines), "must be at least 1")
+        if lockstep is None:
+            lockstep = getattr(router, "lockstep", None)  # vLLM's DP front end over MoE ranks (build_cluster)
         self.env = ExactEnvironment()
         self.workload, self.max_model_len, self.router = workload, max_model_len, router
         self.requests: list[Request] = []
+        self.group: LockstepGroup | None = None
         self._next = 0
         self._arrival_s = workload.arrival_s.tolist() + [math.inf]
         self.concurrency = getattr(workload, "closed_loop_concurrency", None)
@@ -75,16 +82,31 @@ class Simulation:
                 )
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
-        if any(getattr(pol, "needs_stepping", False) for pol, _, _ in engines):
-            ff = None  # a policy the fast paths do not know (speculative decoding): the reference loop
+        if (
+            any(getattr(pol, "needs_stepping", False) for pol, _, _ in engines)
+            or getattr(router, "needs_stepping", False)
+            or lockstep is not None
+        ):
+            ff = None  # what the fast paths do not know (speculative decoding, DP ranks): the reference loop
         if ff is None:  # the reference: simcore/stepping.py alone
             # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class
             self.replicas: list[Any] = [
-                SteppingReplica(self.env, i, pol, SchedulerState(pool), cm, self.finished, check, record_iterations)
+                SteppingReplica(
+                    self.env,
+                    i,
+                    pol,
+                    SchedulerState(pool),
+                    cm,
+                    self.finished,
+                    check,
+                    record_iterations,
+                    lockstep is not None,
+                )
                 for i, (pol, pool, cm) in enumerate(engines)
             ]
             for r in self.replicas:
                 r.open_loop = not self.concurrency
+            self.group = LockstepGroup(self.env, self.replicas, lockstep) if lockstep is not None else None
             self.env.process(arrivals(self))
             return
         self.replicas = [

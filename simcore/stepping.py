@@ -33,8 +33,19 @@ class SteppingReplica:
     """One engine instance: its scheduler state, policy and cost model; one event per step."""
 
     def __init__(
-        self, env, index: int, policy, state, cm, on_finish, check: bool = False, log_iterations: bool = False
+        self,
+        env,
+        index: int,
+        policy,
+        state,
+        cm,
+        on_finish,
+        check: bool = False,
+        log_iterations: bool = False,
+        driven: bool = False,
     ):
+        """driven: a data-parallel group (simcore/data_parallel.py) steps this replica; it runs no
+        process of its own and a submit wakes the group."""
         self.env, self.index, self.policy, self.state = env, index, policy, state
         self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
         if hasattr(policy, "step_cost"):
@@ -49,7 +60,9 @@ class SteppingReplica:
         self._outstanding = 0  # submitted and not yet finished
         self._wake = None
         state.hold_finished = getattr(policy, "holds_finished", False)
-        self.process = env.process(self.run())
+        self.group = None
+        if not driven:
+            self.process = env.process(self.run())
 
     @property
     def outstanding(self) -> int:
@@ -64,11 +77,20 @@ class SteppingReplica:
         pool = self.state.pool
         return (pool.total - pool.available) / pool.total
 
+    def waiting_count(self) -> int:
+        """Requests not yet scheduled (the scheduler's waiting queue, arrivals not yet moved in)."""
+        return len(self.state.waiting) + len(self.inbox)
+
+    def running_count(self) -> int:
+        return len(self.state.running)
+
     def submit(self, req) -> None:
         req.replica = self.index
         self.inbox.append(req)
         self._outstanding += 1
-        if self._wake is not None and not self._wake.triggered:
+        if self.group is not None:
+            self.group.wake()
+        elif self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
     def run(self):

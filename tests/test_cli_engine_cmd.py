@@ -199,8 +199,8 @@ def test_real_unmodelled_flags_are_not_read_as_typos():
 @pytest.mark.parametrize(
     "line,router",
     [
-        ("vllm serve meta-llama/Llama-3.1-8B -dp 2 --max-num-seqs 8", "least_outstanding"),
-        ("vllm serve meta-llama/Llama-3.1-8B --data-parallel-size=2 --max-num-seqs 8", "least_outstanding"),
+        ("vllm serve meta-llama/Llama-3.1-8B -dp 2 --max-num-seqs 8", "vllm_dp"),
+        ("vllm serve meta-llama/Llama-3.1-8B --data-parallel-size=2 --max-num-seqs 8", "vllm_dp"),
         ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --dp-size 2", "round_robin"),
     ],
 )
@@ -209,7 +209,7 @@ def test_data_parallel_is_replicas_behind_the_engines_balancer(line, router, tmp
     assert rc == 0, err
     cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert cfg["replicas"] == 2 and cfg["router"] == router
-    assert "modelled as 2 independent replicas" in err
+    assert "modelled as 2 replicas of tp=1" in err
     assert "2 replica(s)" in out
     rc, _, err = run_cli(
         ["simulate", "--engine-cmd", line, "--replicas", "3", "--num-prompts", "3", "--out", tmp_path, "--quiet"]

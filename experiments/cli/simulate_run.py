@@ -49,9 +49,13 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
         o["replicas"] = cmd.dp
         o["router"] = DP_ROUTER[cmd.policy]
         notes.append(
-            f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} independent replicas "
-            f"of tp={cmd.tp or 1} behind the {DP_ROUTER[cmd.policy]} router (standing in for "
-            f"{cmd.policy}'s own balancer; no DP attention or expert parallelism)"
+            f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} replicas of tp={cmd.tp or 1} "
+            f"behind the {DP_ROUTER[cmd.policy]} router ({cmd.policy}'s own balancer"
+            + (
+                "; a MoE model's ranks step in lockstep, experts sharded over every GPU; no expert parallelism)"
+                if cmd.policy == "vllm"
+                else "; no DP attention or expert parallelism)"
+            )
         )
     if cmd.ignored or cmd.env:
         notes.append(

@@ -1,0 +1,109 @@
+"""vLLM data parallel over a MoE model: ranks stepped in lockstep (simcore/data_parallel.py),
+priced as one group step (costmodel/data_parallel.py), behind vLLM's own rank choice."""
+
+import numpy as np
+import pytest
+
+from costmodel.data_parallel import LockstepCost, moe_layers_s
+from costmodel.errors import InputError
+from costmodel.hardware import load_hardware
+from costmodel.model import load_model
+from costmodel.roofline import CostModel
+from experiments.engines import build_cluster, build_dp_group
+from simcore.simulation import Simulation
+from workloads.workload import Workload
+
+MOE = "qwen3-30b-a3b"
+
+
+def _workload(n, rate, seed, lo=100, hi=3000):
+    rng = np.random.default_rng(seed)
+    return Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(lo, hi, n), rng.integers(5, 300, n))
+
+
+@pytest.mark.parametrize("dp,tp,hw", [(2, 1, "h100"), (4, 2, "h100"), (3, 1, "a100-sxm")])
+def test_ranks_step_together_and_every_request_completes(dp, tp, hw):
+    m, h = load_model(MOE), load_hardware(hw)
+    engines, router, max_len = build_cluster("vllm", m, h, tp, None, dp, "vllm_dp")
+    wl = _workload(300, 6.0 * dp, dp)
+    sim = Simulation(engines, wl, max_model_len=max_len, router=router, check=True, record_iterations=True)
+    res = sim.run()
+    assert res.summary["completed"] == 300 and sim.group is not None
+    steps: dict[int, set] = {}
+    for rank, start, end, _, _ in res.iterations:
+        steps.setdefault(rank, set()).add((start, end))
+    every = set().union(*steps.values())
+    times = sorted(every)
+    for a, b in zip(times, times[1:]):  # one clock for the group: steps never overlap
+        assert b[0] >= a[1]
+    assert sim.group.dummy_steps > 0  # ranks sat idle inside waves
+    for r in sim.replicas:
+        assert r.state.pool.available == r.state.pool.total  # every block back (no prefix cache here)
+    again = Simulation(
+        build_cluster("vllm", m, h, tp, None, dp, "vllm_dp")[0],
+        wl,
+        max_model_len=max_len,
+        router=build_cluster("vllm", m, h, tp, None, dp, "vllm_dp")[1],
+    ).run()
+    assert again.requests.equals(res.requests)  # same inputs, same bits
+
+
+@pytest.mark.parametrize("output_len,interval", [(20, 16), (3, 16), (40, 16), (1, 16)])
+def test_a_wave_runs_on_to_the_next_sync_step(output_len, interval):
+    """One request on 2 ranks: the group steps (rank 1 on dummy batches) until the first step
+    counted 1 or a multiple of dp_sync_interval at which nothing is unfinished."""
+    m, h = load_model(MOE), load_hardware("h100")
+    engines, router, max_len = build_cluster("vllm", m, h, 1, None, 2, "vllm_dp")
+    wl = Workload(np.array([0.0]), np.array([500]), np.array([output_len]))
+    sim = Simulation(engines, wl, max_model_len=max_len, router=router, record_iterations=True)
+    sim.run()
+    work = output_len  # one prefill step samples the first token, then output_len - 1 decodes
+    expect = work if work == 1 else -(-work // interval) * interval
+    assert sim.group.dummy_steps == expect
+    assert sim.group.step_counter == 0 and not sim.group.engines_running
+
+
+def test_group_step_price_is_ranks_without_moe_plus_shared_moe():
+    m = load_model(MOE)
+    for hw, tp, dp in (("h100", 1, 2), ("h100", 2, 4), ("h100-sxm", 2, 2), ("a100-sxm", 1, 4)):
+        h = load_hardware(hw)
+        calls = 2 * m.L + (h.counting != "seed")  # all-reduces per pass: 2 a layer (+ the embedding's)
+        rank = CostModel(m, h, tp)
+        cost = LockstepCost(rank, dp)
+        a, b = ([1] * 30, list(range(100, 130))), ([2000], [0])
+        wide = CostModel(m, h, tp * dp)
+        br_a, br_b = rank.breakdown(rank.shape(*a)), rank.breakdown(rank.shape(*b))
+        br_all = wide.breakdown(wide.shape([1] * 30 + [2000], list(range(100, 130)) + [0]))
+        rest = max(br_a.time_s - br_a.op("moe_experts").time_s, br_b.time_s - br_b.op("moe_experts").time_s)
+        dispatch = wide.allreduce_s(2030) * m.moe_layers / calls
+        want = rest + br_all.op("moe_experts").time_s + dispatch
+        assert cost.step_time([a, b]) == pytest.approx(want, rel=1e-9)
+        assert moe_layers_s(rank, 2000, 1) == pytest.approx(br_b.op("moe_experts").time_s, rel=1e-12)
+        dummy = rank.breakdown(rank.shape([1], [0]))
+        assert cost.step_time([None, None]) == pytest.approx(
+            dummy.time_s
+            - dummy.op("moe_experts").time_s
+            + wide.breakdown(wide.shape([1, 1], [0, 0])).op("moe_experts").time_s
+            + wide.allreduce_s(2) * m.moe_layers / calls,
+            rel=1e-9,
+        )
+
+
+def test_ranks_hold_the_experts_shared_and_pools_grow():
+    m, h = load_model(MOE), load_hardware("h100")
+    experts = m.moe_layers * m.num_experts * 3 * m.H * m.expert_ffn * m.b
+    for tp, dp in ((1, 2), (1, 4), (2, 2)):
+        engines, _, _, cost = build_dp_group(m, h, tp, dp)
+        assert cost.weight_bytes_per_gpu == pytest.approx((m.P * m.b - experts) / tp + experts / (tp * dp))
+        alone = build_cluster("vllm", m, h, tp, None, 1)[0][0][1]
+        assert engines[0][1].total > alone.total
+
+
+def test_dense_models_and_bad_sizes_are_refused_or_independent():
+    d, h = load_model("llama-3.1-8b"), load_hardware("h100")
+    engines, router, _ = build_cluster("vllm", d, h, 1, None, 2, "vllm_dp")
+    assert router.lockstep is None  # dense: vLLM's DP engines run independently
+    with pytest.raises(InputError, match="MoE"):
+        build_dp_group(d, h, 1, 2)
+    with pytest.raises(InputError, match="data_parallel_size"):
+        LockstepCost(CostModel(load_model(MOE), h, 1), 1)
