@@ -1,16 +1,20 @@
-"""One lockstep step of vLLM's data-parallel ranks serving a MoE model (no expert parallel).
+"""One lockstep step of a MoE engine's data-parallel ranks, priced from per-rank cost models.
 
-Without ``--enable-expert-parallel`` vLLM shards every expert across all dp·tp GPUs
-(``FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp``, vllm/model_executor/layers/fused_moe/
-config.py) and each MoE layer first gathers every rank's tokens and reduce-scatters the result
-(``ParallelConfig.all2all_backend = "allgather_reducescatter"``, vllm/config/parallel.py). So
+vLLM ``--data-parallel-size`` without ``--enable-expert-parallel``: each rank is a full tp-way
+copy except the experts, sharded over all dp·tp GPUs (``FusedMoEParallelConfig.
+flatten_tp_across_dp_and_pcp``, vllm/model_executor/layers/fused_moe/config.py); each MoE layer
+gathers every rank's tokens and reduce-scatters the result (``ParallelConfig.all2all_backend =
+"allgather_reducescatter"``, vllm/config/parallel.py). SGLang ``--enable-dp-attention --dp N --tp
+T``: attention runs T/N ways per rank, the MLPs T ways over every rank's gathered tokens
+(``prepare_mlp_sync_batch_raw``, managers/scheduler_components/dp_attn.py). Either way
 
-  step = max over ranks r of (r's step without its MoE layers)   attention, dense layers, TP all-reduces
-       + the MoE layers over Σ_r rows, experts sharded dp·tp ways
-       + per MoE layer, one all-gather + reduce-scatter of Σ_r rows over dp·tp GPUs (an all-reduce call)
+  step = max over ranks r of (r's step without its MoE layers)   attention, dense layers, collectives
+       + the MoE layers over Σ_r rows, experts sharded over every GPU of the group
+       + per MoE layer, one all-gather + reduce-scatter of Σ_r rows over those GPUs (an all-reduce call)
 
-A rank with nothing scheduled runs a dummy batch of one token (``Worker.execute_dummy_batch``,
-vllm/v1/worker/gpu_worker.py), priced as a one-token step.
+Dense MLP layers of a MoE model (DeepSeek's first three, shared experts) stay priced per rank.
+An idle rank runs vLLM's dummy batch of one token (``Worker.execute_dummy_batch``,
+vllm/v1/worker/gpu_worker.py) or SGLang's idle batch of none (``get_idle_batch``).
 """
 
 from __future__ import annotations
@@ -36,26 +40,29 @@ def moe_layers_s(cm: CostModel, rows: int, seqs: int) -> float:
 
 
 class LockstepCost:
-    """Prices a data-parallel group's step from each rank's batch shape (``None``: a dummy batch)."""
+    """Prices a data-parallel group's step from each rank's batch shape (``None``: idle)."""
 
-    def __init__(self, rank_cm: CostModel, dp: int):
+    def __init__(self, rank_cm: CostModel, dp: int, engine: str = "vllm"):
         require(dp >= 2, "data_parallel_size", dp, "a lockstep group needs at least 2 ranks")
-        require(
-            rank_cm.model.is_moe, "model", rank_cm.model.name, "vLLM steps DP ranks in lockstep only for MoE models"
-        )
-        self.rank, self.dp = rank_cm, dp
+        require(rank_cm.model.is_moe, "model", rank_cm.model.name, "DP ranks step in lockstep only for MoE models")
+        require(engine in ("vllm", "sglang"), "engine", engine, "must be vllm or sglang")
+        self.rank, self.dp, self.engine = rank_cm, dp, engine
+        self.idle: tuple[list[int], list[int]] | None = ([1], [0]) if engine == "vllm" else None
         n = rank_cm.tp * dp
         # experts over every GPU of the group; only its MoE and collective terms are read, so the heads
         # are set to divide n (attention is priced per rank, by rank_cm)
         self.moe = CostModel(replace(rank_cm.model, h=n, h_kv=n), rank_cm.hw, n)
-        m = rank_cm.model
-        self.dispatch_calls = m.moe_layers / self.moe.ar_calls if self.moe.tp > 1 else 0.0
+        self.dispatch_calls = rank_cm.model.moe_layers / self.moe.ar_calls if n > 1 else 0.0
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """A rank's GPUs hold the dense weights tp ways and the routed experts dp·tp ways (what
-        its KV pool is sized after)."""
+        """Weight bytes on one GPU (what a rank's KV pool is sized after): vLLM, a rank's own
+        weights tp ways and the routed experts over every GPU; SGLang DP attention, attention per
+        rank and everything else over every GPU."""
         m = self.rank.model
+        if self.engine == "sglang":
+            attn = m.L * m.attn_params_per_layer * m.w_b
+            return attn / self.rank.tp + (m.weight_bytes - attn) / self.moe.tp
         experts = m.moe_layers * m.num_experts * m.expert_params * m.w_b
         return (m.weight_bytes - experts) / self.rank.tp + experts / self.moe.tp
 
@@ -63,13 +70,15 @@ class LockstepCost:
         """Seconds of one lockstep step; ``shapes[r]`` is rank r's (q_lens, kv_lens) or None."""
         cm, rest, rows_all, seqs_all = self.rank, 0.0, 0, 0
         for shape in shapes:
-            q, kv = shape if shape is not None else ([1], [0])
+            if shape is None:
+                if self.idle is None:
+                    continue  # SGLang's idle batch: no tokens, only the MoE layers' collectives
+                shape = self.idle
+            q, kv = shape
             rows, seqs = sum(q), len(q)
             rest = max(rest, cm.step_time(q, kv) - moe_layers_s(cm, rows, seqs))
             rows_all += rows
             seqs_all += seqs
-        moe = moe_layers_s(self.moe, rows_all, seqs_all)
-        dispatch = self.moe.allreduce_s(rows_all) * self.dispatch_calls
-        t = rest + moe + dispatch
+        t = rest + moe_layers_s(self.moe, rows_all, seqs_all) + self.moe.allreduce_s(rows_all) * self.dispatch_calls
         assert math.isfinite(t)
         return t

@@ -25,6 +25,10 @@ def _vllm_why(key: str, value, hw, usage: str, chunked: bool, user: dict) -> str
     return f"vLLM default for {tier} ({hw.name}: {gib:.0f} GiB), {usage}"
 
 
+DP_ATTENTION_SET = ("chunked_prefill_size", "schedule_conservativeness", "mem_fraction_static")
+"""What SGLang's DP attention rewrites in each rank's server arguments (experiments/engines.py)."""
+
+
 def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int, tp: int = 1) -> list[dict]:
     """Rows (flag, value, why), one per engine field, plus the KV pool it gives."""
     user = {k: v for k, v in (user_flags or {}).items() if v is not None}
@@ -32,12 +36,18 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
     rows = []
     for f in dataclasses.fields(cfg):
         key, value = f.name, getattr(cfg, f.name)
-        if key in user:
+        if key in user and not (user.get("enable_dp_attention") and key in DP_ATTENTION_SET):
             why = "given"
         elif key == "max_model_len":
             why = f"the model's max_position_embeddings ({model.name})"
         elif policy == "vllm" and key in ("max_num_batched_tokens", "max_num_seqs"):
             why = _vllm_why(key, value, hw, user.get("usage_context", "api_server"), cfg.enable_chunked_prefill, user)
+        elif policy == "sglang" and user.get("enable_dp_attention") and key == "chunked_prefill_size":
+            why = "the server's (by GPU memory, or given) // dp under DP attention (_handle_data_parallelism)"
+        elif policy == "sglang" and user.get("enable_dp_attention") and key == "schedule_conservativeness":
+            why = f"{'given' if key in user else 'default 1.0'} × 0.3 under DP attention (_handle_data_parallelism)"
+        elif policy == "sglang" and user.get("enable_dp_attention") and key == "mem_fraction_static":
+            why = "SGLang default from the undivided chunk and the full tp (DP attention)"
         elif policy == "sglang" and key == "chunked_prefill_size":
             why = f"SGLang default for {hw.memory_bytes / 1e9:.0f} GB of GPU memory"
         elif policy == "sglang" and key == "mem_fraction_static":

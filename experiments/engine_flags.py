@@ -216,6 +216,18 @@ class EngineFlags:
         "SGLang: no overlap scheduler (on by default on CUDA): results processed in the step they finish",
         sglang=("--disable-overlap-schedule",),
     )
+    enable_dp_attention: bool | None = flag(
+        BOOL,
+        (S,),
+        "SGLang: data-parallel attention over the --dp ranks, the MoE layers over every GPU (MoE models)",
+        sglang=("--enable-dp-attention",),
+    )
+    schedule_conservativeness: float | None = flag(
+        FLOAT,
+        (S,),
+        "SGLang: scales the new-token ratio that reserves KV for running decodes (default 1.0; 0.3 under DP attention)",
+        sglang=("--schedule-conservativeness",),
+    )
     async_scheduling: bool | None = flag(
         BOOL,
         (V,),

@@ -28,17 +28,25 @@ POLICIES = ("vllm", "sglang", "nochunk")
 VLLM_FLAGS, SGLANG_FLAGS, NOCHUNK_FLAGS = (POLICY_FLAGS[p] for p in POLICIES)  # declared in engine_flags
 
 
-def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None):
-    """Returns (scheduler, BlockPool, CostModel, max_model_len). Unset flags (None) take the engine's defaults."""
+def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags: dict | None = None, weights=None):
+    """Returns (scheduler, BlockPool, CostModel, max_model_len). Unset flags (None) take the engine's
+    defaults. weights: CostModel -> weight bytes per GPU, when not the model's over tp (DP ranks)."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     allowed = {"vllm": VLLM_FLAGS, "sglang": SGLANG_FLAGS, "nochunk": NOCHUNK_FLAGS}.get(policy)
     require(allowed is not None, "policy", policy, f"must be one of {', '.join(POLICIES)}")
     unknown = sorted(set(flags) - allowed)
     require(not unknown, "flags", unknown, f"not {policy} flags; {policy} takes {', '.join(sorted(allowed))}")
+    require(
+        not flags.pop("enable_dp_attention", False),
+        "enable_dp_attention",
+        True,
+        "needs the data-parallel ranks: build_cluster with replicas = --dp",
+    )
     model = with_precision(
         model, flags.pop("quantization", None), flags.pop("kv_cache_dtype", None), flags.pop("dtype", None)
     )
     cm = CostModel(model, hw, tp)
+    per_gpu = weights(cm) if weights is not None else None
     max_len = int(flags.pop("max_model_len", 0) or model.max_model_len)
     require(max_len > 0, "max_model_len", max_len, "must be positive")
     if policy == "sglang":
@@ -48,7 +56,7 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         frac = cfg.mem_fraction_static or sglang_mem_fraction_static(
             hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp
         )
-        tokens = sglang_kv_tokens(cm, frac, cfg.page_size)
+        tokens = sglang_kv_tokens(cm, frac, cfg.page_size, per_gpu)
         if max_total:
             tokens = min(tokens, int(max_total) // cfg.page_size * cfg.page_size)
         return SGLangScheduler(cfg), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
@@ -65,7 +73,7 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         cfg = NoChunkConfig(**{**flags, "max_model_len": max_len})
         sched = NoChunkScheduler(cfg)
     budget = getattr(cfg, "max_num_batched_tokens", 0) or max_len
-    blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget)
+    blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget, per_gpu)
     pool = vllm_block_pool(blocks, cfg.block_size) if policy == "vllm" else BlockPool(blocks, cfg.block_size)
     return sched, pool, cm, max_len
 
@@ -107,6 +115,12 @@ def build_cluster(
         f"at most {MAX_REPLICAS} (each replica is its own scheduler and KV pool, built up front)",
     )
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
+    if policy == "sglang" and (flags or {}).get("enable_dp_attention"):
+        require(replicas > 1, "enable_dp_attention", True, "needs --dp-size 2 or more")
+        engines, cost, max_len = build_sglang_dp_attention(model, hw, tp, replicas, flags)
+        route = make_router(router)
+        route.lockstep = cost  # type: ignore[union-attr]  # read by Simulation
+        return engines, route, max_len
     if router == "vllm_dp" and policy == "vllm" and model.is_moe and replicas > 1:
         engines, route, max_len, cost = build_dp_group(model, hw, tp, replicas, flags)
         route.lockstep = cost  # the Simulation steps the ranks together (simcore/data_parallel.py)
@@ -130,15 +144,41 @@ def build_dp_group(model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict
     require(isinstance(dp, int) and 2 <= dp <= MAX_REPLICAS, "data_parallel_size", dp, "must be 2 or more")
     require(model.is_moe, "model", model.name, "vLLM steps data-parallel ranks in lockstep only for MoE models")
     require(tp * dp <= MAX_REPLICAS, "data_parallel_size", dp, "too many GPUs")
-    engines, cost, max_len = [], None, 0
+    engines: list = []
     for _ in range(dp):
-        sched, pool, cm, max_len = build_engine("vllm", model, hw, tp, flags)
-        if cost is None:
-            cost = LockstepCost(cm, dp)
-        if not (flags or {}).get("num_gpu_blocks_override"):
-            c = sched.cfg
-            budget = c.max_num_batched_tokens or max_len
-            blocks = vllm_kv_blocks(cm, c.gpu_memory_utilization, c.block_size, budget, cost.weight_bytes_per_gpu)
-            pool = vllm_block_pool(blocks, c.block_size)
+        sched, pool, cm, max_len = build_engine(
+            "vllm", model, hw, tp, flags, lambda c: LockstepCost(c, dp).weight_bytes_per_gpu
+        )
         engines.append((sched, pool, engines[0][2] if engines else cm))
-    return engines, make_router("vllm_dp"), max_len, cost
+    return engines, make_router("vllm_dp"), max_len, LockstepCost(engines[0][2], dp)
+
+
+def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: int, flags: dict):
+    """SGLang ``--tp attn_tp·dp --dp dp --enable-dp-attention`` of a MoE model: dp schedulers with
+    attention attn_tp ways, stepped together (simcore/data_parallel.py); as
+    ``_handle_data_parallelism`` (arg_groups/parallel_hook.py) sets them, each rank's
+    chunked_prefill_size is the server's // dp and its schedule_conservativeness × 0.3, while the
+    memory reserve (mem_fraction_static) is taken first from the undivided chunk and the full tp
+    (_handle_gpu_memory_settings runs before it): (engines, lockstep cost, max_model_len)."""
+    from costmodel.data_parallel import LockstepCost
+
+    require(model.is_moe, "enable_dp_attention", True, f"is modelled for MoE models only ({model.name} is dense)")
+    flags = {k: v for k, v in flags.items() if v is not None and k != "enable_dp_attention"}
+    chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
+    on = chunk is not None and chunk > 0
+    frac = flags.get("mem_fraction_static") or sglang_mem_fraction_static(
+        hw.memory_bytes, chunk if on else None, flags.get("max_prefill_tokens", 16384), attn_tp * dp
+    )
+    rank_flags = {
+        **flags,
+        "chunked_prefill_size": chunk // dp if on else chunk,
+        "schedule_conservativeness": flags.get("schedule_conservativeness", 1.0) * 0.3,
+        "mem_fraction_static": frac,
+    }
+    engines: list = []
+    for _ in range(dp):
+        sched, pool, cm, max_len = build_engine(
+            "sglang", model, hw, attn_tp, rank_flags, lambda c: LockstepCost(c, dp, "sglang").weight_bytes_per_gpu
+        )
+        engines.append((sched, pool, engines[0][2] if engines else cm))
+    return engines, LockstepCost(engines[0][2], dp, "sglang"), max_len

@@ -18,13 +18,7 @@ policies/sglang_lookahead.py.
 from __future__ import annotations
 
 from .base import Plan, SchedulerState
-from .sglang_config import (
-    INIT_NEW_TOKEN_RATIO,
-    MIN_NEW_TOKEN_RATIO,
-    NEW_TOKEN_RATIO_DECAY,
-    RETRACT_DECODE_STEPS,
-    SGLangConfig,
-)
+from .sglang_config import RETRACT_DECODE_STEPS, SGLangConfig
 from .sglang_lookahead import SGLangLookahead
 from .sglang_overlap import OverlapLag
 from .sglang_prefill import PrefillAdder, reject_reason
@@ -39,7 +33,8 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
         self.chunked_req = None
-        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.init_ratio, self.min_ratio, self.ratio_decay = cfg.ratios
+        self.new_token_ratio = self.init_ratio
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False  # the last prefill batch replaced the running batch (see schedule)
@@ -100,7 +95,7 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
         if not s.num_running and not s.waiting:
-            self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+            self.new_token_ratio = self.init_ratio
         return self._decode(s, decoding, finishing)
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
@@ -164,7 +159,7 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
             decoding = self._decoding(s)
             self._retract(s, decoding, plan)
         else:
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
         return self._with_decodes(s, plan, decoding)
 
     def _decode_fits(self, s, decoding) -> bool:

@@ -11,9 +11,11 @@ from costmodel import CostModel
 from costmodel.errors import require
 
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * MIN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / DECAY_STEPS
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class SGLangConfig:
     max_model_len: int = 0
     disable_radix_cache: bool = False
     disable_overlap_schedule: bool = False  # SGLang's default on CUDA: the overlap scheduler runs
+    schedule_conservativeness: float = 1.0  # × 0.3 under DP attention (_handle_data_parallelism)
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -39,11 +42,28 @@ class SGLangConfig:
             f"must be at least page_size ({self.page_size})",
         )
         require(
+            self.schedule_conservativeness > 0,
+            "schedule_conservativeness",
+            self.schedule_conservativeness,
+            "must be positive",
+        )
+        require(
             self.mem_fraction_static is None or 0 < self.mem_fraction_static < 1,
             "mem_fraction_static",
             self.mem_fraction_static,
             "must be in (0, 1)",
         )
+
+    @property
+    def ratios(self) -> tuple[float, float, float]:
+        """new_token_ratio's (init, min, decay per step): NewTokenRatioTracker.from_config
+        (managers/scheduler_components/new_token_ratio_tracker.py), init scaled by the
+        conservativeness; at 1.0 the module's constants, bit for bit."""
+        if self.schedule_conservativeness == 1.0:
+            return INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY
+        init = min(INIT_NEW_TOKEN_RATIO * self.schedule_conservativeness, 1.0)
+        low = min(init * MIN_RATIO_FACTOR, 1.0)
+        return init, low, (init - low) / DECAY_STEPS
 
     @property
     def chunk(self) -> int | None:
@@ -88,11 +108,14 @@ def sglang_mem_fraction_static(
     return round((mem_mib - reserved) / mem_mib, 3)
 
 
-def sglang_kv_tokens(cm: CostModel, mem_fraction_static: float, page_size: int) -> int:
+def sglang_kv_tokens(
+    cm: CostModel, mem_fraction_static: float, page_size: int, weight_bytes: float | None = None
+) -> int:
     """Pool = total·mem_fraction_static − weights (model_runner.py, profile_max_num_token), where
     mem_fraction_static = (total − reserved)/total and, in MiB, reserved = 512 +
     1.5·max(chunked_prefill_size, 2048) + 2·cuda_graph_max_bs + tp/8·1024, at least 10 GiB above
     60 GB of memory (server_args.py, _handle_gpu_memory_settings; seed 001: "chunk larger →
     reserve larger → KV pool smaller")."""
-    tokens = int((cm.hw.memory_bytes * mem_fraction_static - cm.weight_bytes_per_gpu) // cm.kv_coef)
+    weights = cm.weight_bytes_per_gpu if weight_bytes is None else weight_bytes  # given: DP ranks' share
+    tokens = int((cm.hw.memory_bytes * mem_fraction_static - weights) // cm.kv_coef)
     return tokens // page_size * page_size

@@ -14,19 +14,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .base import Plan, PolicyHooks, SchedulerState
-from .sglang_config import MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS, PrefillAdder
 from .sglang_radix import checkpoint
 
 
 class SGLangLookahead(PolicyHooks):
-    """Needs SGLangScheduler's cfg, chunked_req, new_token_ratio, _extends and _decoding, and
+    """Needs SGLangScheduler's cfg, chunked_req, new_token_ratio (and its min_ratio, ratio_decay),
+    _extends and _decoding, and
     RadixDriving's _cache, _pool, _last and _decoded."""
 
     if TYPE_CHECKING:  # SGLangScheduler and RadixDriving provide these; declared for mypy only
         cfg: Any
         chunked_req: Any
         new_token_ratio: float
+        min_ratio: float
+        ratio_decay: float
         _extends: int
         _decoding: Any
         _cache: Any
@@ -66,9 +68,9 @@ class SGLangLookahead(PolicyHooks):
         if self._cache is not None:
             self._checkpoint_completed(steps)
         for _ in range(steps):
-            if self.new_token_ratio <= MIN_NEW_TOKEN_RATIO:
+            if self.new_token_ratio <= self.min_ratio:
                 break
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
 
     def prefill_chunks(self, s: SchedulerState, plan: Plan, leaves=()) -> tuple[list[int], int]:
         """FAST-FORWARD HOOK (policies/base.py). A prefill batch of the chunked request alone,

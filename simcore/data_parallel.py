@@ -1,18 +1,23 @@
-"""vLLM's data-parallel engine cores for a MoE model, stepping in lockstep (reference loop only).
+"""A MoE engine's data-parallel ranks stepping in lockstep (reference loop only).
 
 Each rank is a ``SteppingReplica`` (its own conformant scheduler and KV pool, ``driven``: no
-process of its own); one process steps them together, as ``DPEngineCoreProc.run_busy_loop``
-(vllm/v1/engine/core.py) does: the MoE layers' collectives make every rank's forward pass wait
-for the others, so a step lasts the group's price of all ranks' batches (costmodel/data_parallel.py).
+process of its own); one process steps them together: the MoE layers' collectives make every
+rank's forward pass wait for the others, so a step lasts the group's price of all ranks' batches
+(costmodel/data_parallel.py). ``scheduler.has_requests()`` (unfinished, or finished and still held
+by async scheduling) decides whether a rank's scheduler runs at all.
 
-- A wave starts when a request reaches an idle group (``add_request`` sets ``engines_running``
-  and the coordinator wakes the other ranks with START_DP_WAVE).
-- While the wave runs, a rank with nothing scheduled executes a dummy batch (``execute_dummy_batch``).
+vLLM, ``DPEngineCoreProc.run_busy_loop`` (vllm/v1/engine/core.py):
+- a wave starts when a request reaches an idle group (``add_request`` sets ``engines_running``
+  and the coordinator wakes the other ranks with START_DP_WAVE);
+- while the wave runs, a rank with nothing scheduled executes a dummy batch (``execute_dummy_batch``);
 - ``_has_global_unfinished_reqs``: after every step the step counter advances; on step 1 and every
-  ``dp_sync_interval`` (16) steps the ranks all-reduce "any request unfinished"; when none is, the
-  wave ends and the counter resets. Between checks the ranks keep stepping (dummy batches).
-- ``scheduler.has_requests()`` (unfinished, or finished and still held by async scheduling)
-  decides whether a rank's scheduler runs at all (``EngineCore.step``).
+  ``dp_sync_interval`` (16) steps the ranks all-reduce "any request unfinished"; when none is,
+  the wave ends and the counter resets. Between checks the ranks keep stepping (dummy batches).
+
+SGLang DP attention, ``prepare_mlp_sync_batch_raw`` (managers/scheduler_components/dp_attn.py):
+every scheduler iteration all-gathers each rank's token count; when any is non-zero, ranks with no
+batch run an idle batch (``need_idle_batch = max(global_num_tokens) > 0``); when all are zero no
+forward runs. No waves.
 
 Same-timestamp ordering is the reference loop's (simcore/stepping.py): arrivals stamped t join the
 batch planned at t.
@@ -29,6 +34,7 @@ class LockstepGroup:
 
     def __init__(self, env, ranks: list, cost, sync_interval: int = 16):
         self.env, self.ranks, self.cost, self.sync_interval = env, ranks, cost, sync_interval
+        self.waves = getattr(cost, "engine", "vllm") == "vllm"  # SGLang: a forward only when a rank has tokens
         self.engines_running = False
         self.step_counter = 0
         self.dummy_steps = 0  # steps where some rank ran a dummy batch
@@ -57,7 +63,7 @@ class LockstepGroup:
                     yield self._wake
             yield env.at(env.now, LATE)  # behind every arrival stamped now (ORDERING)
             self.engines_running = True
-            plans, shapes = [], []
+            plans, shapes, raw = [], [], []
             for r in ranks:
                 s = r.state
                 s.waiting.extend(r.inbox)
@@ -69,11 +75,18 @@ class LockstepGroup:
                         s.settle_lookups()
                     if r.checking:
                         check_replica(r, plan)
+                raw.append(plan)
                 run = plan is not None and bool(plan.items)
                 plans.append(plan if run else None)
                 shapes.append(
                     ([q for _, q in plan.items], [x.num_computed_tokens for x, _ in plan.items]) if run else None
                 )
+            if not self.waves and not any(plans):  # SGLang: every rank's count is 0, no forward
+                self.engines_running = False
+                if not any(p is not None and (p.preempted or p.released) for p in raw):
+                    self._wake = env.event()
+                    yield self._wake
+                continue
             if None in shapes:
                 self.dummy_steps += 1
             start = env.now
@@ -82,7 +95,8 @@ class LockstepGroup:
             for r, plan in zip(ranks, plans):
                 if plan is not None:
                     r.apply(plan, start, end)
-            self.after_step(any(r.state.waiting or r.state.running for r in ranks))
+            if self.waves:
+                self.after_step(any(r.state.waiting or r.state.running for r in ranks))
 
     def after_step(self, unfinished: bool) -> None:
         """``_has_global_unfinished_reqs`` and the wave's end: ``unfinished`` is the all-reduced

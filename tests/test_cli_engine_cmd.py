@@ -245,3 +245,16 @@ def test_engine_flags_declared_once():
         POLICY_FLAGS["nochunk"],
     )
     assert ENGINE_FLAGS == set(FLAGS)
+
+
+def test_sglang_dp_attention_line_is_ranks_of_the_attention_tp(tmp_path):
+    line = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 4 --dp 2 --enable-dp-attention"
+    rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--num-prompts", "20", "--out", tmp_path, "--quiet"])
+    assert rc == 0, err
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert (cfg["tp"], cfg["replicas"], cfg["router"]) == (2, 2, "round_robin")  # 4 GPUs in all
+    assert cfg["engine"]["enable_dp_attention"] is True and "2 attention ranks of tp=2" in err
+    rc, _, err = run_cli(["simulate", "--engine-cmd", line.replace("--tp 4", "--tp 3"), "--num-prompts", "4"])
+    assert rc == 2 and "--tp-size" in err and "multiple of --dp-size 2" in err
+    rc, _, err = run_cli(["simulate", "--engine-cmd", line.replace("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B")])
+    assert rc == 2 and "enable_dp_attention" in err and "dense" in err

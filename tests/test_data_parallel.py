@@ -107,3 +107,60 @@ def test_dense_models_and_bad_sizes_are_refused_or_independent():
         build_dp_group(d, h, 1, 2)
     with pytest.raises(InputError, match="data_parallel_size"):
         LockstepCost(CostModel(load_model(MOE), h, 1), 1)
+
+
+def _sglang_group(tp, dp, flags=None, hw="h100"):
+    m, h = load_model(MOE), load_hardware(hw)
+    return build_cluster("sglang", m, h, tp, {"enable_dp_attention": True, **(flags or {})}, dp, "round_robin")
+
+
+@pytest.mark.parametrize("tp,dp,chunk", [(1, 2, None), (2, 4, 4096), (1, 8, 0)])
+def test_sglang_dp_attention_ranks_take_the_servers_divided_settings(tp, dp, chunk):
+    from policies.sglang_config import sglang_default_chunked_prefill_size, sglang_mem_fraction_static
+
+    h = load_hardware("h100")
+    engines, router, _ = _sglang_group(tp, dp, {} if chunk is None else {"chunked_prefill_size": chunk})
+    cfg = engines[0][0].cfg
+    server = sglang_default_chunked_prefill_size(h.memory_bytes) if chunk is None else chunk
+    assert cfg.chunked_prefill_size == (server // dp if server > 0 else server)
+    assert cfg.schedule_conservativeness == pytest.approx(0.3)
+    assert engines[0][0].init_ratio == 0.7 * 0.3  # NewTokenRatioTracker.from_config, same float operations
+    frac = sglang_mem_fraction_static(h.memory_bytes, server if server > 0 else None, 16384, tp * dp)
+    assert cfg.mem_fraction_static == frac
+    cost = router.lockstep
+    pool = engines[0][1]
+    assert pool.total == int((h.memory_bytes * frac - cost.weight_bytes_per_gpu) // engines[0][2].kv_coef)  # page 1
+    assert cost.engine == "sglang" and cost.moe.tp == tp * dp
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_sglang_dp_attention_steps_only_while_a_rank_has_tokens(overlap):
+    """One request on 2 ranks: the group runs exactly the steps that request's scheduler runs
+    alone (no waves), rank 1 idle in every one of them."""
+    flags = {"disable_overlap_schedule": not overlap}
+    engines, router, max_len = _sglang_group(1, 2, flags)
+    wl = Workload(np.array([0.0, 5.0]), np.array([3000, 700]), np.array([30, 12]))
+    sim = Simulation(engines, wl, max_model_len=max_len, router=router, record_iterations=True, check=True)
+    res = sim.run()
+    assert res.summary["completed"] == 2
+    alone_engines, _, _ = _sglang_group(1, 2, flags)
+    cfg_flags = {**flags, "chunked_prefill_size": engines[0][0].cfg.chunked_prefill_size}
+    from experiments.engines import build_engine
+
+    single = [
+        build_engine(
+            "sglang", load_model(MOE), load_hardware("h100"), 1, {**cfg_flags, "schedule_conservativeness": 0.3}
+        )[:3]
+    ]
+    alone = Simulation(single, wl, max_model_len=max_len, record_iterations=True, fast_forward=False).run()
+    per_rank = [sum(1 for it in res.iterations if it[0] == r) for r in (0, 1)]
+    assert sum(per_rank) == len(alone.iterations)  # round robin: one request each, never together
+    assert sim.group.dummy_steps == sum(per_rank)  # the other rank idles through each step
+    assert not sim.group.engines_running
+
+
+def test_sglang_dp_attention_is_refused_where_not_modelled():
+    with pytest.raises(InputError, match="dense"):
+        build_cluster("sglang", load_model("llama-3.1-8b"), load_hardware("h100"), 1, {"enable_dp_attention": True}, 2)
+    with pytest.raises(InputError, match="dp-size"):
+        _sglang_group(1, 1)

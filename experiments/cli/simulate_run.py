@@ -45,7 +45,21 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
     if cmd.tp:
         o["tp"] = cmd.tp
     notes = []
-    if cmd.dp and cmd.dp > 1:
+    if cmd.dp and cmd.dp > 1 and cmd.flags.get("enable_dp_attention"):
+        tp = cmd.tp or 1
+        require(
+            tp % cmd.dp == 0,
+            "--engine-cmd --tp-size",
+            tp,
+            f"must be a multiple of --dp-size {cmd.dp} under --enable-dp-attention (SGLang: tp_size % dp_size == 0)",
+        )
+        o.update(replicas=cmd.dp, router=DP_ROUTER[cmd.policy], tp=tp // cmd.dp)
+        notes.append(
+            f"note: --engine-cmd --enable-dp-attention --dp-size {cmd.dp} --tp-size {tp} is modelled as {cmd.dp} "
+            f"attention ranks of tp={tp // cmd.dp} stepped together, the MoE layers over all {tp} GPUs; "
+            "each rank's chunked_prefill_size is the server's // dp (no expert parallelism)"
+        )
+    elif cmd.dp and cmd.dp > 1:
         o["replicas"] = cmd.dp
         o["router"] = DP_ROUTER[cmd.policy]
         notes.append(

@@ -37,6 +37,7 @@ def policy_for(knobs, **extra) -> SGLangScheduler:
             enable_mixed_chunk=knobs.enable_mixed_chunk,
             disable_radix_cache=knobs.disable_radix_cache,
             disable_overlap_schedule=knobs.disable_overlap_schedule,
+            schedule_conservativeness=knobs.schedule_conservativeness,
             **extra,
         )
     )

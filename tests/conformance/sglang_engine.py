@@ -153,6 +153,7 @@ class Knobs:
     enable_mixed_chunk: bool = False
     disable_radix_cache: bool = True
     disable_overlap_schedule: bool = True  # False: event_loop_overlap (SGLang's default on CUDA)
+    schedule_conservativeness: float = 1.0  # 0.3 under DP attention
 
 
 @dataclass
@@ -216,7 +217,7 @@ class SGLangEngine:
             )
         )
         self.policy = sg.sp.SchedulePolicy("fcfs", self.tree, False, False, False)
-        init = min(sg.envs.SGLANG_INIT_NEW_TOKEN_RATIO.get(), 1.0)
+        init = min(sg.envs.SGLANG_INIT_NEW_TOKEN_RATIO.get() * knobs.schedule_conservativeness, 1.0)
         low = min(init * sg.envs.SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.get(), 1.0)
         self.ratio = sg.Tracker(
             init=init, min=low, decay=(init - low) / sg.envs.SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS.get(), current=init

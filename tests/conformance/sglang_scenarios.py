@@ -43,10 +43,13 @@ CONFIGS = {  # name: (enable_mixed_chunk, disable_radix_cache, tight KV, overlap
 CONFIGS.update(  # the same with SGLang's default event loop, event_loop_overlap
     {"overlap/" + name: (mixed, radix, tight, True) for name, (mixed, radix, tight, _) in CONFIGS.items()}
 )
+CONSERVATIVE = {  # a DP-attention rank's scheduler: schedule_conservativeness 0.3 (tight pools: retraction)
+    "dp-attn/" + name: CONFIGS[name] for name in ("mixed-off/radix-on/tight", "overlap/mixed-on/radix-on/tight")
+}
 
 
 def random_scenario(config: str, seed: int) -> Scenario:
-    mixed, no_radix, tight, overlap = CONFIGS[config]
+    mixed, no_radix, tight, overlap = {**CONFIGS, **CONSERVATIVE}[config]
     rng = random.Random(f"{config}/{seed}")
     page = rng.choice((1, 1, 4, 16))
     chunk = rng.choice((None, 16, 32, 64, 128, 256))
@@ -90,6 +93,7 @@ def random_scenario(config: str, seed: int) -> Scenario:
         enable_mixed_chunk=mixed,
         disable_radix_cache=no_radix,
         disable_overlap_schedule=not overlap,
+        schedule_conservativeness=0.3 if config in CONSERVATIVE else 1.0,
     )
     return Scenario(f"{config}#{seed}", knobs, reqs)
 
