@@ -190,3 +190,20 @@ def test_cli_errors_and_provenance():
     assert rc == 0, err
     rows = json.loads(out)["engine_config"]
     assert rows["execution"]["value"] == "engine" and rows["decode_graph"]["value"] == "full up to 256"
+
+
+@pytest.mark.parametrize("policy", ["vllm", "sglang"])
+@pytest.mark.parametrize("budget", [64, 512, 8192])
+def test_fast_forward_matches_the_reference_loop_under_execution(policy, budget):
+    """The fast paths (decode runs, chunked runs, arrival folds, cohorts) price the execution terms as
+    the reference loop does, request by request and to the bit (simcore/stepping.py)."""
+    from test_fast_forward_oracle import SWITCHES, assert_matches_oracle, flags_for
+
+    from workloads.workload import Workload
+
+    rng = np.random.default_rng(7)
+    n = 80
+    wl = Workload(np.cumsum(rng.exponential(0.03, n)), rng.integers(16, 3000, n), rng.integers(1, 150, n))
+    flags = {**flags_for(policy, budget, 600, False, True), "execution": "engine"}
+    fast = assert_matches_oracle(policy, flags, wl, SWITCHES["all"], 1, "round_robin")
+    assert fast.summary["completed"] == n
