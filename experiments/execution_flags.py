@@ -87,6 +87,13 @@ def pop(policy: str, flags: dict) -> tuple[str, dict]:
 def execution_for(policy: str, cfg, graph: dict, hw, tp: int, max_total_tokens=None):
     """The Execution profile of `policy` with engine config `cfg` and its graph flags."""
     if policy == "vllm":
+        require(
+            not cfg.speculative_config,
+            "--execution",
+            "engine",
+            "is not modelled with --speculative-config (vLLM's graphs for verify batches of 1 + k tokens a "
+            "request, and the drafter's own)",
+        )
         cc = compilation_config(graph.get("compilation_config") or "{}")
         top = graph.get("max_cudagraph_capture_size")
         require(

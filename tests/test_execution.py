@@ -161,6 +161,9 @@ def test_graph_flags_reach_the_profile_and_need_execution_engine():
         build_engine("vllm", m, hw, 1, {"enforce_eager": True})
     with pytest.raises(InputError, match="execution"):
         build_engine("nochunk", m, hw, 1, {"execution": "engine"})
+    with pytest.raises(InputError, match="speculative"):
+        spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+        build_engine("vllm", m, hw, 1, {"execution": "engine", "speculative_config": spec, "async_scheduling": False})
     with pytest.raises(InputError, match="MoE"):
         build_engine("vllm", load_model("mixtral-8x7b"), hw, 2, {"execution": "engine"})
 
