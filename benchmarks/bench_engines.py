@@ -4,7 +4,8 @@ costmodel/execution.py, docs/engines.md). Llama-3.1-8B on the seed's H100 profil
 defaults. For each scene: a representative step's terms per engine (kernel GPU time, padding,
 launches, the regime), then the simulated TTFT / TPOT / ITL / throughput of both engines both ways:
 "sglang - vllm, kernels" is the engines' scheduling difference alone, "execution adds" each engine's
-execution terms, and the launch term at the ends of its measured band (LAUNCH_BAND).
+execution terms, and the launch term at the ends of its measured band (LAUNCH_BAND). Last, the
+shared RTX 4090 vLLM run validated both ways (needs ../shared/data).
 Run: python benchmarks/bench_engines.py"""
 
 from __future__ import annotations
@@ -59,6 +60,39 @@ def simulate(model, hw, policy, execution, n, prompt, output, conc, launch_s=Non
     return Simulation(engines, wl, max_model_len=max_len, router=router).run().summary
 
 
+def measured_run() -> list[str]:
+    """LLMServingSim's vLLM run on an RTX 4090 (FULL_AND_PIECEWISE graphs, async scheduling, 2,048
+    batched tokens: mixed steps past 512 tokens ran without graphs), validated kernel-only and with
+    vLLM's execution, on the profile fitted from that card's own kernel folder (bench_validate.py)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from benchmarks.bench_validate import ROOT, RUNS, profile_for
+    from experiments.validate import load_run, validate
+
+    if not ROOT.is_dir():
+        return [f"skipped: {ROOT} not found"]
+    run_rel, prof_rel, model_name, base = RUNS[0]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run = load_run(ROOT / "runs" / run_rel)
+        with contextlib.redirect_stdout(io.StringIO()):
+            hw_arg, _ = profile_for(ROOT / "profiles" / prof_rel, model_name, base, run.tp, Path(tmp) / base)
+        model, hw = load_model(model_name), load_hardware(hw_arg)
+        for e in ("kernels", "engine"):
+            table, overall, _, _ = validate(ROOT / "runs" / run_rel, model, hw, flags={"execution": e}, run=run)
+            t = table.set_index("metric")["rel_error"]
+            out.append(
+                f"  {run_rel}, --execution {e}: mean |relative error| {100 * overall:.2f} %, "
+                + ", ".join(
+                    f"{m} {100 * t[m]:+.1f} %"
+                    for m in ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms")
+                )
+            )
+    return out
+
+
 def main() -> None:
     model, hw = load_model("llama-3.1-8b"), load_hardware("h100")
     t0 = time.perf_counter()
@@ -92,6 +126,8 @@ def main() -> None:
                 f"    launch {ls * 1e6:.1f} µs: mean TPOT vllm {band['vllm']:.2f}, sglang {band['sglang']:.2f} ms "
                 f"(sglang - vllm {band['sglang'] - band['vllm']:+.2f})"
             )
+    print("\nmeasured vLLM run against kernel-only and vLLM's execution:")
+    print("\n".join(measured_run()))
     print(f"\n{time.perf_counter() - t0:.1f} s")
 
 
