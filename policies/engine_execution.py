@@ -89,7 +89,9 @@ def vllm_execution(
             f"cudagraph_mode {mode}: vllm/config/vllm.py OPTIMIZATION_LEVEL_0{optimization_level}"
             + (", --enforce-eager" if enforce_eager else "")
             + (", --compilation-config" if cudagraph_mode else ""),
-            f"capture sizes up to {sizes[-1] if sizes else 0}: VllmConfig._set_cudagraph_sizes",
+            f"capture sizes up to {sizes[-1] if sizes else 0}"
+            + (" (given)" if capture_sizes or max_cudagraph_capture_size else "")
+            + ": VllmConfig._set_cudagraph_sizes",
             "dispatch: v1/cudagraph_dispatcher.py CudagraphDispatcher.dispatch",
         ),
     )
@@ -159,10 +161,12 @@ def sglang_execution(
         mixed_sizes=tuple(sglang_prefill_sizes(prefill_bs)) if prefill_on else (),
         mixed_pad_factor=2.0,
         sources=(
-            f"decode graph {'full' if decode_on else 'off'} up to {decode_bs}: "
-            "arg_groups/memory_hook.py _handle_gpu_memory_settings, generate_decode_cuda_graph_batch_sizes",
-            f"prefill graph {'breakable' if prefill_on else 'off'} up to {prefill_bs} tokens: "
-            "model_executor/cuda_graph_config.py default_prefill_backend, generate_prefill_cuda_graph_batch_sizes",
+            f"decode graph {'full' if decode_on else 'off'} up to {decode_bs}"
+            + (" (--cuda-graph-max-bs-decode)" if cuda_graph_max_bs_decode else "")
+            + ": arg_groups/memory_hook.py _handle_gpu_memory_settings, generate_decode_cuda_graph_batch_sizes",
+            f"prefill graph {'breakable' if prefill_on else 'off'} up to {prefill_bs} tokens"
+            + (" (--cuda-graph-max-bs-prefill)" if cuda_graph_max_bs_prefill else "")
+            + ": model_executor/cuda_graph_config.py default_prefill_backend, generate_prefill_cuda_graph_batch_sizes",
             "padding past 2x runs eager: runner/prefill_cuda_graph_runner.py can_replay_locally",
         ),
     )
