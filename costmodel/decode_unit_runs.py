@@ -26,6 +26,8 @@ class UnitDecodeRuns:
         hw: Any
         kv_coef: Any
         overlap_host: Any
+        execution: Any
+        _execution_s: Any
         unit_groups: Any
         unit_h: Any
         unit_hkv: Any
@@ -87,6 +89,7 @@ class UnitDecodeRuns:
         host = self.has_host
         if host:
             hs, overlap = self.host_step + self.host_seq * n + self.host_prefill * 0, self.overlap_host
+            ex = self._execution_s(n, n, 0) if self.execution is not None else 0.0  # costmodel/execution.py
         out = []
         for _ in range(steps):
             split = max(ceil((x / per) / 256.0), 1.0)
@@ -102,6 +105,7 @@ class UnitDecodeRuns:
             c = (ac * x / La) / pi
             d = gemm + La * ((sqrt(c * c + mem * mem + ff) + (split * comb if split > 1.0 else 0.0)) + o)
             if host:
+                d += ex
                 d = (d if d >= hs else hs) if overlap else d + hs
             t += d
             out.append(t)

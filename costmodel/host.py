@@ -21,6 +21,10 @@ How a step's wall time combines the two depends on the engine's loop:
 A replica prices with overlap when its policy says ``overlaps_host`` is True
 (simcore/replica.py). With the four terms zero (every built-in profile) the price is the GPU
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
+
+With an engine execution profile (``execution``, costmodel/execution.py: CUDA-graph regime, its
+padding, the kernels launched from the host) the GPU time first grows by that profile's terms;
+the host time then combines with it as above. Without one (``None``, the default) nothing changes.
 """
 
 from __future__ import annotations
@@ -37,16 +41,24 @@ class HostTime:
 
     if TYPE_CHECKING:  # the CostModel this mixes into provides these; declared for mypy only
         counting: Any
+        _fixed_part: Any
         hw: Any
         model: Any
         tp: Any
 
-    def _init_host(self, overlap_host: bool) -> None:
+    def _init_host(self, overlap_host: bool, execution=None) -> None:
         hw = self.hw
         self.overlap_host = bool(overlap_host)
+        self.execution = execution
+        self._exec_memo: dict = {}
+        if execution is not None:
+            from .execution import check_model
+
+            check_model(self.model, execution)
         self.host_step, self.host_seq, self.host_prefill = hw.host_step_s, hw.host_per_seq_s, hw.host_per_prefill_seq_s
         self.host_prefill_step = hw.host_prefill_step_s
         self.has_host = bool(self.host_step or self.host_seq or self.host_prefill or self.host_prefill_step)
+        self.has_host = self.has_host or execution is not None
         self._twin = None
 
     def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
@@ -58,7 +70,28 @@ class HostTime:
             + (self.host_prefill_step if prefill_seqs else 0.0)
         )
 
-    def _with_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
+    def execution_terms(self, rows: int, seqs: int, prefill_seqs: int) -> tuple[str, int, float, float]:
+        """(regime, padded rows, padding seconds, launch seconds) of a pass under the execution
+        profile: the padding is the weight operators' price at the padded rows and sequences
+        minus theirs at the true ones (attention sees only the true sequences)."""
+        ex = self.execution
+        regime, prows, pseqs = ex.regime(rows, seqs, prefill_seqs)
+        pad = self._fixed_part(prows, pseqs) - self._fixed_part(rows, seqs) if prows != rows else 0.0
+        return regime, prows, pad, ex.launches(regime, self.model.L, self.tp) * ex.launch_s
+
+    def _execution_s(self, rows: int, seqs: int, prefill_seqs: int) -> float:
+        key = (rows, seqs, prefill_seqs > 0)
+        t = self._exec_memo.get(key)
+        if t is None:
+            if len(self._exec_memo) >= 1 << 17:
+                self._exec_memo.clear()
+            _, _, pad, launch = self.execution_terms(rows, seqs, prefill_seqs)
+            t = self._exec_memo[key] = pad + launch
+        return t
+
+    def _with_host(self, gpu: float, seqs: int, prefill_seqs: int, rows: int | None = None) -> float:
+        if self.execution is not None:
+            gpu += self._execution_s(seqs if rows is None else rows, seqs, prefill_seqs)
         h = self.host_step + self.host_seq * seqs + self.host_prefill * prefill_seqs
         if prefill_seqs:
             h += self.host_prefill_step
@@ -68,6 +101,8 @@ class HostTime:
 
     def _with_host_array(self, gpu: np.ndarray, seqs: int) -> np.ndarray:
         """Decode-only passes of `seqs` sequences (no prefill), in place."""
+        if self.execution is not None:
+            gpu += self._execution_s(seqs, seqs, 0)
         h = self.host_step + self.host_seq * seqs
         if self.overlap_host:
             np.maximum(gpu, h, out=gpu)
@@ -86,6 +121,8 @@ class HostTime:
         if not self.has_host or bool(overlap) == self.overlap_host:
             return self
         if self._twin is None:
-            self._twin = type(self)(self.model, self.hw, self.tp, self.counting, overlap_host=bool(overlap))  # type: ignore[assignment, call-arg]
+            self._twin = type(self)(
+                self.model, self.hw, self.tp, self.counting, overlap_host=bool(overlap), execution=self.execution
+            )  # type: ignore[assignment, call-arg]
             self._twin._twin = self  # type: ignore[attr-defined]
         return self._twin

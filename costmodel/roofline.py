@@ -48,6 +48,9 @@ Operators (each one kernel family, summed over layers):
                     read and written), bytes/elementwise_beta + elementwise_floor_s per kernel
   sampler           fitted profiles only: sampler_s + sampler_seq_s per sampled sequence
   step_overhead     the profile's fixed per-pass cost
+  graph_padding,    with an engine execution profile only (costmodel/execution.py): the weight
+  launch_<regime>   operators' extra price at the CUDA graph's padded size, and the kernels the
+                    host launches outside a graph (full, piecewise or eager regime)
   host              the engine's host time not hidden by the GPU (costmodel/host.py): all of it
                     serially, the part beyond the GPU time with host/GPU overlap
 
@@ -82,6 +85,7 @@ import numpy as np
 from .allreduce import call_time, gather_rows
 from .decode_runs import DecodeRuns
 from .errors import require
+from .execution import Execution
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
 from .hardware import Hardware
@@ -137,7 +141,13 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
     ``overlap_host``, a step's host time hides behind its GPU time: costmodel/host.py)."""
 
     def __init__(
-        self, model: ModelSpec, hw: Hardware, tp: int = 1, counting: str | None = None, overlap_host: bool = False
+        self,
+        model: ModelSpec,
+        hw: Hardware,
+        tp: int = 1,
+        counting: str | None = None,
+        overlap_host: bool = False,
+        execution: Execution | None = None,
     ):
         counting = counting or hw.counting
         require(counting in COUNTINGS, "counting", counting, f"must be one of {COUNTINGS}")
@@ -156,7 +166,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             f"hardware {hw.name} has no interconnect_bandwidth for tensor parallelism",
         )
         self.model, self.hw, self.tp, self.counting = model, hw, tp, counting
-        self._init_host(overlap_host)
+        self._init_host(overlap_host, execution)  # execution: the engine's graph regimes (costmodel/execution.py)
         m, b = model, model.b
         self.lin_params = m.always_on_layer_params / tp
         self.expert_params = m.moe_layers * m.expert_params / tp  # one expert in every MoE layer
@@ -553,7 +563,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             s.rows,
             self._prefill_compute(s) if self.q_tile else None,
         )
-        return self._with_host(gpu, s.seqs, s.prefill_seqs) if self.has_host else gpu
+        return self._with_host(gpu, s.seqs, s.prefill_seqs, s.rows) if self.has_host else gpu
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
@@ -565,7 +575,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         gpu = self._fixed_part(rows, seqs) + self._attention_time(
             float(pairs), float(pkv), float(dpairs), float(dkv), seqs - pseqs, rows
         )
-        return self._with_host(gpu, seqs, pseqs) if self.has_host else gpu
+        return self._with_host(gpu, seqs, pseqs, rows) if self.has_host else gpu
 
     def breakdown(self, s: ShapeStats) -> Breakdown:
         ops = []
@@ -596,6 +606,10 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             )
         if self.hw.step_overhead_s:
             ops.append(Operator("step_overhead", 0.0, 0.0, self.hw.step_overhead_s, "overhead"))
+        if self.execution is not None:  # the graph regime's padding and host launches (costmodel/execution.py)
+            regime, _, pad, launch = self.execution_terms(s.rows, s.seqs, s.prefill_seqs)
+            ops.append(Operator("graph_padding", 0.0, 0.0, pad, "overhead"))
+            ops.append(Operator(f"launch_{regime}", 0.0, 0.0, launch, "overhead"))
         if self.has_host:
             gpu = sum(o.time_s for o in ops)
             ops.append(Operator("host", 0.0, 0.0, self.exposed_host(gpu, s.seqs, s.prefill_seqs), "host"))

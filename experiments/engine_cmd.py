@@ -11,6 +11,7 @@ so the caller can list them in one warning, never dropped silently.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -44,7 +45,6 @@ NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as
         "--max-num-partial-prefills",
         "--max-long-partial-prefills",
         "--max-seq-len-to-capture",
-        "--max-cudagraph-capture-size",
         "--enable-prompt-embeds",
         "--enable-expert-parallel",
         "--enable-eplb",
@@ -72,8 +72,6 @@ NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as
     ),
     "sglang": (
         "--max-queued-requests",
-        "--disable-cuda-graph",
-        "--disable-cuda-graph-padding",
         "--disable-chunked-prefix-cache",
         "--enable-dynamic-chunking",
         "--pp-size",
@@ -81,7 +79,6 @@ NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as
         "--nnodes",
         "--node-rank",
         "--schedule-policy",
-        "--cuda-graph-max-bs",
         "--disable-outlines-disk-cache",
         "--disable-custom-all-reduce",
         "--enable-torch-compile",
@@ -150,8 +147,31 @@ REFUSED = {  # flags that change what the engine does and that chunksim does not
             "--speculative-num-draft-tokens",
         )
     },
-    "vllm": {},
+    "vllm": {
+        "--cudagraph-capture-sizes": "give the sizes as --compilation-config "
+        "'{\"cudagraph_capture_sizes\": [...]}' (chunksim reads one value per flag)",
+        "--performance-mode": "changes vLLM's capture sizes and defaults; not modelled (balanced, the default, "
+        "is what --execution engine prices)",
+    },
 }
+REFUSED["sglang"].update(
+    {
+        s: "changes SGLang's CUDA-graph capture in a way not modelled; modelled: --disable-cuda-graph, "
+        "--disable-decode-cuda-graph, --disable-prefill-cuda-graph, --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill (with --execution engine)"
+        for s in (
+            "--cuda-graph-max-bs",
+            "--cuda-graph-config",
+            "--cuda-graph-bs-decode",
+            "--cuda-graph-bs-prefill",
+            "--cuda-graph-backend-decode",
+            "--cuda-graph-backend-prefill",
+            "--disable-cuda-graph-padding",
+        )
+    }
+)
+GLUED_LEVEL = re.compile(r"-O=?(.+)$")  # vLLM's -O3 / -O=3 = --optimization-level 3
+DOTTED = re.compile(r"(?:-cc|--compilation-config)\.(\w+)=(.*)$")  # vLLM's -cc.key=value
 
 
 def _refused(engine: str, flag: str) -> None:
@@ -175,6 +195,27 @@ def _not_modelled(engine: str, flag: str) -> None:
         raise InputError(f"--engine-cmd {flag}", flag, f"is {other}'s flag, not {engine}'s")
 
 
+def _compilation_tokens(engine: str, rest: list[str]) -> tuple[list[str], dict]:
+    """vLLM's short spellings: ``-O3`` / ``-O=3`` as ``--optimization-level 3``
+    (vllm/utils/argparse_utils.py, ``FlexibleArgumentParser.parse_args``); ``-cc.key=value`` and
+    ``--compilation-config.key=value`` as one compilation-config key each."""
+    if engine != "vllm":
+        return rest, {}
+    out, dotted = [], {}
+    for tok in rest:
+        level, dot = GLUED_LEVEL.match(tok), DOTTED.match(tok)
+        if level:
+            out += ["--optimization-level", level.group(1)]
+        elif dot:
+            try:
+                dotted[dot.group(1)] = json.loads(dot.group(2))
+            except ValueError:
+                dotted[dot.group(1)] = dot.group(2)
+        else:
+            out.append(tok)
+    return out, dotted
+
+
 def parse_engine_cmd(line: str) -> EngineCommand:
     """The engine, its modelled flags (chunksim's names), the model id and the rest of the flags."""
     from .engine_flags import convert
@@ -186,6 +227,7 @@ def parse_engine_cmd(line: str) -> EngineCommand:
         raise InputError("--engine-cmd", line[:60], f"cannot split ({e})") from None
     env, tokens = _strip_env(tokens)
     engine, rest = _program(tokens)
+    rest, dotted = _compilation_tokens(engine, rest)
     table, parallel = TABLES[engine], PARALLEL[engine]
     out = EngineCommand(policy=engine, model=None, env=env)
     i = 0
@@ -228,6 +270,11 @@ def parse_engine_cmd(line: str) -> EngineCommand:
         _not_modelled(engine, flag)
         out.ignored.append(tok if eq or not takes_value else f"{tok} {rest[i + 1]}")
         i += 1 if eq or not takes_value else 2
+    if dotted:
+        base = json.loads(out.flags.get("compilation_config") or "{}")
+        out.flags["compilation_config"] = convert(
+            "compilation_config", json.dumps({**base, **dotted}), "--engine-cmd -cc"
+        )
     return out
 
 

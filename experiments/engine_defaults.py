@@ -29,8 +29,9 @@ DP_ATTENTION_SET = ("chunked_prefill_size", "schedule_conservativeness", "mem_fr
 """What SGLang's DP attention rewrites in each rank's server arguments (experiments/engines.py)."""
 
 
-def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int, tp: int = 1) -> list[dict]:
-    """Rows (flag, value, why), one per engine field, plus the KV pool it gives."""
+def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int, tp: int = 1, cm=None) -> list[dict]:
+    """Rows (flag, value, why), one per engine field, plus the KV pool it gives (and, given the
+    run's cost model `cm`, its execution: experiments/execution_flags.py)."""
     user = {k: v for k, v in (user_flags or {}).items() if v is not None}
     cfg = sched.cfg
     rows = []
@@ -78,6 +79,10 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
             else f"from {hw.name}'s memory, the weights and the memory fraction",
         }
     )
+    if cm is not None:
+        from .execution_flags import rows as execution_rows
+
+        rows += execution_rows(cm)
     return rows
 
 

@@ -107,6 +107,25 @@ def _speculative(v):
     return None
 
 
+def _execution(v):
+    return None if v in ("kernels", "engine") else "must be kernels or engine"
+
+
+def _level(v):
+    return None if v in (0, 1, 2, 3) else "must be 0, 1, 2 or 3 (vLLM's OptimizationLevel)"
+
+
+def _compilation(v):
+    """vLLM's --compilation-config JSON, its CUDA-graph keys only (experiments/execution_flags.py)."""
+    from .execution_flags import compilation_config
+
+    try:
+        compilation_config(v)
+    except InputError as e:
+        return f"{e.field}={e.value!r}: {e.reason}"
+    return None
+
+
 def _acceptance(v):
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
@@ -285,6 +304,65 @@ class EngineFlags:
     )
     usage_context: str | None = flag(
         STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False
+    )
+    execution: str | None = flag(
+        STR,
+        (V, S),
+        "chunksim's own: kernels (default: kernel time only) or engine (the engine's CUDA-graph regimes, "
+        "padding and kernel launches: costmodel/execution.py, docs/engines.md)",
+        own=("--execution",),
+        check=_execution,
+    )
+    enforce_eager: bool | None = flag(
+        BOOL, (V,), "vLLM: no CUDA graphs, no compilation (needs --execution engine)", vllm=("--enforce-eager",)
+    )
+    optimization_level: int | None = flag(
+        INT,
+        (V,),
+        "vLLM -O level: 0 no graphs, 1 piecewise, 2 (default) and 3 full-and-piecewise (needs --execution engine)",
+        vllm=("--optimization-level", "-O"),
+        check=_level,
+    )
+    compilation_config: str | None = flag(
+        STR,
+        (V,),
+        "vLLM: JSON with cudagraph_mode, cudagraph_capture_sizes, max_cudagraph_capture_size "
+        "(other keys not modelled; needs --execution engine)",
+        vllm=("--compilation-config", "-cc"),
+        check=_compilation,
+    )
+    max_cudagraph_capture_size: int | None = flag(
+        INT,
+        (V,),
+        "vLLM: largest CUDA-graph capture size (default min(2·max_num_seqs, 512); needs --execution engine)",
+        vllm=("--max-cudagraph-capture-size",),
+        check=_positive,
+    )
+    disable_cuda_graph: bool | None = flag(
+        BOOL, (S,), "SGLang: no CUDA graphs (needs --execution engine)", sglang=("--disable-cuda-graph",)
+    )
+    disable_decode_cuda_graph: bool | None = flag(
+        BOOL, (S,), "SGLang: no decode CUDA graph (needs --execution engine)", sglang=("--disable-decode-cuda-graph",)
+    )
+    disable_prefill_cuda_graph: bool | None = flag(
+        BOOL,
+        (S,),
+        "SGLang: no prefill (breakable) CUDA graph (needs --execution engine)",
+        sglang=("--disable-prefill-cuda-graph",),
+    )
+    cuda_graph_max_bs_decode: int | None = flag(
+        INT,
+        (S,),
+        "SGLang: largest decode batch replayed as a graph (default by GPU memory and tp; needs --execution engine)",
+        sglang=("--cuda-graph-max-bs-decode",),
+        check=_positive,
+    )
+    cuda_graph_max_bs_prefill: int | None = flag(
+        INT,
+        (S,),
+        "SGLang: largest prefill token count replayed as a graph (default chunked_prefill_size; needs --execution engine)",
+        sglang=("--cuda-graph-max-bs-prefill",),
+        check=_positive,
     )
 
 

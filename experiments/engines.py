@@ -1,7 +1,8 @@
 """From engine flags (spelled as vLLM and SGLang spell them) to (policy, KV pool, cost model).
 
 Defaults follow each engine: vLLM by GPU memory and usage context (vllm/engine/arg_utils.py),
-SGLang's chunked_prefill_size and mem_fraction_static by GPU memory (server_args.py).
+SGLang's chunked_prefill_size and mem_fraction_static by GPU memory (server_args.py). With
+``--execution engine`` the cost model carries the engine's CUDA-graph execution (execution_flags.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from policies.sglang_config import (
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 
+from . import execution_flags
 from .engine_flags import POLICY_FLAGS
 
 POLICIES = ("vllm", "sglang", "nochunk")
@@ -45,6 +47,8 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     model = with_precision(
         model, flags.pop("quantization", None), flags.pop("kv_cache_dtype", None), flags.pop("dtype", None)
     )
+    execution, graph = execution_flags.pop(policy, flags)  # --execution and the CUDA-graph flags
+    engine_exec = execution == "engine"
     cm = CostModel(model, hw, tp)
     per_gpu = weights(cm) if weights is not None else None
     max_len = int(flags.pop("max_model_len", 0) or model.max_model_len)
@@ -59,6 +63,10 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         tokens = sglang_kv_tokens(cm, frac, cfg.page_size, per_gpu)
         if max_total:
             tokens = min(tokens, int(max_total) // cfg.page_size * cfg.page_size)
+        if engine_exec:
+            cm = execution_flags.with_execution(
+                cm, execution_flags.execution_for(policy, cfg, graph, hw, tp, max_total)
+            )
         return SGLangScheduler(cfg), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
     override = flags.pop("num_gpu_blocks_override", None)
     if policy == "vllm":
@@ -75,6 +83,8 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     budget = getattr(cfg, "max_num_batched_tokens", 0) or max_len
     blocks = override or vllm_kv_blocks(cm, cfg.gpu_memory_utilization, cfg.block_size, budget, per_gpu)
     pool = vllm_block_pool(blocks, cfg.block_size) if policy == "vllm" else BlockPool(blocks, cfg.block_size)
+    if engine_exec:
+        cm = execution_flags.with_execution(cm, execution_flags.execution_for(policy, cfg, graph, hw, tp))
     return sched, pool, cm, max_len
 
 

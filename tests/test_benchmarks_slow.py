@@ -25,6 +25,7 @@ BENCHMARKS = [  # script, args, needs ../shared/data, words the output must hold
     ("benchmarks/bench_kernels.py", [], True, ["held out by shape"]),
     ("benchmarks/bench_steps.py", [], True, ["fit of a 40,000-step table"]),
     ("benchmarks/bench_validate.py", [], True, ["mean |relative error|"]),
+    ("benchmarks/bench_engines.py", [], False, ["sglang - vllm, engine", "launches"]),
 ]
 
 

@@ -266,7 +266,9 @@ def run_simulation(args) -> dict:
         cfg["policy"], model, hw, cfg["tp"], cfg["engine"], cfg["replicas"], cfg["router"]
     )
     sched, pool = engines[0][0], engines[0][1]
-    resolved = engine_defaults.resolved(cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"])
+    resolved = engine_defaults.resolved(
+        cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"], engines[0][2]
+    )
     try:
         workload = experiment_file.build_workload(cfg)
     except InputError as e:  # a workload section read from -f as written: the error names the file
