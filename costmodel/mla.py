@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-CONTEXT_PARAMS = ("pi", "beta", "floor", "seq_s")
-GENERATION_PARAMS = ("pi", "beta", "beta_fp8", "floor", "seq_s")
+CONTEXT_PARAMS = ("pi", "pi_fp8", "beta", "floor", "cta_s", "solo", "sms")
+GENERATION_PARAMS = ("pi", "beta", "beta_fp8", "beta_one", "floor", "cta_s", "sms")
 Q_TILE = 128  # prefill: query rows per CTA tile (FlashAttention-3)
 HEAD_TILE = 64  # decode: heads padded to one 64-row MMA tile (FlashMLA, FlashInfer MLA)
 
@@ -42,24 +42,35 @@ def generation_flops_per_pair(heads: float, rank: int, rope: int) -> float:
 
 def time_context(heads, batch, isl, kv_b, params: dict, nope=128, rope=64, v=128, rank=512):
     """Seconds of one prefill MLA call: ``batch`` sequences of ``isl`` new tokens (no prefix), per GPU
-    ``heads``; causal pairs with the queries padded to the Q tile; bytes: Q, K, V, O once and the latent
-    written at ``kv_b`` bytes an element."""
+    ``heads``. FlashAttention's causal tiling: n = ⌈s/Q_TILE⌉ query tiles per sequence and head, each
+    a CTA that runs its diagonal's n(n+1)/2 full Q_TILE² blocks; the CTAs share the ``sms`` SMs
+    (``cta_s`` each to start), and the longest CTA's n blocks on one SM, at ``solo`` times an SM's
+    share of π (a lone CTA has its SM to itself), bound the time when there are few (one head of one
+    long sequence); the two bounds in quadrature (the uneven causal CTAs pack imperfectly). Bytes: Q, K, V, O once and the latent written at ``kv_b`` an element."""
     h, b, s = (np.asarray(x, float) for x in (heads, batch, isl))
-    padded = np.ceil(s / Q_TILE) * Q_TILE
-    flops = context_flops_per_pair(1.0, nope, rope, v) * h * b * s * (padded + 1) / 2
-    nbytes = 2.0 * b * s * h * (2 * (nope + rope) + 2 * v) + b * s * latent_elems(rank, rope) * np.asarray(kv_b, float)
     p = params
-    return p["floor"] + p["seq_s"] * b + np.hypot(flops / p["pi"], nbytes / p["beta"])
+    n = np.ceil(s / Q_TILE)
+    block = context_flops_per_pair(1.0, nope, rope, v) * Q_TILE * Q_TILE
+    flops = np.hypot(block * h * b * n * (n + 1) / 2, block * n * p["sms"] / p["solo"])
+    ctas = h * b * n / p["sms"]
+    nbytes = 2.0 * b * s * h * (2 * (nope + rope) + 2 * v) + b * s * latent_elems(rank, rope) * np.asarray(kv_b, float)
+    pi = np.where(np.asarray(kv_b, float) < 2, p["pi_fp8"], p["pi"])  # an fp8 cache: FA3's fp8 kernel
+    return p["floor"] + p["cta_s"] * ctas + np.hypot(flops / pi, nbytes / p["beta"])
 
 
 def time_generation(heads, batch, kv_len, kv_b, params: dict, rank=512, rope=64):
-    """Seconds of one decode MLA call: ``batch`` sequences each attending to ``kv_len`` cached tokens;
-    heads padded to the head tile; the latent read at ``kv_b`` bytes an element (fp8 caches at their
-    own rate: the kernel dequantizes as it reads)."""
+    """Seconds of one decode MLA call: ``batch`` sequences each attending to ``kv_len`` cached tokens.
+    FLOPs with the heads padded to the head tile; bytes: the latent at ``kv_b`` an element (an fp8
+    cache at its own rate ``beta_fp8``: the kernel dequantizes as it reads) plus each head's absorbed
+    q in and latent-space output out (bf16); plus one sequence's latent at ``beta_one`` (the split-KV
+    chain of the last sequence to finish, which few CTAs stream); ``cta_s`` per (sequence, head
+    tile) CTA over the ``sms`` SMs."""
     h, b, kv, kb = (np.asarray(x, float) for x in (heads, batch, kv_len, kv_b))
-    hp = np.maximum(h, HEAD_TILE)
-    flops = generation_flops_per_pair(1.0, rank, rope) * hp * b * kv
-    nbytes = b * kv * latent_elems(rank, rope) * kb
     p = params
-    mem = np.where(kb < 2, nbytes / p["beta_fp8"], nbytes / p["beta"])
-    return p["floor"] + p["seq_s"] * b + np.hypot(flops / p["pi"], mem)
+    tiles = np.ceil(h / HEAD_TILE)
+    flops = generation_flops_per_pair(1.0, rank, rope) * tiles * HEAD_TILE * b * kv
+    latent = kv * latent_elems(rank, rope) * kb
+    qo = 2.0 * h * (latent_elems(rank, rope) + rank)
+    mem = b * latent / np.where(kb < 2, p["beta_fp8"], p["beta"]) + b * qo / p["beta"]
+    mem = mem + latent / p["beta_one"]
+    return p["floor"] + p["cta_s"] * b * tiles / p["sms"] + np.hypot(flops / p["pi"], mem)

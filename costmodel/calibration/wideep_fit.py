@@ -34,9 +34,9 @@ SEEDS = (0, 1, 2)
 FRACTION = 0.25
 P0 = {
     "deepep": dict(t0_intra=20e-6, bw_intra=300e9, t0=30e-6, hop=2e-6, c_sm=3e9, q=0.5, bw=50e9, gamma=1.0),
-    "moe": dict(pi=1e15, beta=4e12, floor=1e-4, pad=16.0, tok_s=1e-9),
-    "mla_context": dict(pi=5e14, beta=2e12, floor=1e-5, seq_s=1e-6),
-    "mla_generation": dict(pi=3e14, beta=2e12, beta_fp8=2e12, floor=1e-5, seq_s=1e-7),
+    "moe": dict(pi=1e15, beta=4e12, floor=1e-4, pad=16.0, tok_s=1e-9, knee=1.0),
+    "mla_context": dict(pi=5e14, pi_fp8=7e14, beta=2e12, floor=1e-5, cta_s=2e-6, solo=1.5, sms=-132.0),
+    "mla_generation": dict(pi=3e14, beta=2e12, beta_fp8=2e12, beta_one=2e11, floor=1e-5, cta_s=1e-6, sms=-132.0),
 }
 
 
@@ -158,7 +158,8 @@ def predict(family: str, df: pd.DataFrame, p: dict) -> np.ndarray:
 def fit_family(family: str, df: pd.DataFrame) -> dict:
     """Least-squares constants of one family on ``df``'s rows (log residuals, soft_l1)."""
     p0 = _p0(family)
-    free = [k for k, v in p0.items() if v > 0]
+    free = [k for k, v in p0.items() if v > 0]  # 0: switched off; < 0: held at its magnitude (the SM count)
+    p0 = {k: abs(v) for k, v in p0.items()}
     scale = np.array([p0[k] for k in free])
     t = df["time_s"].to_numpy(float)
 
