@@ -140,6 +140,8 @@ def _p0(family: str) -> dict:
         if "low_latency" in family:  # no SM knob, one NIC rate at every node count
             p.update(c_sm=0.0, q=0.0, gamma=0.0)
         return p
+    if family == "moe_generation":  # the decode table's ranks receive no prefill tokens to permute
+        return {**P0["moe"], "tok_s": 0.0}
     return dict(P0["moe"] if family.startswith("moe") else P0[family])
 
 
