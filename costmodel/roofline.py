@@ -13,6 +13,8 @@ Operators (each one kernel family, summed over layers):
                     each touched expert's padded rows and the per-tile depth, B the touched experts'
                     weights and the routed rows' activations; π_moe is moe_tuned_pi for the
                     (experts, expert width per GPU) shapes in moe_tuned_shapes
+                    ep > 1 (costmodel/expert_parallel.py): the most loaded of ep ranks' experts, and
+                    a2a_dispatch / a2a_combine, DeepEP's all-to-all per MoE layer (deepep.py)
   embedding         seed convention: a GEMM on every row (2·V·H); faithful: a gather of T rows
   lm_head           seed convention: every row; faithful: only the sampled rows (one per sequence,
                     as vLLM's logits_indices = query_start_loc[1:] - 1)

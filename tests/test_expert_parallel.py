@@ -131,3 +131,14 @@ def test_cost_cli_ep_and_hf_id():
     short = ["--model", "deepseek-v3"] + argv[3:]
     assert_one_line_error(["cost", *short, "--moe-skew", "1.0"], "--moe-skew")
     assert_one_line_error(["cost", *short, "--ep", "3"], "ep")
+
+
+def test_mla_projections_stay_off_the_gqa_tile_shapes():
+    """Tile-model profiles price MLA's low-rank projections on the roofline, not as a GQA QKV GEMM:
+    only the 3 dense layers' gate/up and down projections are tile GEMMs."""
+    from costmodel.gemm_tiles import layer_gemms
+
+    m = load_model("deepseek-v3")
+    k, n, count = layer_gemms(m, 8)
+    assert list(count) == [3, 3]
+    assert list(k) == [7168, 18432 / 8] and list(n) == [2 * 18432 / 8, 7168]
