@@ -44,14 +44,16 @@ def time_context(heads, batch, isl, kv_b, params: dict, nope=128, rope=64, v=128
     """Seconds of one prefill MLA call: ``batch`` sequences of ``isl`` new tokens (no prefix), per GPU
     ``heads``. FlashAttention's causal tiling: n = ⌈s/Q_TILE⌉ query tiles per sequence and head, each
     a CTA that runs its diagonal's n(n+1)/2 full Q_TILE² blocks; the CTAs share the ``sms`` SMs
-    (``cta_s`` each to start), and the longest CTA's n blocks on one SM, at ``solo`` times an SM's
-    share of π (a lone CTA has its SM to itself), bound the time when there are few (one head of one
-    long sequence); the two bounds in quadrature (the uneven causal CTAs pack imperfectly). Bytes: Q, K, V, O once and the latent written at ``kv_b`` an element."""
+    (``cta_s`` each to start), and the longest CTA's blocks on one SM, at ``solo`` times an SM's
+    share of π, bound the time when there are few (one head of one long sequence): n blocks, or
+    n/splits when fewer CTAs than SMs let the kernel split the keys sms/CTAs ways; the two bounds in
+    quadrature (the uneven causal CTAs pack imperfectly). Bytes: Q, K, V, O once and the latent written at ``kv_b`` an element."""
     h, b, s = (np.asarray(x, float) for x in (heads, batch, isl))
     p = params
     n = np.ceil(s / Q_TILE)
     block = context_flops_per_pair(1.0, nope, rope, v) * Q_TILE * Q_TILE
-    flops = np.hypot(block * h * b * n * (n + 1) / 2, block * n * p["sms"] / p["solo"])
+    splits = np.maximum(1.0, np.floor(p["sms"] / (h * b * n)))  # split-KV when the CTAs are few
+    flops = np.hypot(block * h * b * n * (n + 1) / 2, block * np.ceil(n / splits) * p["sms"] / p["solo"])
     ctas = h * b * n / p["sms"]
     nbytes = 2.0 * b * s * h * (2 * (nope + rope) + 2 * v) + b * s * latent_elems(rank, rope) * np.asarray(kv_b, float)
     pi = np.where(np.asarray(kv_b, float) < 2, p["pi_fp8"], p["pi"])  # an fp8 cache: FA3's fp8 kernel
