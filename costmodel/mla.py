@@ -22,7 +22,8 @@ import numpy as np
 CONTEXT_PARAMS = ("pi", "pi_fp8", "beta", "floor", "cta_s", "solo", "sms")
 GENERATION_PARAMS = ("pi", "beta", "beta_fp8", "beta_one", "floor", "cta_s", "sms")
 Q_TILE = 128  # prefill: query rows per CTA tile (FlashAttention-3)
-HEAD_TILE = 64  # decode: heads padded to one 64-row MMA tile (FlashMLA, FlashInfer MLA)
+HEAD_TILE = 64  # decode: heads padded to one 64-row MMA tile (FlashMLA); a fit may pick another
+HEAD_TILES = (16, 32, 64, 128)  # the candidates calibration/wideep_fit.py tries
 
 
 def latent_elems(kv_lora_rank: int, rope_dim: int) -> int:
@@ -62,15 +63,16 @@ def time_context(heads, batch, isl, kv_b, params: dict, nope=128, rope=64, v=128
 
 def time_generation(heads, batch, kv_len, kv_b, params: dict, rank=512, rope=64):
     """Seconds of one decode MLA call: ``batch`` sequences each attending to ``kv_len`` cached tokens.
-    FLOPs with the heads padded to the head tile; bytes: the latent at ``kv_b`` an element (an fp8
+    FLOPs with the heads padded to the head tile (``head_tile``: the fit picks it); bytes: the latent at ``kv_b`` an element (an fp8
     cache at its own rate ``beta_fp8``: the kernel dequantizes as it reads) plus each head's absorbed
     q in and latent-space output out (bf16); plus one sequence's latent at ``beta_one`` (the split-KV
     chain of the last sequence to finish, which few CTAs stream); ``cta_s`` per (sequence, head
     tile) CTA over the ``sms`` SMs."""
     h, b, kv, kb = (np.asarray(x, float) for x in (heads, batch, kv_len, kv_b))
     p = params
-    tiles = np.ceil(h / HEAD_TILE)
-    flops = generation_flops_per_pair(1.0, rank, rope) * tiles * HEAD_TILE * b * kv
+    tile = p.get("head_tile", HEAD_TILE)
+    tiles = np.ceil(h / tile)
+    flops = generation_flops_per_pair(1.0, rank, rope) * tiles * tile * b * kv
     latent = kv * latent_elems(rank, rope) * kb
     qo = 2.0 * h * (latent_elems(rank, rope) + rank)
     mem = b * latent / np.where(kb < 2, p["beta_fp8"], p["beta"]) + b * qo / p["beta"]

@@ -158,9 +158,17 @@ def predict(family: str, df: pd.DataFrame, p: dict) -> np.ndarray:
 
 
 def fit_family(family: str, df: pd.DataFrame) -> dict:
-    """Least-squares constants of one family on ``df``'s rows (log residuals, soft_l1)."""
-    p0 = _p0(family)
-    free = [k for k, v in p0.items() if v > 0]  # 0: switched off; < 0: held at its magnitude (the SM count)
+    """Least-squares constants of one family on ``df``'s rows (log residuals, soft_l1); MLA
+    generation's head tile is a discrete choice, the one whose fit leaves the least loss on these rows."""
+    if family == "mla_generation":
+        fits = [_fit(family, df, {**_p0(family), "head_tile": float(t)}) for t in mla.HEAD_TILES]
+        return min(fits, key=lambda f: f[1])[0]
+    return _fit(family, df, _p0(family))[0]
+
+
+def _fit(family: str, df: pd.DataFrame, p0: dict) -> tuple[dict, float]:
+    """(constants, the robust loss they leave) with ``p0``'s zeros off and negatives held."""
+    free = [k for k, v in p0.items() if v > 0 and k != "head_tile"]  # 0: off; < 0: held at its magnitude
     p0 = {k: abs(v) for k, v in p0.items()}
     scale = np.array([p0[k] for k in free])
     t = df["time_s"].to_numpy(float)
@@ -169,7 +177,7 @@ def fit_family(family: str, df: pd.DataFrame) -> dict:
         return np.log(predict(family, df, {**p0, **dict(zip(free, scale * np.exp(x)))})) - np.log(t)
 
     r = least_squares(res, np.zeros(len(free)), loss="soft_l1", f_scale=0.05)
-    return {**p0, **{k: float(v) for k, v in zip(free, scale * np.exp(r.x))}}
+    return {**p0, **{k: float(v) for k, v in zip(free, scale * np.exp(r.x))}}, float(r.cost)
 
 
 def held_out(df: pd.DataFrame, seeds=SEEDS, fraction: float = FRACTION) -> pd.DataFrame:
