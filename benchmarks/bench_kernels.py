@@ -3,6 +3,8 @@
     python benchmarks/bench_kernels.py [--gpu a100-sxm ...]  # everything (a few minutes)
     python benchmarks/bench_kernels.py --only gemm    # one operator class (gemm, attention, allreduce, moe): its
                                                       # held-out table (same draws as the whole run) and its in-sample fit
+    python benchmarks/bench_kernels.py --only wideep  # H200 DeepEP all-to-all, grouped-GEMM MoE, MLA
+                                                      # (calibration/wideep_fit.py), held out by shape
     python benchmarks/bench_kernels.py --quantized [--dtype fp8 ...]  # the quantized GEMM fits (gemm_dtypes):
                                                       # held out by shape, all rows and decode-size rows
 
@@ -425,7 +427,7 @@ def main(argv=None) -> None:
     )
     ap.add_argument(
         "--only",
-        choices=("gemm", "attention", "allreduce", "moe"),
+        choices=("gemm", "attention", "allreduce", "moe", "wideep"),
         help="one operator class on the AIConfigurator tables (attention also prints its fit error "
         "and context attention's neighbour floor; gemm its neighbour floor)",
     )
@@ -445,6 +447,11 @@ def main(argv=None) -> None:
         return quantized_only(args.gpu, args.dtype)
     if args.only == "allreduce":
         return allreduce_only(args.gpu)
+    if args.only == "wideep":
+        from costmodel.calibration import wideep_fit
+
+        print(f"H200 SGLang wide-EP, MoE and MLA tables: held out by shape, mean of {len(SEEDS)} draws (percent)")
+        return print(wideep_fit.summary(wideep_fit.load(DATA)).to_string(index=False))
     if args.only:
         for name, (folder, spec) in GPUS.items():
             if args.gpu and name not in args.gpu:

@@ -5,6 +5,8 @@ each profile's error report (fit and held out by shape).
                                                  # benchmarks/profile_reports/<gpu>.md
     python benchmarks/fit_profiles.py --gemm-dtypes [gpu ...]  # only the quantized GEMM fits
                                                  # (gemm_dtypes) into the shipped profiles, the rest as is
+    python benchmarks/fit_profiles.py --wideep   # only costmodel/wideep_h200.json: DeepEP, grouped
+                                                 # MoE and MLA constants (calibration/wideep_fit.py)
 Held out by shape: a quarter of the whole GEMM (n, k) shapes, attention head configurations and
 all-reduce message sizes (``costmodel.calibration.holdout``) is left out of a first fit and
 predicted; the shipped profile is then fitted on every row. The spec sheets (the caps of the
@@ -237,8 +239,28 @@ def write_gemm_dtypes(name: str, folder: str, base: Hardware) -> None:
     path.write_text(hw.to_yaml())
 
 
+def write_wideep() -> None:
+    """costmodel/wideep_h200.json: every wide-EP family fitted on all its rows, and the held-out figures."""
+    import json
+
+    from costmodel.calibration import wideep_fit
+    from costmodel.wideep import WIDEEP_FILE
+
+    df = wideep_fit.load(DATA)
+    held = wideep_fit.summary(df)
+    doc = {
+        "_source": f"AIConfigurator 0.4.0 {wideep_fit.FOLDER} (benchmarks/fit_profiles.py --wideep)",
+        "_held_out": {r.family: {"mape": r.mape, "median": r.median_ape, "p90": r.p90_ape} for r in held.itertuples()},
+        **wideep_fit.fit_all(df),
+    }
+    WIDEEP_FILE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(held.to_string(index=False))
+
+
 def main(names=None) -> None:
     names = list(names or [])
+    if "--wideep" in names:
+        return write_wideep()
     dtypes_only = "--gemm-dtypes" in names
     names = [n for n in names if n != "--gemm-dtypes"]
     for name, (folder, spec) in GPUS.items():

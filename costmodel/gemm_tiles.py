@@ -280,8 +280,9 @@ def layer_gemms(model, tp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     full-attention layer's fused QKV (H → (h + 2·h_kv)·d_h/tp, KV heads replicated beyond h_kv,
     with Qwen3-Next's output gate) and O projections; each dense layer's gate/up (H → 2·ffn/tp,
     or ffn/tp ungated) and down projections (Megatron column/row splits). The other always-on
-    weights (norms, routers, shared experts, linear-attention layers) stay on the roofline."""
-    m, La, Ld = model, model.kv_layers, model.dense_layers
+    weights (norms, routers, shared experts, linear-attention layers, MLA's low-rank projections)
+    stay on the roofline."""
+    m, La, Ld = model, 0 if model.is_mla else model.kv_layers, model.dense_layers
     q, kv = m.h * m.d_h / tp, max(1, m.h_kv // tp) * m.d_h
     qkv = q * (2 if m.attn_output_gate else 1) + 2 * kv
     k = np.array([m.H, q, m.H, m.ffn / tp], float)

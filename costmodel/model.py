@@ -52,6 +52,10 @@ class ModelSpec:
     gated_mlp: bool = True  # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
     weights: str = "bf16"  # the decoder's linear weights' format (costmodel/precision.py); embedding, head: b
     kv_b: float = 0.0  # bytes per KV element (0: b)
+    kv_lora_rank: int = 0  # MLA (DeepSeek-V2/V3, Kimi-K2; costmodel/mla.py): latent width r (0: not MLA)
+    q_lora_rank: int = 0  # ... the query's low-rank width (0: a full-rank q_proj)
+    qk_rope_dim: int = 0  # ... the decoupled rope key d_r, shared by the heads and cached beside the latent
+    v_head_dim: int = 0  # ... d_v; d_h is then the query/key head dim d_n + d_r
 
     def __post_init__(self):
         if self.kv_layers is None:
@@ -62,9 +66,25 @@ class ModelSpec:
         """Linear-attention layers: no KV cache, a fixed state per sequence (0 for plain transformers)."""
         return self.L - self.kv_layers  # type: ignore[operator]
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def mla_params_per_layer(self) -> int:
+        """q_a (H→q_lora) and q_b (q_lora→h·d_h), or q_proj; kv_a (H→r + d_r); kv_b (r→h·(d_n + d_v));
+        o_proj (h·d_v→H); the q/kv latent norms and the layer's 2 norms (HF DeepseekV3Attention)."""
+        r, qr, hd = self.kv_lora_rank, self.q_lora_rank, self.h * self.d_h
+        q = self.H * qr + qr + qr * hd if qr else self.H * hd
+        nope = self.d_h - self.qk_rope_dim
+        kv = self.H * (r + self.qk_rope_dim) + r + r * self.h * (nope + self.v_head_dim)
+        return q + kv + self.h * self.v_head_dim * self.H + 2 * self.H
+
     # --- parameters, split the way the roofline streams them -----------------
     @property
     def attn_params_per_layer(self) -> int:
+        if self.is_mla:
+            return self.mla_params_per_layer
         q, kv = self.h * self.d_h, self.h_kv * self.d_h
         bias = (q + 2 * kv) if self.qkv_bias else 0
         gate = self.H * q if self.attn_output_gate else 0
@@ -187,7 +207,9 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> float:
         """k = 2·L·h_kv·d_h·b (seed 000: 131,072 B for Llama-3-8B); hybrid models: kv_layers for L;
-        an fp8 KV cache: its bytes per element for b."""
+        an fp8 KV cache: its bytes per element for b; MLA: one latent of r + d_r per layer (costmodel/mla.py)."""
+        if self.is_mla:
+            return self.kv_layers * (self.kv_lora_rank + self.qk_rope_dim) * self.kv_elem_bytes  # type: ignore[operator]
         return 2 * self.kv_layers * self.h_kv * self.d_h * self.kv_elem_bytes  # type: ignore[operator]
 
     @property
@@ -229,6 +251,12 @@ INT_FIELDS = (
     "linear_key_head_dim",
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
+    "n_shared_experts",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
 )
 BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "attn_output_gate")
 
@@ -319,7 +347,8 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         ("num_key_value_heads", h_kv),
     ):
         require(v > 0, f"{name}:{key}", v, "must be positive")
-    d_h = int(cfg.get("head_dim") or H // h)
+    mla = int(cfg.get("kv_lora_rank") or 0)
+    d_h = int(f("qk_nope_head_dim")) + int(f("qk_rope_head_dim")) if mla else int(cfg.get("head_dim") or H // h)
     E = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
     moe_layers = 0
     if E:
@@ -344,7 +373,10 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         num_experts=E,
         experts_per_tok=int(cfg.get("num_experts_per_tok") or (2 if E else 0)),
         expert_ffn=int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0) if E else 0,
-        shared_expert_ffn=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_expert_ffn=int(
+            cfg.get("shared_expert_intermediate_size")
+            or int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or 0)
+        ),
         moe_layers=moe_layers,
         qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "bloom"))),
         gated_mlp=not bloom,
@@ -352,6 +384,10 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         kv_layers=kv_layers,
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),
         weights=from_config(cfg.get("quantization_config"), f"{name}:quantization_config") or "bf16",
+        kv_lora_rank=mla,
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
+        qk_rope_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
+        v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
         **lin,
     )
     for fld in ("L", "H", "h", "h_kv", "d_h", "vocab"):

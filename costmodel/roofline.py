@@ -13,6 +13,8 @@ Operators (each one kernel family, summed over layers):
                     each touched expert's padded rows and the per-tile depth, B the touched experts'
                     weights and the routed rows' activations; π_moe is moe_tuned_pi for the
                     (experts, expert width per GPU) shapes in moe_tuned_shapes
+                    ep > 1 (costmodel/expert_parallel.py): the most loaded of ep ranks' experts, and
+                    a2a_dispatch / a2a_combine, DeepEP's all-to-all per MoE layer (deepep.py)
   embedding         seed convention: a GEMM on every row (2·V·H); faithful: a gather of T rows
   lm_head           seed convention: every row; faithful: only the sampled rows (one per sequence,
                     as vLLM's logits_indices = query_start_loc[1:] - 1)
@@ -86,6 +88,7 @@ from .allreduce import call_time, gather_rows
 from .decode_runs import DecodeRuns
 from .errors import require
 from .execution import Execution
+from .expert_parallel import ExpertParallel
 from .fitted_attention import FittedAttention
 from .gemm_tiles import GemmTiles, layer_gemms
 from .hardware import Hardware
@@ -136,7 +139,7 @@ class Breakdown:
         }
 
 
-class CostModel(DecodeRuns, FittedAttention, HostTime):
+class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
     """One (model, hardware, tp, counting) bound once; prices many batch shapes (with
     ``overlap_host``, a step's host time hides behind its GPU time: costmodel/host.py)."""
 
@@ -148,6 +151,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         counting: str | None = None,
         overlap_host: bool = False,
         execution: Execution | None = None,
+        ep: int = 1,
+        skew: float = 0.0,
+        eplb: bool = False,
     ):
         counting = counting or hw.counting
         require(counting in COUNTINGS, "counting", counting, f"must be one of {COUNTINGS}")
@@ -211,6 +217,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
             self.tile_k, self.tile_n, self.tile_count = layer_gemms(m, tp)
             self.lin_rest = max(0.0, self.lin_params - float((self.tile_k * self.tile_n * self.tile_count).sum()))
         self.quadrature = hw.roofline_combine == "quadrature"
+        self._init_mla()
         self.attn_bound = (self.kv_coef * hw.pi_attention) / (self.attn_coef * hw.beta_attention)
         self._init_fitted_attention(m, hw, tp, La, b)  # type: ignore[arg-type]
         # With the max combine, a decode's memory time exceeds its compute time at every kv when the
@@ -259,6 +266,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
         self.elem_bytes_per_row = b * (m.L * 2 * 2 * m.H + m.dense_layers * 3 * m.ffn / tp + m.kv_layers * 2 * qkv_cols)  # type: ignore[operator]
         self.elem_over = (2 * m.L + m.dense_layers + m.kv_layers) * hw.elementwise_floor_s  # type: ignore[operator]
         self.ar_calls, self.ar_bytes_per_call_row = calls, ring * m.H * b
+        self._init_ep(ep, skew, eplb)  # costmodel/expert_parallel.py
 
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
@@ -268,27 +276,6 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
     @property
     def weight_bytes_per_gpu(self) -> float:
         return self.model.weight_bytes / self.tp
-
-    def _experts_touched(self, rows: int) -> float:
-        m = self.model
-        if not m.is_moe or rows == 0:
-            return 0.0
-        return m.num_experts * (1.0 - (1.0 - m.experts_per_tok / m.num_experts) ** rows)  # moe_cost.experts_touched
-
-    def _moe_terms(self, rows: int) -> tuple[float, float, float]:
-        """Fitted MoE, summed over the MoE layers: (true FLOPs, the fit's FLOPs F', bytes)."""
-        m, k = self.model, self.model.experts_per_tok
-        u = self._experts_touched(rows)
-        routed = rows * k
-        true = 2.0 * 3.0 * m.H * (m.expert_ffn / self.tp) * routed
-        eff = self.moe_row_flops * (routed + self.hw.moe_pad_rows * u)
-        by = self.moe_expert_bytes * u + self.moe_row_bytes * routed
-        return m.moe_layers * true, m.moe_layers * eff, m.moe_layers * by
-
-    def _moe_time(self, rows: int) -> float:
-        """The fitted MoE layers' seconds (quadrature, whatever the profile's combine)."""
-        _, eff, by = self._moe_terms(rows)
-        return math.hypot(eff / self.moe_pi, by / self.hw.moe_beta) + self.model.moe_layers * self.hw.moe_floor_s
 
     def _pi_rows(self, pi: float, rows: int) -> float:
         """π as seen by a GEMM of ``rows`` rows whose MMA work is padded up to the profile's row tile
@@ -403,7 +390,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                     self.over_lin_attn,
                 )
             )
-        return out
+        return self._ep_terms(out, rows, seqs) if self.ep > 1 else out
 
     def attention_terms(self, s: ShapeStats):
         hw = self.hw
@@ -589,7 +576,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime):
                 if self.moe_fitted and name == "moe_experts"
                 else self._op_time(fl, by, pi, beta, floor, over)
             )
-            ops.append(Operator(name, fl, by, t, "compute" if tc >= tm else "memory"))
+            ops.append(
+                Operator(name, fl, by, t, "interconnect" if name[:3] == "a2a" else "compute" if tc >= tm else "memory")
+            )
         ops += [
             Operator(name, fl, by, t, "memory" if name == "attention_decode" else "compute")
             for name, fl, by, t in fitted
@@ -624,6 +613,9 @@ def cost(
     tp: int = 1,
     counting: str | None = None,
     overlap_host: bool = False,
+    ep: int = 1,
+    skew: float = 0.0,
+    eplb: bool = False,
 ) -> Breakdown:
     """Price one forward pass of the batch whose sequences have q_lens new and kv_lens cached tokens."""
     q, kv = np.asarray(q_lens), np.asarray(kv_lens)
@@ -631,5 +623,5 @@ def cost(
     require(q.size > 0, "q_lens", list(q_lens), "batch is empty")
     require(bool((q > 0).all()), "q_lens", list(q_lens), "every sequence needs at least one new token")
     require(bool((kv >= 0).all()), "kv_lens", list(kv_lens), "cached tokens cannot be negative")
-    cm = CostModel(model, hardware, tp, counting, overlap_host)
+    cm = CostModel(model, hardware, tp, counting, overlap_host, ep, skew, eplb)
     return cm.breakdown(cm.shape(q, kv))

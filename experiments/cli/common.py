@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 from costmodel import load_hardware, load_model
@@ -147,7 +148,10 @@ def add_dataset_flags(w) -> None:
 
 def model_and_hardware(args):
     check_hardware_file(args.hardware)
-    return load_model(args.model), load_hardware(args.hardware)
+    model = load_model(args.model)
+    if "/" in str(args.model) and model.name != str(args.model):  # a Hugging Face id read as a shipped config
+        print(f"note: --model {args.model} is the shipped config {model.name}", file=sys.stderr)
+    return model, load_hardware(args.hardware)
 
 
 def read_text(path, field: str) -> str:

@@ -28,6 +28,20 @@ def add_parser(p):
     )
     p.add_argument("--kv-cache-dtype", type=engine_type("kv_cache_dtype"), help="KV cache dtype (auto, fp8, ...)")
     p.add_argument(
+        "--ep",
+        "--ep-size",
+        type=int,
+        default=1,
+        help="expert-parallel size (SGLang --ep-size): routed experts split ep ways, the DeepEP all-to-all added; "
+        "a multiple of --tp runs ep/tp data-parallel attention groups of this batch shape",
+    )
+    p.add_argument(
+        "--moe-skew", type=float, default=0.0, help="with --ep: Zipf exponent of the experts' load (0: uniform)"
+    )
+    p.add_argument(
+        "--eplb", action="store_true", help="with --ep: EPLB's balanced expert placement (rows even per rank)"
+    )
+    p.add_argument(
         "--overlap-host",
         action="store_true",
         help="price host time as overlapped with the GPU (async scheduling): only host time beyond the GPU's shows",
@@ -93,12 +107,40 @@ def batch_from_args(args) -> tuple[list[int], list[int]]:
     return q, kv
 
 
+def explain(model, hw, tp: int, ep: int, decode_only: bool) -> list[str]:
+    """What the MLA and expert-parallel terms assumed (costmodel/expert_parallel.py)."""
+    out = []
+    if model.is_mla:
+        out.append(
+            f"MLA: a {model.kv_lora_rank}+{model.qk_rope_dim}-element latent per token and layer on every rank "
+            f"({model.kv_bytes_per_token / 1e3:.1f} kB a token), attention FLOPs in the expanded (prefill) form"
+        )
+    if ep > 1:
+        from costmodel.expert_parallel import DEEPEP_GPUS
+
+        nodes = -(-ep // max(1, hw.gpus_per_node))
+        how = (
+            f"DeepEP {'low-latency' if decode_only else 'normal'} mode, {nodes} node(s), constants fitted on "
+            "AIConfigurator's H100/H200 tables"
+            if hw.name in DEEPEP_GPUS
+            else "ncclAllToAll over the profile's NVLink"
+        )
+        groups = f", {ep // tp} DP-attention groups of this batch" if ep > tp else ""
+        out.append(
+            f"EP {ep}: {model.num_experts // ep} experts a GPU{groups}; the most loaded rank's experts; "
+            f"dispatch and combine by {how}; the MoE layers' all-reduce replaced by the combine"
+        )
+    return out
+
+
 def run(args) -> int:
     model, hw = model_and_hardware(args)
     model = with_precision(model, args.quantization, args.kv_cache_dtype)
     q, kv = batch_from_args(args)
     within_context(model, q, kv, args.batch_file, args.q_lens, args.kv_lens)
-    result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host)
+    require(args.ep > 1 or not (args.moe_skew or args.eplb), "--moe-skew", args.moe_skew, "needs --ep > 1")
+    require(not (args.interval and args.ep > 1), "--interval", True, "is not modelled with --ep > 1")
+    result = cost(model, hw, q, kv, args.tp, args.counting, args.overlap_host, args.ep, args.moe_skew, args.eplb)
     band = forward_interval(model, hw, q, kv, args.tp, args.counting) if args.interval else None
     if args.json:
         extra = {"expected_error": expected_error(hw).as_dict()} | ({"interval": band} if band else {})
@@ -111,9 +153,11 @@ def run(args) -> int:
     rows.append({"operator": "total", "GFLOP": result.flops / 1e9, "MB": result.bytes / 1e6, "ms": result.time_s * 1e3})
     dtypes = f", weights {model.weights}, KV {model.kv_elem_bytes:g} B" if model.weights != "bf16" or model.kv_b else ""
     print(
-        f"{model.name} on {hw.name} (tp={args.tp}{dtypes}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached"
+        f"{model.name} on {hw.name} (tp={args.tp}{f', ep={args.ep}' if args.ep > 1 else ''}{dtypes}): {len(q)} sequences, {sum(q)} new tokens, {sum(kv)} cached"
     )
     print(table(rows))
+    for line in explain(model, hw, args.tp, args.ep, sum(q) == len(q)):
+        print(line)
     print(expected_error(hw).line(hw.name))
     if band:
         print(
