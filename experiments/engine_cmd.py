@@ -154,11 +154,27 @@ REFUSED = {  # flags that change what the engine does and that chunksim does not
     },
     "vllm": {},
 }
+REFUSED["sglang"].update(
+    {
+        s: "SGLang's PD disaggregation is not modelled yet (vLLM's --kv-transfer-config with NixlConnector is: "
+        "chunksim simulate --prefill-replicas X --decode-replicas Y)"
+        for s in (
+            "--disaggregation-mode",
+            "--disaggregation-transfer-backend",
+            "--disaggregation-bootstrap-port",
+            "--disaggregation-ib-device",
+        )
+    }
+)
 
 
 def _refused(engine: str, flag: str) -> None:
     if flag in REFUSED[engine]:
         raise InputError(f"--engine-cmd {flag}", flag, REFUSED[engine][flag])
+    if engine == "vllm" and flag.startswith("--kv-transfer-config."):
+        raise InputError(
+            f"--engine-cmd {flag}", flag, "spell the KV transfer config as one JSON value: --kv-transfer-config '{...}'"
+        )
     if engine == "vllm" and flag.startswith("--speculative-config."):
         raise InputError(
             f"--engine-cmd {flag}", flag, "spell the speculative config as one JSON value: --speculative-config '{...}'"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from simcore.cohort import DecodeCohort
 from simcore.kv import BlockPool
@@ -23,6 +24,7 @@ class SchedulerState:
     looked_up: list = field(default_factory=list)
     hold_finished: bool = False  # vLLM async scheduling: see ``retire``
     finished: list = field(default_factory=list)  # sampled their last token in the step just applied; still held
+    connector: Any = None  # vLLM's KV connector state under PD disaggregation (policies/vllm_pd.py), else None
 
     @property
     def num_running(self) -> int:
@@ -238,6 +240,7 @@ class Plan:
     cohort: int = 0  # decode cohort members riding along, one token each (not in items)
     released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
+    loads: list | None = None  # PD: requests whose KV load this schedule() started (policies/vllm_pd.py)
 
     @property
     def num_tokens(self) -> int:

@@ -23,6 +23,8 @@ steps, no folding, no deferred finish, and no SimPy internals. It imports no fas
 
 from __future__ import annotations
 
+from typing import Any
+
 from .admission import new_request, reject_reason
 from .clock import LATE
 from .histogram import LogHistogram
@@ -49,6 +51,8 @@ class SteppingReplica:
         self._outstanding = 0  # submitted and not yet finished
         self._wake = None
         state.hold_finished = getattr(policy, "holds_finished", False)
+        state.connector = policy.new_connector() if hasattr(policy, "new_connector") else None
+        self.transfers: Any = None  # PD: starts KV loads, hears of prefill-side finishes (simcore/disagg.py)
         self.process = env.process(self.run())
 
     @property
@@ -71,6 +75,21 @@ class SteppingReplica:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def kv_received(self, req) -> None:
+        """PD decode side: the worker reported finished_recving for `req`; its next schedule() sees it."""
+        self.state.connector.recv_done.add(req)
+        self._notify()
+
+    def kv_sent(self, req) -> None:
+        """PD prefill side: finished_sending, the decode side has read `req`'s blocks: they go."""
+        self.state.connector.sending.remove(req)
+        self.state.pool.release(req)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
     def run(self):
         env, s = self.env, self.state
         while True:
@@ -84,6 +103,8 @@ class SteppingReplica:
             s.waiting.extend(self.inbox)
             self.inbox.clear()
             plan = self.policy.schedule(s)
+            if plan.loads:  # PD: loads started by this schedule() (policies/vllm_pd.py)
+                self.transfers.loads_started(self, plan.loads, env.now)
             if s.looked_up:
                 s.settle_lookups()
             if self.checking:
@@ -149,7 +170,11 @@ class SteppingReplica:
             self.itl.add_many(gaps)
         for req in finished:  # in the step's batch order
             req.finish_s = end
-            self.state.retire(req)
+            if req.remote_decode:  # PD prefill side: request_finished delays the free until finished_sending
+                self.state.connector.sending.append(req)
+                self.transfers.prefill_finished(self, req, end)
+            else:
+                self.state.retire(req)
             self.state.running.remove(req)
             self._outstanding -= 1
             self.policy.on_finish()
