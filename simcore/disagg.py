@@ -1,13 +1,17 @@
 """A disaggregated run: a prefill pool and a decode pool of vLLM replicas, KV moved between them.
 
 Follow a request, as vLLM's disaggregated-serving proxy runs it (vLLM's
-tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): it is sent to a prefill replica
-(the one with the fewest outstanding requests) with max_tokens 1 and ``do_remote_decode``; it
-computes its prompt and samples one token there (``prefill_token_s``; the proxy discards that
-token), and its blocks stay held (policies/vllm_pd.py). The proxy then sends it, with its
-original max_tokens and ``do_remote_prefill``, to a decode replica (fewest outstanding, or
-lowest KV usage: the load and KV-utilisation scores of llm-d's scheduler and Dynamo's router),
-whose scheduler allocates blocks for the prompt and starts the read; the transfer
+tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, send_request_to_service and
+stream_service_response): it is sent to a prefill replica with max_tokens 1, stream off and
+``do_remote_decode``; it computes its prompt and samples one token there (``prefill_token_s``;
+the proxy reads that response only for its kv_transfer_params), and its blocks stay held
+(policies/vllm_pd.py). The proxy then sends it, with its original max_tokens and
+``do_remote_prefill``, to a decode replica and streams that replica's response. The toy proxy
+alternates replicas round robin; production routers pick by load (llm-d's inference scheduler
+scores queue depth and KV-cache utilisation; Dynamo's KV router, kv_router/scheduler.rs, a
+worker's potential load), so chunksim takes the prefill replica with the fewest outstanding
+requests and the decode replica with the fewest outstanding (or the lowest KV usage). The
+decode replica's scheduler allocates blocks for the prompt and starts the read; the transfer
 (simcore/kv_transfer.py: latency + bytes through a shared link) carries the prompt's KV,
 ``prompt_len · kv_bytes_per_token`` bytes of the model's KV dtype. When it is through, the decode
 replica sees finished_recving and the prefill replica finished_sending (its blocks go); the
