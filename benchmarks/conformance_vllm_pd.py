@@ -1,5 +1,5 @@
 """Step-for-step conformance of chunksim's vLLM policy with a KV connector (PD disaggregation)
-against vLLM 0.33.0's own sync Scheduler driven with a stand-in NIXL connector.
+against vLLM 0.33.0's own Scheduler / AsyncScheduler driven with a stand-in NIXL connector.
 
 Prints, per configuration, how many random scenarios match at every step, how many saw a
 preemption in vLLM, how many requests loaded remote KV, and the first divergence of each

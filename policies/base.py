@@ -152,7 +152,10 @@ class SchedulerState:
         if not n:
             return 0
         for req in self.finished:
-            self.pool.release(req)
+            if req.remote_decode:  # PD prefill side: held on until finished_sending (policies/vllm_pd.py)
+                self.connector.sending.append(req)
+            else:
+                self.pool.release(req)
         self.finished.clear()
         return n
 
@@ -161,16 +164,22 @@ class SchedulerState:
         hold `tokens` positions, preempt the last request of Scheduler.running to the front of
         the queue (appended to `preempted`); a held finished request (see ``retire``) counts in
         that order, and preempting it only frees its blocks. False when `req` itself was
-        preempted."""
+        preempted. Under PD with async scheduling a victim still in the step in flight cannot be
+        preempted (policies/vllm_pd.py, ``in_flight``): then False, nothing preempted."""
+        c = self.connector
         while not self.pool.grow(req, tokens):
             fin = self.finished
             if fin and (not self.running or max(r.seq for r in fin) > self.running[-1].seq):
                 victim = max(fin, key=lambda r: r.seq)
+                if c is not None and victim in c.in_flight:
+                    return False
                 fin.remove(victim)
                 self.pool.release(victim)
                 victim.num_preemptions += 1
                 preempted.append(victim)
                 continue
+            if c is not None and self.running[-1] in c.in_flight:
+                return False
             victim = self.running.pop()
             self.preempt(victim, front=True)
             preempted.append(victim)

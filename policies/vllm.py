@@ -47,14 +47,15 @@ class VLLMConfig:
     def __post_init__(self):
         spec = parse_speculative_config(self.speculative_config, self.spec_acceptance, self.spec_seed)
         object.__setattr__(self, "async_scheduling", resolve_async(spec, self.async_scheduling))
-        if parse_kv_transfer_config(self.kv_transfer_config) is not None:
+        kv = parse_kv_transfer_config(self.kv_transfer_config)
+        if kv is not None:
             require(spec is None, "--speculative-config", self.speculative_config, "with a KV connector: not modelled")
             require(
-                not self.async_scheduling,
+                not (self.async_scheduling and kv.role == "kv_producer"),
                 "--async-scheduling",
                 True,
-                "async scheduling with a KV connector (vLLM's default; it defers block frees) is not modelled "
-                "yet: chunksim models vLLM's synchronous Scheduler with a connector; pass --no-async-scheduling",
+                "async scheduling with kv_role kv_producer is not modelled (in-flight outputs dropped at "
+                "preemption); use kv_both or kv_consumer, or pass --no-async-scheduling",
             )
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
         require(
@@ -124,7 +125,7 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
 
     def new_connector(self) -> ConnectorState | None:
         """The scheduler's connector state (policies/vllm_pd.py), or None without a connector."""
-        return ConnectorState() if self.kv_transfer is not None else None
+        return ConnectorState(lag=self.cfg.async_scheduling) if self.kv_transfer is not None else None
 
     @property
     def needs_stepping(self) -> bool:

@@ -19,9 +19,16 @@ kv_connector/v1/nixl/pull_scheduler.py, ``NixlConnector`` being ``NixlPullConnec
   finishes, ``request_finished`` returns delay_free, so its blocks stay held until the worker
   reports ``finished_sending`` (the decode side has read them).
 
-``kv_role`` (kv_producer / kv_consumer / kv_both) does not change the sync scheduler's steps here:
-what a request does is carried by its kv_transfer_params. Async scheduling with a connector
-(``defer_block_free`` for consumers) and prefix caching with a connector are not modelled: refused.
+``kv_role`` (kv_producer / kv_consumer / kv_both) does not change the sync scheduler's steps:
+what a request does is carried by its kv_transfer_params. With async scheduling (AsyncScheduler,
+vLLM's default) two things change. The worker's finished_recving / finished_sending come with a
+step's output, which is processed after the next schedule() (``lag``): a completion is seen one
+schedule later, at once when no step is in flight. And a consumer role (kv_consumer, kv_both)
+sets ``defer_block_free``: a preemption victim scheduled in the step still in flight
+(``last_sched_seq > processed_step_seq``, ``in_flight`` here) cannot free its blocks, so the
+running loop stops instead of preempting it. Async with kv_producer (``requires_kv_delivery``
+without deferred frees: dropped in-flight outputs) and prefix caching with a connector are not
+modelled: refused.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ class ConnectorState:
     sending: list = field(default_factory=list)
     inflight: dict = field(default_factory=dict)
     loads: list = field(default_factory=list)
+    lag: bool = False  # async scheduling: completions are seen one schedule() later (see the module doc)
+    in_flight: set = field(default_factory=set)  # async, consumer role: requests of the step in flight
+    pending: list = field(default_factory=list)  # async: completions reported, not processed yet
 
     def held_blocks(self) -> int:
         return sum(r.num_blocks for r in self.holding) + sum(r.num_blocks for r in self.sending)
@@ -99,7 +109,7 @@ def schedule_waiting(pol, s, scheduled: dict, token_budget: int) -> int:
     skip_hold: list = []
     skip_wait: list = []  # stays empty: a request without blocks is never skipped here
     c.loads = []
-    num_running = s.num_running
+    num_running = s.num_running + len(s.finished)  # async: finished requests held this schedule() count
     while token_budget > 0:
         queue = c.holding if c.holding else s.waiting
         if not queue or num_running >= cfg.max_num_seqs:

@@ -28,7 +28,7 @@ NIXL = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 
 
 def _engine(tp: int = 1, **flags):
-    f = {"async_scheduling": False, "kv_transfer_config": NIXL, **flags}
+    f = {"async_scheduling": False, "kv_transfer_config": NIXL, **flags}  # async: where a test says so
     return build_engine("vllm", MODEL, HW, tp, f)[:3]
 
 
@@ -145,16 +145,17 @@ def _workload(n: int, seed: int, rate: float = 20.0, longest: int = 3000):
 
 
 @pytest.mark.parametrize(
-    "np_,nd,tp_p,tp_d,bs,blocks,medium",
+    "np_,nd,tp_p,tp_d,bs,blocks,medium,async_",
     [
-        (1, 1, 1, 1, 16, None, "auto"),
-        (2, 1, 1, 2, 32, None, "rdma"),
-        (1, 1, 2, 1, 16, 400, "auto"),  # tight pools: preemption beside loads and held sends
-        (3, 2, 1, 1, 64, 120, "nvlink"),
+        (1, 1, 1, 1, 16, None, "auto", False),
+        (2, 1, 1, 2, 32, None, "rdma", True),
+        (1, 1, 2, 1, 16, 400, "auto", False),  # tight pools: preemption beside loads and held sends
+        (1, 1, 1, 1, 16, 400, "rdma", True),
+        (3, 2, 1, 1, 64, 120, "nvlink", True),
     ],
 )
-def test_conservation(np_, nd, tp_p, tp_d, bs, blocks, medium):
-    flags = {"block_size": bs, "num_gpu_blocks_override": blocks}
+def test_conservation(np_, nd, tp_p, tp_d, bs, blocks, medium, async_):
+    flags = {"block_size": bs, "num_gpu_blocks_override": blocks, "async_scheduling": async_}
     wl = _workload(150, seed=np_ * 10 + nd)
     sim = DisaggSimulation(
         [_engine(tp_p, **flags) for _ in range(np_)],
@@ -227,9 +228,12 @@ def test_kv_transfer_config_refusals(text, field):
     assert field in e.value.field
 
 
-def test_async_scheduling_and_spec_with_a_connector_are_refused():
+def test_async_with_a_producer_and_spec_with_a_connector_are_refused():
+    assert VLLMConfig(kv_transfer_config=NIXL).async_scheduling  # vLLM's default, modelled with kv_both
+    producer = '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}'
+    assert not VLLMConfig(kv_transfer_config=producer, async_scheduling=False).async_scheduling
     with pytest.raises(InputError, match="async-scheduling"):
-        VLLMConfig(kv_transfer_config=NIXL)
+        VLLMConfig(kv_transfer_config=producer)
     with pytest.raises(InputError, match="speculative-config"):
         VLLMConfig(
             kv_transfer_config=NIXL,
@@ -254,6 +258,7 @@ def test_engine_cmd_kv_transfer_and_sglang_disaggregation():
         parse_engine_cmd("python -m sglang.launch_server --model-path m --disaggregation-mode decode")
 
 
+PRODUCER = '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}'
 BASE = ["simulate", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-prompts", "20", "--input-len", "500"]
 
 
@@ -261,7 +266,10 @@ BASE = ["simulate", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-prom
     "extra,field",
     [
         (["--prefill-replicas", "1", "--no-async-scheduling"], "--decode-replicas"),
-        (["--prefill-replicas", "1", "--decode-replicas", "1"], "--async-scheduling"),
+        (
+            ["--prefill-replicas", "1", "--decode-replicas", "1", "--kv-transfer-config", PRODUCER],
+            "--async-scheduling",
+        ),
         (
             ["--prefill-replicas", "1", "--decode-replicas", "1", "--no-async-scheduling", "--replicas", "2"],
             "--replicas",
@@ -289,10 +297,9 @@ def test_cli_errors(extra, field):
     assert_one_line_error(BASE + extra, field)
 
 
-def test_cli_pd_runs():
-    rc, out, err = run_cli(
-        BASE + ["--prefill-replicas", "1", "--decode-replicas", "2", "--no-async-scheduling", "--json"]
-    )
+@pytest.mark.parametrize("extra", [[], ["--no-async-scheduling"]])
+def test_cli_pd_runs(extra):
+    rc, out, err = run_cli(BASE + ["--prefill-replicas", "1", "--decode-replicas", "2", "--json", *extra])
     assert rc == 0, err
     s = json.loads(out)
     assert s["completed"] == 20 and s["pd"]["gpus"] == 3 and s["kv_transfer"]["transfers"] == 20

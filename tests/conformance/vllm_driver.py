@@ -119,6 +119,10 @@ def _build_scheduler(sc: VllmScenario, kv_transfer_config=None):
         kv_transfer_config=kv_transfer_config,  # PD: vllm_pd_driver.py
     )
     cfg.cache_config.num_gpu_blocks = sc.num_blocks
+    if kv_transfer_config is not None and sc.async_scheduling:
+        # VllmConfig turns async off on this CPU build; on a GPU (mp executor) it stays on, so
+        # max_concurrent_batches is 2 and a consumer connector defers block frees (PD driver only)
+        cfg.scheduler_config.async_scheduling = True
     kv = KVCacheConfig(
         num_blocks=sc.num_blocks,
         kv_cache_tensors=[],

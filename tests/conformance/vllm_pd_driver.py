@@ -1,19 +1,21 @@
-"""Drive vLLM 0.33's sync Scheduler with a KV connector, and chunksim's vLLM policy with one, through
-one PD scenario (vllm_pd_scenarios.py) and compare them step by step.
+"""Drive vLLM 0.33's Scheduler / AsyncScheduler with a KV connector, and chunksim's vLLM policy with
+one, through one PD scenario (vllm_pd_scenarios.py) and compare them step by step.
 
-vLLM side: the Scheduler of vllm_driver.py with ``kv_transfer_config`` naming the stand-in
+vLLM side: the scheduler of vllm_driver.py with ``kv_transfer_config`` naming the stand-in
 connector (vllm_pd_connector.py, loaded through ``kv_connector_module_path``); requests carry
-``kv_transfer_params``. The harness steps as EngineCore.step does (schedule, fake output,
-update_from_output); a schedule() that runs no tokens lets time jump to the next arrival or
-transfer completion, and that step's output carries the completions due by then
+``kv_transfer_params``. The harness steps as EngineCore does: sync, schedule then update
+(EngineCore.step); async, two batches in flight, schedule n+1 before the update of step n
+(step_with_batch_queue), with the config's async flag on as on a GPU, so that a consumer
+connector defers block frees. A step's output carries the completions due by its end
 (``KVConnectorOutput.finished_recving`` / ``finished_sending``), as the worker's connector
-reports them in the model runner's output.
+reports them; an empty step's output is processed when it is made; when the latest schedule()
+ran and changed nothing, time jumps to the next arrival or completion and that output carries
+the completions due by then.
 
 chunksim side: one ``SteppingReplica`` (simcore/stepping.py) over UnitCost (a step lasts 1 s),
 its ``transfers`` completing each load / send after the scenario's delay.
 
-A record is, per step start: ({rid: tokens}, preempted rids, finished rids), as vllm_driver's.
-"""
+A record is, per step start: ({rid: tokens}, preempted rids, finished rids), as vllm_driver's."""
 
 from __future__ import annotations
 
@@ -46,36 +48,51 @@ def run_vllm_pd(pd: PDScenario, max_calls: int = 100_000) -> dict:
     records: dict = {}
     recv_due: dict = {}
     send_due: dict = {}
+    # steps scheduled, output not processed: (start or None, output, sampled, progressed, scheduled at)
+    queue: deque = deque()
+    depth = 2 if sc.async_scheduling else 1
     clock = 0
     for _ in range(max_calls):
         while pending and pending[0][0] <= clock:
             scheduler.add_request(pending.popleft()[1])
-        if not scheduler.has_requests():
+        if scheduler.has_requests():
+            started = len(conn.loads_started)
+            out = scheduler.schedule()
+            for rid in conn.loads_started[started:]:
+                recv_due[rid] = clock + pd.delays[int(rid)]
+            tokens = out.total_num_scheduled_tokens
+            if tokens or out.preempted_req_ids:
+                rec = records.setdefault(clock, ({}, [], []))
+                rec[0].update({int(r): n for r, n in out.num_scheduled_tokens.items()})
+                rec[1].extend(sorted(int(r) for r in out.preempted_req_ids))
+            sampled = [
+                [] if scheduler.requests[r].is_prefill_chunk else [_OUTPUT_TOKEN + int(r)]
+                for r in out.num_scheduled_tokens
+            ]
+            progressed = bool(tokens or out.preempted_req_ids or len(conn.loads_started) > started)
+            queue.appendleft((clock if tokens else None, out, sampled, progressed, clock))
+            if tokens:
+                clock += 1
+            if len(queue) < depth and (tokens or scheduler.has_requests()):
+                continue
+        elif not queue:
             if not pending:
                 break
-            clock = pending[0][0]
+            clock = max(clock, pending[0][0])
             continue
-        started = len(conn.loads_started)
-        out = scheduler.schedule()
-        for rid in conn.loads_started[started:]:
-            recv_due[rid] = clock + pd.delays[int(rid)]
-        tokens = out.total_num_scheduled_tokens
-        if tokens or out.preempted_req_ids:
-            rec = records.setdefault(clock, ({}, [], []))
-            rec[0].update({int(r): n for r, n in out.num_scheduled_tokens.items()})
-            rec[1].extend(sorted(int(r) for r in out.preempted_req_ids))
-        if tokens:
-            end = clock + 1
-        elif out.preempted_req_ids:
-            end = clock
-        else:
+        start, out, sampled, progressed, at = queue.pop()
+        if start is not None:
+            end = start + 1
+        elif queue[0][3] if queue else progressed:  # the latest schedule() changed something: again
+            end = queue[0][4] if queue else at  # an empty step's output is processed when it is made
+        else:  # the latest schedule() ran nothing and changed nothing: idle until the next event
             due = [*recv_due.values(), *send_due.values(), *([pending[0][0]] if pending else [])]
             later = [t for t in due if t > clock]
             if not later and not scheduler.requests:  # the last finish: its ids flushed, all done
                 break
             if not later:
                 raise RuntimeError(f"{sc.name}: vLLM scheduled nothing and nothing is due (stuck)")
-            end = min(later)
+            end = clock = min(later)
         recv = {r for r, t in recv_due.items() if t <= end}
         send = {r for r, t in send_due.items() if t <= end}
         for r in recv:
@@ -83,7 +100,6 @@ def run_vllm_pd(pd: PDScenario, max_calls: int = 100_000) -> dict:
         for r in send:
             del send_due[r]
         ids = list(out.num_scheduled_tokens)
-        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [_OUTPUT_TOKEN + int(r)] for r in ids]
         mro = ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: i for i, r in enumerate(ids)},
@@ -98,8 +114,7 @@ def run_vllm_pd(pd: PDScenario, max_calls: int = 100_000) -> dict:
             if pd.roles[rid] == "P":
                 send_due[str(rid)] = end + pd.delays[rid]
         if done:
-            records[clock][2].extend(done)
-        clock = end
+            records[start][2].extend(done)
     else:
         raise RuntimeError(f"{sc.name}: vLLM did not drain in {max_calls} scheduler calls")
     return {t: (tok, sorted(p), sorted(f)) for t, (tok, p, f) in records.items()}
@@ -143,7 +158,7 @@ def run_chunksim_pd(pd: PDScenario) -> dict:
         max_model_len=sc.max_model_len,
         num_gpu_blocks_override=sc.num_blocks,
         enable_prefix_caching=False,
-        async_scheduling=False,
+        async_scheduling=sc.async_scheduling,
         kv_transfer_config=json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}),
     )
     policy, pool, _, _ = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), flags=flags)

@@ -1,5 +1,5 @@
 """Scenarios for the PD conformance check (no vLLM needed to build them): the random vLLM scenarios
-(sync Scheduler, no prefix caching) with each request given a role and a transfer time.
+(Scheduler or AsyncScheduler, no prefix caching) with each request given a role and a transfer time.
 
 Roles: "L" a plain local request; "D" decode side (``do_remote_prefill``: its prompt's KV is
 loaded, finished_recving ``delay`` steps after the schedule() that started the load); "P"
@@ -15,12 +15,15 @@ import numpy as np
 from vllm_scenarios import VllmScenario, random_scenario
 
 CONFIGS = {
-    # name: (KV pool, role mix: probabilities of L, D, P, longest transfer in steps)
-    "pd-decode-ample": ("ample", (0.3, 0.7, 0.0), 12),
-    "pd-decode-tight": ("tight", (0.3, 0.7, 0.0), 12),
-    "pd-prefill-tight": ("tight", (0.3, 0.0, 0.7), 12),
-    "pd-mixed-tight": ("tight", (0.3, 0.4, 0.3), 30),
-    "pd-mixed-mixed": ("mixed", (0.2, 0.4, 0.4), 6),
+    # name: (async scheduling, KV pool, role mix: probabilities of L, D, P, longest transfer in steps)
+    "pd-decode-ample": (False, "ample", (0.3, 0.7, 0.0), 12),
+    "pd-decode-tight": (False, "tight", (0.3, 0.7, 0.0), 12),
+    "pd-prefill-tight": (False, "tight", (0.3, 0.0, 0.7), 12),
+    "pd-mixed-tight": (False, "tight", (0.3, 0.4, 0.3), 30),
+    "pd-mixed-mixed": (False, "mixed", (0.2, 0.4, 0.4), 6),
+    "pd-async-decode-tight": (True, "tight", (0.3, 0.7, 0.0), 12),
+    "pd-async-mixed-tight": (True, "tight", (0.3, 0.4, 0.3), 30),
+    "pd-async-mixed-mixed": (True, "mixed", (0.2, 0.4, 0.4), 6),
 }
 
 
@@ -35,8 +38,8 @@ class PDScenario:
         return f"{self.base.label} roles={''.join(self.roles)} delays={list(self.delays)}"
 
 
-def random_pd_scenario(rng: np.random.Generator, index: int, pool: str, mix, longest: int) -> PDScenario:
-    sc = random_scenario(rng, index, False, pool, False)
+def random_pd_scenario(rng: np.random.Generator, index: int, async_: bool, pool: str, mix, longest: int) -> PDScenario:
+    sc = random_scenario(rng, index, async_, pool, False)
     n = len(sc.requests)
     roles = tuple(str(r) for r in rng.choice(["L", "D", "P"], size=n, p=list(mix)))
     delays = tuple(int(d) for d in rng.integers(1, longest + 1, size=n))
@@ -45,6 +48,6 @@ def random_pd_scenario(rng: np.random.Generator, index: int, pool: str, mix, lon
 
 
 def random_pd_scenarios(config: str, count: int, seed: int = 0) -> list[PDScenario]:
-    pool, mix, longest = CONFIGS[config]
+    async_, pool, mix, longest = CONFIGS[config]
     rng = np.random.default_rng([seed, 200 + list(CONFIGS).index(config)])
-    return [random_pd_scenario(rng, i, pool, mix, longest) for i in range(count)]
+    return [random_pd_scenario(rng, i, async_, pool, mix, longest) for i in range(count)]
