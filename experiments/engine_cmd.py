@@ -170,6 +170,18 @@ REFUSED["sglang"].update(
         )
     }
 )
+REFUSED["sglang"].update(
+    {
+        s: "SGLang's PD disaggregation is not modelled yet (vLLM's --kv-transfer-config with NixlConnector is: "
+        "chunksim simulate --prefill-replicas X --decode-replicas Y)"
+        for s in (
+            "--disaggregation-mode",
+            "--disaggregation-transfer-backend",
+            "--disaggregation-bootstrap-port",
+            "--disaggregation-ib-device",
+        )
+    }
+)
 GLUED_LEVEL = re.compile(r"-O=?(.+)$")  # vLLM's -O3 / -O=3 = --optimization-level 3
 DOTTED = re.compile(r"(?:-cc|--compilation-config)\.(\w+)=(.*)$")  # vLLM's -cc.key=value
 
@@ -177,6 +189,10 @@ DOTTED = re.compile(r"(?:-cc|--compilation-config)\.(\w+)=(.*)$")  # vLLM's -cc.
 def _refused(engine: str, flag: str) -> None:
     if flag in REFUSED[engine]:
         raise InputError(f"--engine-cmd {flag}", flag, REFUSED[engine][flag])
+    if engine == "vllm" and flag.startswith("--kv-transfer-config."):
+        raise InputError(
+            f"--engine-cmd {flag}", flag, "spell the KV transfer config as one JSON value: --kv-transfer-config '{...}'"
+        )
     if engine == "vllm" and flag.startswith("--speculative-config."):
         raise InputError(
             f"--engine-cmd {flag}", flag, "spell the speculative config as one JSON value: --speculative-config '{...}'"

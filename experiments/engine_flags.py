@@ -123,6 +123,17 @@ def _compilation(v):
         compilation_config(v)
     except InputError as e:
         return f"{e.field}={e.value!r}: {e.reason}"
+
+
+def _kv_transfer(v):
+    """vLLM's --kv-transfer-config JSON, parsed as the policy parses it (policies/vllm_pd.py)."""
+    from policies.vllm_pd import parse_kv_transfer_config
+
+    try:
+        parse_kv_transfer_config(v)
+    except InputError as e:
+        sub = e.field.removeprefix("--kv-transfer-config").strip()
+        return f"{sub}={e.value!r}: {e.reason}" if sub else e.reason
     return None
 
 
@@ -301,6 +312,14 @@ class EngineFlags:
     )
     spec_seed: int | None = flag(
         INT, (V,), "chunksim's own: seed of the acceptance draws (default 0)", own=("--spec-seed",), check=_nonneg
+    )
+    kv_transfer_config: str | None = flag(
+        STR,
+        (V,),
+        'vLLM KV connector, JSON as vLLM takes it: \'{"kv_connector": "NixlConnector", "kv_role": "kv_both"}\' '
+        "(PD disaggregation, sync scheduler only; policies/vllm_pd.py)",
+        vllm=("--kv-transfer-config",),
+        check=_kv_transfer,
     )
     usage_context: str | None = flag(
         STR, (V,), "vLLM usage context for its defaults: api_server (vllm serve) or llm_class (LLM(...))", cli=False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from simcore.cohort import DecodeCohort
 from simcore.kv import BlockPool
@@ -23,6 +24,7 @@ class SchedulerState:
     looked_up: list = field(default_factory=list)
     hold_finished: bool = False  # vLLM async scheduling: see ``retire``
     finished: list = field(default_factory=list)  # sampled their last token in the step just applied; still held
+    connector: Any = None  # vLLM's KV connector state under PD disaggregation (policies/vllm_pd.py), else None
 
     @property
     def num_running(self) -> int:
@@ -150,7 +152,10 @@ class SchedulerState:
         if not n:
             return 0
         for req in self.finished:
-            self.pool.release(req)
+            if req.remote_decode:  # PD prefill side: held on until finished_sending (policies/vllm_pd.py)
+                self.connector.sending.append(req)
+            else:
+                self.pool.release(req)
         self.finished.clear()
         return n
 
@@ -159,16 +164,22 @@ class SchedulerState:
         hold `tokens` positions, preempt the last request of Scheduler.running to the front of
         the queue (appended to `preempted`); a held finished request (see ``retire``) counts in
         that order, and preempting it only frees its blocks. False when `req` itself was
-        preempted."""
+        preempted. Under PD with async scheduling a victim still in the step in flight cannot be
+        preempted (policies/vllm_pd.py, ``in_flight``): then False, nothing preempted."""
+        c = self.connector
         while not self.pool.grow(req, tokens):
             fin = self.finished
             if fin and (not self.running or max(r.seq for r in fin) > self.running[-1].seq):
                 victim = max(fin, key=lambda r: r.seq)
+                if c is not None and victim in c.in_flight:
+                    return False
                 fin.remove(victim)
                 self.pool.release(victim)
                 victim.num_preemptions += 1
                 preempted.append(victim)
                 continue
+            if c is not None and self.running[-1] in c.in_flight:
+                return False
             victim = self.running.pop()
             self.preempt(victim, front=True)
             preempted.append(victim)
@@ -238,6 +249,7 @@ class Plan:
     cohort: int = 0  # decode cohort members riding along, one token each (not in items)
     released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
+    loads: list | None = None  # PD: requests whose KV load this schedule() started (policies/vllm_pd.py)
 
     @property
     def num_tokens(self) -> int:

@@ -23,6 +23,7 @@ from simcore.apc import BlockHashCache
 
 from .base import Plan, SchedulerState
 from .vllm_lookahead import VLLMLookahead
+from .vllm_pd import ConnectorState, after_schedule, parse_kv_transfer_config, schedule_waiting
 from .vllm_spec import SpecHooks, parse_speculative_config, resolve_async
 
 
@@ -41,10 +42,21 @@ class VLLMConfig:
     speculative_config: str = ""  # vLLM's --speculative-config JSON (policies/vllm_spec.py); "" = off
     spec_acceptance: float | None = None  # chunksim's own: per-draft acceptance α (None: vllm_spec's default)
     spec_seed: int = 0  # chunksim's own: the acceptance draws' seed
+    kv_transfer_config: str = ""  # vLLM's --kv-transfer-config JSON (policies/vllm_pd.py); "" = no connector
 
     def __post_init__(self):
         spec = parse_speculative_config(self.speculative_config, self.spec_acceptance, self.spec_seed)
         object.__setattr__(self, "async_scheduling", resolve_async(spec, self.async_scheduling))
+        kv = parse_kv_transfer_config(self.kv_transfer_config)
+        if kv is not None:
+            require(spec is None, "--speculative-config", self.speculative_config, "with a KV connector: not modelled")
+            require(
+                not (self.async_scheduling and kv.role == "kv_producer"),
+                "--async-scheduling",
+                True,
+                "async scheduling with kv_role kv_producer is not modelled (in-flight outputs dropped at "
+                "preemption); use kv_both or kv_consumer, or pass --no-async-scheduling",
+            )
         require(self.max_num_seqs > 0, "max_num_seqs", self.max_num_seqs, "must be positive")
         require(
             self.max_num_batched_tokens >= self.max_num_seqs,
@@ -109,10 +121,26 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
         self.cfg = cfg
         self._thr = cfg.long_prefill_token_threshold
         self.init_spec(parse_speculative_config(cfg.speculative_config, cfg.spec_acceptance, cfg.spec_seed))
+        self.kv_transfer = parse_kv_transfer_config(cfg.kv_transfer_config)
+
+    def new_connector(self) -> ConnectorState | None:
+        """The scheduler's connector state (policies/vllm_pd.py), or None without a connector."""
+        return ConnectorState(lag=self.cfg.async_scheduling) if self.kv_transfer is not None else None
+
+    @property
+    def needs_stepping(self) -> bool:
+        return self.spec is not None or self.kv_transfer is not None  # the fast paths know neither
 
     def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> BlockHashCache:
         """vLLM's own block-hash cache (simcore/apc.py); not with drafts (EAGLE's block drop, the
         caching of verified tokens only: not modelled)."""
+        require(
+            self.kv_transfer is None,
+            "enable_prefix_caching",
+            True,
+            "prefix caching with a KV connector is not modelled yet (the workload carries block hashes); "
+            "pass --no-enable-prefix-caching",
+        )
         require(
             self.spec is None,
             "enable_prefix_caching",
@@ -139,7 +167,8 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
         # `long_prefill_token_threshold` exists to stop a long prefill from starving other
         # requests of the token budget. When it is the only request there is nobody to starve.
         long_prefill_token_threshold = cfg.long_prefill_token_threshold
-        if long_prefill_token_threshold and s.num_running + len(s.finished) + len(s.waiting) <= 1:
+        holding = len(s.connector.holding) if s.connector is not None else 0  # kv_holding_waiting
+        if long_prefill_token_threshold and s.num_running + len(s.finished) + len(s.waiting) + holding <= 1:
             long_prefill_token_threshold = 0
         self._thr = long_prefill_token_threshold
 
@@ -187,7 +216,11 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
             cache.end_schedule(running[req_index:])
 
         # Next, schedule the WAITING requests.
-        if not preempted_reqs and s.waiting:
+        if s.connector is not None:  # with a KV connector: policies/vllm_pd.py
+            if not preempted_reqs:
+                token_budget = schedule_waiting(self, s, num_scheduled_tokens, token_budget)
+                plan.loads = s.connector.loads
+        elif not preempted_reqs and s.waiting:
             waiting = s.waiting
             num_running = s.num_running + len(s.finished)
             ran = len(num_scheduled_tokens)
@@ -220,6 +253,8 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
                 num_scheduled_tokens[request] = num_new_tokens
                 token_budget -= num_new_tokens
         plan.items = list(num_scheduled_tokens.items())
+        if s.connector is not None:
+            after_schedule(s.connector, plan.items, preempted_reqs)
         if spec is not None:  # Request.is_prefill_chunk: set by _update_after_schedule, kept while unscheduled
             for r, n in plan.items:
                 if r.num_computed_tokens + n < r.num_tokens:

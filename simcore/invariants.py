@@ -19,9 +19,14 @@ def check_replica(replica, plan) -> None:
     cached = pool.cache.cached_blocks if pool.cache else 0
     assert 0 <= pool.used <= pool.total
     held = sum(r.num_blocks for r in s.running) + sum(r.num_blocks for r in s.finished)
+    conn, holding = s.connector, 0
+    if conn is not None:  # PD: blocks of loading and sending requests (policies/vllm_pd.py)
+        held += conn.held_blocks()
+        holding = len(conn.holding)
+        assert all(r.kv_loading for r in conn.recv_done)
     assert pool.used == held + cohort_held + cached, "KV blocks leaked"
     assert all(r.num_blocks == 0 for r in s.waiting)
-    assert replica._outstanding == len(replica.inbox) + len(s.waiting) + s.num_running
+    assert replica._outstanding == len(replica.inbox) + len(s.waiting) + s.num_running + holding
     assert len({id(r) for r in s.running}) == len(s.running)
     assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
     spec = plan.spec or {}

@@ -38,6 +38,10 @@ class Request:
     ignore_eos: bool = True  # runs to output_len regardless of EOS (what fixed output lengths are)
     spec_tokens: int = 0  # speculative decoding: drafts proposed for the next step (vLLM's spec_token_ids)
     spec_draws: int = 0  # speculative decoding: verify steps so far (the acceptance draws' counter)
+    remote_prefill: bool = False  # PD decode side: do_remote_prefill, prompt KV to load (policies/vllm_pd.py)
+    remote_decode: bool = False  # PD prefill side: do_remote_decode, blocks held after finishing until read
+    kv_loading: bool = False  # PD decode side: WAITING_FOR_REMOTE_KVS
+    peer: Request | None = None  # PD: the same user request on the other pool (prefill <-> decode)
 
     @property
     def num_tokens(self) -> int:

@@ -23,6 +23,8 @@ steps, no folding, no deferred finish, and no SimPy internals. It imports no fas
 
 from __future__ import annotations
 
+from typing import Any
+
 from .admission import new_request, reject_reason
 from .clock import LATE
 from .histogram import LogHistogram
@@ -59,7 +61,10 @@ class SteppingReplica:
         self.iteration_log: list | None = [] if log_iterations else None
         self._outstanding = 0  # submitted and not yet finished
         self._wake = None
+        self._idle = False  # waiting for work since the last schedule(): no step in flight
         state.hold_finished = getattr(policy, "holds_finished", False)
+        state.connector = policy.new_connector() if hasattr(policy, "new_connector") else None
+        self.transfers: Any = None  # PD: starts KV loads, hears of prefill-side finishes (simcore/disagg.py)
         self.group = None
         if not driven:
             self.process = env.process(self.run())
@@ -93,6 +98,46 @@ class SteppingReplica:
         elif self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def kv_received(self, req) -> None:
+        """PD decode side: the worker reported finished_recving for `req`; its next schedule() sees it
+        (async: the one after, unless no step is in flight: policies/vllm_pd.py, ``lag``)."""
+        self._kv_event(self.state.connector.recv_done.add, req)
+
+    def kv_sent(self, req) -> None:
+        """PD prefill side: finished_sending, the decode side has read `req`'s blocks: they go."""
+        self._kv_event(self._release_sent, req)
+
+    def _release_sent(self, req) -> None:
+        self.state.connector.sending.remove(req)
+        self.state.pool.release(req)
+
+    def _kv_event(self, apply, req) -> None:
+        c = self.state.connector
+        if c.lag and not self._idle:  # a step in flight: its output comes after the next schedule()
+            c.pending.append((apply, req))
+            return
+        apply(req)
+        self._notify()
+
+    def _kv_settle(self, plan) -> bool:
+        """Async PD, after a schedule(): the completions reported meanwhile are processed (they come
+        with the output of the step in flight); the plan's requests are now in flight. True when
+        some were processed, or when a step was in flight and this plan runs none (that step's
+        output is processed next: its requests may be preempted then)."""
+        c = self.state.connector
+        if c is None or not c.lag:
+            return False
+        was = bool(c.in_flight)
+        c.in_flight = {r for r, _ in plan.items}
+        done, c.pending = c.pending, []
+        for apply, req in done:
+            apply(req)
+        return bool(done) or (was and not plan.items)
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
     def run(self):
         env, s = self.env, self.state
         while True:
@@ -105,13 +150,17 @@ class SteppingReplica:
             yield env.at(env.now, LATE)  # behind every arrival stamped now (ORDERING)
             s.waiting.extend(self.inbox)
             self.inbox.clear()
+            self._idle = False
             plan = self.policy.schedule(s)
+            if plan.loads:  # PD: loads started by this schedule() (policies/vllm_pd.py)
+                self.transfers.loads_started(self, plan.loads, env.now)
+            settled = s.connector is not None and self._kv_settle(plan)
             if s.looked_up:
                 s.settle_lookups()
             if self.checking:
                 check_replica(self, plan)
             if not plan.items:
-                if not plan.preempted and not plan.released:  # nothing can run until a request arrives
+                if not plan.preempted and not plan.released and not settled:  # nothing can run until a request arrives
                     yield from self._wait_for_work()
                 continue
             start = env.now
@@ -120,6 +169,13 @@ class SteppingReplica:
             self.apply(plan, start, end)
 
     def _wait_for_work(self):
+        c = self.state.connector
+        if c is not None and c.lag:  # no step in flight now: what was reported is processed
+            c.in_flight = set()
+            done, c.pending = c.pending, []
+            for apply, req in done:
+                apply(req)
+        self._idle = True
         self._wake = self.env.event()
         yield self._wake
 
@@ -171,7 +227,14 @@ class SteppingReplica:
             self.itl.add_many(gaps)
         for req in finished:  # in the step's batch order
             req.finish_s = end
-            self.state.retire(req)
+            if req.remote_decode:  # PD prefill side: request_finished delays the free until finished_sending
+                self.transfers.prefill_finished(self, req, end)
+                if self.state.hold_finished:  # async: held through the next schedule(), then sending
+                    self.state.retire(req)
+                else:
+                    self.state.connector.sending.append(req)
+            else:
+                self.state.retire(req)
             self.state.running.remove(req)
             self._outstanding -= 1
             self.policy.on_finish()

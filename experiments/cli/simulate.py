@@ -20,6 +20,7 @@ from .common import (
     positive_float,
     positive_int,
 )
+from .simulate_pd import add_pd_flags, run_pd, wants_pd
 from .simulate_run import run_simulation
 
 TIME_UNITS = ("s", "ms", "us")
@@ -56,6 +57,7 @@ def add_parser(p):
         help="USD per GPU-hour, for cost per million tokens (default for some GPUs: `chunksim list hardware`)",
     )
     add_engine_flags(p)
+    add_pd_flags(p)
     w = p.add_argument_group("workload (vllm bench serve's flags)")
     add_dataset_flags(w)
     w.add_argument("--num-prompts", type=positive_int, help="requests (default 1000)")
@@ -142,7 +144,7 @@ def add_parser(p):
 
 
 def run(args) -> int:
-    out = run_simulation(args)
+    out = run_pd(args) if wants_pd(args) else run_simulation(args)
     if args.json:
         print(json.dumps(out["summary"], indent=2, default=str))
         return 0

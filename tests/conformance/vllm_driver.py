@@ -75,7 +75,7 @@ def _model_dir() -> str:
     return _MODEL_DIR
 
 
-def _build_scheduler(sc: VllmScenario):
+def _build_scheduler(sc: VllmScenario, kv_transfer_config=None):
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -111,8 +111,18 @@ def _build_scheduler(sc: VllmScenario):
             target_model_config=model,
             target_parallel_config=ParallelConfig(),
         )
-    cfg = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, speculative_config=spec)
+    cfg = VllmConfig(
+        model_config=model,
+        scheduler_config=sched,
+        cache_config=cache,
+        speculative_config=spec,
+        kv_transfer_config=kv_transfer_config,  # PD: vllm_pd_driver.py
+    )
     cfg.cache_config.num_gpu_blocks = sc.num_blocks
+    if kv_transfer_config is not None and sc.async_scheduling:
+        # VllmConfig turns async off on this CPU build; on a GPU (mp executor) it stays on, so
+        # max_concurrent_batches is 2 and a consumer connector defers block frees (PD driver only)
+        cfg.scheduler_config.async_scheduling = True
     kv = KVCacheConfig(
         num_blocks=sc.num_blocks,
         kv_cache_tensors=[],

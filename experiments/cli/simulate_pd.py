@@ -1,0 +1,141 @@
+"""`chunksim simulate --prefill-replicas X --decode-replicas Y`: a disaggregated vLLM run
+(simcore/disagg.py): its flags, their checks, and its table. Units convert here, once: the link's
+GB/s (per GPU) and µs to bytes/s and s."""
+
+from __future__ import annotations
+
+import sys
+
+from costmodel import load_hardware, load_model
+from costmodel.errors import require
+from simcore.disagg import DECODE_ROUTERS, DisaggSimulation
+from simcore.kv_transfer import LATENCY_S, RDMA_BYTES_PER_S, LinkConfig
+
+from .. import experiment_file
+from ..engines import build_engine
+from ..report import table
+
+DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
+NOT_WITH_PD = ("replicas", "router", "uncertainty", "trace", "plots", "report", "save_result", "out")
+
+
+def add_pd_flags(p) -> None:
+    from .common import positive_float, positive_int
+
+    g = p.add_argument_group("PD disaggregation (vLLM with a KV connector; simcore/disagg.py)")
+    g.add_argument("--prefill-replicas", type=positive_int, help="prefill pool size (with --decode-replicas)")
+    g.add_argument("--decode-replicas", type=positive_int, help="decode pool size (with --prefill-replicas)")
+    g.add_argument("--prefill-tp", type=positive_int, help="tensor parallel size of a prefill replica (default --tp)")
+    g.add_argument("--decode-tp", type=positive_int, help="tensor parallel size of a decode replica (default --tp)")
+    g.add_argument(
+        "--kv-link-bandwidth",
+        type=positive_float,
+        metavar="GB/s",
+        help=f"RDMA bandwidth per GPU (default {RDMA_BYTES_PER_S / 1e9:g}: one 400 Gb/s NIC per GPU)",
+    )
+    g.add_argument(
+        "--kv-link-latency-us",
+        type=float,
+        metavar="US",
+        help=f"latency per KV transfer (default {LATENCY_S * 1e6:g} µs; chunksim's assumption)",
+    )
+    g.add_argument(
+        "--kv-link",
+        choices=["auto", "rdma", "nvlink"],
+        help="auto (default): NVLink within a node, RDMA across (replicas fill --gpus-per-node GPUs in order)",
+    )
+    g.add_argument("--gpus-per-node", type=positive_int, help="GPUs per node for placement (default 8)")
+    g.add_argument(
+        "--decode-router", choices=list(DECODE_ROUTERS), help="decode replica choice (default least_outstanding)"
+    )
+
+
+def wants_pd(args) -> bool:
+    return bool(getattr(args, "prefill_replicas", None) or getattr(args, "decode_replicas", None))
+
+
+def run_pd(args) -> dict:
+    from .simulate_run import config
+
+    require(
+        args.prefill_replicas and args.decode_replicas,
+        "--prefill-replicas" if not args.prefill_replicas else "--decode-replicas",
+        None,
+        "give both --prefill-replicas and --decode-replicas for a disaggregated run",
+    )
+    for name in NOT_WITH_PD:
+        v = getattr(args, name, None)
+        require(
+            v in (None, False), f"--{name.replace('_', '-')}", v, "not with --prefill-replicas/--decode-replicas yet"
+        )
+    us = args.kv_link_latency_us
+    require(us is None or us >= 0, "--kv-link-latency-us", us, "must be >= 0")
+    cfg, notes = config(args)
+    require(cfg["policy"] == "vllm", "--policy", cfg["policy"], "PD disaggregation is modelled for vllm only")
+    engine = dict(cfg["engine"])
+    if not engine.get("kv_transfer_config"):
+        engine["kv_transfer_config"] = DEFAULT_CONNECTOR
+        notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+    notes.append("note: PD runs the reference loop (simcore/stepping.py); fast-forward does not apply")
+    model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
+    tp_p, tp_d = args.prefill_tp or cfg["tp"], args.decode_tp or cfg["tp"]
+
+    def pool(n: int, tp: int):
+        out = []
+        for _ in range(n):
+            sched, blocks, cm, max_len = build_engine("vllm", model, hw, tp, dict(engine))
+            out.append((sched, blocks, cm))
+        return out, max_len
+
+    prefill, max_len = pool(args.prefill_replicas, tp_p)
+    decode, _ = pool(args.decode_replicas, tp_d)
+    link = LinkConfig(
+        rdma_bandwidth=args.kv_link_bandwidth * 1e9 if args.kv_link_bandwidth else RDMA_BYTES_PER_S,
+        latency_s=us * 1e-6 if us is not None else LATENCY_S,
+        gpus_per_node=args.gpus_per_node or 8,
+        medium=args.kv_link or "auto",
+    )
+    workload = experiment_file.build_workload(cfg)
+    quiet = args.quiet or args.json
+    for n in notes:
+        if not quiet or not n.startswith("note"):
+            print(n, file=sys.stderr)
+    sim = DisaggSimulation(
+        prefill,
+        decode,
+        workload,
+        link,
+        max_model_len=max_len,
+        decode_router=args.decode_router or "least_outstanding",
+    )
+    res = sim.run()
+    s = res.summary
+    s["pd"] = {
+        "prefill_replicas": args.prefill_replicas,
+        "decode_replicas": args.decode_replicas,
+        "prefill_tp": tp_p,
+        "decode_tp": tp_d,
+        "kv_transfer_config": engine["kv_transfer_config"],
+        "link": {"medium": link.medium, "rdma_bytes_per_s": link.rdma_bandwidth, "latency_s": link.latency_s},
+        "gpus": args.prefill_replicas * tp_p + args.decode_replicas * tp_d,
+    }
+    return {"summary": s, "text": _text(model, hw, s, prefill[0][1], decode[0][1]), "files": []}
+
+
+def _text(model, hw, s: dict, ppool, dpool) -> str:
+    pd_ = s["pd"]
+    head = (
+        f"vllm PD · {model.name} on {hw.name} · {pd_['prefill_replicas']} prefill (tp={pd_['prefill_tp']}, "
+        f"KV {ppool.total * ppool.block_size:,} tokens) + {pd_['decode_replicas']} decode (tp={pd_['decode_tp']}, "
+        f"KV {dpool.total * dpool.block_size:,} tokens) · {pd_['gpus']} GPUs"
+    )
+    keys = ["completed", "num_rejected", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_ttft_ms"]
+    keys += ["mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "max_itl_ms", "num_preemptions"]
+    rows = [{"metric": k, "user (decode stream)": s[k], "prefill pool": s["prefill"].get(k)} for k in keys]
+    t = s["kv_transfer"]
+    xfer = (
+        f"KV transfers: {t['transfers']:,}, {t['total_bytes'] / 1e9:,.2f} GB, mean {t['mean_ms']:.3f} ms, "
+        f"p99 {t['p99_ms']:.3f} ms; prefill blocks held after the prefill token: mean {t['mean_prefill_hold_ms']:.3f} ms"
+    )
+    note = "TTFT: the decode replica's first token, as the proxy streams it (the prefill pool's token is discarded)"
+    return "\n".join([head, table(rows), xfer, note])
