@@ -238,6 +238,7 @@ class Plan:
     cohort: int = 0  # decode cohort members riding along, one token each (not in items)
     released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
+    sampling: list | None = None  # async scheduling + drafts: the items that sample (vLLM's not is_prefill_chunk)
 
     @property
     def num_tokens(self) -> int:

@@ -38,6 +38,7 @@ class Request:
     ignore_eos: bool = True  # runs to output_len regardless of EOS (what fixed output lengths are)
     spec_tokens: int = 0  # speculative decoding: drafts proposed for the next step (vLLM's spec_token_ids)
     spec_draws: int = 0  # speculative decoding: verify steps so far (the acceptance draws' counter)
+    spec_placeholders: int = 0  # async scheduling + drafts: vLLM's num_output_placeholders (tokens in flight)
 
     @property
     def num_tokens(self) -> int:
@@ -62,7 +63,12 @@ class Request:
         self.num_blocks = 0
         self.num_preemptions += 1
         self.spec_tokens = 0  # vLLM's _preempt_request drops the drafts
+        self.spec_placeholders = 0  # and the in-flight outputs' placeholders
 
     def check(self) -> None:
-        assert 0 <= self.num_computed_tokens <= self.num_tokens, (self.rid, self.num_computed_tokens, self.num_tokens)
+        assert 0 <= self.num_computed_tokens <= self.num_tokens + self.spec_placeholders, (
+            self.rid,
+            self.num_computed_tokens,
+            self.num_tokens,
+        )
         assert 0 <= self.num_output_tokens <= self.output_len

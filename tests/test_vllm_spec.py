@@ -19,10 +19,17 @@ MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 EAGLE3 = '{"method": "eagle3", "num_speculative_tokens": 3}'
 
 
-def _run(spec: str | None, alpha: float = DEFAULT_ACCEPTANCE, n: int = 8, out: int = 64, seed: int = 0):
+def _run(
+    spec: str | None,
+    alpha: float = DEFAULT_ACCEPTANCE,
+    n: int = 8,
+    out: int = 64,
+    seed: int = 0,
+    async_scheduling: bool = False,
+):
     flags: dict = {"max_num_batched_tokens": 2048}
     if spec:
-        flags.update(speculative_config=spec, spec_acceptance=alpha, spec_seed=seed, async_scheduling=False)
+        flags.update(speculative_config=spec, spec_acceptance=alpha, spec_seed=seed, async_scheduling=async_scheduling)
     pol, pool, cm, ml = build_engine("vllm", MODEL, HW, flags=flags)
     wl = Workload([0.0] * n, [100] * n, [out] * n)
     sim = Simulation([(pol, pool, cm)], wl, check=True, max_model_len=ml, record_iterations=True)
@@ -63,15 +70,32 @@ def test_unmodelled_speculative_configs_are_refused(text, says):
         parse_engine_cmd(f"vllm serve m --speculative-config '{text}'")
 
 
-def test_async_scheduling_with_drafts_is_resolved_as_vllm_or_refused():
+def test_async_scheduling_with_drafts_resolves_as_vllm_on_a_gpu():
     ngram = '{"method": "ngram", "num_speculative_tokens": 3}'
-    assert VLLMConfig(speculative_config=ngram).async_scheduling is False  # vLLM turns it off for ngram
-    assert VLLMConfig().async_scheduling is True
-    with pytest.raises(InputError, match="refuses"):
-        VLLMConfig(speculative_config=ngram, async_scheduling=True)
-    with pytest.raises(InputError, match="not modelled yet"):
-        VLLMConfig(speculative_config=EAGLE3)  # vLLM's default is async: not modelled
-    assert VLLMConfig(speculative_config=EAGLE3, async_scheduling=False).async_scheduling is False
+    for text in (ngram, EAGLE3, ""):  # Model Runner V2 (the GPU default) runs every method async
+        assert VLLMConfig(speculative_config=text).async_scheduling is True
+        assert VLLMConfig(speculative_config=text, async_scheduling=False).async_scheduling is False
+    assert _policy(EAGLE3, None).defers_output and not _policy(EAGLE3, False).defers_output
+    assert not _policy("", None).defers_output
+
+
+def _policy(spec: str, async_scheduling):
+    flags = {"speculative_config": spec, "async_scheduling": async_scheduling} if spec else {}
+    return build_engine("vllm", MODEL, HW, flags=flags)[0]
+
+
+def test_async_drafts_lag_one_step_and_cost_a_wasted_step_only_at_the_end():
+    """Async: schedule(n+1) counts step n's drafts as accepted; with α = 1 nothing rolls back, so the
+    steps are the sync run's; with α = 0 a request whose last token can only come from an accepted
+    draft is never scheduled past it (the skip), so the step counts match too; at α = 1 the request
+    that finishes by accepted drafts is scheduled once more (a dropped step, as vLLM runs it)."""
+    for alpha in (0.0, 1.0):
+        sync, s_sim = _run(EAGLE3, alpha=alpha, out=20)
+        lag, a_sim = _run(EAGLE3, alpha=alpha, out=20, async_scheduling=True)
+        assert all(r.num_output_tokens == 20 for r in a_sim.requests)
+        extra = 0 if alpha == 0 else 1  # (20 - 1) tokens at 4 a step end on a step the skip cannot foresee
+        assert len(lag.iterations) == len(sync.iterations) + extra
+        assert [r.finish_s for r in a_sim.requests] == [r.finish_s for r in s_sim.requests]
 
 
 def test_sglang_speculative_decoding_is_refused():
