@@ -3,6 +3,8 @@ acceptance draws, what a step schedules and emits, the reference loop, the direc
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from costmodel import load_hardware, load_model
@@ -166,3 +168,33 @@ def test_ngram_drafter_is_free_and_eagle_drafter_costs_a_layer_share():
     extra = d.step_time(q, kv) - cm.step_time(q, kv)
     want = (cm.step_time(q, kv) + 2 * cm.step_time([1] * 8, [504] * 8)) / MODEL.L
     assert extra == pytest.approx(want)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("alpha, k", [(0.3, 1), (0.5, 2), (0.65, 3), (0.8, 4), (0.9, 5), (0.95, 2)])
+def test_mean_tokens_per_verify_step_is_the_truncated_geometric_sum(alpha, k, async_scheduling):
+    """A verify step of k drafts emits 1 + a tokens, P(a >= j) = α^j, so its mean is
+    τ = (1 − α^(k+1)) / (1 − α). Counted over a whole run: every token after the prefill's comes
+    from a verify step that the request's output still used. Tolerance: 4 standard errors of the
+    mean (σ from the same distribution) plus the tokens the last step of each request may trim (≤ k)."""
+    n, out = 8, 1200
+    res, sim = _run(
+        f'{{"method": "eagle", "num_speculative_tokens": {k}}}',
+        alpha,
+        n,
+        out,
+        seed=k,
+        async_scheduling=async_scheduling,
+    )
+    steps = sum(
+        1
+        for _, start, _, _, plan in res.iterations
+        for r, _ in plan.items
+        if plan.spec.get(r, 0) > 0 and start < r.finish_s
+    )
+    tokens = sum(r.num_output_tokens - 1 for r in sim.requests)
+    p = [alpha**j * (1 - alpha) for j in range(k)] + [alpha**k]  # P(1 + a = 1 + j), j = 0..k
+    tau = sum((1 + j) * q for j, q in enumerate(p))
+    sigma = math.sqrt(sum((1 + j - tau) ** 2 * q for j, q in enumerate(p)))
+    assert tau == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
+    assert abs(tokens / steps - tau) <= 4 * sigma / math.sqrt(steps) + k * n / steps, (tokens / steps, tau, steps)
