@@ -158,16 +158,20 @@ def test_a_decode_heavy_workload_gets_faster_and_tpot_falls():
     assert s["mean_itl_ms"] > b["mean_itl_ms"]  # a chunk of tokens per step: each step is a bit longer
 
 
-def test_ngram_drafter_is_free_and_eagle_drafter_costs_a_layer_share():
+def test_ngram_drafter_is_free_and_eagle_drafter_costs_a_layer_and_its_lm_head():
     from costmodel.speculative import with_drafter
 
     _, pool, cm, _ = build_engine("vllm", MODEL, HW)
-    q, kv = [4] * 8, [500] * 8
     assert with_drafter(cm, "ngram", 3) is cm
-    d = with_drafter(cm, "eagle3", 3)
-    extra = d.step_time(q, kv) - cm.step_time(q, kv)
-    want = (cm.step_time(q, kv) + 2 * cm.step_time([1] * 8, [504] * 8)) / MODEL.L
-    assert extra == pytest.approx(want)
+    for n, k in ((8, 3), (1, 5), (32, 1)):
+        q, kv = [k + 1] * n, [500] * n
+        lm = cm.breakdown(cm.shape([1] * n, [1] * n)).op("lm_head").time_s  # n rows of the target's head
+        layers = (cm.step_time(q, kv) + (k - 1) * cm.step_time([1] * n, [501 + k] * n)) / MODEL.L
+        for method, vocab in (("eagle", MODEL.vocab), ("mtp", MODEL.vocab), ("eagle3", 32000)):
+            d = with_drafter(cm, method, k)
+            extra = d.step_time(q, kv) - cm.step_time(q, kv)
+            assert extra == pytest.approx(layers + k * (vocab / MODEL.vocab - 1 / MODEL.L) * lm)
+    assert with_drafter(cm, "eagle3", 3).draft_time(q, kv) < with_drafter(cm, "eagle", 3).draft_time(q, kv)
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
