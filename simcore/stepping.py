@@ -14,7 +14,9 @@ waits at t behind them (``env.at(now, LATE)``), so every request stamped t is in
 Held finished requests (vLLM async scheduling, ``SchedulerState.retire``) leave at the next
 schedule(), or when the replica goes idle: in open loop only after the arrivals stamped that
 instant (they find them held, as vLLM's next schedule() does); in closed loop at once (the client
-sends the next request after the finish is processed).
+sends the next request after the finish is processed). With vLLM async scheduling and drafts
+(``plan.sampling``), a step's output is processed after the next schedule() (``settle``), as
+vLLM's batch queue does: the acceptance of step n is unknown when step n+1 is planned.
 
 This is the oracle the fast paths are tested against: no decode cohort, no runs of several
 steps, no folding, no deferred finish, and no SimPy internals. It imports no fast-forward module
@@ -123,9 +125,11 @@ class SteppingReplica:
         gaps, finished, spec = [], [], plan.spec
         if plan.sampling is not None:  # async + drafts: the output is processed after the next schedule()
             for req, n in plan.items:
-                if req.finish_s is None:  # else finished by the previous step's output after this one was planned
-                    req.first_scheduled_s = start if req.first_scheduled_s is None else req.first_scheduled_s
-                    req.num_computed_tokens += n
+                if req.finish_s is not None:  # finished by the previous step's output, after this one was planned
+                    continue
+                if req.first_scheduled_s is None:
+                    req.first_scheduled_s = start
+                req.num_computed_tokens += n
             self.lagged = (plan, end)
             return
         for req, n in plan.items:
