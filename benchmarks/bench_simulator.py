@@ -2,6 +2,10 @@
 Llama-3.1-8B on one H100, vLLM V1 policy. Fast-forward and step mode are timed in one run.
 
     python benchmarks/bench_simulator.py [--num-prompts 10000] [--request-rate 4] [--repeat 1]
+        [--speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}']
+
+With --speculative-config the same workload is also run with drafts (vLLM only), which takes the
+reference loop (policies/vllm_spec.py), under sync and async scheduling.
 
 The default rate keeps the replica below saturation (these prompts average 2,340 tokens); at 6/s
 and above one H100 cannot keep up and the queue grows for the whole run.
@@ -45,6 +49,7 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=1, help="fast-forward runs; the best wall time is reported (noisy machines)"
     )
+    ap.add_argument("--speculative-config", default="", help="vLLM's JSON; adds spec runs (reference loop)")
     args = ap.parse_args()
     print(f"one core: {one_core()}")
     rng = np.random.default_rng(0)
@@ -68,6 +73,16 @@ def main() -> None:
             f"{s['num_iterations']:,} iterations  p99 ITL {s['p99_itl_ms']:.1f} ms  p99 TTFT {s['p99_ttft_ms']:.0f} ms"
         )
     print(f"fast-forward speed-up over stepping, same run: {walls[False] / walls[True]:.1f}x")
+    for async_ in (False, True) if args.speculative_config else ():
+        flags = {"speculative_config": args.speculative_config, "async_scheduling": async_}
+        sched, pool, cm, max_len = build_engine(args.policy, model, hw, 1, flags)
+        t0 = time.perf_counter()
+        s = Simulation([(sched, pool, cm)], wl, max_model_len=max_len).run().summary
+        dt = time.perf_counter() - t0
+        print(
+            f"spec async={async_!s:5}   wall {dt:6.2f} s  {args.num_prompts / dt:9,.0f} simulated req/s  "
+            f"{s['num_iterations']:,} iterations  p99 ITL {s['p99_itl_ms']:.1f} ms  p99 TTFT {s['p99_ttft_ms']:.0f} ms"
+        )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     print(f"machine now: reference {reference_s():.2f} s (benchmarks/machine.py; wall times scale with it)")
 

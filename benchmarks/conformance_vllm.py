@@ -19,7 +19,7 @@ sys.path[:0] = [os.path.join(HERE, "..", "tests", "conformance"), os.path.join(H
 from vllm_driver import compare, vllm_available  # noqa: E402
 from vllm_scenarios import CONFIGS, SPEC_CONFIGS, random_scenarios, seed_scenes  # noqa: E402
 
-ALL_CONFIGS = [*CONFIGS, *SPEC_CONFIGS]  # spec-*: speculative decoding, sync (policies/vllm_spec.py)
+ALL_CONFIGS = [*CONFIGS, *SPEC_CONFIGS]  # spec-*: speculative decoding (policies/vllm_spec.py)
 
 MODES = ("step", "fast", "cohort")
 

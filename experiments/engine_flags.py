@@ -298,7 +298,7 @@ class EngineFlags:
         STR,
         (V,),
         'vLLM speculative decoding, JSON as vLLM takes it: \'{"method": "ngram"|"eagle"|"eagle3"|"mtp", '
-        '"num_speculative_tokens": K}\' (sync scheduler only; policies/vllm_spec.py)',
+        '"num_speculative_tokens": K}\' (sync or async scheduler; policies/vllm_spec.py)',
         vllm=("--speculative-config",),
         check=_speculative,
     )

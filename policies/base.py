@@ -250,6 +250,7 @@ class Plan:
     released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
     loads: list | None = None  # PD: requests whose KV load this schedule() started (policies/vllm_pd.py)
+    sampling: list | None = None  # async scheduling + drafts: the items that sample (vLLM's not is_prefill_chunk)
 
     @property
     def num_tokens(self) -> int:

@@ -120,7 +120,8 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
     def __init__(self, cfg: VLLMConfig):
         self.cfg = cfg
         self._thr = cfg.long_prefill_token_threshold
-        self.init_spec(parse_speculative_config(cfg.speculative_config, cfg.spec_acceptance, cfg.spec_seed))
+        spec = parse_speculative_config(cfg.speculative_config, cfg.spec_acceptance, cfg.spec_seed)
+        self.init_spec(spec, bool(cfg.async_scheduling))
         self.kv_transfer = parse_kv_transfer_config(cfg.kv_transfer_config)
 
     def new_connector(self) -> ConnectorState | None:
@@ -185,11 +186,14 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
         req_index, running, allocate_slots = 0, s.running, s.allocate_slots
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
+            if request.spec_placeholders and self.certain_to_finish(request):
+                req_index += 1
+                continue
             num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
             if 0 < long_prefill_token_threshold < num_new_tokens:
                 num_new_tokens = long_prefill_token_threshold
-            if spec is not None:
-                num_new_tokens += request.spec_tokens  # num_tokens_with_spec
+            if spec is not None:  # num_tokens_with_spec + num_output_placeholders (async)
+                num_new_tokens += request.spec_tokens + request.spec_placeholders
                 if 0 < long_prefill_token_threshold < num_new_tokens:
                     num_new_tokens = long_prefill_token_threshold
             if num_new_tokens > token_budget:  # min(num_new_tokens, token_budget): no call in the hot loop
@@ -205,7 +209,7 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
                 break
             num_scheduled_tokens[request] = num_new_tokens
             if spec is not None:
-                drafts = request.num_computed_tokens + num_new_tokens - request.num_tokens
+                drafts = request.num_computed_tokens + num_new_tokens - request.num_tokens - request.spec_placeholders
                 if drafts > 0:
                     plan.spec[request] = drafts  # type: ignore[index]
                 request.spec_tokens = 0
@@ -255,12 +259,8 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
         plan.items = list(num_scheduled_tokens.items())
         if s.connector is not None:
             after_schedule(s.connector, plan.items, preempted_reqs)
-        if spec is not None:  # Request.is_prefill_chunk: set by _update_after_schedule, kept while unscheduled
-            for r, n in plan.items:
-                if r.num_computed_tokens + n < r.num_tokens:
-                    self._chunking[r] = True
-                else:
-                    self._chunking.pop(r, None)
+        if spec is not None:
+            self.after_schedule(plan)
         if s.finished:
             plan.released = s.release_finished()
         return plan

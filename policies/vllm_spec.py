@@ -1,4 +1,4 @@
-"""Speculative decoding as vLLM 0.33.0's V1 scheduler schedules it (sync ``Scheduler`` only).
+"""Speculative decoding as vLLM 0.33.0's V1 scheduler schedules it (``Scheduler`` and ``AsyncScheduler``).
 
 vLLM's side (vllm/v1/core/sched/scheduler.py, vllm/config/speculative.py, vllm/config/vllm.py):
 
@@ -22,10 +22,14 @@ vLLM's side (vllm/v1/core/sched/scheduler.py, vllm/config/speculative.py, vllm/c
   ``num_computed_tokens`` back by ``drafts − a``; at max_tokens the extra tokens are trimmed
   (``_update_request_with_output``: num_computed_tokens −= the trimmed count).
 
-Async scheduling + spec (``AsyncScheduler``: -1 placeholders, ``num_output_placeholders``
-covering the drafts, a request scheduled again before its acceptance is known) is not modelled:
-refused. vLLM itself turns async scheduling off by default for ``ngram`` on the V1 model runner
-(``v1_async_sched_incompat``) and refuses it when forced, so ngram runs sync either way.
+Async scheduling (``AsyncScheduler``, vLLM's default): schedule(n+1) runs before step n's output
+is processed. ``_update_after_schedule`` gives a sampling request ``num_output_placeholders`` +=
+1 + drafts and k placeholder drafts (-1), so schedule(n+1) asks for 1 + k again over a
+num_computed_tokens that counts step n's drafts as accepted; update_from_output(n) then rolls back
+both by the rejected drafts. schedule() skips a request that step n's output will finish even with
+every draft rejected (computed + 2 − placeholders ≥ prompt + max_tokens); one that finishes only
+through accepted drafts is scheduled once more, and that step's output is dropped. A request
+preempted by schedule(n+1) still receives step n's tokens (stale: its counters stay reset).
 
 The acceptance model is chunksim's own (vLLM has no such flag): each draft position is accepted
 with probability α independently until the first rejection, so a = min(k, ⌊ln u / ln α⌋) for one
@@ -152,41 +156,28 @@ def parse_speculative_config(text: str, acceptance: float | None = None, seed: i
 
 
 def resolve_async(spec: SpecDecode | None, async_scheduling: bool | None) -> bool:
-    """VllmConfig's async_scheduling as vLLM 0.33 resolves it (config/vllm.py), or InputError where
-    the combination is not modelled: None → on, except with ngram on the V1 model runner (off, as
-    vLLM turns it off); forced on with ngram, vLLM refuses; on with EAGLE/MTP is not modelled."""
-    if spec is None:
-        return True if async_scheduling is None else bool(async_scheduling)
-    if spec.method == "ngram":
-        require(
-            not async_scheduling,
-            "--async-scheduling",
-            True,
-            "vLLM refuses it with ngram speculative decoding ('Async scheduling is not supported by the "
-            "V1 model runner with ngram-based speculative decoding')",
-        )
-        return False
-    require(
-        async_scheduling is False,
-        "--async-scheduling",
-        async_scheduling,
-        f"async scheduling with {spec.method} speculative decoding (vLLM's default) is not modelled "
-        "yet: chunksim models vLLM's synchronous Scheduler with drafts; pass --no-async-scheduling",
-    )
-    return False
+    """VllmConfig's async_scheduling as vLLM 0.33 resolves it on a GPU (config/vllm.py): None → on.
+    With drafts it stays on: Model Runner V2 (the default where Triton is installed,
+    ``VllmConfig.use_v2_model_runner``) runs every modelled method asynchronously; only the V1 runner
+    turns it off for ngram (``v1_async_sched_incompat``)."""
+    del spec  # every modelled method resolves alike
+    return True if async_scheduling is None else bool(async_scheduling)
 
 
 class SpecHooks:
     """What VLLMScheduler (policies/vllm.py) answers for speculative decoding: the replica steps
     (``needs_stepping``), prices the drafter (``step_cost``), asks for accepted drafts (``accept``)
-    and gives every request that sampled ``num_spec_tokens`` drafts for its next step."""
+    and gives every request that sampled ``num_spec_tokens`` drafts for its next step. Under async
+    scheduling the replica processes step n's output after schedule(n+1) (``defers_output``)."""
 
     spec: SpecDecode | None = None
     num_spec_tokens = 0
+    defers_output = False
 
-    def init_spec(self, spec: SpecDecode | None) -> None:
+    def init_spec(self, spec: SpecDecode | None, async_scheduling: bool = False) -> None:
         self.spec = spec
         self.num_spec_tokens = spec.k if spec else 0
+        self.defers_output = spec is not None and async_scheduling
         self._chunking: dict = {}  # requests whose last step was a partial prefill (is_prefill_chunk); a dict: ordered
 
     @property
@@ -204,3 +195,25 @@ class SpecHooks:
             return 0
         req.spec_draws += 1
         return self.spec.accepted(req.rid, req.spec_draws - 1, drafts)
+
+    @staticmethod
+    def certain_to_finish(req) -> bool:
+        """Async: the step in flight reaches max_tokens even if all its drafts are rejected
+        (Scheduler.schedule: computed + 2 − placeholders ≥ prompt + max_tokens), so it is skipped."""
+        return req.num_computed_tokens + 2 - req.spec_placeholders >= req.prompt_len + req.output_len
+
+    def after_schedule(self, plan) -> None:
+        """Request.is_prefill_chunk as _update_after_schedule sets it; async (AsyncScheduler's
+        override): a sampling request gets 1 + drafts output placeholders and k placeholder drafts."""
+        lag = self.defers_output
+        if lag:
+            plan.sampling = []
+        for r, n in plan.items:
+            if r.num_computed_tokens + n < r.num_tokens + r.spec_placeholders:
+                self._chunking[r] = True
+                continue
+            self._chunking.pop(r, None)
+            if lag:
+                r.spec_placeholders += 1 + abs(plan.spec.get(r, 0))
+                r.spec_tokens = self.num_spec_tokens
+                plan.sampling.append(r)

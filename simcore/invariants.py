@@ -31,7 +31,7 @@ def check_replica(replica, plan) -> None:
     assert not ({id(r) for r in s.running} & {id(r) for r in s.waiting})
     spec = plan.spec or {}
     for r, n in plan.items:
-        assert n > 0 and r.num_computed_tokens + n <= r.num_tokens + abs(spec.get(r, 0))
+        assert n > 0 and r.num_computed_tokens + n <= r.num_tokens + r.spec_placeholders + abs(spec.get(r, 0))
         assert (r.num_blocks + s.pool.shared(r)) * s.pool.block_size >= r.num_computed_tokens + n
     for r in s.running:
         r.check()

@@ -42,6 +42,7 @@ class Request:
     remote_decode: bool = False  # PD prefill side: do_remote_decode, blocks held after finishing until read
     kv_loading: bool = False  # PD decode side: WAITING_FOR_REMOTE_KVS
     peer: Request | None = None  # PD: the same user request on the other pool (prefill <-> decode)
+    spec_placeholders: int = 0  # async scheduling + drafts: vLLM's num_output_placeholders (tokens in flight)
 
     @property
     def num_tokens(self) -> int:
@@ -66,7 +67,12 @@ class Request:
         self.num_blocks = 0
         self.num_preemptions += 1
         self.spec_tokens = 0  # vLLM's _preempt_request drops the drafts
+        self.spec_placeholders = 0  # and the in-flight outputs' placeholders
 
     def check(self) -> None:
-        assert 0 <= self.num_computed_tokens <= self.num_tokens, (self.rid, self.num_computed_tokens, self.num_tokens)
+        assert 0 <= self.num_computed_tokens <= self.num_tokens + self.spec_placeholders, (
+            self.rid,
+            self.num_computed_tokens,
+            self.num_tokens,
+        )
         assert 0 <= self.num_output_tokens <= self.output_len

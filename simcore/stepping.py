@@ -14,7 +14,9 @@ waits at t behind them (``env.at(now, LATE)``), so every request stamped t is in
 Held finished requests (vLLM async scheduling, ``SchedulerState.retire``) leave at the next
 schedule(), or when the replica goes idle: in open loop only after the arrivals stamped that
 instant (they find them held, as vLLM's next schedule() does); in closed loop at once (the client
-sends the next request after the finish is processed).
+sends the next request after the finish is processed). With vLLM async scheduling and drafts
+(``plan.sampling``), a step's output is processed after the next schedule() (``settle``), as
+vLLM's batch queue does: the acceptance of step n is unknown when step n+1 is planned.
 
 This is the oracle the fast paths are tested against: no decode cohort, no runs of several
 steps, no folding, no deferred finish, and no SimPy internals. It imports no fast-forward module
@@ -53,6 +55,7 @@ class SteppingReplica:
         if hasattr(policy, "step_cost"):
             self.cm = policy.step_cost(self.cm)  # speculative decoding: + the drafter (costmodel/speculative.py)
         self.drafts = getattr(policy, "num_spec_tokens", 0)  # drafts proposed after each sampling step
+        self.lagged: tuple | None = None  # async + drafts: (plan, end) whose output awaits the next schedule()
         self.on_finish, self.checking = on_finish, check
         self.open_loop = True  # closed loop: a finish frees its slot first, so the next request finds it gone
         self.itl = LogHistogram()
@@ -159,6 +162,10 @@ class SteppingReplica:
                 s.settle_lookups()
             if self.checking:
                 check_replica(self, plan)
+            if self.lagged is not None:  # step n's output, after schedule(n+1) (vLLM's batch queue)
+                self.settle(plan)
+                if not plan.items:
+                    continue
             if not plan.items:
                 if not plan.preempted and not plan.released and not settled:  # nothing can run until a request arrives
                     yield from self._wait_for_work()
@@ -194,6 +201,15 @@ class SteppingReplica:
         if self.iteration_log is not None:
             self.iteration_log.append((self.index, start, end, 1, plan))
         gaps, finished, spec = [], [], plan.spec
+        if plan.sampling is not None:  # async + drafts: the output is processed after the next schedule()
+            for req, n in plan.items:
+                if req.finish_s is not None:  # finished by the previous step's output, after this one was planned
+                    continue
+                if req.first_scheduled_s is None:
+                    req.first_scheduled_s = start
+                req.num_computed_tokens += n
+            self.lagged = (plan, end)
+            return
         for req, n in plan.items:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
@@ -239,6 +255,49 @@ class SteppingReplica:
             self._outstanding -= 1
             self.policy.on_finish()
             self.on_finish(req)
+
+    def settle(self, now_plan) -> None:
+        """Async scheduling + drafts: update_from_output of the lagged step, after schedule(n+1).
+        Rejected drafts roll back num_computed_tokens and the placeholders; every returned token
+        resolves a placeholder. A request preempted by schedule(n+1) takes its tokens stale (no
+        counter moves); a finished one frees its blocks now; one already finished is skipped."""
+        assert self.lagged is not None
+        plan, end = self.lagged
+        self.lagged = None
+        stale, gaps, s = set(now_plan.preempted), [], self.state
+        for req in plan.sampling:
+            if req.finish_s is not None:
+                continue
+            drafts = plan.spec.get(req, 0)
+            accepted = self.policy.accept(req, drafts) if drafts else 0
+            emitted, fresh = 1 + accepted, req not in stale
+            if fresh:
+                req.num_computed_tokens -= abs(drafts) - accepted
+                req.spec_placeholders -= abs(drafts) - accepted + emitted
+            left = req.output_len - req.num_output_tokens
+            if emitted > left:  # stopped at max_tokens: the tokens past it are trimmed
+                req.num_computed_tokens -= (emitted - left) if fresh else 0
+                emitted = left
+            if req.first_token_s is None:
+                req.first_token_s = end
+            else:
+                gaps.append(end - req.last_token_s)
+                req.max_itl_s = max(req.max_itl_s, gaps[-1])
+            req.num_output_tokens += emitted
+            req.last_token_s = end
+            if req.num_output_tokens < req.output_len:
+                continue
+            req.finish_s = end
+            if fresh:
+                s.running.remove(req)
+                s.retire(req, last_step=False)
+            else:
+                s.waiting.remove(req)
+            self._outstanding -= 1
+            self.policy.on_finish()
+            self.on_finish(req)
+        if gaps:
+            self.itl.add_many(gaps)
 
     def finish_run(self, until: float | None) -> None:
         """Nothing to settle: every step that ended before the stop was applied when it ended."""

@@ -3,6 +3,8 @@ acceptance draws, what a step schedules and emits, the reference loop, the direc
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from costmodel import load_hardware, load_model
@@ -19,10 +21,17 @@ MODEL, HW = load_model("llama-3.1-8b"), load_hardware("h100")
 EAGLE3 = '{"method": "eagle3", "num_speculative_tokens": 3}'
 
 
-def _run(spec: str | None, alpha: float = DEFAULT_ACCEPTANCE, n: int = 8, out: int = 64, seed: int = 0):
+def _run(
+    spec: str | None,
+    alpha: float = DEFAULT_ACCEPTANCE,
+    n: int = 8,
+    out: int = 64,
+    seed: int = 0,
+    async_scheduling: bool = False,
+):
     flags: dict = {"max_num_batched_tokens": 2048}
     if spec:
-        flags.update(speculative_config=spec, spec_acceptance=alpha, spec_seed=seed, async_scheduling=False)
+        flags.update(speculative_config=spec, spec_acceptance=alpha, spec_seed=seed, async_scheduling=async_scheduling)
     pol, pool, cm, ml = build_engine("vllm", MODEL, HW, flags=flags)
     wl = Workload([0.0] * n, [100] * n, [out] * n)
     sim = Simulation([(pol, pool, cm)], wl, check=True, max_model_len=ml, record_iterations=True)
@@ -63,15 +72,32 @@ def test_unmodelled_speculative_configs_are_refused(text, says):
         parse_engine_cmd(f"vllm serve m --speculative-config '{text}'")
 
 
-def test_async_scheduling_with_drafts_is_resolved_as_vllm_or_refused():
+def test_async_scheduling_with_drafts_resolves_as_vllm_on_a_gpu():
     ngram = '{"method": "ngram", "num_speculative_tokens": 3}'
-    assert VLLMConfig(speculative_config=ngram).async_scheduling is False  # vLLM turns it off for ngram
-    assert VLLMConfig().async_scheduling is True
-    with pytest.raises(InputError, match="refuses"):
-        VLLMConfig(speculative_config=ngram, async_scheduling=True)
-    with pytest.raises(InputError, match="not modelled yet"):
-        VLLMConfig(speculative_config=EAGLE3)  # vLLM's default is async: not modelled
-    assert VLLMConfig(speculative_config=EAGLE3, async_scheduling=False).async_scheduling is False
+    for text in (ngram, EAGLE3, ""):  # Model Runner V2 (the GPU default) runs every method async
+        assert VLLMConfig(speculative_config=text).async_scheduling is True
+        assert VLLMConfig(speculative_config=text, async_scheduling=False).async_scheduling is False
+    assert _policy(EAGLE3, None).defers_output and not _policy(EAGLE3, False).defers_output
+    assert not _policy("", None).defers_output
+
+
+def _policy(spec: str, async_scheduling):
+    flags = {"speculative_config": spec, "async_scheduling": async_scheduling} if spec else {}
+    return build_engine("vllm", MODEL, HW, flags=flags)[0]
+
+
+def test_async_drafts_lag_one_step_and_cost_a_wasted_step_only_at_the_end():
+    """Async: schedule(n+1) counts step n's drafts as accepted; with α = 1 nothing rolls back, so the
+    steps are the sync run's; with α = 0 a request whose last token can only come from an accepted
+    draft is never scheduled past it (the skip), so the step counts match too; at α = 1 the request
+    that finishes by accepted drafts is scheduled once more (a dropped step, as vLLM runs it)."""
+    for alpha in (0.0, 1.0):
+        sync, s_sim = _run(EAGLE3, alpha=alpha, out=20)
+        lag, a_sim = _run(EAGLE3, alpha=alpha, out=20, async_scheduling=True)
+        assert all(r.num_output_tokens == 20 for r in a_sim.requests)
+        extra = 0 if alpha == 0 else 1  # (20 - 1) tokens at 4 a step end on a step the skip cannot foresee
+        assert len(lag.iterations) == len(sync.iterations) + extra
+        assert [r.finish_s for r in a_sim.requests] == [r.finish_s for r in s_sim.requests]
 
 
 def test_sglang_speculative_decoding_is_refused():
@@ -132,13 +158,47 @@ def test_a_decode_heavy_workload_gets_faster_and_tpot_falls():
     assert s["mean_itl_ms"] > b["mean_itl_ms"]  # a chunk of tokens per step: each step is a bit longer
 
 
-def test_ngram_drafter_is_free_and_eagle_drafter_costs_a_layer_share():
+def test_ngram_drafter_is_free_and_eagle_drafter_costs_a_layer_and_its_lm_head():
     from costmodel.speculative import with_drafter
 
     _, pool, cm, _ = build_engine("vllm", MODEL, HW)
-    q, kv = [4] * 8, [500] * 8
     assert with_drafter(cm, "ngram", 3) is cm
-    d = with_drafter(cm, "eagle3", 3)
-    extra = d.step_time(q, kv) - cm.step_time(q, kv)
-    want = (cm.step_time(q, kv) + 2 * cm.step_time([1] * 8, [504] * 8)) / MODEL.L
-    assert extra == pytest.approx(want)
+    for n, k in ((8, 3), (1, 5), (32, 1)):
+        q, kv = [k + 1] * n, [500] * n
+        lm = cm.breakdown(cm.shape([1] * n, [1] * n)).op("lm_head").time_s  # n rows of the target's head
+        layers = (cm.step_time(q, kv) + (k - 1) * cm.step_time([1] * n, [501 + k] * n)) / MODEL.L
+        for method, vocab in (("eagle", MODEL.vocab), ("mtp", MODEL.vocab), ("eagle3", 32000)):
+            d = with_drafter(cm, method, k)
+            extra = d.step_time(q, kv) - cm.step_time(q, kv)
+            assert extra == pytest.approx(layers + k * (vocab / MODEL.vocab - 1 / MODEL.L) * lm)
+    assert with_drafter(cm, "eagle3", 3).draft_time(q, kv) < with_drafter(cm, "eagle", 3).draft_time(q, kv)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("alpha, k", [(0.3, 1), (0.5, 2), (0.65, 3), (0.8, 4), (0.9, 5), (0.95, 2)])
+def test_mean_tokens_per_verify_step_is_the_truncated_geometric_sum(alpha, k, async_scheduling):
+    """A verify step of k drafts emits 1 + a tokens, P(a >= j) = α^j, so its mean is
+    τ = (1 − α^(k+1)) / (1 − α). Counted over a whole run: every token after the prefill's comes
+    from a verify step that the request's output still used. Tolerance: 4 standard errors of the
+    mean (σ from the same distribution) plus the tokens the last step of each request may trim (≤ k)."""
+    n, out = 8, 1200
+    res, sim = _run(
+        f'{{"method": "eagle", "num_speculative_tokens": {k}}}',
+        alpha,
+        n,
+        out,
+        seed=k,
+        async_scheduling=async_scheduling,
+    )
+    steps = sum(
+        1
+        for _, start, _, _, plan in res.iterations
+        for r, _ in plan.items
+        if plan.spec.get(r, 0) > 0 and start < r.finish_s
+    )
+    tokens = sum(r.num_output_tokens - 1 for r in sim.requests)
+    p = [alpha**j * (1 - alpha) for j in range(k)] + [alpha**k]  # P(1 + a = 1 + j), j = 0..k
+    tau = sum((1 + j) * q for j, q in enumerate(p))
+    sigma = math.sqrt(sum((1 + j - tau) ** 2 * q for j, q in enumerate(p)))
+    assert tau == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
+    assert abs(tokens / steps - tau) <= 4 * sigma / math.sqrt(steps) + k * n / steps, (tokens / steps, tau, steps)

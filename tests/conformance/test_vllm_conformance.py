@@ -9,7 +9,7 @@ import os
 
 import pytest
 from vllm_driver import compare, vllm_available
-from vllm_scenarios import CONFIGS, random_scenarios, seed_scenes
+from vllm_scenarios import CONFIGS, SPEC_CONFIGS, random_scenarios, seed_scenes
 
 pytestmark = pytest.mark.conformance
 
@@ -33,6 +33,17 @@ def _failures(scenarios):
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_random_scenarios_match_every_step(config):
     scenarios = random_scenarios(config, COUNT, seed=int(os.environ.get("CONFORMANCE_SEED", "0")))
+    bad = _failures(scenarios)
+    assert not bad, f"{len(bad)} of {len(scenarios)} scenarios diverge; first:\n" + "\n".join(bad[:3])
+
+
+@needs_vllm
+@pytest.mark.parametrize("config", list(SPEC_CONFIGS))
+def test_speculative_scenarios_match_every_step(config):
+    """Drafts under the Scheduler and the AsyncScheduler, K = 1..5 (SPEC_CONFORMANCE_COUNT a
+    configuration, default 20; docs/conformance.md's figures are for 1,000)."""
+    count = int(os.environ.get("SPEC_CONFORMANCE_COUNT", "20"))
+    scenarios = random_scenarios(config, count, seed=int(os.environ.get("CONFORMANCE_SEED", "0")))
     bad = _failures(scenarios)
     assert not bad, f"{len(bad)} of {len(scenarios)} scenarios diverge; first:\n" + "\n".join(bad[:3])
 

@@ -94,7 +94,9 @@ def _build_scheduler(sc: VllmScenario, kv_transfer_config=None):
         long_prefill_token_threshold=sc.long_prefill_token_threshold,
         enable_chunked_prefill=sc.enable_chunked_prefill,
         scheduler_reserve_full_isl=sc.scheduler_reserve_full_isl,
-        async_scheduling=sc.async_scheduling,
+        # ngram stands in for EAGLE below; the V1 model runner (CPU) refuses it with async scheduling,
+        # so the config says sync and the driver builds the AsyncScheduler itself
+        async_scheduling=sc.async_scheduling and not sc.spec_method,
     )
     cache = CacheConfig(block_size=sc.block_size, enable_prefix_caching=sc.enable_prefix_caching)
     spec = None
@@ -181,7 +183,9 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
     spec = _spec(sc)
     draws: dict = {}
 
-    def fake_output(out):
+    def fake_output(out, running):
+        """One token per sampling request plus its accepted drafts; a request admitted from the
+        waiting queue (not in `running` before schedule()) has padding drafts, never accepted."""
         ids = list(out.num_scheduled_tokens)
         sampled = []
         for r in ids:
@@ -190,7 +194,7 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
                 continue
             drafts = out.scheduled_spec_decode_tokens.get(r) or []
             accepted = 0
-            if spec is not None and drafts and -1 not in drafts:  # -1: padding placeholders, never accepted
+            if spec is not None and drafts and r in running:
                 accepted = spec.accepted(int(r), draws.get(r, 0), len(drafts))
                 draws[r] = draws.get(r, 0) + 1
             sampled.append([_OUTPUT_TOKEN + int(r)] * (1 + accepted))
@@ -204,7 +208,7 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
         from vllm.v1.outputs import DraftTokenIds
 
         ids = list(out.num_scheduled_tokens)
-        if spec is not None and ids:
+        if spec is not None and ids and not sc.async_scheduling:  # async: placeholders (EngineCore.post_step)
             scheduler.update_draft_token_ids(DraftTokenIds(ids, [[_DRAFT_TOKEN] * spec.k for _ in ids]))
 
     def update(start, out, mro):
@@ -223,6 +227,7 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
         while pending and pending[0][0] <= clock:
             scheduler.add_request(pending.popleft()[1])
         if scheduler.has_requests():
+            running = {r.request_id for r in scheduler.running}
             out = scheduler.schedule()
             start = None
             if out.total_num_scheduled_tokens > 0 or out.preempted_req_ids:
@@ -231,7 +236,7 @@ def run_vllm(sc: VllmScenario, max_calls: int = 200_000, first_token: dict | Non
                 rec[0].update({int(r): n for r, n in out.num_scheduled_tokens.items()})
                 rec[1].extend(sorted(int(r) for r in out.preempted_req_ids))
             executed = out.total_num_scheduled_tokens > 0
-            queue.appendleft((start, out, fake_output(out)))
+            queue.appendleft((start, out, fake_output(out, running)))
             if executed:
                 clock += 1
             if len(queue) < depth and (executed or scheduler.has_requests()):
@@ -285,7 +290,6 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
             speculative_config=sc.speculative_config,
             spec_acceptance=sc.spec_acceptance,
             spec_seed=sc.spec_seed,
-            async_scheduling=False,
         )
     policy, pool, _, max_len = build_engine("vllm", load_model("llama-3.1-8b"), load_hardware("h100"), flags=flags)
     wl = Workload(

@@ -29,7 +29,7 @@ class VllmScenario:
     async_scheduling: bool = False
     scheduler_reserve_full_isl: bool = True
     max_model_len: int = 8192
-    spec_method: str = ""  # speculative decoding: "ngram" | "eagle" ("" = off); sync only
+    spec_method: str = ""  # speculative decoding: "ngram" | "eagle" ("" = off)
     num_spec_tokens: int = 0
     spec_acceptance: float = 0.65
     spec_seed: int = 0
@@ -73,11 +73,21 @@ CONFIGS = {
     "async-apc": (True, "mixed", True),
 }
 SPEC_CONFIGS = {
-    # name: (method, k, pool): synchronous Scheduler, no prefix caching, acceptance α drawn per scenario
-    f"spec-{m}-k{k}-{pool}": (m, k, pool)
-    for m in ("ngram", "eagle")
-    for k in (1, 3, 5)
-    for pool in ("ample", "tight")
+    # name: (method, k, pool, async_scheduling): no prefix caching, acceptance α drawn per scenario;
+    # the k = 1, 3, 5 sync entries first (a configuration's seed is its index here)
+    **{
+        f"spec-{m}-k{k}-{pool}": (m, k, pool, False)
+        for m in ("ngram", "eagle")
+        for k in (1, 3, 5)
+        for pool in ("ample", "tight")
+    },
+    **{
+        f"spec-{m}-k{k}-{pool}": (m, k, pool, False)
+        for m in ("ngram", "eagle")
+        for k in (2, 4)
+        for pool in ("ample", "tight")
+    },
+    **{f"spec-async-{m}-k{k}": (m, k, "mixed", True) for m in ("ngram", "eagle") for k in range(1, 6)},
 }
 
 
@@ -144,11 +154,11 @@ def spec_scenarios(config: str, count: int, seed: int = 0) -> list[VllmScenario]
     scenario. long_prefill_token_threshold stays 0 or >= 16 (> 1 + k): vLLM 0.33 asserts
     (``assert num_new_tokens == 1 + self.num_spec_tokens``) when the threshold cuts a padded
     one-token admission, an engine crash, not a schedule to match."""
-    method, k, pool = SPEC_CONFIGS[config]
+    method, k, pool, async_ = SPEC_CONFIGS[config]
     rng = np.random.default_rng([seed, 100 + list(SPEC_CONFIGS).index(config)])
     out = []
     for i in range(count):
-        sc = random_scenario(rng, i, False, pool, False)
+        sc = random_scenario(rng, i, async_, pool, False)
         thr = sc.long_prefill_token_threshold
         # room for a request's last verify step and the drafter's lookahead: a request that can never
         # get them preempts itself forever in vLLM (a livelock, not a schedule to match)
