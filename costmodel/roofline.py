@@ -623,5 +623,5 @@ def cost(
     require(q.size > 0, "q_lens", list(q_lens), "batch is empty")
     require(bool((q > 0).all()), "q_lens", list(q_lens), "every sequence needs at least one new token")
     require(bool((kv >= 0).all()), "kv_lens", list(kv_lens), "cached tokens cannot be negative")
-    cm = CostModel(model, hardware, tp, counting, overlap_host, ep, skew, eplb)
+    cm = CostModel(model, hardware, tp, counting, overlap_host, ep=ep, skew=skew, eplb=eplb)
     return cm.breakdown(cm.shape(q, kv))
