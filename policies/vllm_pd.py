@@ -33,11 +33,10 @@ modelled: refused.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from costmodel.errors import InputError, require
+from costmodel.errors import json_object, require
 
 MODELLED = ("NixlConnector", "NixlPullConnector")  # NixlConnector is NixlPullConnector's alias in 0.33
 ROLES = ("kv_producer", "kv_consumer", "kv_both")
@@ -58,13 +57,9 @@ def parse_kv_transfer_config(text: str) -> KVTransfer | None:
     """vLLM's ``--kv-transfer-config`` JSON as a KVTransfer (None when empty); InputError for a
     connector or field that is not modelled."""
     where = "--kv-transfer-config"
-    if text is None or not str(text).strip():
+    d = json_object(where, text)
+    if d is None:
         return None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(where, text, f"must be a JSON object, as vLLM parses it ({e.msg})") from None
-    require(isinstance(d, dict), where, text, "must be a JSON object")
     name = d.get("kv_connector")
     why = "vLLM 0.33 has no such connector" if name == "P2pNcclConnector" else "not modelled"
     require(name in MODELLED, f"{where} kv_connector", name, f"{why} (modelled: {', '.join(MODELLED)})")

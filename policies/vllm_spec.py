@@ -47,11 +47,10 @@ nebius/EAGLE3-Llama-3.3-70B-Instruct on Hugging Face; a third party's measuremen
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
-from costmodel.errors import InputError, require
+from costmodel.errors import InputError, json_object, require
 
 DEFAULT_ACCEPTANCE = 0.65  # see the module docstring for its source
 MODELLED = ("ngram", "eagle", "eagle3", "mtp")
@@ -128,13 +127,9 @@ def parse_speculative_config(text: str, acceptance: float | None = None, seed: i
     """vLLM's ``--speculative-config`` JSON as a SpecDecode (None for an empty value); InputError
     for what it does not model, never a silent drop."""
     where = "--speculative-config"
-    if text is None or not str(text).strip():
+    d = json_object(where, text)
+    if d is None:
         return None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(where, text, f"must be a JSON object, as vLLM parses it ({e.msg})") from None
-    require(isinstance(d, dict), where, text, "must be a JSON object")
     for key, why in REFUSED_KEYS.items():
         if d.get(key):
             raise InputError(f"{where} {key}", d[key], f"not modelled: {why}")
