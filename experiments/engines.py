@@ -148,19 +148,33 @@ def build_dp_group(model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict
     (simcore/data_parallel.py) behind vLLM's own rank choice (the vllm_dp router), each rank's KV
     pool sized after its share of the weights (the experts split dp·tp ways):
     (engines, router, max_model_len, lockstep cost)."""
-    from costmodel.data_parallel import LockstepCost
     from simcore.router import make_router
 
     require(isinstance(dp, int) and 2 <= dp <= MAX_REPLICAS, "data_parallel_size", dp, "must be 2 or more")
     require(model.is_moe, "model", model.name, "vLLM steps data-parallel ranks in lockstep only for MoE models")
     require(tp * dp <= MAX_REPLICAS, "data_parallel_size", dp, "too many GPUs")
+    engines, max_len, cost = _lockstep_ranks("vllm", model, hw, tp, dp, flags or {})
+    return engines, make_router("vllm_dp"), max_len, cost
+
+
+def _lockstep_ranks(policy: str, model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict):
+    """dp ranks of ``policy``, each pool sized after its share of the weights; one LockstepCost,
+    built from the first rank's cost model (which every rank shares): (engines, max_len, cost)."""
+    from costmodel.data_parallel import LockstepCost
+
+    costs: list = []
+
+    def per_gpu(cm: CostModel) -> float:
+        if not costs:
+            costs.append(LockstepCost(cm, dp, policy))
+        return costs[0].weight_bytes_per_gpu
+
     engines: list = []
+    max_len = 0
     for _ in range(dp):
-        sched, pool, cm, max_len = build_engine(
-            "vllm", model, hw, tp, flags, lambda c: LockstepCost(c, dp).weight_bytes_per_gpu
-        )
+        sched, pool, cm, max_len = build_engine(policy, model, hw, tp, flags, per_gpu)
         engines.append((sched, pool, engines[0][2] if engines else cm))
-    return engines, make_router("vllm_dp"), max_len, LockstepCost(engines[0][2], dp)
+    return engines, max_len, costs[0]
 
 
 def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: int, flags: dict):
@@ -170,7 +184,6 @@ def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: 
     chunked_prefill_size is the server's // dp and its schedule_conservativeness × 0.3, while the
     memory reserve (mem_fraction_static) is taken first from the undivided chunk and the full tp
     (_handle_gpu_memory_settings runs before it): (engines, lockstep cost, max_model_len)."""
-    from costmodel.data_parallel import LockstepCost
 
     require(model.is_moe, "enable_dp_attention", True, f"is modelled for MoE models only ({model.name} is dense)")
     flags = {k: v for k, v in flags.items() if v is not None and k != "enable_dp_attention"}
@@ -185,10 +198,5 @@ def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: 
         "schedule_conservativeness": flags.get("schedule_conservativeness", 1.0) * 0.3,
         "mem_fraction_static": frac,
     }
-    engines: list = []
-    for _ in range(dp):
-        sched, pool, cm, max_len = build_engine(
-            "sglang", model, hw, attn_tp, rank_flags, lambda c: LockstepCost(c, dp, "sglang").weight_bytes_per_gpu
-        )
-        engines.append((sched, pool, engines[0][2] if engines else cm))
-    return engines, LockstepCost(engines[0][2], dp, "sglang"), max_len
+    engines, max_len, cost = _lockstep_ranks("sglang", model, hw, attn_tp, dp, rank_flags)
+    return engines, cost, max_len
