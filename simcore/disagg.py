@@ -153,8 +153,8 @@ class DisaggSimulation:
 
     def _moved(self, replica, d, p) -> None:
         self.transfer_end[d.rid] = self.env.now
-        replica.kv_received(d)
-        self.prefill[p.replica].kv_sent(p)
+        replica.kv.received(d)
+        self.prefill[p.replica].kv.sent(p)
 
     def _decoded(self, d) -> None:
         pass

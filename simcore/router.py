@@ -91,7 +91,8 @@ class VllmDPBalancer:
     def __call__(self, req, replicas) -> int:
         now = req.arrival_s
         if now - self.taken_s >= self.interval_s or len(self.counts) != len(replicas):
-            self.counts = [[r.waiting_count(), r.running_count(), r.kv_usage()] for r in replicas]
+            # waiting: the scheduler's queue and the arrivals not yet moved into it
+            self.counts = [[len(r.state.waiting) + len(r.inbox), len(r.state.running), r.kv_usage()] for r in replicas]
             self.taken_s = now
         return self.pick([r.outstanding for r in replicas])
 

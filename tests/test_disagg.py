@@ -94,7 +94,7 @@ def test_a_prefill_side_request_holds_its_blocks_until_sent():
     rep.submit(req)
     env.run()
     assert sent == [(req, req.finish_s)] and pool.used == -(-100 // 16) == req.num_blocks
-    rep.kv_sent(req)
+    rep.kv.sent(req)
     assert pool.used == 0 and not rep.state.connector.sending
 
 

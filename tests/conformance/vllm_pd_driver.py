@@ -132,10 +132,10 @@ class StepTransfers:
 
     def loads_started(self, replica, reqs, now: float) -> None:
         for r in reqs:
-            self._later(now + self.delays[r.rid], replica.kv_received, r)
+            self._later(now + self.delays[r.rid], replica.kv.received, r)
 
     def prefill_finished(self, replica, req, end: float) -> None:
-        self._later(end + self.delays[req.rid], replica.kv_sent, req)
+        self._later(end + self.delays[req.rid], replica.kv.sent, req)
 
 
 def run_chunksim_pd(pd: PDScenario) -> dict:

@@ -1,0 +1,69 @@
+"""PD disaggregation as the reference replica hears it: the KV connector's completions.
+
+vLLM's worker reports finished_recving (decode side: the prompt's blocks have arrived) and
+finished_sending (prefill side: the decode side has read them, so they go) with a step's output.
+Under async scheduling (``connector.lag``) a completion reported while a step is in flight is
+processed with that step's output, after the next schedule(); an idle replica processes it at
+once (policies/vllm_pd.py, ``lag``).
+"""
+
+from __future__ import annotations
+
+
+class ConnectorEvents:
+    """The completions of one replica's connector (``state.connector``), queued or applied."""
+
+    def __init__(self, replica):
+        self.replica = replica
+        self.connector = replica.state.connector
+
+    def received(self, req) -> None:
+        """Decode side: finished_recving for `req`; its next schedule() sees it."""
+        self._event(self.connector.recv_done.add, req)
+
+    def sent(self, req) -> None:
+        """Prefill side: finished_sending; `req`'s blocks are freed."""
+        self._event(self._release_sent, req)
+
+    def prefill_finished(self, req, end: float) -> None:
+        """Prefill side: `req` sampled its token; request_finished delays the free of its blocks
+        until finished_sending (async: held through the next schedule(), then sending)."""
+        self.replica.transfers.prefill_finished(self.replica, req, end)
+        if self.replica.state.hold_finished:
+            self.replica.state.retire(req)
+        else:
+            self.connector.sending.append(req)
+
+    def _release_sent(self, req) -> None:
+        self.connector.sending.remove(req)
+        self.replica.state.pool.release(req)
+
+    def _event(self, apply, req) -> None:
+        if self.connector.lag and not self.replica.idle:  # processed with the in-flight step's output
+            self.connector.pending.append((apply, req))
+            return
+        apply(req)
+        self.replica.notify()
+
+    def after_schedule(self, plan) -> bool:
+        """Async, after a schedule(): the completions reported meanwhile are processed and the plan's
+        requests are in flight. True when some were processed, or when a step was in flight and this
+        plan runs none (that step's output comes next: its requests may be preempted then)."""
+        c = self.connector
+        if not c.lag:
+            return False
+        was = bool(c.in_flight)
+        c.in_flight = {r for r, _ in plan.items}
+        return bool(self._drain()) or (was and not plan.items)
+
+    def on_idle(self) -> None:
+        """No step in flight: what was reported is processed now."""
+        if self.connector.lag:
+            self.connector.in_flight = set()
+            self._drain()
+
+    def _drain(self) -> int:
+        done, self.connector.pending = self.connector.pending, []
+        for apply, req in done:
+            apply(req)
+        return len(done)
