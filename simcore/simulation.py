@@ -254,11 +254,14 @@ class Simulation:
                 self._outputs,
                 self._reject_reason,
             )
+            pool = rep.state.pool  # below: the longest request that can never be refused, as `fits` above
+            fit = -1 if rep.rejects else min(self.max_model_len or math.inf, pool.total * pool.block_size)
             while i < n and arrival_s[i] <= t:
                 req = Request(i, float(arrival_s[i]), prompts[i], outputs[i])
                 requests.append(req)
-                rejected = req.rejected = reject(req, rep)
-                if rejected is None:
+                if prompts[i] + outputs[i] > fit and reject(req, rep) is not None:
+                    req.rejected = reject(req, rep)
+                else:
                     self.in_flight += 1
                     rep.submit(req)
                 i = self._next = i + 1
