@@ -17,6 +17,7 @@ from simcore.simulation import Simulation
 from workloads.workload import Workload
 
 MOE = "qwen3-30b-a3b"
+SGL = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 4 --dp 4 --enable-dp-attention"
 
 
 def _rest(rank, shapes):
@@ -145,3 +146,35 @@ def test_a_dp_ep_simulation_completes_and_repeats():
     assert a.summary["completed"] == n and a.requests.equals(b.requests)
     engines, router, _ = build_cluster("sglang", m, h, 1, flags, 4, "round_robin")
     assert router.lockstep.experts is not None and router.lockstep.experts.ep.backend == "deepep"
+
+
+@pytest.mark.parametrize(
+    "line,want",
+    [
+        (
+            "vllm serve Qwen/Qwen3-30B-A3B -dp 4 -ep --all2all-backend deepep_low_latency --enable-eplb",
+            ExpertParallelism(4, "deepep", "low_latency", 0.0, True),
+        ),
+        ("vllm serve Qwen/Qwen3-30B-A3B -dp 2 -tp 2 --enable-expert-parallel", ExpertParallelism(4)),
+        ("vllm serve Qwen/Qwen3-30B-A3B -dp 2 --all2all-backend pplx -ep", ExpertParallelism(2)),
+        ("vllm serve Qwen/Qwen3-30B-A3B -dp 2 --all2all-backend deepep_high_throughput", None),  # no EP: no a2a kernels
+        (f"{SGL} --ep 4", ExpertParallelism(4)),
+        (f"{SGL} --ep-size 2 --moe-a2a-backend deepep", ExpertParallelism(4, "deepep")),  # ep_size := tp_size
+        (
+            f"{SGL} --moe-a2a-backend deepep --deepep-mode normal --enable-two-batch-overlap",
+            ExpertParallelism(4, "deepep", "normal", tbo=True),
+        ),
+        (f"{SGL} --deepep-mode low_latency", None),  # the mode without DeepEP changes nothing
+    ],
+)
+def test_engine_lines_set_the_groups_expert_parallelism(line, want):
+    from experiments.engine_cmd import parse_engine_cmd
+
+    cmd = parse_engine_cmd(line)
+    m, h = load_model(MOE), load_hardware("h100")
+    if cmd.policy == "vllm":
+        engines, router, _ = build_cluster("vllm", m, h, cmd.tp or 1, cmd.flags, cmd.dp, "vllm_dp")
+    else:
+        engines, router, _ = build_cluster("sglang", m, h, cmd.tp // cmd.dp, cmd.flags, cmd.dp, "round_robin")
+    layers = router.lockstep.experts
+    assert (layers.ep if layers is not None else None) == want

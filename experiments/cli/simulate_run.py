@@ -34,6 +34,15 @@ PROGRESS_DELAY_S = 2.0  # the bar shows only on runs longer than this
 ENGINE_KEYS = experiment_file.ENGINE_FLAGS
 
 
+def _ep_note(flags: dict, gpus: int) -> str:
+    """SGLang's expert-parallel layout as the note states it."""
+    if flags.get("moe_a2a_backend") == "deepep":
+        return f"; experts over all {gpus} GPUs, tokens by DeepEP ({flags.get('deepep_mode') or 'auto'} mode)"
+    if (flags.get("ep_size") or 1) > 1:
+        return f"; experts split {flags['ep_size']} ways, tokens all-gathered"
+    return " (no expert parallelism)"
+
+
 def from_engine_cmd(args) -> tuple[dict, list[str]]:
     """The pasted command line's settings, below any flag given explicitly."""
     if args.engine_cmd is None:
@@ -57,7 +66,7 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
         notes.append(
             f"note: --engine-cmd --enable-dp-attention --dp-size {cmd.dp} --tp-size {tp} is modelled as {cmd.dp} "
             f"attention ranks of tp={tp // cmd.dp} stepped together, the MoE layers over all {tp} GPUs; "
-            "each rank's chunked_prefill_size is the server's // dp (no expert parallelism)"
+            "each rank's chunked_prefill_size is the server's // dp" + _ep_note(cmd.flags, tp)
         )
     elif cmd.dp and cmd.dp > 1:
         o["replicas"] = cmd.dp
@@ -66,7 +75,12 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
             f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} replicas of tp={cmd.tp or 1} "
             f"behind the {DP_ROUTER[cmd.policy]} router ({cmd.policy}'s own balancer"
             + (
-                "; a MoE model's ranks step in lockstep, experts sharded over every GPU; no expert parallelism)"
+                "; a MoE model's ranks step in lockstep, "
+                + (
+                    f"experts split whole over all {cmd.dp * (cmd.tp or 1)} GPUs by expert parallel)"
+                    if cmd.flags.get("enable_expert_parallel")
+                    else "experts sharded over every GPU; no expert parallelism)"
+                )
                 if cmd.policy == "vllm"
                 else "; no DP attention or expert parallelism)"
             )
