@@ -80,7 +80,10 @@ def expert_parallelism(policy: str, ep: dict, gpus: int) -> ExpertParallelism | 
             if skew:
                 raise InputError("moe_skew", skew, "needs --enable-expert-parallel (experts are sharded, not placed)")
             return None
-        backend, mode = VLLM_BACKEND[ep.get("all2all_backend") or "allgather_reducescatter"]
+        name = ep.get("all2all_backend") or "allgather_reducescatter"
+        if name not in VLLM_BACKEND:
+            raise InputError("all2all_backend", name, f"not modelled (modelled: {', '.join(VLLM_BACKEND)})")
+        backend, mode = VLLM_BACKEND[name]
         return ExpertParallelism(gpus, backend, mode, skew, eplb)
     a2a = ep.get("moe_a2a_backend") or "none"
     size = gpus if a2a == "deepep" else int(ep.get("ep_size") or 1)
