@@ -95,3 +95,17 @@ def expert_parallelism(policy: str, ep: dict, gpus: int) -> ExpertParallelism | 
         return None
     backend = "deepep" if a2a == "deepep" else "allgather"
     return ExpertParallelism(size, backend, ep.get("deepep_mode") or "auto", skew, eplb, tbo)
+
+
+def rows(lockstep) -> list[dict]:
+    """The expert layout in force, for the resolved-flags table (none without a lockstep group)."""
+    layers = getattr(lockstep, "experts", None)
+    if layers is None:
+        return []
+    ep = layers.ep
+    moves = f"DeepEP {ep.mode}" if ep.backend == "deepep" else "all-gather + reduce-scatter"
+    value = f"ep {ep.size} of {layers.n} GPUs"
+    why = f"tokens by {moves}" + (
+        f"; routing Zipf {ep.skew:g}{', EPLB' if ep.eplb else ''}" if ep.skew else ", uniform routing"
+    )
+    return [{"flag": "expert_parallel", "value": value, "why": why + ("; two-batch overlap" if ep.tbo else "")}]

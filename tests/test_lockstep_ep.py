@@ -178,3 +178,14 @@ def test_engine_lines_set_the_groups_expert_parallelism(line, want):
         engines, router, _ = build_cluster("sglang", m, h, cmd.tp // cmd.dp, cmd.flags, cmd.dp, "round_robin")
     layers = router.lockstep.experts
     assert (layers.ep if layers is not None else None) == want
+
+
+def test_simulate_shows_the_expert_layout_in_force():
+    from cli_helpers import run_cli
+
+    line = f"{SGL} --moe-a2a-backend deepep --enable-two-batch-overlap"
+    rc, out, err = run_cli(["simulate", "--engine-cmd", line, "--hardware", "h100", "--num-prompts", "20"])
+    assert rc == 0, err
+    row = next(r for r in out.splitlines() if r.startswith("expert_parallel"))
+    assert "ep 4 of 4 GPUs" in row and "DeepEP auto" in row and "two-batch overlap" in row
+    assert "tokens by DeepEP (auto mode)" in err  # the pasted line's note

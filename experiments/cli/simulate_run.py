@@ -17,7 +17,7 @@ from costmodel.errors import InputError, require
 from costmodel.expected_error import ExpectedError, expected_error
 from simcore.simulation import Simulation
 
-from .. import bench_result as br, engine_defaults, experiment_file, model_error
+from .. import bench_result as br, engine_defaults, experiment_file, expert_flags, model_error
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster
 from ..model_error import run_at_scale
@@ -282,7 +282,7 @@ def run_simulation(args) -> dict:
     sched, pool = engines[0][0], engines[0][1]
     resolved = engine_defaults.resolved(
         cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"], engines[0][2]
-    )
+    ) + expert_flags.rows(getattr(router, "lockstep", None))
     try:
         workload = experiment_file.build_workload(cfg)
     except InputError as e:  # a workload section read from -f as written: the error names the file
