@@ -17,8 +17,10 @@ vllm/model_executor/layers/fused_moe/config.py: ep_size = the flattened tp, tp_s
             ``deepep``     DeepEP dispatch + combine of the busiest rank's rows / tp per GPU
                            (``costmodel/deepep.py``): normal mode or low-latency by ``mode``;
                            ``auto`` is SGLang's ``DeepEPMode.resolve(is_extend_in_batch)``
-                           (srt/layers/moe/utils.py) with is_extend_in_batch gathered over the DP
-                           ranks: normal when any rank's batch holds a prefill chunk. On a GPU
+                           (srt/layers/moe/utils.py, called by token_dispatcher/deepep.py) with
+                           is_extend_in_batch the max of the all-gathered flags of the DP ranks
+                           (managers/scheduler_components/dp_attn.py): normal when any rank's
+                           batch holds a prefill chunk. On a GPU
                            whose profile has no DeepEP constants (not Hopper HGX), one node at
                            most, ncclAllToAll of the routed copies.
 
