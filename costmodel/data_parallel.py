@@ -15,6 +15,10 @@ T``: attention runs T/N ways per rank, the MLPs T ways over every rank's gathere
 Dense MLP layers of a MoE model (DeepSeek's first three, shared experts) stay priced per rank.
 An idle rank runs vLLM's dummy batch of one token (``Worker.execute_dummy_batch``,
 vllm/v1/worker/gpu_worker.py) or SGLang's idle batch of none (``get_idle_batch``).
+
+With expert parallelism (``ep``: vLLM ``--enable-expert-parallel``, SGLang ``--ep-size``) the MoE
+layers' experts and token movement are priced by ``costmodel/lockstep_ep.py`` instead; without it
+the price is the one above, bit for bit.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import math
 from dataclasses import replace
 
 from .errors import require
+from .lockstep_ep import ExpertLayers, ExpertParallelism
 from .roofline import CostModel
 
 
@@ -42,7 +47,7 @@ def moe_layers_s(cm: CostModel, rows: int, seqs: int) -> float:
 class LockstepCost:
     """Prices a data-parallel group's step from each rank's batch shape (``None``: idle)."""
 
-    def __init__(self, rank_cm: CostModel, dp: int, engine: str = "vllm"):
+    def __init__(self, rank_cm: CostModel, dp: int, engine: str = "vllm", ep: ExpertParallelism | None = None):
         require(dp >= 2, "data_parallel_size", dp, "a lockstep group needs at least 2 ranks")
         require(rank_cm.model.is_moe, "model", rank_cm.model.name, "DP ranks step in lockstep only for MoE models")
         require(engine in ("vllm", "sglang"), "engine", engine, "must be vllm or sglang")
@@ -53,6 +58,7 @@ class LockstepCost:
         # are set to divide n (attention is priced per rank, by rank_cm)
         self.moe = CostModel(replace(rank_cm.model, h=n, h_kv=n), rank_cm.hw, n)
         self.dispatch_calls = rank_cm.model.moe_layers / self.moe.ar_calls if n > 1 else 0.0
+        self.experts = ExpertLayers(rank_cm, self.moe, n, ep) if ep is not None else None
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -69,6 +75,7 @@ class LockstepCost:
     def step_time(self, shapes: list[tuple[list[int], list[int]] | None]) -> float:
         """Seconds of one lockstep step; ``shapes[r]`` is rank r's (q_lens, kv_lens) or None."""
         cm, rest, rows_all, seqs_all = self.rank, 0.0, 0, 0
+        rows_max, prefill = 0, False
         for shape in shapes:
             if shape is None:
                 if self.idle is None:
@@ -79,6 +86,9 @@ class LockstepCost:
             rest = max(rest, cm.step_time(q, kv) - moe_layers_s(cm, rows, seqs))
             rows_all += rows
             seqs_all += seqs
+            rows_max, prefill = max(rows_max, rows), prefill or rows > seqs
+        if self.experts is not None:
+            return self.experts.step(rest, rows_all, rows_max, prefill)
         t = rest + moe_layers_s(self.moe, rows_all, seqs_all) + self.moe.allreduce_s(rows_all) * self.dispatch_calls
         assert math.isfinite(t)
         return t

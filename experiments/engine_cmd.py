@@ -46,8 +46,6 @@ NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as
         "--max-long-partial-prefills",
         "--max-seq-len-to-capture",
         "--enable-prompt-embeds",
-        "--enable-expert-parallel",
-        "--enable-eplb",
         "--enable-lora",
         "--enable-sleep-mode",
         "--kv-cache-memory-bytes",
@@ -75,7 +73,6 @@ NOT_TYPOS = {  # real flags of each engine close to a modelled one: passed on as
         "--disable-chunked-prefix-cache",
         "--enable-dynamic-chunking",
         "--pp-size",
-        "--ep-size",
         "--nnodes",
         "--node-rank",
         "--schedule-policy",
@@ -153,6 +150,7 @@ REFUSED = {  # flags that change what the engine does and that chunksim does not
         "'{\"cudagraph_capture_sizes\": [...]}' (chunksim reads one value per flag)",
         "--performance-mode": "changes vLLM's capture sizes and defaults; not modelled (balanced, the default, "
         "is what --execution engine prices)",
+        "--enable-dbo": "vLLM's dual-batch overlap is not modelled (SGLang's --enable-two-batch-overlap is)",
     },
 }
 REFUSED["sglang"].update(

@@ -137,6 +137,30 @@ def _kv_transfer(v):
     return None
 
 
+VLLM_ALL2ALL = ("allgather_reducescatter", "naive", "pplx", "deepep_high_throughput", "deepep_low_latency")
+"""vLLM's ``--all2all-backend`` values chunksim models (vllm/config/parallel.py ``All2AllBackend``;
+``naive`` and ``pplx`` fall back to allgather_reducescatter in ``ParallelConfig.__post_init__``)."""
+SGLANG_A2A = ("none", "deepep")
+"""SGLang's ``--moe-a2a-backend`` values chunksim models (srt/layers/moe/utils.py ``MoeA2ABackend``)."""
+DEEPEP_MODES = ("auto", "normal", "low_latency")
+
+
+def _all2all(v):
+    return None if v in VLLM_ALL2ALL else f"not modelled (modelled: {', '.join(VLLM_ALL2ALL)})"
+
+
+def _a2a(v):
+    return None if v in SGLANG_A2A else f"not modelled (modelled: {', '.join(SGLANG_A2A)})"
+
+
+def _deepep_mode(v):
+    return None if v in DEEPEP_MODES else f"must be one of {', '.join(DEEPEP_MODES)}"
+
+
+def _skew(v):
+    return None if v >= 0 else "must be >= 0"
+
+
 def _acceptance(v):
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
@@ -251,6 +275,61 @@ class EngineFlags:
         (S,),
         "SGLang: data-parallel attention over the --dp ranks, the MoE layers over every GPU (MoE models)",
         sglang=("--enable-dp-attention",),
+    )
+    enable_expert_parallel: bool | None = flag(
+        BOOL,
+        (V,),
+        "vLLM: expert parallel over the --data-parallel-size x --tensor-parallel-size GPUs (MoE models, DP >= 2)",
+        vllm=("--enable-expert-parallel", "-ep", "--no-enable-expert-parallel"),
+    )
+    all2all_backend: str | None = flag(
+        STR,
+        (V,),
+        "vLLM: how expert parallel moves tokens: allgather_reducescatter (default), deepep_high_throughput, "
+        "deepep_low_latency",
+        vllm=("--all2all-backend",),
+        check=_all2all,
+    )
+    ep_size: int | None = flag(
+        INT,
+        (S,),
+        "SGLang: GPUs the routed experts are split over (default 1; under --enable-dp-attention)",
+        sglang=("--ep-size", "--expert-parallel-size", "--ep"),
+        check=_positive,
+    )
+    moe_a2a_backend: str | None = flag(
+        STR,
+        (S,),
+        "SGLang: how expert parallel moves tokens: none (all-gather, the default) or deepep (ep_size = tp_size)",
+        sglang=("--moe-a2a-backend",),
+        check=_a2a,
+    )
+    deepep_mode: str | None = flag(
+        STR,
+        (S,),
+        "SGLang: DeepEP's mode: auto (normal when a rank prefills, else low_latency; default), normal, low_latency",
+        sglang=("--deepep-mode",),
+        check=_deepep_mode,
+    )
+    enable_two_batch_overlap: bool | None = flag(
+        BOOL,
+        (S,),
+        "SGLang: two micro-batches, one's MoE communication beside the other's compute (with expert parallel)",
+        sglang=("--enable-two-batch-overlap",),
+    )
+    enable_eplb: bool | None = flag(
+        BOOL,
+        (V, S),
+        "EPLB: experts placed so every expert-parallel rank carries the same load (matters with --moe-skew)",
+        vllm=("--enable-eplb", "--no-enable-eplb"),
+        sglang=("--enable-eplb",),
+    )
+    moe_skew: float | None = flag(
+        FLOAT,
+        (V, S),
+        "chunksim's own: Zipf exponent of the experts' routing load under expert parallel (default 0: uniform)",
+        own=("--moe-skew",),
+        check=_skew,
     )
     schedule_conservativeness: float | None = flag(
         FLOAT,

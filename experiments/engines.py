@@ -23,7 +23,7 @@ from policies.sglang_config import (
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 
-from . import execution_flags
+from . import execution_flags, expert_flags
 from .engine_flags import POLICY_FLAGS
 
 POLICIES = ("vllm", "sglang", "nochunk")
@@ -44,6 +44,7 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         True,
         "needs the data-parallel ranks: build_cluster with replicas = --dp",
     )
+    expert_flags.refuse_alone(policy, expert_flags.pop(flags))  # the lockstep group takes them out first
     model = with_precision(
         model, flags.pop("quantization", None), flags.pop("kv_cache_dtype", None), flags.pop("dtype", None)
     )
@@ -159,14 +160,17 @@ def build_dp_group(model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict
 
 def _lockstep_ranks(policy: str, model: ModelSpec, hw: Hardware, tp: int, dp: int, flags: dict):
     """dp ranks of ``policy``, each pool sized after its share of the weights; one LockstepCost,
-    built from the first rank's cost model (which every rank shares): (engines, max_len, cost)."""
+    built from the first rank's cost model (which every rank shares), with the expert-parallel
+    flags' layout (experiments/expert_flags.py): (engines, max_len, cost)."""
     from costmodel.data_parallel import LockstepCost
 
     costs: list = []
+    flags = {k: v for k, v in flags.items() if v is not None}
+    ep = expert_flags.expert_parallelism(policy, expert_flags.pop(flags), tp * dp)
 
     def per_gpu(cm: CostModel) -> float:
         if not costs:
-            costs.append(LockstepCost(cm, dp, policy))
+            costs.append(LockstepCost(cm, dp, policy, ep))
         return costs[0].weight_bytes_per_gpu
 
     engines: list = []

@@ -13,12 +13,14 @@ Two run formats (``load_run``):
                  output_lens, ttfts, itls, latencies, errors, duration``, seconds). Arrival is
                  ``start_times`` (the client's clock); failed requests (non-empty ``errors``) are
                  left out. The server's settings are not in the file: give them as engine flags.
-Parallelism: tensor parallel as ``tp``; data parallel as that many replicas behind the
-least_outstanding router. vLLM's internal load balancer sends each request to the engine with the
-lowest score max(in-flight, waiting + running), waiting requests weighted up once KV usage passes
-50 % (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.get_core_engine_for_request``);
-least_outstanding is that score without the KV-pressure term. Expert parallel is not modelled
-and is refused for MoE models.
+Parallelism: tensor parallel as ``tp``; data parallel of a dense model as that many replicas
+behind the least_outstanding router. vLLM's internal load balancer sends each request to the
+engine with the lowest score max(in-flight, waiting + running), waiting requests weighted up once
+KV usage passes 50 % (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.get_core_engine_for_request``);
+least_outstanding is that score without the KV-pressure term. A MoE model's DP ranks step in
+lockstep behind that balancer itself (router vllm_dp, experiments/engines.py ``build_dp_group``),
+with ``enable_expert_parallel`` (and ``all2all_backend``, ``enable_eplb`` where recorded) as the
+run's engine flags (costmodel/lockstep_ep.py).
 Figures: mean, median, p90, p99 of TTFT, TPOT, ITL (where measured) and E2E, the duration and the
 request and output throughputs; the overall error is the mean |relative error| over them.
 """
@@ -140,6 +142,9 @@ def read_llmservingsim(folder: Path) -> MeasuredRun:
     engine["block_size"] = cache.get("block_size")
     engine["gpu_memory_utilization"] = cache.get("gpu_memory_utilization", kw.get("gpu_memory_utilization"))
     engine["num_gpu_blocks_override"] = cache.get("num_gpu_blocks")
+    par = resolved.get("parallel_config") or {}
+    engine["all2all_backend"] = kw.get("all2all_backend", par.get("all2all_backend"))
+    engine["enable_eplb"] = kw.get("enable_eplb", par.get("enable_eplb"))
     hw = meta.get("hardware") or {}
     return MeasuredRun(
         str(folder),
@@ -248,21 +253,17 @@ def simulate(
     """The run's requests, at their measured arrival times, through vLLM's scheduler with the
     run's engine settings (``flags`` override them) on tp GPUs, dp replicas; ``scale``: every step
     that many times the cost model's price (experiments/model_error.py)."""
-    if run.expert_parallel:
-        require(
-            not model.is_moe,
-            "enable_expert_parallel",
-            True,
-            "expert parallel is not modelled (experts would be sharded across the data-parallel ranks); "
-            "refusing rather than simulate another layout",
-        )
     engine = {**run.engine, **{k: v for k, v in (flags or {}).items() if v is not None}}
+    if run.expert_parallel and model.is_moe:  # a dense model has no experts to split: vLLM ignores it
+        engine.setdefault("enable_expert_parallel", True)
+    if not model.is_moe or not engine.get("enable_expert_parallel"):
+        engine = {k: v for k, v in engine.items() if k not in ("all2all_backend", "enable_eplb")}
     engine.setdefault("max_model_len", max(int((run.requests.prompt_len + run.requests.output_len).max()), 1))
     if run.async_scheduling is not None:
         engine.setdefault("async_scheduling", bool(run.async_scheduling))
-    engines, router, max_len = build_cluster(
-        "vllm", model, hw, run.tp, engine, run.dp, "least_outstanding" if run.dp > 1 else "round_robin"
-    )
+    lockstep = run.dp > 1 and model.is_moe
+    route = "vllm_dp" if lockstep else "least_outstanding" if run.dp > 1 else "round_robin"
+    engines, router, max_len = build_cluster("vllm", model, hw, run.tp, engine, run.dp, route)
     r = run.requests
     wl = fixed_workload(r.arrival_s.to_numpy(), r.prompt_len.to_numpy(), r.output_len.to_numpy())
     return run_at_scale(

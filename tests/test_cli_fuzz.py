@@ -98,6 +98,7 @@ FILES = {  # name -> content (str or bytes)
 }
 
 SIM = ["simulate", "--num-prompts", "5"]
+SGL_DPA = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 4 --dp 4 --enable-dp-attention"
 ENGINE_INTS = [
     "--max-num-batched-tokens",
     "--max-num-seqs",
@@ -280,6 +281,18 @@ CASES += [
     (SIM + ["--quantization", "awq", "--hardware", "h100-sxm"], "quantization"),
     (SIM + ["--quantization", "w8a8_int8", "--policy", "sglang", "--hardware", "rtx-pro-6000"], "quantization"),
     (SIM + ["--model", "{d}/cfg_quant.json"], "quant_method"),
+    (SIM + ["--moe-a2a-backend", "pplx"], "moe-a2a-backend"),
+    (SIM + ["--deepep-mode", "fast"], "deepep-mode"),
+    (SIM + ["--all2all-backend", "mori_low_latency"], "all2all-backend"),
+    (SIM + ["--ep-size", "0"], "ep-size"),
+    (SIM + ["--moe-skew", "-1"], "moe-skew"),
+    (SIM + ["--policy", "sglang", "--enable-two-batch-overlap"], "enable_two_batch_overlap"),
+    (SIM + ["--engine-cmd", "vllm serve Qwen/Qwen3-30B-A3B -tp 2 --enable-expert-parallel"], "enable_expert_parallel"),
+    (SIM + ["--engine-cmd", "vllm serve Qwen/Qwen3-30B-A3B -dp 2 --enable-eplb"], "enable_eplb"),
+    (SIM + ["--engine-cmd", "vllm serve Qwen/Qwen3-30B-A3B -dp 2 -ep --enable-dbo"], "--enable-dbo"),
+    (SIM + ["--engine-cmd", f"{SGL_DPA} --ep-size 3"], "ep_size"),
+    (SIM + ["--engine-cmd", f"{SGL_DPA} --enable-two-batch-overlap"], "enable_two_batch_overlap"),
+    (SIM + ["--engine-cmd", f"{SGL_DPA} --moe-a2a-backend deepep --deepep-mode=fast"], "--deepep-mode"),
 ]
 MODEL_FILES = [f for f in FILES if f.startswith("cfg_")]
 HW_FILES = [f for f in FILES if f.startswith("hw_")]

@@ -1,15 +1,18 @@
 """chunksim validate: a run written in each upstream format from a simulation replays to itself
-(every figure within rounding), engine settings are read, and expert parallel is refused."""
+(every figure within rounding), engine settings are read, and a MoE model's DP + EP ranks replay in
+lockstep."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from costmodel import InputError, load_hardware, load_model
+from costmodel.lockstep_ep import ExpertParallelism
 from experiments.engines import build_cluster
-from experiments.validate import load_run, validate
+from experiments.validate import load_run, model_for, overall_error, validate
 from simcore.simulation import Simulation, fixed_workload
 
 MODEL, HW = load_model("llama-3.1-8b"), load_hardware("rtx4090")
@@ -27,18 +30,18 @@ def simulated(n=40, seed=0, dp=1):
     return res.requests, 1000.0 + arr  # an engine clock that does not start at 0
 
 
-def write_llmservingsim(folder, df, clock0, moe=False, dp=1):
+def write_llmservingsim(folder, df, clock0, moe=False, dp=1, model_id="meta-llama/Llama-3.1-8B", engine=ENGINE):
     folder.mkdir()
     meta = {
         "schema_version": 1,
-        "model": "meta-llama/Llama-3.1-8B",
+        "model": model_id,
         "vllm_version": "0.19.0",
         "engine_kwargs": {
-            "model": "meta-llama/Llama-3.1-8B",
+            "model": model_id,
             "tensor_parallel_size": 1,
             "data_parallel_size": dp,
             "enable_expert_parallel": moe,
-            **ENGINE,
+            **engine,
             "dtype": "bfloat16",
         },
         "kv_cache": {
@@ -120,11 +123,48 @@ def test_vllm_bench_json_replays_to_itself(tmp_path):
         load_run(p)
 
 
-def test_expert_parallel_is_refused_for_moe(tmp_path):
-    df, clock = simulated(n=5)
-    write_llmservingsim(tmp_path / "run", df, clock, moe=True)
-    with pytest.raises(InputError, match="expert parallel is not modelled"):
-        validate(tmp_path / "run", load_model("qwen3-30b-a3b"), load_hardware("h100"))
+def test_dp_ep_moe_run_replays_to_itself_in_lockstep(tmp_path):
+    """A run simulated as vLLM -dp 2 --enable-expert-parallel of a MoE model, written as
+    LLMServingSim's meta.json says it (data_parallel_size 2, enable_expert_parallel true), replays to
+    itself: validate builds the same lockstep group with the same expert layout."""
+    moe, hw = load_model("qwen3-30b-a3b"), load_hardware("h100")
+    engine = {**ENGINE, "num_gpu_blocks_override": 900, "all2all_backend": "deepep_low_latency"}
+    rng = np.random.default_rng(7)
+    n = 60
+    arr, p, o = np.cumsum(rng.exponential(0.05, n)), rng.integers(20, 1500, n), rng.integers(2, 200, n)
+    engines, route, L = build_cluster("vllm", moe, hw, 1, {**engine, "enable_expert_parallel": True}, 2, "vllm_dp")
+    assert route.lockstep.experts.ep == ExpertParallelism(2, "deepep", "low_latency")
+    df = Simulation(engines, fixed_workload(arr, p, o), max_model_len=L, router=route).run().requests
+    recorded = {k: v for k, v in engine.items() if k != "num_gpu_blocks_override"}
+    write_llmservingsim(tmp_path / "run", df, 1000.0 + arr, True, 2, "Qwen/Qwen3-30B-A3B", recorded)
+    table, overall, result, run = validate(tmp_path / "run", moe, hw)
+    assert run.dp == 2 and run.expert_parallel and len(result.replicas) == 2 and overall < 1e-9
+    no_ep, _, _, _ = validate(tmp_path / "run", moe, hw, run=dataclasses.replace(run, expert_parallel=False))
+    assert overall_error(no_ep) > 1e-3  # DeepEP's all-to-all changes the price
+    with pytest.raises(InputError, match="data-parallel ranks only"):  # EP on one engine: not modelled
+        validate(tmp_path / "run", moe, hw, run=dataclasses.replace(run, dp=1))
+
+
+def test_a_shared_runs_meta_as_dp2_ep_moe_is_not_refused(tmp_path):
+    """The shared RTX PRO 6000 run's meta.json changed to DP 2 + EP of a MoE model (no measured DP + EP
+    run exists: the figures are not compared with anything, only computed)."""
+    src = Path(__file__).resolve().parents[2] / "shared/data/validation/llmservingsim/runs/RTXPRO6000/Qwen3-32B"
+    if not src.is_dir():
+        src = Path("/work/shared/data/validation/llmservingsim/runs/RTXPRO6000/Qwen3-32B")
+    meta = json.loads((src / "meta.json").read_text())
+    meta["model"] = "Qwen/Qwen3-30B-A3B"
+    meta["engine_kwargs"].update(
+        model="Qwen/Qwen3-30B-A3B", tensor_parallel_size=1, data_parallel_size=2, enable_expert_parallel=True
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    (run_dir / "requests.jsonl").write_text((src / "requests.jsonl").read_text())
+    run = load_run(run_dir)
+    model, hw = load_model(model_for(run)), load_hardware("rtx-pro-6000")  # PROVENANCE.md: RTX PRO 6000
+    table, overall, result, _ = validate(run_dir, model, hw, run=run)
+    assert run.dp == 2 and run.expert_parallel and len(result.replicas) == 2
+    assert np.isfinite(table.simulated).all() and result.summary["completed"] == len(run.requests)
 
 
 def test_validate_cli(tmp_path, capsys):

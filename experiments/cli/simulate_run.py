@@ -17,7 +17,7 @@ from costmodel.errors import InputError, require
 from costmodel.expected_error import ExpectedError, expected_error
 from simcore.simulation import Simulation
 
-from .. import bench_result as br, engine_defaults, experiment_file, model_error
+from .. import bench_result as br, engine_defaults, experiment_file, expert_flags, model_error
 from ..engine_cmd import DP_ROUTER, parse_engine_cmd, shipped_model
 from ..engines import build_cluster
 from ..model_error import run_at_scale
@@ -32,6 +32,15 @@ BYTES_PER_REQUEST = 1500  # simulator + tables, measured: ~1 KB a request at a m
 TRACE_BYTES_PER_STEP, TRACE_BYTES_PER_REQUEST = 450, 600  # measured on chrome_trace output
 PROGRESS_DELAY_S = 2.0  # the bar shows only on runs longer than this
 ENGINE_KEYS = experiment_file.ENGINE_FLAGS
+
+
+def _ep_note(flags: dict, gpus: int) -> str:
+    """SGLang's expert-parallel layout as the note states it."""
+    if flags.get("moe_a2a_backend") == "deepep":
+        return f"; experts over all {gpus} GPUs, tokens by DeepEP ({flags.get('deepep_mode') or 'auto'} mode)"
+    if (flags.get("ep_size") or 1) > 1:
+        return f"; experts split {flags['ep_size']} ways, tokens all-gathered"
+    return " (no expert parallelism)"
 
 
 def from_engine_cmd(args) -> tuple[dict, list[str]]:
@@ -57,7 +66,7 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
         notes.append(
             f"note: --engine-cmd --enable-dp-attention --dp-size {cmd.dp} --tp-size {tp} is modelled as {cmd.dp} "
             f"attention ranks of tp={tp // cmd.dp} stepped together, the MoE layers over all {tp} GPUs; "
-            "each rank's chunked_prefill_size is the server's // dp (no expert parallelism)"
+            "each rank's chunked_prefill_size is the server's // dp" + _ep_note(cmd.flags, tp)
         )
     elif cmd.dp and cmd.dp > 1:
         o["replicas"] = cmd.dp
@@ -66,7 +75,12 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
             f"note: --engine-cmd data parallel size {cmd.dp} is modelled as {cmd.dp} replicas of tp={cmd.tp or 1} "
             f"behind the {DP_ROUTER[cmd.policy]} router ({cmd.policy}'s own balancer"
             + (
-                "; a MoE model's ranks step in lockstep, experts sharded over every GPU; no expert parallelism)"
+                "; a MoE model's ranks step in lockstep, "
+                + (
+                    f"experts split whole over all {cmd.dp * (cmd.tp or 1)} GPUs by expert parallel)"
+                    if cmd.flags.get("enable_expert_parallel")
+                    else "experts sharded over every GPU; no expert parallelism)"
+                )
                 if cmd.policy == "vllm"
                 else "; no DP attention or expert parallelism)"
             )
@@ -268,7 +282,7 @@ def run_simulation(args) -> dict:
     sched, pool = engines[0][0], engines[0][1]
     resolved = engine_defaults.resolved(
         cfg["policy"], model, hw, sched, pool, cfg["engine"], max_len, cfg["tp"], engines[0][2]
-    )
+    ) + expert_flags.rows(getattr(router, "lockstep", None))
     try:
         workload = experiment_file.build_workload(cfg)
     except InputError as e:  # a workload section read from -f as written: the error names the file
