@@ -95,7 +95,8 @@ def _bisect(lo: float, hi: float, target: str, make, steps: int, geometric: bool
     x = lo
     for _ in range(steps):
         x = math.sqrt(lo * hi) if geometric else (lo + hi) / 2
-        lo, hi = (x, hi) if rates(*make(x), (target,))[target] < PUBLISHED[target] else (lo, x)
+        pi, beta, overhead_s = make(x)
+        lo, hi = (x, hi) if rates(pi, beta, (target,), overhead_s)[target] < PUBLISHED[target] else (lo, x)
     return x
 
 

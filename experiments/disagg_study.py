@@ -324,7 +324,8 @@ def recommend(df: pd.DataFrame, spec: StudySpec) -> dict:
     for kind in ("colocated", "disaggregated"):
         g = ok[ok.kind == kind]
         if len(g):
-            best_of[kind] = g.sort_values(["goodput_per_gpu", "gpus"], ascending=[False, True], kind="stable").iloc[0]
+            order = ["goodput_per_gpu", "gpus", "p99_itl_ms"]  # ties: fewer GPUs, then shorter gaps
+            best_of[kind] = g.sort_values(order, ascending=[False, True, True], kind="stable").iloc[0]
     kinds = sorted(best_of, key=lambda k: -best_of[k].goodput_per_gpu)
     best = best_of[kinds[0]]
     out["choice"] = best.candidate
