@@ -107,8 +107,8 @@ class StudySpec:
         for b in self.budgets:
             require(isinstance(b, int) and b >= 1, "--budgets", b, "must be integers >= 1")
         for t in self.tps:
-            require(isinstance(t, int) and t >= 1, "--tps", t, "must be integers >= 1")
-        require(len(set(self.tps)) == len(self.tps), "--tps", list(self.tps), "names a value twice")
+            require(isinstance(t, int) and t >= 1, "--tp", t, "must be integers >= 1")
+        require(len(set(self.tps)) == len(self.tps), "--tp", list(self.tps), "names a value twice")
         require(len(set(self.budgets)) == len(self.budgets), "--budgets", list(self.budgets), "names a value twice")
         require(0 < self.rel_tol < 1, "--rel-tol", self.rel_tol, "must be in (0, 1)")
         require(self.start_rate >= 0, "--start-rate", self.start_rate, "must be >= 0")
@@ -120,7 +120,7 @@ def candidates(spec: StudySpec) -> list[Candidate]:
     """Every colocated (tp, budget) and every xPyD split with TP degrees from ``tps`` whose GPUs fit the budget."""
     out = []
     tps = sorted(t for t in spec.tps if t <= spec.gpus)
-    require(bool(tps), "--tps", list(spec.tps), f"no TP degree fits --gpus {spec.gpus}")
+    require(bool(tps), "--tp", list(spec.tps), f"no TP degree fits --gpus {spec.gpus}")
     if spec.colocated:
         budgets = sorted(spec.budgets) if spec.colocated_policy == "vllm" else [None]
         out += [Candidate("colocated", tp=t, budget=b) for t in tps for b in budgets]

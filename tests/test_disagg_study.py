@@ -134,7 +134,8 @@ def test_cli_json_and_bad_input(capsys):
     assert out["recommendation"]["choice"] in {"colocated tp1 budget 1024", "1P1D tp1"}
     for bad, field in (
         (["--attainment", "150"], "--attainment"),
-        (["--tp", "4"], "--tps"),
+        (["--tp", "4"], "--tp"),
+        (["--colocated-policy", "nochunk"], "--budgets"),
         (["--model", "no-such-model"], "model"),
     ):
         assert main([*args, *bad]) == 2

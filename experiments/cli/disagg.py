@@ -45,7 +45,6 @@ def add_parser(p):
         "--budgets",
         type=positive_int,
         nargs="+",
-        default=[512, 1024, 2048, 4096, 8192],
         help="colocated vLLM max_num_batched_tokens values (512 1024 2048 4096 8192)",
     )
     p.add_argument("--tp", type=positive_int, nargs="+", default=[1], help="TP degrees of every pool (1)")
@@ -106,6 +105,12 @@ def spec_from_args(args):
         }.items()
         if v is not None
     }
+    require(
+        args.budgets is None or args.colocated_policy == "vllm",
+        "--budgets",
+        args.budgets,
+        "budgets are vLLM's chunked prefill; --colocated-policy nochunk runs whole prompts",
+    )
     require(args.attainment <= 100, "--attainment", args.attainment, "must be a percentage in (0, 100]")
     return StudySpec(
         gpus=args.gpus,
@@ -114,7 +119,7 @@ def spec_from_args(args):
         workload=workload,
         model=args.model,
         hardware=args.hardware,
-        budgets=tuple(args.budgets),
+        budgets=tuple(args.budgets or (512, 1024, 2048, 4096, 8192)),
         tps=tuple(args.tp),
         attainment=args.attainment / 100,
         itl_per_request=args.itl_per_request,
