@@ -235,6 +235,7 @@ INT_FIELDS = (
     "num_key_value_heads",
     "head_dim",
     "intermediate_size",
+    "ffn_dim",
     "vocab_size",
     "num_local_experts",
     "num_experts",
@@ -359,6 +360,7 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
     model_type = str(cfg.get("model_type", ""))
     kv_layers, lin = _hybrid_layers(cfg, name, L)
     bloom = model_type == "bloom"  # HF BloomConfig: no intermediate_size, the MLP is 4h wide, not gated
+    opt = model_type == "opt"  # HF OPTConfig: ffn_dim, a ReLU MLP (fc1, fc2), biases, tied embeddings
     spec = ModelSpec(
         name=name,
         L=L,
@@ -366,9 +368,9 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         h=h,
         h_kv=h_kv,
         d_h=d_h,
-        ffn=int(f("intermediate_size", default=0)) if not bloom else int(cfg.get("n_inner") or 4 * H),
+        ffn=int(cfg.get("n_inner") or 4 * H) if bloom else int(f("ffn_dim" if opt else "intermediate_size", default=0)),
         vocab=int(f("vocab_size")),
-        tied=bool(cfg.get("tie_word_embeddings", bloom)),
+        tied=bool(cfg.get("tie_word_embeddings", bloom or opt)),
         b=_DTYPE_BYTES.get(str(cfg.get("torch_dtype", "bfloat16")), 2),
         num_experts=E,
         experts_per_tok=int(cfg.get("num_experts_per_tok") or (2 if E else 0)),
@@ -378,8 +380,8 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
             or int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or 0)
         ),
         moe_layers=moe_layers,
-        qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "bloom"))),
-        gated_mlp=not bloom,
+        qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "bloom", "opt"))),
+        gated_mlp=not (bloom or opt),
         max_model_len=int(cfg.get("max_position_embeddings") or 0),
         kv_layers=kv_layers,
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),

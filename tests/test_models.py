@@ -118,3 +118,22 @@ def test_bad_layer_types_is_named():
         model_from_config({**base, "layer_types": ["full_attention"]})
     with pytest.raises(InputError, match="linear_num_key_heads"):
         model_from_config({**base, "layer_types": ["linear_attention", "full_attention"]})
+
+
+def test_opt_reads_ffn_dim_and_a_plain_relu_mlp():
+    """OPT (DistServe's model): ffn_dim, fc1/fc2 not gated, biases, tied embeddings; parameters
+    counted here from the architecture (q, k, v, o and fc1, fc2 per layer, one embedding table)."""
+    m = load_model("opt-13b")
+    assert (m.L, m.H, m.h, m.h_kv, m.ffn, m.gated_mlp, m.qkv_bias, m.tied) == (
+        40,
+        5120,
+        40,
+        40,
+        20480,
+        False,
+        True,
+        True,
+    )
+    H, F, L, V = 5120, 20480, 40, 50272
+    assert m.P == pytest.approx(L * (4 * H * H + 2 * H * F) + V * H, rel=2e-3)
+    assert m.kv_bytes_per_token == 2 * L * H * 2  # K and V, fp16, every head

@@ -14,13 +14,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from costmodel.errors import InputError
 
-from . import calibrate, cost, listing, report, simulate, stall, sweep, validate
+from . import calibrate, cost, disagg, listing, report, simulate, stall, sweep, validate
 
 VERBS = {
     "stall": stall,
     "cost": cost,
     "simulate": simulate,
     "sweep": sweep,
+    "disagg": disagg,
     "calibrate": calibrate,
     "validate": validate,
     "list": listing,
