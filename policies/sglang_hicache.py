@@ -121,6 +121,7 @@ class HiCacheDriving:
         blocks = cache.host_hit_blocks(req)
         if not blocks:
             return
+        cache.pin_host_hit(req)
         evict_for(pool, blocks * pool.block_size)
         assert pool.free >= blocks, "a load-back was admitted without room"
         pool.used += cache.load_back(req)

@@ -48,15 +48,17 @@ class HiRadixCache(RadixCache):
         self._host_hit: dict = {}  # rid -> names this lookup found on the host
         self.written_blocks = self.loaded_blocks = self.host_hit_tokens = 0
         self.pending_loads: list[int] = []  # blocks loaded for the step being formed, per request
+        self.host_pins: set = set()  # host names a load-back is making room for (_lock_node, lock_host)
 
     # --- the host tier --------------------------------------------------------------------------
     def _host_room(self) -> bool:
         """One more name fits, evicting the least recently demoted host-only name if needed."""
         if len(self.host_only) + len(self.backed) < self.host_blocks:
             return True
-        if self.host_only:
-            self.host_only.popitem(last=False)
-            return True
+        for name in self.host_only:  # oldest first, but not a load-back in progress
+            if name not in self.host_pins:
+                del self.host_only[name]
+                return True
         return False
 
     def _write(self, names) -> None:
@@ -123,10 +125,19 @@ class HiRadixCache(RadixCache):
         """Pool blocks the request's lookup found on the host (loaded back on admission)."""
         return self._host_hit.get(req.rid, 0) * self.engine_blocks
 
+    def pin_host_hit(self, req) -> None:
+        """Keep the request's host hit on the host while the device evicts for it (write_back
+        demotions may need host room meanwhile)."""
+        h = self._host_hit.get(req.rid, 0)
+        if h:
+            end = req.cache_path.end
+            self.host_pins = set(self._key(req, end + h)[end : end + h])
+
     def load_back(self, req) -> int:
         """init_load_back: the host names after the request's device prefix become device nodes,
         pinned by it (the caller made room). Returns the pool blocks they take."""
         h = self._host_hit.pop(req.rid, 0)
+        self.host_pins = set()
         if not h:
             return 0
         old = req.cache_path

@@ -196,3 +196,18 @@ def test_hicache_under_dp_attention_is_refused():
     with pytest.raises(InputError) as e:
         build_cluster("sglang", MODEL, HW, 1, {"enable_dp_attention": True, "enable_hierarchical_cache": True}, 8)
     assert e.value.field == "enable_hierarchical_cache"
+
+
+def test_a_load_back_keeps_its_host_blocks_while_the_device_evicts_for_it():
+    """write_back with a full host: the eviction that makes room for a load-back demotes device
+    blocks, which need host room; the blocks being loaded are not what gives way (SGLang pins the
+    host match, _lock_node with lock_host)."""
+    c = HiRadixCache(BT, BT, host_blocks=10, write_policy="write_back")
+    done(c, req(0, range(10)))
+    c.evict(100)  # the host is full of the first prompt
+    done(c, req(1, range(50, 55)))
+    r = req(2, list(range(10)) + [99])
+    c.match(r)
+    c.pin_host_hit(r)
+    assert c.evict(5) == 5  # the second prompt finds no host room: lost, not written
+    assert c.load_back(r) == 10 and c.written_blocks == 10 and c.cached_blocks == 10
