@@ -211,3 +211,24 @@ def test_a_load_back_keeps_its_host_blocks_while_the_device_evicts_for_it():
     c.pin_host_hit(r)
     assert c.evict(5) == 5  # the second prompt finds no host room: lost, not written
     assert c.load_back(r) == 10 and c.written_blocks == 10 and c.cached_blocks == 10
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--policy", "sglang", "--hicache-write-policy", "write_around"], "--hicache-write-policy"),
+        (["--policy", "sglang", "--hicache-io-backend", "direct"], "--hicache-io-backend"),
+        (
+            ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B-Instruct --kv-offloading-size 64"],
+            "--kv-offloading-size",
+        ),
+        (
+            ["--engine-cmd", "python -m sglang.launch_server --model-path x --hicache-storage-backend file"],
+            "--hicache-storage-backend",
+        ),
+    ],
+)
+def test_cli_refuses_in_one_line(argv, field):
+    from tests.cli_helpers import assert_one_line_error
+
+    assert_one_line_error(["simulate", *argv, "--num-prompts", "4"], field)
