@@ -170,6 +170,7 @@ class Hardware:
     pcie_lanes: int = 16  # ... the GPU's link width
     pcie_p2p: bool = True  # ... whether the driver allows GPU peer-to-peer (GeForce: no; then NCCL's SHM path)
     pcie_switch: bool = False  # ... GPUs behind a PCIe switch (NCCL PATH_PXB), else on the CPU's root ports
+    host_link_bandwidth: float = 0.0  # bytes/s one way GPU <-> host memory (HiCache's copies, costmodel/host_tier.py)
     host_cpu: str = ""  # ... "intel", "amd" or "" (unknown): NCCL's P2P level and Intel P2P overhead
     compute_capability: float = 0.0  # ... the GPU's (8.9, 12.0): NCCL's speed array and compcap index
     gpus_per_node: int = 8

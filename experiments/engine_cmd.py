@@ -181,6 +181,19 @@ REFUSED["sglang"].update(
         )
     }
 )
+REFUSED["vllm"].update(
+    {
+        s: "vLLM's CPU KV offloading (OffloadingConnector) is not modelled; SGLang's host tier is: "
+        "--enable-hierarchical-cache"
+        for s in ("--kv-offloading-size", "--kv-offloading-backend")
+    }
+)
+REFUSED["sglang"].update(
+    {
+        s: "HiCache's L3 storage tier is not modelled (the host tier is: --enable-hierarchical-cache)"
+        for s in ("--hicache-storage-backend", "--hicache-storage-prefetch-policy")
+    }
+)
 GLUED_LEVEL = re.compile(r"-O=?(.+)$")  # vLLM's -O3 / -O=3 = --optimization-level 3
 DOTTED = re.compile(r"(?:-cc|--compilation-config)\.(\w+)=(.*)$")  # vLLM's -cc.key=value
 

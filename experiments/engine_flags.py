@@ -165,6 +165,24 @@ def _acceptance(v):
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
+def _positive_number(v):
+    return None if v > 0 else "must be positive"
+
+
+def _non_negative(v):
+    return None if v >= 0 else "must be >= 0"
+
+
+def _write_policy(v):
+    from simcore.hiradix_cache import WRITE_POLICIES
+
+    return None if v in WRITE_POLICIES else f"must be one of {', '.join(WRITE_POLICIES)}"
+
+
+def _io_backend(v):
+    return None if v == "kernel" else "not modelled (modelled: kernel, SGLang's default)"
+
+
 V, S, N = "vllm", "sglang", "nochunk"
 
 
@@ -330,6 +348,40 @@ class EngineFlags:
         "chunksim's own: Zipf exponent of the experts' routing load under expert parallel (default 0: uniform)",
         own=("--moe-skew",),
         check=_skew,
+    )
+    enable_hierarchical_cache: bool | None = flag(
+        BOOL,
+        (S,),
+        "SGLang HiCache: a host-memory tier under the radix cache, prefixes loaded back over PCIe",
+        sglang=("--enable-hierarchical-cache",),
+    )
+    hicache_ratio: float | None = flag(
+        FLOAT,
+        (S,),
+        "SGLang HiCache: host pool size over the device pool's (default 2.0)",
+        sglang=("--hicache-ratio",),
+        check=_positive_number,
+    )
+    hicache_size: int | None = flag(
+        INT,
+        (S,),
+        "SGLang HiCache: host pool GB per rank (overrides --hicache-ratio; 0: use the ratio)",
+        sglang=("--hicache-size",),
+        check=_non_negative,
+    )
+    hicache_write_policy: str | None = flag(
+        STR,
+        (S,),
+        "SGLang HiCache: write_through (default), write_through_selective or write_back",
+        sglang=("--hicache-write-policy",),
+        check=_write_policy,
+    )
+    hicache_io_backend: str | None = flag(
+        STR,
+        (S,),
+        "SGLang HiCache: host copy backend (kernel, the default; direct is not modelled)",
+        sglang=("--hicache-io-backend",),
+        check=_io_backend,
     )
     schedule_conservativeness: float | None = flag(
         FLOAT,

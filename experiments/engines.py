@@ -20,6 +20,7 @@ from policies.sglang_config import (
     sglang_kv_tokens,
     sglang_mem_fraction_static,
 )
+from policies.sglang_hicache import hicache_settings
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 
@@ -68,7 +69,9 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
             cm = execution_flags.with_execution(
                 cm, execution_flags.execution_for(policy, cfg, graph, hw, tp, max_total)
             )
-        return SGLangScheduler(cfg), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
+        sched = SGLangScheduler(cfg)
+        sched.hicache = hicache_settings(cfg, tokens, cm.kv_coef)  # HiCache's host tier (policies/sglang_hicache.py)
+        return sched, BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
     override = flags.pop("num_gpu_blocks_override", None)
     if policy == "vllm":
         usage = flags.pop("usage_context", "api_server")
@@ -191,6 +194,12 @@ def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: 
 
     require(model.is_moe, "enable_dp_attention", True, f"is modelled for MoE models only ({model.name} is dense)")
     flags = {k: v for k, v in flags.items() if v is not None and k != "enable_dp_attention"}
+    require(
+        not flags.get("enable_hierarchical_cache"),
+        "enable_hierarchical_cache",
+        True,
+        "HiCache under DP attention is not modelled (the lockstep group does not price load-backs)",
+    )
     chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
     on = chunk is not None and chunk > 0
     frac = flags.get("mem_fraction_static") or sglang_mem_fraction_static(

@@ -5,23 +5,50 @@ The seed's table (HiCache write_through, one run per setting):
     prefill batches 2,214 → 1,785 (−19.4 %), total TPS 19,589 → 22,314 (+13.9 %),
     runtime 106 → 91 min (−14.2 %), TPOT P50 19.6 → 19.9 ms (+1.5 %).
 
-Workload (the seed does not publish it; this one is built from its numbers). 19,589 tok/s × 6,360 s
-≈ 125 M tokens over 1,600 requests ≈ 78 k tokens per request, which only input-plus-output
-counting of long prompts explains (at TPOT 19.6 ms, 19.6 k *output* tok/s would need ~380
-concurrent 78 k-token decoders, far more KV than 8×H100 hold). Seed §八 describes the prompts:
-multi-turn chains up to round 20 whose 100 k-token prefix is a HiCache hit, so that each chunk
-only prefills the increment. 2,214 prefill batches for 1,600 requests (1.38 per request at
-8,192) says most increments are shorter than one chunk, with a tail that needs several. Hence an
-agentic multi-turn workload: 80 sessions × 20 turns; a session's first prompt is a shared 8 k
-system prompt plus 8–24 k of task context, each later turn appends the previous answer (thinking
-stripped, as Qwen's chat template does) and a tool result (log-normal, median 3.5 k tokens), so
-prompts grow from ~24 k (prompt median 74 k, mean 76 k, p90 122 k, max 223 k at the defaults);
-outputs are a thinking model's (log-normal, median 1.5 k, mean 2.0 k tokens): ≈ 78 k tokens per
-request. Prefix sharing is given as block hashes (256-token blocks) so the radix
-cache (SGLang's default, standing in for HiCache) serves each turn's history. The client is
-closed-loop (a load test: ``concurrency`` requests in flight, the next sent when one finishes), so
-the server is saturated; sessions run in waves of ``concurrency`` and their turns interleave
-round-robin, so a turn is normally sent after its predecessor finished.
+Deployment assumed: one engine, TP 8, the MoE as plain TP, HiCache on
+(``--enable-hierarchical-cache``, write_through, host pool 2× the device's; simcore/hiradix_cache.py).
+Why TP and not DP attention: the seed counts 1.38 prefill batches a request, as a chunk of 8192
+tokens a batch gives (this workload: 2,084); under ``--enable-dp-attention --dp 8`` SGLang gives
+each rank chunked_prefill_size // dp (``_handle_data_parallelism``), 1,024 tokens, and the same
+workload needs 10,368 rank prefill batches (5,555 at 16384), and its TPS moves by −0.04 %.
+
+Workload (the seed does not publish it; built once from its numbers, the same for both rows).
+19,589 tok/s × 6,360 s ≈ 125 M tokens over 1,600 requests ≈ 78 k tokens per request, which only
+input-plus-output counting of long prompts explains (at TPOT 19.6 ms, 19.6 k *output* tok/s would
+need ~380 concurrent 78 k-token decoders, far more KV than 8×H100 hold). Seed §八 describes the
+prompts: multi-turn chains up to round 20 whose 100 k-token prefix is a HiCache hit, so that each
+chunk only prefills the increment. 2,214 prefill batches for 1,600 requests says most increments
+are shorter than one chunk, with a tail that needs several. Hence an agentic multi-turn workload:
+80 sessions × 20 turns; a session's first prompt is a shared 8 k system prompt plus 8–24 k of task
+context, each later turn appends the previous answer (thinking stripped, as Qwen's chat template
+does) and a tool result (log-normal, median 3.5 k tokens), so prompts grow from ~24 k (prompt
+median 74 k, mean 76 k, p90 122 k, max 223 k); outputs are a thinking model's (log-normal, median
+1.5 k, mean 2.0 k tokens). Prefix sharing is given as block hashes (256-token blocks). The client
+is closed-loop at ``concurrency`` (16), sessions in waves, turns round-robin.
+
+Result: prefill batches −18.8 % (seed −19.4 %) and TPOT P50 −0.1 % (seed +1.5 %) match; TPS
++0.1 % and runtime −0.1 % do not (seed +13.9 %, −14.2 %). The mechanism is missing. Tested
+against SGLang 0.5.23's source and the seed's text (``hypotheses``):
+- HiCache write-through per chunk (seed §八, ``stash_chunked_request``): each stash inserts the
+  chunk and backs it up (``_inc_hit_count_and_check``), but ``HiCacheController.start_writing``
+  copies on its own device-to-host stream, the forward never waits for it, and the bytes are the
+  same at both chunk sizes. Load-backs are layer-wise (``LayerDoneCounter``) and only follow
+  device evictions; at concurrency 16 the device pool holds every session and HiCache changes
+  nothing; at 64 the larger chunk's larger reserve (1.5 × chunk MiB, ``server_args``) shrinks the
+  device and host pools and TPS falls (−19.6 %).
+- per-step host or scheduler cost per prefill batch: the seed's own rows, read as runtime = a +
+  b × prefill batches, need b = 2.1 s a batch (77 of the 106 minutes); on this workload the fixed
+  cost that would give the seed's runtime ratio is ``batch_overhead_needed_s`` (≈ 5 s) and would
+  put the 8192 run at ~224 min. SGLang's per-batch host work (``get_next_batch_to_run``,
+  ``init_next_round_input``'s match, ``prepare_for_extend``, HiCache's ``writing_check``
+  all-reduce) is milliseconds.
+- MoE under DP attention: above; rank prefill batches ×5 and TPS flat (main's lockstep group;
+  expert-parallel pricing of that group is another branch's, which would move the absolute
+  figures, not the chunk // dp batch count).
+What the table needs is a cost that falls by ~2 s per avoided prefill batch, or a difference
+between the two runs other than the chunk size (their token totals differ by 2.2 %, so their
+outputs did). Absolute figures differ too: this TPS is ~1.9× the seed's. Figures by variant:
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -42,6 +69,7 @@ SEED_TABLE = {  # seed 001 §七
     16384: dict(prefill_batches=1785, total_token_throughput=22314.0, runtime_min=91.0, median_tpot_ms=19.9),
 }
 BLOCK_TOKENS = 256
+HICACHE = {"enable_hierarchical_cache": True, "hicache_write_policy": "write_through"}  # the seed's
 SYSTEM_PROMPT = 8192
 
 
@@ -112,11 +140,15 @@ def run_one(
     hardware: str = "h100",
     tp: int = 8,
     flags: dict | None = None,
+    replicas: int = 1,
 ) -> dict:
     m, hw = load_model(model), load_hardware(hardware)
-    engines, _, max_len = build_cluster("sglang", m, hw, tp, {"chunked_prefill_size": chunk, **(flags or {})})
-    res = Simulation(engines, workload, max_model_len=max_len, record_iterations=True).run()
+    fl = {"chunked_prefill_size": chunk, **(HICACHE if flags is None else flags)}
+    engines, router, max_len = build_cluster("sglang", m, hw, tp, fl, replicas)
+    sim = Simulation(engines, workload, max_model_len=max_len, record_iterations=True, router=router)
+    res = sim.run()
     s = res.summary
+    cache, step_cm = engines[0][1].cache, sim.replicas[0].cm
     return dict(
         chunked_prefill_size=chunk,
         prefill_batches=prefill_batches(res.iterations),
@@ -131,6 +163,8 @@ def run_one(
         prefill_time_s=sum(e - b for _, b, e, _, plan in res.iterations if _is_prefill(plan)),
         output_throughput=s["output_throughput"],
         median_ttft_s=s["median_ttft_ms"] / 1e3,
+        host_hit_tokens=getattr(cache, "host_hit_tokens", 0),
+        load_exposed_s=getattr(step_cm, "exposed_s_total", 0.0),
     )
 
 
@@ -153,6 +187,46 @@ def run_study(
             row[f"seed_{k}"] = v
         rows.append(row)
     return pd.DataFrame(rows).set_index("chunked_prefill_size")
+
+
+def seed_batch_cost_s() -> float:
+    """The seed's rows read as runtime = a + b · prefill batches: b, seconds a batch."""
+    a, b = SEED_TABLE[8192], SEED_TABLE[16384]
+    return (a["runtime_min"] - b["runtime_min"]) * 60 / (a["prefill_batches"] - b["prefill_batches"])
+
+
+def batch_overhead_needed_s(df: pd.DataFrame) -> float:
+    """The fixed cost per prefill batch that, added to every simulated one, would give the seed's
+    runtime ratio (91 / 106): solves (R₂ + B₂x) / (R₁ + B₁x) = r for x."""
+    r = SEED_TABLE[16384]["runtime_min"] / SEED_TABLE[8192]["runtime_min"]
+    r1, r2 = df.loc[8192, "runtime_min"] * 60, df.loc[16384, "runtime_min"] * 60
+    b1, b2 = df.loc[8192, "prefill_batches"], df.loc[16384, "prefill_batches"]
+    return (r2 - r * r1) / (r * b1 - b2)
+
+
+def _change(a: dict, b: dict) -> dict:
+    keys = ("prefill_batches", "total_token_throughput", "runtime_min", "median_tpot_ms")
+    return {k: (b[k] / a[k] - 1) * 100 for k in keys}
+
+
+def hypotheses(n_requests: int = 1600, seed: int = 0) -> pd.DataFrame:
+    """The study's variants, each as % change 8192 → 16384 beside the seed's: the table's own
+    deployment, without HiCache, at concurrency 64 (a device pool that no longer holds every
+    session) with and without HiCache, and DP attention over 8 ranks (no HiCache: not modelled
+    together)."""
+    variants = [
+        ("TP 8 + HiCache write_through (the table)", 16, None, 8, 1),
+        ("TP 8, no HiCache", 16, {}, 8, 1),
+        ("TP 8 + HiCache, concurrency 64", 64, None, 8, 1),
+        ("TP 8, no HiCache, concurrency 64", 64, {}, 8, 1),
+        ("DP attention 8 (attention TP 1), no HiCache", 16, {"enable_dp_attention": True}, 1, 8),
+    ]
+    rows = [dict(variant="seed 001", **_change(SEED_TABLE[8192], SEED_TABLE[16384]))]
+    for label, conc, flags, tp, dp in variants:
+        w = agentic_workload(n_requests, concurrency=conc, seed=seed)
+        a, b = (run_one(c, w, tp=tp, flags=flags, replicas=dp) for c in (8192, 16384))
+        rows.append(dict(variant=label, **_change(a, b), batches_8192=a["prefill_batches"]))
+    return pd.DataFrame(rows).set_index("variant")
 
 
 def format_table(df: pd.DataFrame) -> str:
@@ -183,9 +257,17 @@ def format_table(df: pd.DataFrame) -> str:
         "prefill_time_s",
         "median_ttft_s",
         "output_throughput",
+        "host_hit_tokens",
+        "load_exposed_s",
     ]
     lines.append("")
     lines.append(df[extra].to_string(float_format=lambda v: f"{v:,.3f}"))
+    if 8192 in df.index and 16384 in df.index:
+        lines.append("")
+        lines.append(
+            f"per-prefill-batch cost the seed's rows imply: {seed_batch_cost_s():.2f} s; the fixed cost per "
+            f"simulated batch that would give the seed's runtime ratio: {batch_overhead_needed_s(df):.2f} s"
+        )
     return "\n".join(lines)
 
 
@@ -195,14 +277,20 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="qwen3.5-122b-a10b")
+    ap.add_argument("--hypotheses", action="store_true", help="also the variants the docstring tests (minutes)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     df = run_study(n_requests=args.requests, concurrency=args.concurrency, seed=args.seed, model=args.model)
     print(
         f"SGLang chunk-size study: {args.model}, 8xH100 (tp=8, 1 replica), {args.requests} agentic requests, "
-        f"closed loop at {args.concurrency}, radix cache on, mixed chunk off"
+        f"closed loop at {args.concurrency}, radix cache + HiCache write_through, mixed chunk off"
     )
     print(format_table(df))
+    if args.hypotheses:
+        print("\n% change 8192 -> 16384 by variant")
+        hyp = hypotheses(args.requests, args.seed)
+        fmt = {c: (lambda v: f"{v:+.1f}") for c in hyp.columns if c != "batches_8192"}
+        print(hyp.to_string(formatters={**fmt, "batches_8192": lambda v: "" if v != v else f"{v:,.0f}"}))
     print(f"\n(wall time {time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 from .base import Plan, SchedulerState
 from .sglang_config import RETRACT_DECODE_STEPS, SGLangConfig
+from .sglang_hicache import HiCacheDriving
 from .sglang_lookahead import SGLangLookahead
 from .sglang_overlap import OverlapLag
 from .sglang_prefill import PrefillAdder, reject_reason
 from .sglang_radix import RadixDriving, evict_for
 
 
-class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
+class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead):
     """SGLang's Scheduler, its event loop's scheduling half. The fast-forward hooks are
     SGLangLookahead's (policies/sglang_lookahead.py); the radix cache's driving is RadixDriving's
-    (policies/sglang_radix.py); the overlap scheduler's lag, OverlapLag's (policies/sglang_overlap.py)."""
+    (policies/sglang_radix.py); the overlap scheduler's lag, OverlapLag's (policies/sglang_overlap.py);
+    HiCache's host tier, HiCacheDriving's (policies/sglang_hicache.py)."""
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -120,7 +122,9 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
                 self.batch_is_full = True
                 break
             s.lookup(req)
-            res = adder.add_one(req)
+            res = adder.add_one(req) if self._host_fits(adder, req) else "no_token"
+            if adder.items and adder.items[-1][0] is req:
+                self._load_back(s.pool, req)
             if res != "continue":
                 if not adder.items or adder.items[-1][0] is not req:
                     s.unlookup(req)  # not added: its prefix is not pinned (inc_lock_ref is on add only)

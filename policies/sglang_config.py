@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from costmodel import CostModel
 from costmodel.errors import require
 
+from .sglang_hicache import check_hicache_fields
+
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
 MIN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
@@ -30,6 +32,11 @@ class SGLangConfig:
     disable_radix_cache: bool = False
     disable_overlap_schedule: bool = False  # SGLang's default on CUDA: the overlap scheduler runs
     schedule_conservativeness: float = 1.0  # × 0.3 under DP attention (_handle_data_parallelism)
+    enable_hierarchical_cache: bool = False  # HiCache: a host tier under the radix cache (policies/sglang_hicache.py)
+    hicache_ratio: float | None = None  # host pool / device pool (None: 2.0)
+    hicache_size: int = 0  # host pool GB per rank; overrides the ratio
+    hicache_write_policy: str = "write_through"
+    hicache_io_backend: str = "kernel"
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -53,6 +60,7 @@ class SGLangConfig:
             self.mem_fraction_static,
             "must be in (0, 1)",
         )
+        check_hicache_fields(self)
 
     @property
     def ratios(self) -> tuple[float, float, float]:

@@ -32,3 +32,26 @@ def test_agentic_workload_shape():
     full = w.prompt_len[0] // w.block_tokens
     assert second[:full] == first[:full] and w.prompt_len[10] > w.prompt_len[0]
     assert prefill_batches([]) == 0
+
+
+def test_the_batch_cost_that_would_give_the_seeds_runtime_ratio(study):
+    """Adding batch_overhead_needed_s to every simulated prefill batch gives the seed's runtime
+    ratio (91 / 106); the seed's own rows imply 15 min over 429 batches a batch."""
+    from experiments.sglang_chunk_study import batch_overhead_needed_s, seed_batch_cost_s
+
+    x = batch_overhead_needed_s(study)
+    r = [study.loc[c, "runtime_min"] * 60 + study.loc[c, "prefill_batches"] * x for c in (8192, 16384)]
+    assert r[1] / r[0] == pytest.approx(91 / 106, rel=1e-9)
+    assert seed_batch_cost_s() == pytest.approx(15 * 60 / 429)
+
+
+def test_the_study_counts_host_hits_when_the_device_pool_is_short():
+    """The study's HiCache flags reach the engine: on a device pool too small for the sessions, its
+    rows count host hits, and more prefix hits than the same run without the host tier."""
+    from experiments.sglang_chunk_study import HICACHE, run_one
+
+    w = agentic_workload(120, turns=6, concurrency=8, context=(4096, 8192), output_median=200.0)
+    cap = {"max_total_tokens": 150_000}
+    on, off = run_one(8192, w, flags={**HICACHE, **cap}), run_one(8192, w, flags=cap)
+    assert on["host_hit_tokens"] > 0 and off["host_hit_tokens"] == 0
+    assert on["prefix_cache_hit_rate"] > off["prefix_cache_hit_rate"]
