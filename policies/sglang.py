@@ -180,7 +180,8 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
     def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
         """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
         next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
-        new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
+        rest stay in that order (their queue stamps permuted), so their finishes reach the radix
+        tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
         while first or not self._decode_fits(s, order):
@@ -193,6 +194,11 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
             evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+        if not first:  # filter_batch(keep_indices=sorted_indices): the rest run in retraction order
+            for r, seq in zip(order, sorted(r.seq for r in order)):
+                r.seq = seq
+            s.running.sort(key=_seq)
+            decoding.sort(key=_seq)
         self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(
