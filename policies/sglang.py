@@ -38,6 +38,7 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False  # the last prefill batch replaced the running batch (see schedule)
+        self.in_lockstep = False  # a DP-attention rank: on_idle comes from its group (on_group_idle)
         self._init_radix()
         self._init_overlap()
 
@@ -94,9 +95,16 @@ class SGLangScheduler(OverlapLag, RadixDriving, SGLangLookahead):
                     plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
-        if not s.num_running and not s.waiting:
+        if not s.num_running and not s.waiting and not self.in_lockstep:  # Scheduler.on_idle
             self.new_token_ratio = self.init_ratio
         return self._decode(s, decoding, finishing)
+
+    def on_group_idle(self, s: SchedulerState) -> None:
+        """Scheduler.on_idle of a DP-attention rank (simcore/data_parallel.py calls it when no rank
+        has tokens): while any rank has, prepare_mlp_sync_batch_raw gives an empty rank an idle
+        batch to run, so on_idle and its new-token-ratio reset wait for an iteration with none."""
+        if not s.num_running and not s.waiting:
+            self.new_token_ratio = self.init_ratio
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
