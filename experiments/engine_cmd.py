@@ -37,6 +37,14 @@ DP_ROUTER = {"vllm": "vllm_dp", "sglang": "round_robin"}
 ``DPLBAsyncMPClient.get_core_engine_for_request`` (vllm/v1/engine/core_client.py), the vllm_dp
 router (simcore/router.py; a MoE model's ranks step in lockstep); SGLang:
 ``ServerArgs.load_balance_method = "round_robin"`` (server_args.py) in its DataParallelController."""
+LOAD_BALANCE = ("auto", "round_robin")
+LOAD_BALANCE_WHY = (
+    "only round_robin (auto, the default, outside PD) is modelled: total_requests and total_tokens "
+    "balance on scheduler load snapshots the DataParallelController refreshes every 20 ms of wall "
+    "clock (refresh_load_budget), follow_bootstrap_room is PD disaggregation's"
+)
+"""SGLang's ``--load-balance-method`` (DataParallelController's ``dispatch_lookup``): the values
+the round_robin router models, and why the others are refused."""
 MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 TYPO_CUTOFF = 0.85  # difflib ratio above which an unknown flag is read as a misspelt modelled one
@@ -293,6 +301,12 @@ def parse_engine_cmd(line: str) -> EngineCommand:
                 out.flags[table[flag][0]] = table[flag][1]
             else:
                 out.flags[table[flag][0]] = convert(table[flag][0], text, f"--engine-cmd {flag}")
+            continue
+        if engine == "sglang" and flag == "--load-balance-method":  # the DP controller's dispatch
+            require(eq or takes_value, f"--engine-cmd {flag}", None, "needs a value")
+            text = val if eq else rest[i + 1]
+            require(text in LOAD_BALANCE, f"--engine-cmd {flag}", text, LOAD_BALANCE_WHY)
+            i += 1 if eq else 2
             continue
         _refused(engine, flag)
         _not_modelled(engine, flag)

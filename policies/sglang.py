@@ -40,6 +40,7 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
         self.batch_is_full = False
         self._extends = 0
         self._replaced = False  # the last prefill batch replaced the running batch (see schedule)
+        self.in_lockstep = False  # a DP-attention rank: on_idle comes from its group (on_group_idle)
         self._init_radix()
         self._init_overlap()
 
@@ -96,9 +97,16 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
                     plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
-        if not s.num_running and not s.waiting:
+        if not s.num_running and not s.waiting and not self.in_lockstep:  # Scheduler.on_idle
             self.new_token_ratio = self.init_ratio
         return self._decode(s, decoding, finishing)
+
+    def on_group_idle(self, s: SchedulerState) -> None:
+        """Scheduler.on_idle of a DP-attention rank (simcore/data_parallel.py calls it when no rank
+        has tokens): while any rank has, prepare_mlp_sync_batch_raw gives an empty rank an idle
+        batch to run, so on_idle and its new-token-ratio reset wait for an iteration with none."""
+        if not s.num_running and not s.waiting:
+            self.new_token_ratio = self.init_ratio
 
     def _prefill(self, s: SchedulerState, decoding: list) -> Plan:
         """Scheduler._get_new_batch_prefill_raw."""
@@ -184,7 +192,8 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
     def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
         """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
         next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
-        new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
+        rest stay in that order (their queue stamps permuted), so their finishes reach the radix
+        tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
         order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
         while first or not self._decode_fits(s, order):
@@ -197,6 +206,11 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
             evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
+        if not first:  # filter_batch(keep_indices=sorted_indices): the rest run in retraction order
+            for r, seq in zip(order, sorted(r.seq for r in order)):
+                r.seq = seq
+            s.running.sort(key=_seq)
+            decoding.sort(key=_seq)
         self._decode_fits(s, order)
         total_new = sum(r.output_len for r in decoding) + 1
         self.new_token_ratio = min(

@@ -17,7 +17,8 @@ vLLM, ``DPEngineCoreProc.run_busy_loop`` (vllm/v1/engine/core.py):
 SGLang DP attention, ``prepare_mlp_sync_batch_raw`` (managers/scheduler_components/dp_attn.py):
 every scheduler iteration all-gathers each rank's token count; when any is non-zero, ranks with no
 batch run an idle batch (``need_idle_batch = max(global_num_tokens) > 0``); when all are zero no
-forward runs. No waves.
+forward runs and each rank's loop reaches ``Scheduler.on_idle`` (an empty rank running idle batches
+never does, so its new-token ratio is not reset: ``on_group_idle``). No waves.
 
 Same-timestamp ordering is the reference loop's (simcore/stepping.py): arrivals stamped t join the
 batch planned at t.
@@ -41,6 +42,8 @@ class LockstepGroup:
         self._wake = None
         for r in ranks:
             r.group = self
+            if not self.waves and hasattr(r.policy, "in_lockstep"):
+                r.policy.in_lockstep = True  # its on_idle comes from here (on_group_idle)
         self.process = env.process(self.run())
 
     def wake(self) -> None:
@@ -83,6 +86,10 @@ class LockstepGroup:
                 )
             if not self.waves and not any(plans):  # SGLang: every rank's count is 0, no forward
                 self.engines_running = False
+                for r in ranks:  # no idle batch: each rank's loop reaches Scheduler.on_idle
+                    on_idle = getattr(r.policy, "on_group_idle", None)
+                    if on_idle is not None:
+                        on_idle(r.state)
                 if not any(p is not None and (p.preempted or p.released) for p in raw):
                     self._wake = env.event()
                     yield self._wake

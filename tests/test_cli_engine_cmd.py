@@ -258,3 +258,20 @@ def test_sglang_dp_attention_line_is_ranks_of_the_attention_tp(tmp_path):
     assert rc == 2 and "--tp-size" in err and "multiple of --dp-size 2" in err
     rc, _, err = run_cli(["simulate", "--engine-cmd", line.replace("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B")])
     assert rc == 2 and "enable_dp_attention" in err and "dense" in err
+
+
+@pytest.mark.parametrize("method", ["auto", "round_robin", "total_requests", "total_tokens", "follow_bootstrap_room"])
+def test_sglang_load_balance_method_round_robin_or_refused(method):
+    """The DP controller's dispatch is modelled as round robin (what auto resolves to outside PD);
+    the load-snapshot and PD methods are one clear error naming the flag and the value."""
+    line = f"python -m sglang.launch_server --model-path m --dp 2 --enable-dp-attention --load-balance-method {method}"
+    if method in ("auto", "round_robin"):
+        cmd = parse_engine_cmd(line)
+        assert cmd.dp == 2 and not any("load-balance" in t for t in cmd.ignored)
+        return
+    with pytest.raises(ValueError, match=f"load-balance-method.*{method}"):
+        parse_engine_cmd(line)
+    rc, _, err = run_cli(
+        ["simulate", "--engine-cmd", line.replace("--model-path m", "--model-path Qwen/Qwen3-30B-A3B")]
+    )
+    assert rc == 2 and "round_robin" in err and "Traceback" not in err

@@ -488,11 +488,20 @@ class SGLangEngine:
     def step(self) -> Step | None:
         """One pass of Scheduler.event_loop_normal, or of event_loop_overlap; None when the engine
         ran nothing and had no result to process."""
+        return self.launch(*self.form())
+
+    def form(self):
+        """The loop's first half: get_next_batch_to_run, and the step's record so far."""
         self._retracted = []
         self.progressed = False
         batch = self.get_next_batch_to_run()
         rec = Step(self.time, retracted=[r.rid for r in self._retracted])
         self._retracted = []
+        return batch, rec
+
+    def launch(self, batch, rec) -> Step | None:
+        """The loop's second half: run the batch (an empty one is DP attention's idle batch: it runs,
+        computes nothing, and keeps the rank out of on_idle) and process a result."""
         if self.overlap:
             return self._step_overlap(batch, rec)
         if batch is None:

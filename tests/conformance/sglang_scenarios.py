@@ -46,10 +46,11 @@ CONFIGS.update(  # the same with SGLang's default event loop, event_loop_overlap
 CONSERVATIVE = {  # a DP-attention rank's scheduler: schedule_conservativeness 0.3 (tight pools: retraction)
     "dp-attn/" + name: CONFIGS[name] for name in ("mixed-off/radix-on/tight", "overlap/mixed-on/radix-on/tight")
 }
+CONFIGS.update(CONSERVATIVE)
 
 
 def random_scenario(config: str, seed: int) -> Scenario:
-    mixed, no_radix, tight, overlap = {**CONFIGS, **CONSERVATIVE}[config]
+    mixed, no_radix, tight, overlap = CONFIGS[config]
     rng = random.Random(f"{config}/{seed}")
     page = rng.choice((1, 1, 4, 16))
     chunk = rng.choice((None, 16, 32, 64, 128, 256))
