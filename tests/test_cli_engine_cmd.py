@@ -191,7 +191,7 @@ def test_real_unmodelled_flags_are_not_read_as_typos():
 
     for engine, prog in (("vllm", "vllm serve m"), ("sglang", "python -m sglang.launch_server --model-path m")):
         for flag in NOT_TYPOS[engine]:
-            assert parse_engine_cmd(f"{prog} {flag} 1").ignored, flag
+            assert parse_engine_cmd(f"{prog} {flag} 1", allow_unmodeled=True).ignored, flag
     c = parse_engine_cmd("vllm serve m --port 8000 --host 0.0.0.0 --dtype bfloat16 --trust-remote-code")
     assert len(c.ignored) == 3 and c.flags == {"dtype": "bfloat16"}  # --dtype is modelled (16-bit)
 
@@ -258,3 +258,43 @@ def test_sglang_dp_attention_line_is_ranks_of_the_attention_tp(tmp_path):
     assert rc == 2 and "--tp-size" in err and "multiple of --dp-size 2" in err
     rc, _, err = run_cli(["simulate", "--engine-cmd", line.replace("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B")])
     assert rc == 2 and "enable_dp_attention" in err and "dense" in err
+
+
+@pytest.mark.parametrize(
+    "line,flag",
+    [
+        ("vllm serve m --pipeline-parallel-size 2", "--pipeline-parallel-size"),
+        ("vllm serve m --enable-lora", "--enable-lora"),
+        ("vllm serve m --scheduling-policy priority", "--scheduling-policy"),
+        ("vllm serve m --kv-cache-memory-bytes=8000000000", "--kv-cache-memory-bytes"),
+        ("python -m sglang.launch_server --model-path m --pp-size 2", "--pp-size"),
+        ("python -m sglang.launch_server --model-path m --schedule-policy lpm", "--schedule-policy"),
+    ],
+)
+def test_answer_changing_unmodelled_flags_are_errors_unless_allowed(line, flag):
+    from experiments.engine_cmd import UnmodeledFlag
+
+    with pytest.raises(UnmodeledFlag, match=f"{flag}.*--allow-unmodeled"):
+        parse_engine_cmd(line)
+    c = parse_engine_cmd(line, allow_unmodeled=True)
+    assert [u.split()[0] for u in c.unmodeled] == [flag] and any(i.startswith(flag) for i in c.ignored)
+
+
+def test_answer_changing_flags_at_their_default_are_neutral():
+    for line in (
+        "vllm serve m --pipeline-parallel-size 1 --scheduling-policy fcfs --port 8000",
+        "python -m sglang.launch_server --model-path m --pp-size 1 --schedule-policy fcfs --host 0.0.0.0",
+    ):
+        c = parse_engine_cmd(line)
+        assert c.unmodeled == [] and len(c.ignored) == 3
+
+
+def test_allow_unmodeled_runs_and_lists_the_flag_and_matches_the_run_without_it():
+    base = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-batched-tokens 512"
+    argv = ["simulate", "--scenario", "stall", "--json", "--engine-cmd"]
+    rc, _, err = run_cli(argv + [base + " --pipeline-parallel-size 2"])
+    assert rc == 2 and "--pipeline-parallel-size" in err and "Traceback" not in err
+    rc, out, err = run_cli(argv + [base + " --pipeline-parallel-size 2", "--allow-unmodeled"])
+    assert rc == 0 and "--pipeline-parallel-size 2" in err and "allowed by --allow-unmodeled" in err
+    rc0, out0, _ = run_cli(argv + [base])
+    assert rc0 == 0 and out == out0  # the flag really was ignored, nothing else changed
