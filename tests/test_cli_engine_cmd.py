@@ -298,3 +298,50 @@ def test_allow_unmodeled_runs_and_lists_the_flag_and_matches_the_run_without_it(
     assert rc == 0 and "--pipeline-parallel-size 2" in err and "allowed by --allow-unmodeled" in err
     rc0, out0, _ = run_cli(argv + [base])
     assert rc0 == 0 and out == out0  # the flag really was ignored, nothing else changed
+
+
+PD_M = "meta-llama/Llama-3.1-8B-Instruct"
+PD_P = (
+    f"vllm serve {PD_M} -tp 2 -dp 2 --max-num-batched-tokens 8192 --no-async-scheduling "
+    '--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_producer"}\''
+)
+PD_D = (
+    f"vllm serve {PD_M} -tp 1 -dp 3 --max-num-batched-tokens 512 "
+    '--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}\''
+)
+
+
+def test_prefill_and_decode_lines_set_each_pool():
+    import json
+
+    rc, out, err = run_cli(["simulate", "--num-prompts", "10", "--prefill-cmd", PD_P, "--decode-cmd", PD_D, "--json"])
+    assert rc == 0, err
+    pd = json.loads(out)["pd"]
+    assert (pd["prefill_replicas"], pd["prefill_tp"], pd["decode_replicas"], pd["decode_tp"]) == (2, 2, 3, 1)
+    assert "kv_producer" in pd["kv_transfer_config"] and "kv_consumer" in pd["decode_kv_transfer_config"]
+
+
+def test_prefill_and_decode_lines_keep_their_own_budgets():
+    import argparse
+
+    from experiments.cli import build_parser
+    from experiments.cli.simulate_pd import _pair
+
+    args = build_parser().parse_args(["simulate", "--prefill-cmd", PD_P, "--decode-cmd", PD_D])
+    cfg_p, _notes, cfg_d = _pair(argparse.Namespace(**vars(args)))
+    assert cfg_d is not None
+    assert cfg_p["engine"]["max_num_batched_tokens"] == 8192 and cfg_d["engine"]["max_num_batched_tokens"] == 512
+
+
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        (["--prefill-cmd", PD_P, "--decode-cmd", "vllm serve Qwen/Qwen3-8B"], "--decode-cmd model"),
+        (["--prefill-cmd", PD_P], "--decode-cmd"),
+        (["--prefill-cmd", PD_P, "--decode-cmd", PD_D + " --pipeline-parallel-size 2"], "--pipeline-parallel-size"),
+        (["--prefill-cmd", "python -m sglang.launch_server --model-path m", "--decode-cmd", PD_D], "--prefill-cmd"),
+    ],
+)
+def test_bad_prefill_decode_pairs_are_one_line_errors(extra, field):
+    rc, _, err = run_cli(["simulate", "--num-prompts", "5", *extra])
+    assert rc == 2 and field in err and "Traceback" not in err
