@@ -136,7 +136,10 @@ ANSWER_CHANGING = {  # flag -> (reason, value test that makes it harmless or Non
 }
 """Recognised flags that change throughput, latency or admission and that chunksim does not model.
 Everything else unmodelled (ports, hosts, logging, api keys, served names, download dirs, seeds,
-hash algorithms, metrics) is answer-neutral and listed as ignored."""
+hash algorithms, metrics) is answer-neutral and listed as ignored. Defaults that make a flag harmless:
+vLLM ``SchedulerConfig.policy = "fcfs"`` (vllm/config/scheduler.py), ``ParallelConfig.pipeline_parallel_size
+= 1`` (vllm/config/parallel.py); SGLang ``schedule_policy = "fcfs"`` (sglang/srt/arg_groups/fields/schedule.py),
+the order tests/conformance/sglang_engine.py drives."""
 
 
 def _answer_changing(engine: str, flag: str, value: str | None, allow: bool, out: EngineCommand) -> None:
