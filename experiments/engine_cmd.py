@@ -113,6 +113,55 @@ class EngineCommand:
     dp: int | None = None
     ignored: list = field(default_factory=list)
     env: list = field(default_factory=list)
+    unmodeled: list = field(default_factory=list)  # answer-changing flags let through by --allow-unmodeled
+
+
+class UnmodeledFlag(InputError):
+    """A recognised engine flag that changes the answer and that chunksim does not model; the run
+    proceeds without it only under ``--allow-unmodeled``."""
+
+
+def _default_or_off(default: str):
+    return lambda v: v.strip().lower() in (default, "")
+
+
+ANSWER_CHANGING = {  # flag -> (reason, value test that makes it harmless or None); see CONTRIBUTING.md
+    "vllm": {
+        "--pipeline-parallel-size": ("pipeline parallelism is not modelled", _default_or_off("1")),
+        "-pp": ("pipeline parallelism is not modelled", _default_or_off("1")),
+        "--enable-lora": ("LoRA adapters (batch mixing, adapter slots) are not modelled", None),
+        "--cpu-offload-gb": ("weight offload to CPU (slower steps, more KV) is not modelled", _default_or_off("0")),
+        "--kv-cache-memory-bytes": ("a fixed KV-cache size is not modelled (use --gpu-memory-utilization)", None),
+        "--scheduling-policy": ("vLLM's priority scheduling is not modelled (fcfs is)", _default_or_off("fcfs")),
+        "--scheduler-cls": ("a custom scheduler class is not modelled", None),
+    },
+    "sglang": {
+        "--pp-size": ("pipeline parallelism is not modelled", _default_or_off("1")),
+        "--schedule-policy": ("only SGLang's default fcfs queue order is modelled", _default_or_off("fcfs")),
+        "--enable-dynamic-chunking": ("SGLang's dynamic chunk sizing is not modelled", None),
+        "--max-queued-requests": ("SGLang's queue-length rejection is not modelled", None),
+    },
+}
+"""Recognised flags that change throughput, latency or admission and that chunksim does not model.
+Everything else unmodelled (ports, hosts, logging, api keys, served names, download dirs, seeds,
+hash algorithms, metrics) is answer-neutral and listed as ignored. Defaults that make a flag harmless:
+vLLM ``SchedulerConfig.policy = "fcfs"`` (vllm/config/scheduler.py), ``ParallelConfig.pipeline_parallel_size
+= 1`` (vllm/config/parallel.py); SGLang ``schedule_policy = "fcfs"`` (sglang/srt/arg_groups/fields/schedule.py),
+the order tests/conformance/sglang_engine.py drives."""
+
+
+def _answer_changing(engine: str, flag: str, value: str | None, allow: bool, out: EngineCommand) -> None:
+    entry = ANSWER_CHANGING[engine].get(flag)
+    if entry is None:
+        return
+    reason, harmless = entry
+    if harmless is not None and value is not None and harmless(value):
+        return
+    if not allow:
+        raise UnmodeledFlag(
+            f"--engine-cmd {flag}", value, f"{reason}; it changes the answer (pass --allow-unmodeled to run without it)"
+        )
+    out.unmodeled.append(flag if value is None else f"{flag} {value}")
 
 
 def _program(tokens: list[str]) -> tuple[str, list[str]]:
@@ -252,7 +301,7 @@ def _compilation_tokens(engine: str, rest: list[str]) -> tuple[list[str], dict]:
     return out, dotted
 
 
-def parse_engine_cmd(line: str) -> EngineCommand:
+def parse_engine_cmd(line: str, allow_unmodeled: bool = False) -> EngineCommand:
     """The engine, its modelled flags (chunksim's names), the model id and the rest of the flags."""
     from .engine_flags import convert
 
@@ -310,6 +359,8 @@ def parse_engine_cmd(line: str) -> EngineCommand:
             continue
         _refused(engine, flag)
         _not_modelled(engine, flag)
+        value = val if eq else (rest[i + 1] if takes_value else None)
+        _answer_changing(engine, flag, value, allow_unmodeled, out)
         out.ignored.append(tok if eq or not takes_value else f"{tok} {rest[i + 1]}")
         i += 1 if eq or not takes_value else 2
     if dotted:

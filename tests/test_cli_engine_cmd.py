@@ -191,7 +191,7 @@ def test_real_unmodelled_flags_are_not_read_as_typos():
 
     for engine, prog in (("vllm", "vllm serve m"), ("sglang", "python -m sglang.launch_server --model-path m")):
         for flag in NOT_TYPOS[engine]:
-            assert parse_engine_cmd(f"{prog} {flag} 1").ignored, flag
+            assert parse_engine_cmd(f"{prog} {flag} 1", allow_unmodeled=True).ignored, flag
     c = parse_engine_cmd("vllm serve m --port 8000 --host 0.0.0.0 --dtype bfloat16 --trust-remote-code")
     assert len(c.ignored) == 3 and c.flags == {"dtype": "bfloat16"}  # --dtype is modelled (16-bit)
 
@@ -275,3 +275,90 @@ def test_sglang_load_balance_method_round_robin_or_refused(method):
         ["simulate", "--engine-cmd", line.replace("--model-path m", "--model-path Qwen/Qwen3-30B-A3B")]
     )
     assert rc == 2 and "round_robin" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "line,flag",
+    [
+        ("vllm serve m --pipeline-parallel-size 2", "--pipeline-parallel-size"),
+        ("vllm serve m --enable-lora", "--enable-lora"),
+        ("vllm serve m --scheduling-policy priority", "--scheduling-policy"),
+        ("vllm serve m --kv-cache-memory-bytes=8000000000", "--kv-cache-memory-bytes"),
+        ("python -m sglang.launch_server --model-path m --pp-size 2", "--pp-size"),
+        ("python -m sglang.launch_server --model-path m --schedule-policy lpm", "--schedule-policy"),
+    ],
+)
+def test_answer_changing_unmodelled_flags_are_errors_unless_allowed(line, flag):
+    from experiments.engine_cmd import UnmodeledFlag
+
+    with pytest.raises(UnmodeledFlag, match=f"{flag}.*--allow-unmodeled"):
+        parse_engine_cmd(line)
+    c = parse_engine_cmd(line, allow_unmodeled=True)
+    assert [u.split()[0] for u in c.unmodeled] == [flag] and any(i.startswith(flag) for i in c.ignored)
+
+
+def test_answer_changing_flags_at_their_default_are_neutral():
+    for line in (
+        "vllm serve m --pipeline-parallel-size 1 --scheduling-policy fcfs --port 8000",
+        "python -m sglang.launch_server --model-path m --pp-size 1 --schedule-policy fcfs --host 0.0.0.0",
+    ):
+        c = parse_engine_cmd(line)
+        assert c.unmodeled == [] and len(c.ignored) == 3
+
+
+def test_allow_unmodeled_runs_and_lists_the_flag_and_matches_the_run_without_it():
+    base = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-batched-tokens 512"
+    argv = ["simulate", "--scenario", "stall", "--json", "--engine-cmd"]
+    rc, _, err = run_cli(argv + [base + " --pipeline-parallel-size 2"])
+    assert rc == 2 and "--pipeline-parallel-size" in err and "Traceback" not in err
+    rc, out, err = run_cli(argv + [base + " --pipeline-parallel-size 2", "--allow-unmodeled"])
+    assert rc == 0 and "--pipeline-parallel-size 2" in err and "allowed by --allow-unmodeled" in err
+    rc0, out0, _ = run_cli(argv + [base])
+    assert rc0 == 0 and out == out0  # the flag really was ignored, nothing else changed
+
+
+PD_M = "meta-llama/Llama-3.1-8B-Instruct"
+PD_P = (
+    f"vllm serve {PD_M} -tp 2 -dp 2 --max-num-batched-tokens 8192 --no-async-scheduling "
+    '--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_producer"}\''
+)
+PD_D = (
+    f"vllm serve {PD_M} -tp 1 -dp 3 --max-num-batched-tokens 512 "
+    '--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}\''
+)
+
+
+def test_prefill_and_decode_lines_set_each_pool():
+    import json
+
+    rc, out, err = run_cli(["simulate", "--num-prompts", "10", "--prefill-cmd", PD_P, "--decode-cmd", PD_D, "--json"])
+    assert rc == 0, err
+    pd = json.loads(out)["pd"]
+    assert (pd["prefill_replicas"], pd["prefill_tp"], pd["decode_replicas"], pd["decode_tp"]) == (2, 2, 3, 1)
+    assert "kv_producer" in pd["kv_transfer_config"] and "kv_consumer" in pd["decode_kv_transfer_config"]
+
+
+def test_prefill_and_decode_lines_keep_their_own_budgets():
+    import argparse
+
+    from experiments.cli import build_parser
+    from experiments.cli.simulate_pd import _pair
+
+    args = build_parser().parse_args(["simulate", "--prefill-cmd", PD_P, "--decode-cmd", PD_D])
+    cfg_p, _notes, cfg_d = _pair(argparse.Namespace(**vars(args)))
+    assert cfg_d is not None
+    assert cfg_p["engine"]["max_num_batched_tokens"] == 8192 and cfg_d["engine"]["max_num_batched_tokens"] == 512
+
+
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        (["--prefill-cmd", PD_P, "--decode-cmd", "vllm serve Qwen/Qwen3-8B"], "--decode-cmd model"),
+        (["--prefill-cmd", PD_P], "--decode-cmd"),
+        (["--prefill-cmd", PD_P, "--decode-cmd", PD_D + " --pipeline-parallel-size 2"], "--pipeline-parallel-size"),
+        (["--prefill-cmd", "python -m sglang.launch_server --model-path m", "--decode-cmd", PD_D], "--prefill-cmd"),
+    ],
+)
+def test_bad_prefill_decode_pairs_are_one_line_errors(extra, field):
+    rc, _, err = run_cli(["simulate", "--num-prompts", "5", *extra])
+    assert rc == 2 and field in err and "Traceback" not in err

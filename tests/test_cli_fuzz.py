@@ -206,6 +206,18 @@ CASES += [
     (SIM + ["--engine-cmd", ""], "--engine-cmd"),
     (SIM + ["--engine-cmd", "docker run vllm"], "--engine-cmd"),
     (SIM + ["--engine-cmd", "vllm serve unknown/model-7b"], "unknown/model-7b"),
+    (SIM + ["--engine-cmd", "vllm serve m --pipeline-parallel-size 2"], "--pipeline-parallel-size"),
+    (SIM + ["--engine-cmd", "vllm serve m --enable-lora"], "--enable-lora"),
+    (SIM + ["--prefill-cmd", "vllm serve Qwen/Qwen3-8B"], "--decode-cmd"),
+    (
+        SIM + ["--prefill-cmd", "vllm serve Qwen/Qwen3-8B", "--decode-cmd", "vllm serve Qwen/Qwen3-32B"],
+        "--decode-cmd model",
+    ),
+    (SIM + ["--engine-cmd", "vllm serve Qwen/Qwen3-8B", "--prefill-cmd", "vllm serve Qwen/Qwen3-8B"], "--engine-cmd"),
+    (
+        SIM + ["--engine-cmd", "python -m sglang.launch_server --model-path m --schedule-policy lpm"],
+        "--schedule-policy",
+    ),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-seqs abc"], "--max-num-seqs"),
     (SIM + ["--engine-cmd", "vllm serve meta-llama/Llama-3.1-8B --max-num-seqs"], "--max-num-seqs"),
     (SIM + ["--engine-cmd", "python -m sglang.launch_server --context-length x"], "--context-length"),

@@ -107,6 +107,13 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         help="paste a `vllm serve ...` or `python -m sglang.launch_server ...` command line: sets the "
         "policy, its flags, the model, --tp and (-dp) --replicas; explicit flags here override it",
     )
+    g.add_argument(
+        "--allow-unmodeled",
+        action="store_true",
+        default=None,
+        help="run an --engine-cmd whose answer-changing flags chunksim does not model (each listed as "
+        "'not modelled (allowed by --allow-unmodeled)'); without it such a flag is an error",
+    )
     for name, spec in engine_flags.FLAGS.items():
         if not spec.cli:
             continue

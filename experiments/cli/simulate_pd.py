@@ -25,6 +25,15 @@ def add_pd_flags(p) -> None:
     g = p.add_argument_group("PD disaggregation (vLLM with a KV connector; simcore/disagg.py)")
     g.add_argument("--prefill-replicas", type=positive_int, help="prefill pool size (with --decode-replicas)")
     g.add_argument("--decode-replicas", type=positive_int, help="decode pool size (with --prefill-replicas)")
+    g.add_argument(
+        "--prefill-cmd",
+        metavar='"CMD"',
+        help="the prefill pool's pasted `vllm serve` line (Dynamo / llm-d style, with --decode-cmd): "
+        "its flags, tp and -dp (replicas) set that pool",
+    )
+    g.add_argument(
+        "--decode-cmd", metavar='"CMD"', help="the decode pool's pasted `vllm serve` line (with --prefill-cmd)"
+    )
     g.add_argument("--prefill-tp", type=positive_int, help="tensor parallel size of a prefill replica (default --tp)")
     g.add_argument("--decode-tp", type=positive_int, help="tensor parallel size of a decode replica (default --tp)")
     g.add_argument(
@@ -51,12 +60,51 @@ def add_pd_flags(p) -> None:
 
 
 def wants_pd(args) -> bool:
-    return bool(getattr(args, "prefill_replicas", None) or getattr(args, "decode_replicas", None))
+    return any(getattr(args, k, None) for k in ("prefill_replicas", "decode_replicas", "prefill_cmd", "decode_cmd"))
+
+
+def _pair(args) -> tuple[dict, list[str], dict | None]:
+    """The prefill and decode pools' configs: one config, or (with --prefill-cmd / --decode-cmd) each
+    pool's own pasted line under the same explicit flags. Replicas and tp come from each line's
+    -dp / -tp unless given as --prefill-replicas / --prefill-tp etc."""
+    import argparse
+
+    from ..engine_cmd import parse_engine_cmd
+    from .simulate_run import config
+
+    if not (args.prefill_cmd or args.decode_cmd):
+        cfg, notes = config(args)
+        return cfg, notes, None
+    require(args.engine_cmd is None, "--engine-cmd", args.engine_cmd, "not with --prefill-cmd / --decode-cmd")
+    require(
+        bool(args.prefill_cmd and args.decode_cmd),
+        "--prefill-cmd" if not args.prefill_cmd else "--decode-cmd",
+        None,
+        "give both the prefill and the decode line",
+    )
+    out = []
+    for flag, line in (("--prefill-cmd", args.prefill_cmd), ("--decode-cmd", args.decode_cmd)):
+        cmd = parse_engine_cmd(line, bool(getattr(args, "allow_unmodeled", None)))
+        require(cmd.policy == "vllm", flag, cmd.policy, "PD disaggregation is modelled for vllm only")
+        out.append((cmd, config(argparse.Namespace(**{**vars(args), "engine_cmd": line}))))
+    (pc, (cfg_p, notes)), (dc, (cfg_d, notes_d)) = out
+    require(
+        pc.model == dc.model and cfg_p["model"] == cfg_d["model"],
+        "--decode-cmd model",
+        dc.model,
+        f"differs from the prefill line's model {pc.model!r}: both pools must serve the same model",
+    )
+    for cmd, pool in ((pc, "prefill"), (dc, "decode")):
+        if getattr(args, f"{pool}_replicas") is None:
+            setattr(args, f"{pool}_replicas", cmd.dp or 1)
+        if getattr(args, f"{pool}_tp") is None:
+            setattr(args, f"{pool}_tp", cmd.tp or 1)
+    notes += [n.replace("--engine-cmd", "--decode-cmd") for n in notes_d if n not in notes]
+    return cfg_p, [n.replace("--engine-cmd", "--prefill-cmd") for n in notes], cfg_d
 
 
 def run_pd(args) -> dict:
-    from .simulate_run import config
-
+    cfg, notes, cfg_d = _pair(args)
     require(
         args.prefill_replicas and args.decode_replicas,
         "--prefill-replicas" if not args.prefill_replicas else "--decode-replicas",
@@ -70,25 +118,26 @@ def run_pd(args) -> dict:
         )
     us = args.kv_link_latency_us
     require(us is None or us >= 0, "--kv-link-latency-us", us, "must be >= 0")
-    cfg, notes = config(args)
     require(cfg["policy"] == "vllm", "--policy", cfg["policy"], "PD disaggregation is modelled for vllm only")
     engine = dict(cfg["engine"])
-    if not engine.get("kv_transfer_config"):
-        engine["kv_transfer_config"] = DEFAULT_CONNECTOR
-        notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+    engine_d = dict(cfg_d["engine"]) if cfg_d else engine
+    for e in (engine, engine_d):
+        if not e.get("kv_transfer_config"):
+            e["kv_transfer_config"] = DEFAULT_CONNECTOR
+            notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
     notes.append("note: PD runs the reference loop (simcore/stepping.py); fast-forward does not apply")
     model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
     tp_p, tp_d = args.prefill_tp or cfg["tp"], args.decode_tp or cfg["tp"]
 
-    def pool(n: int, tp: int):
+    def pool(n: int, tp: int, flags: dict):
         out = []
         for _ in range(n):
-            sched, blocks, cm, max_len = build_engine("vllm", model, hw, tp, dict(engine))
+            sched, blocks, cm, max_len = build_engine("vllm", model, hw, tp, dict(flags))
             out.append((sched, blocks, cm))
         return out, max_len
 
-    prefill, max_len = pool(args.prefill_replicas, tp_p)
-    decode, _ = pool(args.decode_replicas, tp_d)
+    prefill, max_len = pool(args.prefill_replicas, tp_p, engine)
+    decode, _ = pool(args.decode_replicas, tp_d, engine_d)
     link = LinkConfig(
         rdma_bandwidth=args.kv_link_bandwidth * 1e9 if args.kv_link_bandwidth else RDMA_BYTES_PER_S,
         latency_s=us * 1e-6 if us is not None else LATENCY_S,
@@ -116,6 +165,7 @@ def run_pd(args) -> dict:
         "prefill_tp": tp_p,
         "decode_tp": tp_d,
         "kv_transfer_config": engine["kv_transfer_config"],
+        "decode_kv_transfer_config": engine_d["kv_transfer_config"],
         "link": {"medium": link.medium, "rdma_bytes_per_s": link.rdma_bandwidth, "latency_s": link.latency_s},
         "gpus": args.prefill_replicas * tp_p + args.decode_replicas * tp_d,
     }

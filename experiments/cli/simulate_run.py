@@ -47,7 +47,7 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
     """The pasted command line's settings, below any flag given explicitly."""
     if args.engine_cmd is None:
         return {}, []
-    cmd = parse_engine_cmd(args.engine_cmd)
+    cmd = parse_engine_cmd(args.engine_cmd, bool(getattr(args, "allow_unmodeled", None)))
     o = {"policy": cmd.policy, **cmd.flags}
     if cmd.model and args.model is None:
         o["model"] = shipped_model(cmd.model)
@@ -85,6 +85,11 @@ def from_engine_cmd(args) -> tuple[dict, list[str]]:
                 else "; no DP attention or expert parallelism)"
             )
         )
+    if cmd.unmodeled:
+        notes.append(
+            "warning: --engine-cmd flags that change the answer, not modelled (allowed by --allow-unmodeled): "
+            + " ".join(cmd.unmodeled)
+        )
     if cmd.ignored or cmd.env:
         notes.append(
             "warning: --engine-cmd flags chunksim does not model (ignored): "
@@ -99,6 +104,7 @@ def config(args) -> tuple[dict, list[str]]:
     flags = {k: v for k, v in vars(args).items() if v is not None}
     flags["fast_forward"] = False if args.no_fast_forward else None
     flags.pop("no_fast_forward", None)
+    flags.pop("allow_unmodeled", None)
     if args.file:
         read_text(args.file, "-f")
     merged = {**cmd, **{k: v for k, v in flags.items() if v is not None}}
