@@ -25,7 +25,6 @@ by policies/sglang_hicache.py.
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 
 from .radix_cache import RadixCache
@@ -157,26 +156,9 @@ class HiRadixCache(RadixCache):
         return h * self.engine_blocks
 
     # --- device eviction ------------------------------------------------------------------------
-    def evict(self, blocks_wanted: int) -> int:
-        """RadixCache.evict, a backed-up leaf's names staying on the host (write_back: written now)."""
-        freed, heap = 0, self._heap
-        while freed < blocks_wanted and heap:
-            entry = heapq.heappop(heap)
-            if not self._fresh(*entry):
-                continue
-            node = entry[2]
-            parent = node.parent
-            del parent.children[node.names[0]]
-            node.parent = None
-            self.nodes -= 1
-            k = len(node.names)
-            self.blocks -= k
-            self.unreferenced -= k
-            freed += k * self.engine_blocks
-            self._demote(node.names)
-            if parent is not self.root:
-                self._push(parent)
-        return freed
+    def _evicted(self, names) -> None:
+        """RadixCache.evict took a leaf: its names stay on the host (write_back: written now)."""
+        self._demote(names)
 
     def _demote(self, names) -> None:
         if self.write_policy == "write_back":

@@ -267,9 +267,13 @@ class RadixCache(HitCount):
             self.blocks -= k
             self.unreferenced -= k
             freed += k * self.engine_blocks
+            self._evicted(node.names)
             if parent is not self.root:
                 self._push(parent)
         return freed
+
+    def _evicted(self, names) -> None:
+        """A leaf's names left the device (HiCache keeps them on the host: simcore/hiradix_cache.py)."""
 
     @property
     def cached_blocks(self) -> int:
