@@ -29,9 +29,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from .sglang_driver import page_hashes, policy_for
+from .sglang_driver import policy_for, scenario_workload
 from .sglang_engine import SGLangEngine, _Batch, _sglang
 from .sglang_scenarios import Scenario, random_scenario
 from .unit_cost import UnitCost
@@ -293,19 +291,11 @@ def run_chunksim_dp(sc: DPScenario):
     from simcore.kv import BlockPool
     from simcore.router import make_router
     from simcore.simulation import Simulation
-    from workloads.workload import Workload
 
     k = sc.base.knobs
     reqs = sorted(sc.requests, key=lambda r: (r.arrival, r.rid))
     names = [r.rid for r in reqs]
-    wl = Workload(
-        np.array([r.arrival for r in reqs], float),
-        np.array([len(r.tokens) for r in reqs]),
-        np.array([r.max_new_tokens for r in reqs]),
-        block_hashes=None if k.disable_radix_cache else [page_hashes(r.tokens, k.page_size) for r in reqs],
-        block_tokens=k.page_size,
-        ignore_eos=np.array([r.ignore_eos for r in reqs]),
-    )
+    wl = scenario_workload(k, reqs)
     cost = _LockUnit()
     engines = []
     for rank in range(sc.ranks):

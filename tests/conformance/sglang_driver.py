@@ -43,10 +43,9 @@ def policy_for(knobs, **extra) -> SGLangScheduler:
     )
 
 
-def simulate(scenario, fast_forward: bool = False):
-    k = scenario.knobs
-    reqs = sorted(scenario.requests, key=lambda r: (r.arrival, r.rid))
-    wl = Workload(
+def scenario_workload(k, reqs) -> Workload:
+    """A scenario's requests (sorted by arrival) as chunksim's workload, pages hashed for the radix cache."""
+    return Workload(
         np.array([r.arrival for r in reqs], float),
         np.array([len(r.tokens) for r in reqs]),
         np.array([r.max_new_tokens for r in reqs]),
@@ -54,6 +53,12 @@ def simulate(scenario, fast_forward: bool = False):
         block_tokens=k.page_size,
         ignore_eos=np.array([r.ignore_eos for r in reqs]),
     )
+
+
+def simulate(scenario, fast_forward: bool = False):
+    k = scenario.knobs
+    reqs = sorted(scenario.requests, key=lambda r: (r.arrival, r.rid))
+    wl = scenario_workload(k, reqs)
     pool = BlockPool(k.pool_tokens // k.page_size, k.page_size)
     sim = Simulation(
         [(policy_for(k), pool, UnitCost())],
