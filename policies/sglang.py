@@ -97,14 +97,14 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
                     plan = self._with_decodes(s, plan, decoding)
                 self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
             return plan
-        if not s.num_running and not s.waiting and not self.in_lockstep:  # Scheduler.on_idle
-            self.new_token_ratio = self.init_ratio
+        if not self.in_lockstep:
+            self.on_group_idle(s)  # Scheduler.on_idle: this loop reaches it with nothing to run
         return self._decode(s, decoding, finishing)
 
     def on_group_idle(self, s: SchedulerState) -> None:
-        """Scheduler.on_idle of a DP-attention rank (simcore/data_parallel.py calls it when no rank
-        has tokens): while any rank has, prepare_mlp_sync_batch_raw gives an empty rank an idle
-        batch to run, so on_idle and its new-token-ratio reset wait for an iteration with none."""
+        """Scheduler.on_idle: an empty scheduler's new-token ratio goes back to its initial value. A
+        DP-attention rank's comes from simcore/data_parallel.py when no rank has tokens: while any
+        has, prepare_mlp_sync_batch_raw gives an empty rank an idle batch, so it waits for none."""
         if not s.num_running and not s.waiting:
             self.new_token_ratio = self.init_ratio
 
