@@ -25,6 +25,8 @@ from math import comb
 
 import numpy as np
 
+from .wideep import constants
+
 PARAMS = ("t0_intra", "bw_intra", "t0", "hop", "c_sm", "q", "bw", "gamma")
 UNITS = {"t0_intra": "s", "bw_intra": "B/s", "t0": "s", "hop": "s", "c_sm": "B/s", "q": "1", "bw": "B/s", "gamma": "1"}
 SHARPNESS = 4.0  # the SM-bound and link-bound rates meet in a p-norm this sharp (measured: a near-hard knee)
@@ -83,3 +85,19 @@ def nccl_alltoall_time(
     if ep <= 1:
         return 0.0
     return tokens * k * (ep - 1) / ep * bytes_per_copy / bandwidth + (ep - 1) * latency
+
+
+def layer_a2a_s(rows_per_gpu, peers: int, k: int, E: int, H: int, hw, nodes: int, mode: str | None):
+    """(dispatch, combine) seconds of one MoE layer moving ``rows_per_gpu`` tokens per GPU: DeepEP's
+    fitted kernels in ``mode`` ("normal" or "low_latency"), or NCCL's all-to-all over ``peers`` GPUs
+    when ``mode`` is None."""
+    if mode is None:
+        bw, lat = hw.interconnect_bandwidth, hw.interconnect_latency_s
+        return tuple(
+            nccl_alltoall_time(rows_per_gpu, k, peers, nb, bw, lat) for nb in (dispatch_bytes(H), combine_bytes(H))
+        )
+    c = copies(mode, nodes, hw.gpus_per_node, k, E)
+    return tuple(
+        float(a2a_time(rows_per_gpu, nodes, DEFAULT_SMS, c, nb, constants()[f"deepep_{mode}_{way}"]))
+        for way, nb in (("dispatch", dispatch_bytes(H)), ("combine", combine_bytes(H)))
+    )

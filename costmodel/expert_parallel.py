@@ -26,7 +26,6 @@ from . import deepep, mla, moe_cost
 from .errors import require
 from .hardware import Hardware
 from .model import ModelSpec
-from .wideep import constants
 
 DEEPEP_GPUS = ("h100", "h100-sxm", "h200")  # Hopper HGX profiles: the nodes DeepEP's constants were measured on
 
@@ -94,21 +93,11 @@ class ExpertParallel:
 
     def _a2a_s(self, rows: int, decode_only: bool) -> tuple[float, float]:
         """(dispatch, combine) seconds per MoE layer for a pass of ``rows`` tokens."""
-        m, hw = self.model, self.hw
-        per_rank, k, E = rows / self.tp, m.experts_per_tok, m.num_experts
-        if not self.deepep:
-            bw, lat = hw.interconnect_bandwidth, hw.interconnect_latency_s
-            d, c = (
-                deepep.nccl_alltoall_time(per_rank, k, self.ep, nb, bw, lat)
-                for nb in (deepep.dispatch_bytes(m.H), deepep.combine_bytes(m.H))
-            )
-            return d, c
-        mode = "low_latency" if decode_only else "normal"
-        c, out = deepep.copies(mode, self.nodes, hw.gpus_per_node, k, E), []
-        for way, nb in (("dispatch", deepep.dispatch_bytes(m.H)), ("combine", deepep.combine_bytes(m.H))):
-            p = constants()[f"deepep_{mode}_{way}"]
-            out.append(float(deepep.a2a_time(per_rank, self.nodes, deepep.DEFAULT_SMS, c, nb, p)))
-        return out[0], out[1]
+        m, mode = self.model, ("low_latency" if decode_only else "normal") if self.deepep else None
+        d, c = deepep.layer_a2a_s(
+            rows / self.tp, self.ep, m.experts_per_tok, m.num_experts, m.H, self.hw, self.nodes, mode
+        )
+        return d, c
 
     def _ep_terms(self, terms: list, rows: int, seqs: int) -> list:
         """``terms`` (the roofline's weight terms) with moe_experts as the hot rank's and the two

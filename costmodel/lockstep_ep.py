@@ -43,7 +43,6 @@ from . import deepep, moe_cost
 from .errors import require
 from .expert_parallel import DEEPEP_GPUS
 from .roofline import CostModel
-from .wideep import constants
 
 BACKENDS = ("allgather", "deepep")
 HOPPER_SMS = 132  # H100 / H200 SXM, the GPUs DeepEP's constants were measured on
@@ -121,22 +120,11 @@ class ExpertLayers:
         ``rows_max`` on the busiest rank."""
         if self.ep.backend == "allgather":
             return self.group.allreduce_s(rows_all) * self.gather_calls
-        m, hw = self.rank.model, self.rank.hw
-        per_gpu = rows_max / self.rank.tp
-        if not self.deepep:
-            bw, lat = hw.interconnect_bandwidth, hw.interconnect_latency_s
-            one = sum(
-                deepep.nccl_alltoall_time(per_gpu, self.k, self.n, nb, bw, lat)
-                for nb in (deepep.dispatch_bytes(m.H), deepep.combine_bytes(m.H))
-            )
-            return self.layers * one
-        mode = self.mode(prefill)
-        copies = deepep.copies(mode, self.nodes, hw.gpus_per_node, self.k, self.E)
-        one = 0.0
-        for way, nb in (("dispatch", deepep.dispatch_bytes(m.H)), ("combine", deepep.combine_bytes(m.H))):
-            p = constants()[f"deepep_{mode}_{way}"]
-            one += float(deepep.a2a_time(per_gpu, self.nodes, deepep.DEFAULT_SMS, copies, nb, p))
-        return self.layers * one
+        mode = self.mode(prefill) if self.deepep else None
+        d, c = deepep.layer_a2a_s(
+            rows_max / self.rank.tp, self.n, self.k, self.E, self.rank.model.H, self.rank.hw, self.nodes, mode
+        )
+        return self.layers * (d + c)
 
     def step(self, rest: float, rows_all: int, rows_max: int, prefill: bool) -> float:
         """The group's step: ``rest`` (the slowest rank without its MoE layers), the experts and
