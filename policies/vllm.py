@@ -110,12 +110,10 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
                 req_index += 1
                 continue
             num_new_tokens = request.prompt_len + request.num_output_tokens - request.num_computed_tokens
-            if 0 < long_prefill_token_threshold < num_new_tokens:
-                num_new_tokens = long_prefill_token_threshold
             if spec is not None:  # num_tokens_with_spec + num_output_placeholders (async)
                 num_new_tokens += request.spec_tokens + request.spec_placeholders
-                if 0 < long_prefill_token_threshold < num_new_tokens:
-                    num_new_tokens = long_prefill_token_threshold
+            if 0 < long_prefill_token_threshold < num_new_tokens:
+                num_new_tokens = long_prefill_token_threshold
             if num_new_tokens > token_budget:  # min(num_new_tokens, token_budget): no call in the hot loop
                 num_new_tokens = token_budget
             if spec is not None:  # "Make sure the input position does not exceed the max model len."
@@ -164,7 +162,8 @@ class VLLMScheduler(SpecHooks, VLLMLookahead):
                     num_new_tokens = long_prefill_token_threshold
                 if not cfg.enable_chunked_prefill and num_new_tokens > token_budget:
                     break
-                num_new_tokens = min(num_new_tokens, token_budget)
+                if num_new_tokens > token_budget:
+                    num_new_tokens = token_budget
                 if spec is not None:
                     ahead = min(spec.lookahead, max_len - request.num_computed_tokens - num_new_tokens)
                 if not s.allocate_new(request, num_new_tokens, cfg.scheduler_reserve_full_isl, ahead):

@@ -173,6 +173,21 @@ class Replica:
             n -= arrival_folds._finished_joiners(self, self._running_ends, self.env.now)
         return n
 
+    @staticmethod
+    def least_outstanding(req, replicas) -> int:
+        """simcore.router.least_outstanding over several fast replicas, the same pick, with
+        ``outstanding`` read inline where no folded run's leavers change it (the router's hot loop:
+        most of a cluster's arrivals). Several replicas have no pull and no joiners, which are a
+        sole replica's (``run``); Simulation routes with this in the router's place."""
+        best, pick, now = 1 << 62, 0, replicas[0].env.now
+        for i, r in enumerate(replicas):
+            n = r.outstanding if r._leaving else r._outstanding if r._done_at > now else r._outstanding - r._done_n
+            if n < best:
+                if not n:
+                    return i
+                best, pick = n, i
+        return pick
+
     def stop_at(self, t: float) -> None:
         """The simulation stops at t: the current run's steps that ended before t are applied, as
         stepping would have applied them (a step ending at t itself is not: SimPy stops first).

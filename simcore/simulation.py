@@ -27,6 +27,7 @@ from .metrics import requests_frame, summarize
 from .prefix_cache import PrefixCache
 from .replica import Replica
 from .request import Request
+from .router import least_outstanding
 from .stepping import SteppingReplica, arrivals
 
 
@@ -124,6 +125,8 @@ class Simulation:
             )
             for i, (pol, pool, cm) in enumerate(engines)
         ]
+        if router is least_outstanding and len(self.replicas) > 1:  # the same pick, the count read inline
+            self.router = router = Replica.least_outstanding
         self._prompts, self._outputs = workload.prompt_len.tolist(), workload.output_len.tolist()
         self._hashes, self._n = hashes, len(workload)
         eos = getattr(workload, "ignore_eos", None)
