@@ -240,17 +240,25 @@ class SchedulerState:
         (self.waiting.appendleft if front else self.waiting.append)(req)
 
 
-@dataclass(slots=True)
 class Plan:
-    """The next forward pass: (request, new tokens) in batch order, and who was preempted for it."""
+    """The next forward pass: (request, new tokens) in batch order, and who was preempted for it.
+    The rarer parts (drafts, PD loads, sampling items) are class defaults an instance sets when it
+    has them: a plan is made every step, and most have none."""
 
-    items: list = field(default_factory=list)
-    preempted: list = field(default_factory=list)
-    cohort: int = 0  # decode cohort members riding along, one token each (not in items)
-    released: int = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
     loads: list | None = None  # PD: requests whose KV load this schedule() started (policies/vllm_pd.py)
     sampling: list | None = None  # async scheduling + drafts: the items that sample (vLLM's not is_prefill_chunk)
+
+    def __init__(self, items: list | None = None, preempted: list | None = None) -> None:
+        self.items: list = [] if items is None else items
+        self.preempted: list = [] if preempted is None else preempted
+        self.cohort = 0  # decode cohort members riding along, one token each (not in items)
+        self.released = 0  # held finished requests freed by this schedule() (see SchedulerState.retire)
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(items={self.items!r}, preempted={self.preempted!r}, cohort={self.cohort}, released={self.released})"
+        )
 
     @property
     def num_tokens(self) -> int:
