@@ -48,7 +48,7 @@ def resolved(policy: str, model, hw, sched, pool, user_flags: dict, max_len: int
         elif policy == "sglang" and user.get("enable_dp_attention") and key == "schedule_conservativeness":
             why = f"{'given' if key in user else 'default 1.0'} × 0.3 under DP attention (_handle_data_parallelism)"
         elif policy == "sglang" and user.get("enable_dp_attention") and key == "mem_fraction_static":
-            why = "SGLang default from the undivided chunk and the full tp (DP attention)"
+            why = "given" if key in user else "SGLang default from the undivided chunk and the full tp (DP attention)"
         elif policy == "sglang" and key == "chunked_prefill_size":
             why = f"SGLang default for {hw.memory_bytes / 1e9:.0f} GB of GPU memory"
         elif policy == "sglang" and key == "mem_fraction_static":

@@ -362,3 +362,14 @@ def test_prefill_and_decode_lines_keep_their_own_budgets():
 def test_bad_prefill_decode_pairs_are_one_line_errors(extra, field):
     rc, _, err = run_cli(["simulate", "--num-prompts", "5", *extra])
     assert rc == 2 and field in err and "Traceback" not in err
+
+
+def test_sglang_dp_attention_keeps_a_given_mem_fraction_labelled_given():
+    """DP attention rewrites chunked_prefill_size and schedule_conservativeness per rank, not a
+    mem_fraction_static the user gave (server_args._handle_data_parallelism): it is labelled given."""
+    line = "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 4 --dp 2 --enable-dp-attention"
+    for extra, why in (("", "SGLang default"), (" --mem-fraction-static 0.77", "given")):
+        rc, out, err = run_cli(["simulate", "--engine-cmd", line + extra, "--num-prompts", "4", "--quiet"])
+        assert rc == 0, err
+        row = next(l for l in out.splitlines() if l.startswith("mem_fraction_static"))
+        assert why in row and ("0.77" in row) == bool(extra)
