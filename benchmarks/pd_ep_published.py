@@ -13,13 +13,18 @@ i.e. a perfectly balanced EPLB), fp8 weights, every rank busy. Prefill: 16,000 t
 a rank, each one new token over a 2,000-token context. The blog's EP 72 places 288 physical experts
 (32 redundant, EPLB) — 4 a rank; chunksim refuses an EP size that does not divide the 256 logical
 experts, so decode is priced at EP 64, also 4 experts and (uniform routing) the same rows a rank;
-only the all-to-all fan-out differs (63 vs 71 peers). One lockstep group step priced per phase.
+only the all-to-all fan-out differs (63 vs 71 peers). DeepEP as of the blog: low-latency mode sends
+every off-GPU copy over RDMA, same-node ones included (NVLink for it came with DeepEP PR #173,
+2025-05-23; issues #22, #164), SGLang's decode command of the blog's reproduction (sglang issue
+#6017: bf16 KV cache, --cuda-graph-bs 256, --ep-num-redundant-experts 32). One lockstep group step
+priced per phase; docs/data-parallel.md has the figures and what is still off.
     python -m benchmarks.pd_ep_published
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
@@ -28,6 +33,7 @@ PUBLISHED = {"prefill_headline": 52_300, "prefill_2k": 54_543, "decode": 22_282}
 PROMPT, PROMPTS_PER_RANK, PREFILL_RANKS = 2000, 8, 32
 DECODE_BATCH, DECODE_CONTEXT, DECODE_RANKS = 256, 2000, 64  # EP 72 priced as EP 64: see docstring
 GPUS_PER_NODE = 8
+LL_NVLINK = False  # DeepEP of May 2025: low-latency copies all over RDMA (see docstring)
 FLAGS = {
     "enable_dp_attention": True,
     "moe_a2a_backend": "deepep",
@@ -37,11 +43,13 @@ FLAGS = {
 }
 
 
-def _lockstep(hardware: str, ranks: int, mode: str, tbo: bool, chunk: int):
+def _lockstep(hardware: str, ranks: int, mode: str, tbo: bool, chunk: int, ll_nvlink: bool = True):
     m, hw = load_model("deepseek-v3"), load_hardware(hardware)
     flags = {**FLAGS, "deepep_mode": mode, "enable_two_batch_overlap": tbo, "chunked_prefill_size": chunk}
     _, router, _ = build_cluster("sglang", m, hw, 1, flags, ranks, "round_robin")
-    return router.lockstep  # type: ignore[union-attr]
+    ls = router.lockstep  # type: ignore[union-attr]
+    ls.experts.ep = replace(ls.experts.ep, ll_nvlink=ll_nvlink)
+    return ls
 
 
 def prefill_per_node(hardware: str = "h100", tbo: bool = True) -> float:
@@ -54,7 +62,7 @@ def prefill_per_node(hardware: str = "h100", tbo: bool = True) -> float:
 
 def decode_per_node(hardware: str = "h100", tbo: bool = True) -> float:
     """Output tokens/s per decode node: one EP-64 step, 256 sequences a rank at a 2,000-token context."""
-    ls = _lockstep(hardware, DECODE_RANKS, "low_latency", tbo, 16_384)
+    ls = _lockstep(hardware, DECODE_RANKS, "low_latency", tbo, 16_384, ll_nvlink=LL_NVLINK)
     step = ls.step_time([([1] * DECODE_BATCH, [DECODE_CONTEXT] * DECODE_BATCH)] * DECODE_RANKS)
     return GPUS_PER_NODE * DECODE_BATCH / step
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import replace
 
 from .errors import require
-from .lockstep_ep import ExpertLayers, ExpertParallelism
+from .lockstep_ep import ExpertLayers, ExpertParallelism, tbo_halves
 from .roofline import CostModel
 
 
@@ -74,6 +74,10 @@ class LockstepCost:
 
     def step_time(self, shapes: list[tuple[list[int], list[int]] | None]) -> float:
         """Seconds of one lockstep step; ``shapes[r]`` is rank r's (q_lens, kv_lens) or None."""
+        if self.experts is not None and self.experts.ep.tbo:
+            t = self._overlapped_step_time(shapes)
+            if t is not None:
+                return t
         cm, rest, rows_all, seqs_all = self.rank, 0.0, 0, 0
         rows_max, prefill = 0, False
         for shape in shapes:
@@ -92,3 +96,30 @@ class LockstepCost:
         t = rest + moe_layers_s(self.moe, rows_all, seqs_all) + self.moe.allreduce_s(rows_all) * self.dispatch_calls
         assert math.isfinite(t)
         return t
+
+    def _overlapped_step_time(self, shapes) -> float | None:
+        """Two-batch overlap: every rank's batch as its two micro-batches (``tbo_halves``), each
+        priced on its own rows; None when some rank's batch cannot be cut (SGLang agrees across the
+        DP ranks, ``can_run_tbo``, and then runs the step without it)."""
+        assert self.experts is not None
+        cm, rest, prefill = self.rank, 0.0, False
+        rows_all, rows_max = [0, 0], [0, 0]
+        for shape in shapes:
+            if shape is None:
+                if self.idle is None:
+                    continue
+                shape = self.idle
+            halves = tbo_halves(*shape)
+            if halves is None:
+                return None
+            r = 0.0
+            for i, (q, kv) in enumerate(halves):
+                rows = sum(q)
+                r += cm.step_time(q, kv) - moe_layers_s(cm, rows, len(q))
+                rows_all[i] += rows
+                rows_max[i] = max(rows_max[i], rows)
+                prefill = prefill or rows > len(q)
+            rest = max(rest, r)
+        if rows_all == [0, 0]:
+            return None
+        return self.experts.overlapped_step(rest, list(zip(rows_all, rows_max)), prefill)

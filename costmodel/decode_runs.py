@@ -29,6 +29,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         _attention_time: Any
         attn_bound: Any
         attn_coef: Any
+        dec_coef: Any
         attn_fitted: Any
         dec_over: Any
         dec_seq: Any
@@ -109,7 +110,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                     break
                 x += nf
             return out
-        ac, pi = self.attn_coef, self.hw.pi_attention
+        ac, pi = self.dec_coef, self.hw.pi_attention
         for _ in range(steps):
             a, m = ac * x / pi, x * kc / beta
             d = math.sqrt(a * a + m * m) if self.quadrature else (a if a >= m else m)
@@ -161,12 +162,13 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
         if self.attn_fitted or self.has_host:  # each step as step_time prices it
             return self._lead_ends_general(m, decode_kv0, qs, kv, t, stop, sealed, leaves, head)
         try:
-            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms  # type: ignore[has-type]
+            lead_fixed, bound, ac, dc, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms  # type: ignore[has-type]
         except AttributeError:
-            lead_fixed, bound, ac, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
+            lead_fixed, bound, ac, dc, kc, pi, beta, floor, over, quad, by_seqs = self._lead_terms = (
                 self._lead_fixed,
                 self.attn_bound,
                 self.attn_coef,
+                self.dec_coef,
                 self.kv_coef,
                 self.hw.pi_attention,
                 self.hw.beta_attention,
@@ -202,11 +204,11 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                     a = (x if x >= floor else floor) + over
                     if d:
-                        x, y = (ac * d) / pi, (kc * d) / beta
+                        x, y = (dc * d) / pi, (kc * d) / beta
                         x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                         a += (x if x >= floor else floor) + over
                 else:  # P memory-bound too
-                    x, y = (ac * (d + p)) / pi, (kc * (d + kq)) / beta
+                    x, y = (dc * (d + p)) / pi, (kc * (d + kq)) / beta
                     x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                     a = (x if x >= floor else floor) + over
                 t += g + a
@@ -249,7 +251,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
                 x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                 a += (x if x >= floor else floor) + over
             if dkv:
-                x, y = (ac * dpairs) / pi, (kc * dkv) / beta
+                x, y = (dc * dpairs) / pi, (kc * dkv) / beta
                 x = sqrt(x * x + y * y) if quad else (x if x >= y else y)
                 a += (x if x >= floor else floor) + over
             t += g + a
@@ -383,7 +385,7 @@ class DecodeRuns(UnitDecodeRuns, SplitDecodeRuns):
             x /= hw.beta_attention
             t = x
         else:
-            a = self.attn_coef * x
+            a = self.dec_coef * x
             a /= hw.pi_attention
             m = x
             m *= self.kv_coef

@@ -6,7 +6,11 @@ What crosses the slowest link per token (DeepEP, ``deep_ep/buffer.py``; its READ
                          it), or, inside one node, one per distinct remote GPU:
                            copies = (G-1)·(1 - C(E - E/G, k)/C(E, k)), G = N (or R when N = 1)
   low-latency (decode)   one copy per routed expert off this GPU (no de-duplication):
-                           copies = k·(G-1)/G
+                           copies = k·(G-1)/G, the same-node ones over NVLink (DeepEP PR #173,
+                           May 2025; ``allow_nvlink_for_low_latency_mode``, on in the tables the
+                           constants were fitted to: their one-node rows run at NVLink rates).
+                           Before it, every copy went over RDMA, same-node ones included (DeepEP
+                           issues #22, #164): copies = k·(ep-1)/ep (``ll_nvlink=False``)
 Dispatch sends fp8 activations with one fp32 scale per 128 (H + 4H/128 bytes), combine sends
 bf16 (2H bytes). A direction takes
   t = t0 + hop·log2 N + T·copies·bytes/bw,   bw = 1/(1/(c·sms) + 1/B)   (normal mode over RDMA)
@@ -55,11 +59,14 @@ def distinct_remote(groups: int, k: int, experts: int) -> float:
     return (groups - 1) * (1.0 - miss)
 
 
-def copies(mode: str, nodes: int, gpus_per_node: int, k: int, experts: int) -> float:
-    """Per token, the copies that cross the slowest link (module docstring)."""
+def copies(mode: str, nodes: int, gpus_per_node: int, k: int, experts: int, ep: int = 0) -> float:
+    """Per token, the copies that cross the slowest link (module docstring). ``ep`` > 0: low-latency
+    mode without NVLink, every copy bound for another of the ``ep`` GPUs over RDMA."""
     g = nodes if nodes > 1 else gpus_per_node
     if mode == "normal":
         return distinct_remote(g, k, experts)
+    if ep:
+        return k * (ep - 1) / ep
     return k * (g - 1) / g
 
 
@@ -87,16 +94,18 @@ def nccl_alltoall_time(
     return tokens * k * (ep - 1) / ep * bytes_per_copy / bandwidth + (ep - 1) * latency
 
 
-def layer_a2a_s(rows_per_gpu, peers: int, k: int, E: int, H: int, hw, nodes: int, mode: str | None):
+def layer_a2a_s(
+    rows_per_gpu, peers: int, k: int, E: int, H: int, hw, nodes: int, mode: str | None, ll_nvlink: bool = True
+):
     """(dispatch, combine) seconds of one MoE layer moving ``rows_per_gpu`` tokens per GPU: DeepEP's
     fitted kernels in ``mode`` ("normal" or "low_latency"), or NCCL's all-to-all over ``peers`` GPUs
-    when ``mode`` is None."""
+    when ``mode`` is None; ``ll_nvlink`` as in ``copies``."""
     if mode is None:
         bw, lat = hw.interconnect_bandwidth, hw.interconnect_latency_s
         return tuple(
             nccl_alltoall_time(rows_per_gpu, k, peers, nb, bw, lat) for nb in (dispatch_bytes(H), combine_bytes(H))
         )
-    c = copies(mode, nodes, hw.gpus_per_node, k, E)
+    c = copies(mode, nodes, hw.gpus_per_node, k, E, 0 if ll_nvlink else peers)
     return tuple(
         float(a2a_time(rows_per_gpu, nodes, DEFAULT_SMS, c, nb, constants()[f"deepep_{mode}_{way}"]))
         for way, nb in (("dispatch", dispatch_bytes(H)), ("combine", combine_bytes(H)))

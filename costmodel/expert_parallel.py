@@ -13,9 +13,12 @@ its slowest rank: the simulator's later DP scheduling will pass unequal shapes).
             ``--deepep-mode auto``), nodes = ep / gpus_per_node, the constants fitted on Hopper HGX
             nodes (``wideep_h200.json``); other GPUs: ncclAllToAll over the profile's NVLink, one
             node at most. The combine replaces the MoE layer's all-reduce.
-MLA models (``model.is_mla``): attention FLOPs per query-key pair 2·h/tp·(d_n + d_r + d_v) (the
-expanded form prefill runs; decode's absorbed form is memory-bound from tp 2) and a KV cache of
-one (r + d_r)-element latent per token and layer on every rank (``costmodel/mla.py``).
+MLA models (``model.is_mla``): attention FLOPs per query-key pair 2·h/tp·(d_n + d_r + d_v) in the
+expanded form prefill runs, 2·h/tp·(2r + d_r) in decode's absorbed form (``dec_coef``: 3.4 times
+as many; at tp 1, DP attention's layout, compute-bound: AIConfigurator's H100 SGLang table,
+128 heads, 256 sequences at 2,047 tokens, 0.327 ms a layer, is 447 TFLOP/s of absorbed FLOPs and
+no bound of the expanded form), and a KV cache of one (r + d_r)-element latent per token and
+layer on every rank (``costmodel/mla.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class ExpertParallel:
     hw: Hardware
     tp: int
     attn_coef: float
+    dec_coef: float
     kv_coef: float
     attn_fitted: bool
     moe_fitted: bool
@@ -55,6 +59,7 @@ class ExpertParallel:
         if m.is_mla:  # costmodel/mla.py: expanded-form FLOPs, one latent per token on every rank
             nope = m.d_h - m.qk_rope_dim
             self.attn_coef = La * mla.context_flops_per_pair(m.h // tp, nope, m.qk_rope_dim, m.v_head_dim)
+            self.dec_coef = La * mla.generation_flops_per_pair(m.h // tp, m.kv_lora_rank, m.qk_rope_dim)
             self.kv_coef = La * mla.latent_elems(m.kv_lora_rank, m.qk_rope_dim) * m.kv_elem_bytes
 
     def _init_ep(self, ep: int, skew: float = 0.0, eplb: bool = False) -> None:

@@ -27,11 +27,12 @@ vllm/model_executor/layers/fused_moe/config.py: ep_size = the flattened tp, tp_s
 Two-batch overlap (SGLang ``--enable-two-batch-overlap``): the batch runs as two micro-batches, the
 communication C of one beside the computation W of the other, so the step takes
 max(s·W, C) + min(W, C)/2 (the first half's compute and the last half's communication have nothing
-to overlap). s: beside DeepEP's normal mode the compute has the SMs DeepEP leaves it,
+to overlap), W and C summed over the two micro-batches (``tbo_halves``), each priced at its own rows. s: beside DeepEP's normal mode the compute has the SMs DeepEP leaves it,
 s = 132/(132 - 20) on the Hopper GPUs DeepEP runs on (``deep_ep.Buffer.num_sms``; the LMSYS blog of
 May 2025 names the SMs TBO takes as one reason its prefill kernels run slower); low-latency mode
-holds SMs only while sending (s = 1), as is the NCCL path. Kernels keep their per-token rates at
-half the rows.
+holds SMs only while sending (s = 1), as is the NCCL path. Each micro-batch's GEMMs read the
+weights again, so a memory-bound (decode) step's compute grows under TBO: the blog's decode
+breakdown shows GEMMs faster without TBO at the same total batch.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from .roofline import CostModel
 BACKENDS = ("allgather", "deepep")
 HOPPER_SMS = 132  # H100 / H200 SXM, the GPUs DeepEP's constants were measured on
 MODES = ("auto", "normal", "low_latency")
+TBO_THRESHOLD = 0.48  # SGLang --tbo-token-distribution-threshold default (srt/layers/moe/utils.py)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class ExpertParallelism:
     skew: float = 0.0
     eplb: bool = False
     tbo: bool = False
+    ll_nvlink: bool = True  # DeepEP low-latency mode sends same-node copies over NVLink (deepep.copies)
 
     def __post_init__(self):
         require(isinstance(self.size, int) and self.size >= 1, "ep_size", self.size, "must be a positive integer")
@@ -89,6 +92,12 @@ class ExpertLayers:
         self.gather_calls = m.moe_layers / group_cm.ar_calls if n > 1 else 0.0
         self.nodes = -(-n // max(1, hw.gpus_per_node))
         self.deepep = hw.name in DEEPEP_GPUS
+        require(
+            ep.ll_nvlink or self.nodes > 1,
+            "ll_nvlink",
+            ep.ll_nvlink,
+            "DeepEP low-latency over RDMA alone is measured across nodes only (the group fits one node)",
+        )
         require(
             ep.backend != "deepep" or self.deepep or self.nodes == 1,
             "moe_a2a_backend",
@@ -122,17 +131,64 @@ class ExpertLayers:
             return self.group.allreduce_s(rows_all) * self.gather_calls
         mode = self.mode(prefill) if self.deepep else None
         d, c = deepep.layer_a2a_s(
-            rows_max / self.rank.tp, self.n, self.k, self.E, self.rank.model.H, self.rank.hw, self.nodes, mode
+            rows_max / self.rank.tp,
+            self.n,
+            self.k,
+            self.E,
+            self.rank.model.H,
+            self.rank.hw,
+            self.nodes,
+            mode,
+            self.ep.ll_nvlink,
         )
         return self.layers * (d + c)
 
     def step(self, rest: float, rows_all: int, rows_max: int, prefill: bool) -> float:
-        """The group's step: ``rest`` (the slowest rank without its MoE layers), the experts and
-        the token movement, overlapped under two-batch overlap."""
-        work = rest + self.experts_s(rows_all)
-        comm = self.tokens_s(rows_all, rows_max, prefill)
-        if self.ep.tbo and rows_max >= 2:
-            normal = self.ep.backend == "deepep" and self.deepep and self.mode(prefill) == "normal"
-            s = HOPPER_SMS / (HOPPER_SMS - deepep.DEFAULT_SMS) if normal else 1.0
-            return max(s * work, comm) + min(work, comm) / 2.0
-        return work + comm
+        """The group's step without two-batch overlap: ``rest`` (the slowest rank without its MoE
+        layers), the experts and the token movement, one after the other."""
+        return rest + self.experts_s(rows_all) + self.tokens_s(rows_all, rows_max, prefill)
+
+    def overlapped_step(self, rest: float, halves: list[tuple[int, int]], prefill: bool) -> float:
+        """The group's step under two-batch overlap: ``rest`` is the slowest rank's two micro-batches
+        without their MoE layers, ``halves`` each micro-batch's (rows over the group, rows on the
+        busiest rank); each micro-batch's experts and token movement are priced at its own rows
+        (its GEMMs read the weights again), then compute and communication overlap."""
+        work = rest + sum(self.experts_s(a) for a, _ in halves)
+        comm = sum(self.tokens_s(a, b, prefill) for a, b in halves)
+        normal = self.ep.backend == "deepep" and self.deepep and self.mode(prefill) == "normal"
+        s = HOPPER_SMS / (HOPPER_SMS - deepep.DEFAULT_SMS) if normal else 1.0
+        return max(s * work, comm) + min(work, comm) / 2.0
+
+
+def tbo_halves(q: list[int], kv: list[int]) -> tuple[tuple[list[int], list[int]], ...] | None:
+    """The two micro-batches SGLang's two-batch overlap cuts one rank's batch into, as (q_lens,
+    kv_lens) each, or None when it cannot be cut (SGLang then runs the whole group without it).
+    ``compute_split_seq_index`` / ``compute_split_token_index`` (srt/batch_overlap/
+    two_batch_overlap.py): a decode batch (one token a sequence) at n // 2 sequences; an extend
+    batch at the sequence boundary that best balances the tokens, or, when that leaves either side
+    outside [0.48, 0.52] of them (``--tbo-token-distribution-threshold``), at half the tokens, the
+    sequence that straddles the cut split in two (its second part's prefix grows by the first)."""
+    n, total = len(q), sum(q)
+    if total < 2:
+        return None
+    if total == n:
+        cut = n // 2
+        return (q[:cut], kv[:cut]), (q[cut:], kv[cut:])
+    left, best, diff = 0, 0, math.inf
+    for i in range(1, n):  # _split_array_by_balanced_sum
+        left += q[i - 1]
+        d = abs(2 * left - total)
+        if d > diff:
+            break
+        best, diff = i, d
+    left = sum(q[:best])
+    if TBO_THRESHOLD * total <= left <= (1 - TBO_THRESHOLD) * total:
+        return (q[:best], kv[:best]), (q[best:], kv[best:])
+    half, acc = total // 2, 0
+    for i, qi in enumerate(q):  # two-chunk split: sequence i straddles the cut
+        if acc + qi > half:
+            a = half - acc
+            first = (q[:i] + [a], kv[:i] + [kv[i]]) if a else (q[:i], kv[:i])
+            return first, ([qi - a] + q[i + 1 :], [kv[i] + a] + kv[i + 1 :])
+        acc += qi
+    return None

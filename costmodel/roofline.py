@@ -181,6 +181,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
         self.head_gemm_params = m.head_params / tp
         La = m.kv_layers  # full-attention layers
         self.attn_coef = 4 * La * (m.h // tp) * m.d_h  # type: ignore[operator]  # FLOPs per query-key pair
+        self.dec_coef = self.attn_coef  # the same in the decode (memory-bound class) kernel; MLA: _init_mla
         self.kv_coef = 2 * La * max(1, m.h_kv // tp) * m.d_h * m.kv_elem_bytes  # type: ignore[operator]  # k per GPU, bytes per token
         self.w_b, self.q_ratio = m.w_b, gemm_rate(m.weights, hw)
         self.floor_layers = m.L * hw.kernel_floor_s
@@ -225,7 +226,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
         self._decode_memory_bound = (
             not self.quadrature
             and not self.attn_fitted
-            and self.kv_coef / hw.beta_attention > self.attn_coef / hw.pi_attention * (1 + 1e-9)
+            and self.kv_coef / hw.beta_attention > self.dec_coef / hw.pi_attention * (1 + 1e-9)
         )
         self._fixed: dict = {}
         self._tiled_memo: dict = {}  # _tiled_time by (operator, the count it reads)
@@ -411,7 +412,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
             out.append(
                 (
                     "attention_decode",
-                    self.attn_coef * s.memory_bound_pairs,
+                    self.dec_coef * s.memory_bound_pairs,
                     self.kv_coef * s.decode_kv,
                     hw.pi_attention,
                     hw.beta_attention,
@@ -535,7 +536,7 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
             a, m = (self.attn_coef * prefill_pairs) / pi, (self.kv_coef * prefill_kv) / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         if decode_kv:
-            a, m = (self.attn_coef * decode_pairs) / pi, (self.kv_coef * decode_kv) / beta
+            a, m = (self.dec_coef * decode_pairs) / pi, (self.kv_coef * decode_kv) / beta
             t += (max(math.sqrt(a * a + m * m), floor) if self.quadrature else max(a, m, floor)) + over
         return t
 

@@ -19,12 +19,14 @@ def test_prefill_pool_within_15_percent_of_the_blog():
 
 def test_the_figure_is_one_ep32_step_with_two_batch_overlap():
     """Recomputed from the single-replica EP pricing (CostModel(ep=32) on a rank of tp 1, every rank
-    equal): W the step without DeepEP, C its dispatch + combine, TBO max(s·W, C) + min(W, C)/2 with
-    DeepEP normal mode's 20 of 132 SMs taken from the compute."""
+    equal): W the step without DeepEP, C its dispatch + combine, each summed over the two
+    micro-batches of 2 prompts, TBO max(s·W, C) + min(W, C)/2 with DeepEP normal mode's 20 of 132
+    SMs taken from the compute."""
     cm = CostModel(load_model("deepseek-v3"), load_hardware("h100"), 1, ep=32)
+    half = cm.breakdown(cm.shape([PROMPT] * 2, [0] * 2))
+    comm = 2 * (half.op("a2a_dispatch").time_s + half.op("a2a_combine").time_s)
+    work = 2 * half.time_s - comm
     br = cm.breakdown(cm.shape([PROMPT] * 4, [0] * 4))
-    comm = br.op("a2a_dispatch").time_s + br.op("a2a_combine").time_s
-    work = br.time_s - comm
     s = HOPPER_SMS / (HOPPER_SMS - 20)
     step = max(s * work, comm) + min(work, comm) / 2
     simulated, priced = per_node_throughput("h100", tbo=True, steps=1)

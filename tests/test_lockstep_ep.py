@@ -102,18 +102,52 @@ def test_skew_loads_one_rank_and_eplb_spreads_it():
 
 
 def test_two_batch_overlap_hides_the_smaller_of_compute_and_communication():
+    """Each micro-batch priced as a plain step of its own shape (SGLang's cut, written out by hand:
+    one 4,096-token prompt in two chunks of 2,048, the second after the first; 64 decodes as 32 + 32),
+    then compute beside communication."""
     m, h = load_model(MOE), load_hardware("h100")
     rank = CostModel(m, h, 1)
-    for shapes, normal in (([([4096], [0])] * 4, True), ([([1] * 64, [1000] * 64)] * 4, False)):
-        plain = LockstepCost(rank, 4, "sglang", ExpertParallelism(4, "deepep"))
-        tbo = LockstepCost(rank, 4, "sglang", ExpertParallelism(4, "deepep", tbo=True))
-        rows = sum(shapes[0][0])
-        comm = plain.experts.tokens_s(4 * rows, rows, normal)
-        work = plain.step_time(shapes) - comm
+    cases = (
+        ([([4096], [0])] * 4, [([2048], [0]), ([2048], [2048])], True),
+        ([([1] * 64, [1000] * 64)] * 4, [([1] * 32, [1000] * 32)] * 2, False),
+    )
+    plain = LockstepCost(rank, 4, "sglang", ExpertParallelism(4, "deepep"))
+    tbo = LockstepCost(rank, 4, "sglang", ExpertParallelism(4, "deepep", tbo=True))
+    for shapes, halves, normal in cases:
+        work = comm = 0.0
+        for half in halves:
+            rows = sum(half[0])
+            c = plain.experts.tokens_s(4 * rows, rows, normal)
+            comm += c
+            work += plain.step_time([half] * 4) - c
         s = HOPPER_SMS / (HOPPER_SMS - 20) if normal else 1.0
         assert tbo.step_time(shapes) == pytest.approx(max(s * work, comm) + min(work, comm) / 2, rel=1e-12)
+    # a memory-bound decode reads the weights once a micro-batch: its compute grows under TBO
+    dec = cases[1][0]
+    assert tbo.step_time(dec) > plain.step_time(dec) - plain.experts.tokens_s(4 * 64, 64, False)
     one = [([1], [100])] + [None] * 3  # one token cannot be split in two micro-batches
     assert tbo.step_time(one) == plain.step_time(one)
+
+
+@pytest.mark.parametrize(
+    ("q", "want"),
+    [
+        ([1] * 5, ([1, 1], [1, 1, 1])),  # decode: n // 2 sequences
+        ([100, 100, 100, 100], ([100, 100], [100, 100])),  # balanced at a sequence boundary
+        ([1000, 10, 10], ([510], [490, 10, 10])),  # 1000 | 20 is outside 48-52 %: cut at half the tokens
+        ([600, 400, 20], ([510], [90, 400, 20])),
+    ],
+)
+def test_micro_batches_cut_as_sglang_does(q, want):
+    from costmodel.lockstep_ep import tbo_halves
+
+    kv = [7] * len(q)
+    (qa, kva), (qb, kvb) = tbo_halves(q, kv)
+    assert (qa, qb) == want
+    assert sum(qa) + sum(qb) == sum(q)
+    if len(qa) + len(qb) > len(q):  # the straddling sequence's second part sits after its first
+        assert kvb[0] == kva[-1] + qa[-1]
+    assert tbo_halves([1], [0]) is None
 
 
 def test_bad_layouts_are_refused():

@@ -430,13 +430,13 @@ def _roofline_attention(cm: CostModel, pairs, pkv, dpairs, dkv) -> np.ndarray:
     """``CostModel._attention_time`` of roofline attention, elementwise (the same float operations)."""
     pi, beta, floor, over = cm.hw.pi_attention, cm.hw.beta_attention, cm.floor_attn, cm.over_layers
 
-    def op(fl, by):
-        a, m = (cm.attn_coef * fl) / pi, (cm.kv_coef * by) / beta
+    def op(coef, fl, by):
+        a, m = (coef * fl) / pi, (cm.kv_coef * by) / beta
         return (
             np.maximum(np.sqrt(a * a + m * m), floor) if cm.quadrature else np.maximum(np.maximum(a, m), floor)
         ) + over
 
-    return np.where(pkv != 0, op(pairs, pkv), 0.0) + np.where(dkv != 0, op(dpairs, dkv), 0.0)
+    return np.where(pkv != 0, op(cm.attn_coef, pairs, pkv), 0.0) + np.where(dkv != 0, op(cm.dec_coef, dpairs, dkv), 0.0)
 
 
 def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
