@@ -153,20 +153,26 @@ def quantized_gemm(name: str, folder: str, spec, dtype: str) -> dict:
     """One quantized dtype's GEMM table (``fit_profiles.load_gemm_dtype``) fitted at its spec peak on
     3/4 of its (n, k) shapes and the rest predicted, over the draws: MAPE / median / p90 of all
     held-out rows and of the decode-size ones (m ≤ DECODE_M), and the neighbour floor's MAPE
-    (``gemm_neighbour_floor``: the measured shapes around a held-out one interpolated) on both."""
+    (``gemm_neighbour_floor``: the measured shapes around a held-out one interpolated) on both;
+    ``shape``: the decode-size MAPE left once each held-out shape's own median error is divided out
+    (an oracle no fit has: what the rows of one shape scatter around their m-dependence)."""
     df, _ = load_gemm_dtype(folder, dtype)
     spec = dtype_base(spec, folder, dtype)
     pos = lambda d: np.c_[np.log2(d["n"]), np.log2(d["k"])]  # noqa: E731
     stats = []
     for seed in SEEDS:
         train, held = split_by_shape(df, 0.25, seed)
-        ape = 100 * np.abs(fit(train, form="physical", spec=spec).predict(held) / held["time_s"].to_numpy() - 1)
+        signed = fit(train, form="physical", spec=spec).predict(held) / held["time_s"].to_numpy() - 1
+        ape = 100 * np.abs(signed)
         fl = 100 * np.abs(np.exp(_floor_predict(train, held, ["m"], pos)[0]) / held["time_s"].to_numpy() - 1)
         dec = (held["m"] <= DECODE_M).to_numpy()
         row = []
         for sel in (np.ones(len(held), bool), dec):
             a = ape[sel]
             row += [a.mean(), np.median(a), np.percentile(a, 90), np.nanmean(fl[sel])]
+        h = held[dec].assign(lerr=np.log1p(signed[dec]))
+        shape_median = h.groupby(["n", "k"])["lerr"].transform("median")
+        row.append(100 * float(np.abs(np.expm1(h["lerr"] - shape_median)).mean()))
         stats.append(row)
     m = np.mean(stats, axis=0)
     keys = ("mape", "median", "p90", "floor")
@@ -175,7 +181,8 @@ def quantized_gemm(name: str, folder: str, spec, dtype: str) -> dict:
         "dtype": dtype,
         "rows": len(df),
         **{f"all_{k}": round(float(v), 1) for k, v in zip(keys, m[:4])},
-        **{f"dec_{k}": round(float(v), 1) for k, v in zip(keys, m[4:])},
+        **{f"dec_{k}": round(float(v), 1) for k, v in zip(keys, m[4:8])},
+        "dec_shape": round(float(m[8]), 1),
     }
 
 
@@ -194,7 +201,8 @@ def quantized_only(gpus=None, dtypes=None) -> None:
             print(pd.DataFrame(out[-1:]).to_string(index=False, header=len(out) == 1), flush=True)
     print(
         f"\nquantized GEMMs held out by shape, mean of {len(SEEDS)} draws (percent); dec: m <= {DECODE_M}; "
-        "floor: the neighbour floor's MAPE"
+        "floor: the neighbour floor's MAPE; dec_shape: the decode rows' MAPE with each held-out shape's "
+        "median error divided out"
     )
     print(pd.DataFrame(out).to_string(index=False))
 

@@ -11,7 +11,9 @@ model's), every step one figure. sigma_log per kind is the RMS of ln(simulated /
 Coverage: each run and kind, N draws of the kind's error (a factor on every step's time; the fit's
 covariance too where it has one), the p5-p95 band of every figure, and the share of figures inside
 it. Printed twice: sigma from every run of the kind (in sample) and, for the validation kinds,
-sigma from the other run only (leave one run out: the honest figure for a run the ledger never saw).
+sigma from the other run only (leave one run out: the honest figure for a run the ledger never saw),
+with each band's width: p95 / p5 - 1 of a figure, the median over the figures (a band wide enough
+to hold everything says nothing, so the width is printed beside the coverage).
 
     python benchmarks/error_ledger.py [--draws 40] [--write]
 """
@@ -107,6 +109,7 @@ def main(argv=None) -> None:
             print(f"{k:<18}  {v['sigma_log']:9.3f}  {v['mean_abs_pct']:14.1f}  {v['figures']:7d}")
         print(f"\ncoverage of p{BAND[0]}-p{BAND[1]} bands, {args.draws} draws each (figures inside / figures)")
         total = {"in sample": [0, 0], "leave one run out": [0, 0]}
+        widths: dict = {"in sample": [], "leave one run out": []}
         for r in rows:
             kind, others = r["kind"], [e for run, e in kinds[r["kind"]].items() if run != r["run"]]
             for label, s in (
@@ -117,11 +120,19 @@ def main(argv=None) -> None:
                     continue
                 bands = figure_bands(r["measured"], r["model"], r["hw"], sigma_log=s, draws=args.draws, band=BAND)
                 inside = int(bands.inside.sum())
+                width = (bands[f"p{BAND[1]}"] / bands[f"p{BAND[0]}"] - 1.0).to_numpy()
+                widths[label].extend(width)
                 total[label][0] += inside
                 total[label][1] += len(bands)
-                print(f"  {r['run']:<22} {kind:<18} {label:<18} sigma {s:.3f}: {inside}/{len(bands)}")
+                print(
+                    f"  {r['run']:<22} {kind:<18} {label:<18} sigma {s:.3f}: {inside}/{len(bands)}, "
+                    f"median width {100 * float(np.median(width)):.0f} %"
+                )
         for label, (i, n) in total.items():
-            print(f"  all, {label}: {i}/{n} = {100 * i / max(n, 1):.0f} %")
+            print(
+                f"  all, {label}: {i}/{n} = {100 * i / max(n, 1):.0f} %, "
+                f"median width (p{BAND[1]} / p{BAND[0]} - 1) {100 * float(np.median(widths[label])):.0f} %"
+            )
     if args.write:
         LEDGER_FILE.write_text(
             "# Written by benchmarks/error_ledger.py on "

@@ -170,6 +170,7 @@ class Hardware:
     pcie_lanes: int = 16  # ... the GPU's link width
     pcie_p2p: bool = True  # ... whether the driver allows GPU peer-to-peer (GeForce: no; then NCCL's SHM path)
     pcie_switch: bool = False  # ... GPUs behind a PCIe switch (NCCL PATH_PXB), else on the CPU's root ports
+    pcie_channel_bw: float = 0.0  # ... measured NCCL busbw a ring channel carries, bytes/s (0: NCCL's search speed)
     host_link_bandwidth: float = 0.0  # bytes/s one way GPU <-> host memory (HiCache's copies, costmodel/host_tier.py)
     host_cpu: str = ""  # ... "intel", "amd" or "" (unknown): NCCL's P2P level and Intel P2P overhead
     compute_capability: float = 0.0  # ... the GPU's (8.9, 12.0): NCCL's speed array and compcap index
@@ -309,6 +310,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         "moe_pad_rows",
         "moe_tile_depth",
         "moe_tuned_pi",
+        "pcie_channel_bw",
     ):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     if hw.pcie_gts:

@@ -27,6 +27,17 @@ Facts read from NVIDIA/nccl (master, 2026-06; facts only, no code):
   bandwidth, lowers it until a channel fits, ``ncclTopoDupChannels`` doubles the channels at half
   the speed where bwIntra >= 25, and pass 2 raises the speed while the same channels still fit.
 
+What a channel carries on a real machine: a channel is one thread block copying over PCIe, so
+its rate is bounded by the loads it keeps in flight, not only by the search's speed. Where a
+profile has a measured NCCL bus bandwidth per channel (``pcie_channel_bw``: an ``all_reduce_perf``
+busbw at a large size divided by the default channel count), each channel carries at most that.
+RTX PRO 6000 Server cards direct-attached to dual AMD Turin: 22.2 GB/s busbw at 32 MB with NCCL's
+default channels, 37.6 GB/s with ``NCCL_MIN_NCHANNELS=8`` (voipmonitor/rtx6kpro
+``hardware/pcie-bandwidth.md``, "NCCL AllReduce Bus Bandwidth"; ``optimization/nccl-tuning.md``: the
+default is 2 channels there, as ``ring_graph`` finds for a Gen5 x16 link): more channels on the same links
+run faster, so the default's two channels, not the links, set the 22.2, 11.1 GB/s each, against
+the 24 GB/s NCCL's search assumes.
+
 Engine side (vllm/distributed/device_communicators/custom_all_reduce.py, ``CustomAllreduce``):
 the custom all-reduce is refused for more than two GPUs that are not fully NVLink-connected, and
 for any group where the P2P test (``_can_p2p``, ``gpu_p2p_access_check``) fails, as it does on
@@ -115,6 +126,7 @@ class PcieNccl:
     arch: str
     link: float
     driver_p2p: bool = False
+    channel_cap: float = 0.0  # GB/s: the measured rate that capped bw_intra (0: none)
 
     @classmethod
     def from_hardware(cls, hw, n: int) -> PcieNccl:
@@ -126,8 +138,9 @@ class PcieNccl:
         phb = not (p2p and hw.pcie_switch)  # through the CPU root complex (P2P there, or SHM)
         over = INTEL_P2P_OVERHEAD if (phb and hw.host_cpu == "intel") else 1.0
         ch, bw = ring_graph(link, hw.compute_capability, over)
+        cap = hw.pcie_channel_bw / 1e9 if hw.pcie_channel_bw and hw.pcie_channel_bw / 1e9 < bw else 0.0
         arch = compcap_index(hw.compute_capability)
-        return cls(n, "p2p" if p2p else "shm", ch, bw, arch, link, bool(hw.pcie_p2p))
+        return cls(n, "p2p" if p2p else "shm", ch, cap or bw, arch, link, bool(hw.pcie_p2p), cap)
 
     def _ring(self, p: int, nsteps: int) -> tuple[float, float]:
         """(latency µs, algBw GB/s) of a ring collective with ``nsteps`` steps, protocol p."""
@@ -173,7 +186,9 @@ class PcieNccl:
             note = "; vLLM's custom all-reduce (P2P, tp 2) would take messages under 8 MiB, priced here as NCCL"
         return (
             f"PCIe all-reduce from NCCL's tuning model: {self.n} GPUs over {self.transport.upper()}, "
-            f"ring {self.channels} x {self.bw_intra:g} GB/s (link {self.link:g} GB/s), "
+            f"ring {self.channels} x {self.bw_intra:g} GB/s"
+            + (" (the profile's measured NCCL rate a channel)" if self.channel_cap else "")
+            + f" (link {self.link:g} GB/s), "
             f"PCI hwLat Ring/Simple {HW_LAT_PCI['ring'][SIMPLE]} µs{note}"
         )
 

@@ -37,9 +37,13 @@ def test_link_and_graph_from_nccl_topology():
 
 @pytest.mark.parametrize("nbytes", [10240, 1310720, 8 << 20])
 def test_allreduce_equals_nccl_formula(nbytes):
-    p = PcieNccl.from_hardware(load_hardware("rtx-pro-6000-server"), 2)
+    hw = load_hardware("rtx-pro-6000-server")
+    p = PcieNccl.from_hardware(hw.replace(pcie_channel_bw=0.0), 2)  # NCCL's search speed alone
     want = ring_allreduce_us(nbytes, 2, 2 * 24.0, 282.0)  # llMaxBws Blackwell N1 = 2 x 141
     assert p.allreduce_us(nbytes)[0] == pytest.approx(want, rel=1e-12)
+    # the shipped profile: each of the 2 channels at the measured 11.1 GB/s (pcie_channel_bw)
+    c = PcieNccl.from_hardware(hw, 2)
+    assert c.allreduce_us(nbytes)[0] == pytest.approx(ring_allreduce_us(nbytes, 2, 2 * 11.1, 282.0), rel=1e-12)
     q = PcieNccl.from_hardware(load_hardware("rtx4090"), 2)
     assert q.allreduce_us(nbytes)[0] == pytest.approx(ring_allreduce_us(nbytes, 2, 20.0, 87.7), rel=1e-12)
 
@@ -47,14 +51,31 @@ def test_allreduce_equals_nccl_formula(nbytes):
 def test_four_gpus_and_allgather():
     p = PcieNccl.from_hardware(load_hardware("rtx-pro-6000"), 4)
     b = 1 << 20
-    assert p.allreduce_us(b)[0] == pytest.approx(ring_allreduce_us(b, 4, 48.0, 282.0), rel=1e-12)
+    assert p.allreduce_us(b)[0] == pytest.approx(ring_allreduce_us(b, 4, 22.2, 282.0), rel=1e-12)
     # all-gather: nsteps = n - 1, algBw = busBw n / (n - 1), output bytes
     lat = RING_BASE["Simple"] + 3 * RING_PCI["Simple"]
-    assert p.allgather_us(8 << 20)[0] == pytest.approx(lat + (8 << 20) / (1e3 * 48.0 * 4 / 3), rel=1e-12)
+    assert p.allgather_us(8 << 20)[0] == pytest.approx(lat + (8 << 20) / (1e3 * 22.2 * 4 / 3), rel=1e-12)
+
+
+def test_measured_channel_rate_caps_the_search_speed():
+    """``pcie_channel_bw`` lowers a channel's rate to the measured one, never raises it; the
+    channel count stays the search's, and validate's line says where the rate came from."""
+    hw = load_hardware("rtx-pro-6000-server")
+    free = PcieNccl.from_hardware(hw.replace(pcie_channel_bw=0.0), 2)
+    for cap, want in ((11.1e9, 11.1), (30e9, 24.0), (24e9, 24.0)):
+        p = PcieNccl.from_hardware(hw.replace(pcie_channel_bw=cap), 2)
+        assert (p.channels, p.bw_intra) == (free.channels, want)
+        assert ("measured NCCL rate" in p.describe()) == (want < 24.0)
+    big, small = 8 << 20, 64  # bandwidth-bound: slower by the ratio; latency-bound: nearly the same
+    capped = PcieNccl.from_hardware(hw, 2)
+    assert capped.allreduce_us(big)[0] > 2.0 * free.allreduce_us(big)[0] - 30.0
+    assert capped.allreduce_us(small)[0] == pytest.approx(free.allreduce_us(small)[0], rel=1e-3)
+    # the 4090 (no measured rate) keeps NCCL's search speed
+    assert PcieNccl.from_hardware(load_hardware("rtx4090"), 2).bw_intra == 20.0
 
 
 def test_p2p_and_shm_paths():
-    hw = load_hardware("rtx-pro-6000-server")
+    hw = load_hardware("rtx-pro-6000-server").replace(pcie_channel_bw=0.0)  # NCCL's search speeds
     # behind a switch with P2P: PATH_PXB, P2P; the driver refusing P2P: SHM through the CPU
     p2p = PcieNccl.from_hardware(hw.replace(pcie_switch=True, host_cpu="intel"), 2)
     shm = PcieNccl.from_hardware(hw.replace(pcie_switch=True, host_cpu="intel", pcie_p2p=False), 2)
@@ -75,6 +96,7 @@ def test_decode_step_grows_by_the_allreduce():
     one, two = CostModel(m, hw, 2), CostModel(m, hw.replace(pcie_gts=0.0), 2)
     q, kv = [1] * 64, [1000] * 64
     p = PcieNccl.from_hardware(hw, 2)
+    assert p.bw_intra == 11.1  # the measured channel rate
     ar = 2 * m.L * p.allreduce_us(64 * m.H * m.b)[0] * 1e-6  # seed counting: 2L all-reduces
     assert one.allreduce_s(64) == pytest.approx(ar, rel=1e-12)
     grow = one.step_time(q, kv) - two.step_time(q, kv)
@@ -110,6 +132,12 @@ def test_fields_validated():
 
     d = dataclasses.asdict(load_hardware("rtx4090"))
     assert hardware_from_dict(dict(d)).pcie_gts == 16
-    for bad in ({"pcie_gts": 20.0}, {"compute_capability": 0.0}, {"host_cpu": "arm"}, {"pcie_p2p": 1}):
+    for bad in (
+        {"pcie_gts": 20.0},
+        {"compute_capability": 0.0},
+        {"host_cpu": "arm"},
+        {"pcie_p2p": 1},
+        {"pcie_channel_bw": -1.0},
+    ):
         with pytest.raises(InputError):
             hardware_from_dict({**d, **bad})

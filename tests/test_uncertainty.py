@@ -44,11 +44,19 @@ def test_bands_are_ordered_and_spread(fitted, tmp_path, capsys):
     assert json.loads((tmp_path / "summary.json").read_text())["uncertainty"] == u
 
 
-def test_faster_draws_give_shorter_latency(fitted, tmp_path, capsys):
+def test_faster_draws_give_shorter_latency(fitted, tmp_path, capsys, monkeypatch):
+    """The covariance's draws alone (model error held at 0, so no time factor): faster parameter
+    sets give shorter p99 TTFT and more output throughput."""
+    from costmodel import expected_error as ee
+    from experiments.cli import simulate_run
+
+    monkeypatch.setattr(simulate_run, "expected_error", lambda hw: ee.ExpectedError("kernel-calibrated", 0, 0, 1, "t"))
     run(["--hardware", str(fitted), "--uncertainty", "12", "--out", str(tmp_path)], capsys)
     rows = pd.read_csv(tmp_path / "uncertainty.csv")
+    assert (rows.time_scale == 1.0).all() and rows.pi_eff.nunique() == 12
     speed = np.log(rows.pi_eff) + np.log(rows.beta_eff)
-    assert np.corrcoef(speed, rows.p99_itl_ms)[0, 1] < 0
+    assert np.corrcoef(speed, rows.p99_ttft_ms)[0, 1] < 0
+    assert np.corrcoef(speed, rows.output_throughput)[0, 1] > 0.5
 
 
 def test_zero_covariance_and_no_model_error_collapse_bands_to_the_point(fitted, tmp_path, capsys, monkeypatch):

@@ -196,3 +196,31 @@ def test_run_device_picks_its_edition(device, profile):
     if profile.startswith("rtx-pro"):  # the two editions differ in memory bandwidth (NVIDIA's pages: 1597, 1792 GB/s)
         assert hw.peak_bandwidth == {"rtx-pro-6000-server": 1597e9, "rtx-pro-6000": 1792e9}[profile]
         assert hw.peak_flops <= load_hardware("rtx-pro-6000").peak_flops
+
+
+def test_validate_uncertainty_bands_cover_by_the_kinds_error(tmp_path, capsys, monkeypatch):
+    """``validate --uncertainty N``: each figure's p5-p95 band from N draws of the profile kind's
+    error. A run measured on the 4090 and priced on the much faster RTX PRO 6000 lies outside bands
+    drawn at a 1 % error and inside bands drawn at a factor e^1 (p5-p95: x0.19 to x5.2)."""
+    from costmodel import expected_error as ee
+    from experiments import model_error
+    from experiments.cli import main
+
+    df, clock = simulated(n=20, seed=3)
+    write_llmservingsim(tmp_path / "run", df, clock)
+    args = ["validate", str(tmp_path / "run"), "--hardware", "rtx-pro-6000", "--uncertainty", "20", "--json"]
+    got = {}
+    for s in (0.01, 1.0):
+        monkeypatch.setattr(model_error, "expected_error", lambda hw, s=s: ee.ExpectedError("spec-sheet", s, 0, 1, "t"))
+        assert main(args) == 0
+        got[s] = json.loads(capsys.readouterr().out)
+    for out in got.values():
+        u = out["uncertainty"]
+        assert u["draws"] == 20 and u["figures"] == len(out["figures"]) == 15
+        assert u["inside"] == sum(f["inside"] for f in out["figures"])
+        assert all(f["p5"] <= f["p95"] for f in out["figures"])
+    tpot = {s: next(f for f in got[s]["figures"] if f["metric"] == "median_tpot_ms") for s in got}
+    assert tpot[0.01]["measured"] > tpot[0.01]["p95"] and tpot[1.0]["inside"]
+    assert got[1.0]["uncertainty"]["coverage"] > got[0.01]["uncertainty"]["coverage"]
+    assert got[1.0]["uncertainty"]["median_width"] > 10 * got[0.01]["uncertainty"]["median_width"]
+    assert main([*args[:-1], "--uncertainty", "0"]) == 2

@@ -7,12 +7,14 @@ import json
 import sys
 import time
 
+import numpy as np
+
 from costmodel import load_hardware, load_model
 from costmodel.expected_error import expected_error
 from costmodel.pcie import PcieNccl, uses_pcie
 
 from ..report import table
-from ..validate import hardware_for, load_run, model_for, validate
+from ..validate import figure_bands, hardware_for, load_run, model_for, validate
 from .common import fraction, nonneg_int, positive_int
 
 
@@ -38,6 +40,14 @@ def add_parser(p):
     p.add_argument("--gpu-memory-utilization", type=fraction, help="vLLM engine flag (default: the run's)")
     p.add_argument("--plots", metavar="DIR", help="write cdf_<metric>.png: measured and simulated CDFs on one axis")
     p.add_argument("--report", metavar="FILE.html", help="write one self-contained HTML report (works offline)")
+    p.add_argument(
+        "--uncertainty",
+        type=positive_int,
+        metavar="N",
+        help="rerun N times, each with a draw of the profile kind's expected error (and of a calibrated "
+        "profile's covariance): each figure's p5-p95 band, whether it holds the measured figure, and the coverage",
+    )
+    p.add_argument("--seed", type=nonneg_int, default=0, help="the uncertainty draws' random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print a machine-readable result")
 
 
@@ -63,6 +73,10 @@ def run(args) -> int:
         )
     }
     figures, overall, result, _ = validate(args.run, model, hw, flags, measured)
+    bands = None
+    if args.uncertainty:
+        bands = figure_bands(measured, model, hw, flags, draws=args.uncertainty, seed=args.seed)
+        figures = figures.merge(bands[["metric", "p5", "p95", "inside"]], on="metric", how="left")
     seconds = time.perf_counter() - t0
     tpot = figures.set_index("metric").loc["median_tpot_ms", "rel_error"]
     if args.json:
@@ -77,6 +91,7 @@ def run(args) -> int:
                     "requests": len(measured.requests),
                     "figures": figures.to_dict("records"),
                     "mean_abs_rel_error": overall,
+                    "uncertainty": None if bands is None else band_summary(bands, args.uncertainty),
                     "expected_error": expected_error(hw).as_dict(),
                     "pcie_allreduce": (
                         PcieNccl.from_hardware(hw, measured.tp).describe() if uses_pcie(hw, measured.tp) else None
@@ -94,7 +109,13 @@ def run(args) -> int:
         print(
             table(
                 [
-                    {"figure": r.metric, "measured": r.measured, "simulated": r.simulated, "error %": 100 * r.rel_error}
+                    {
+                        "figure": r.metric,
+                        "measured": r.measured,
+                        "simulated": r.simulated,
+                        "error %": 100 * r.rel_error,
+                        **({} if bands is None else {"p5": r.p5, "p95": r.p95, "inside": "yes" if r.inside else "no"}),
+                    }
                     for r in figures.itertuples()
                 ]
             )
@@ -104,6 +125,12 @@ def run(args) -> int:
             f"(median TPOT {100 * tpot:+.1f} %; {seconds:.2f} s)"
         )
         print(expected_error(hw).line(hw.name))
+        if bands is not None:
+            u = band_summary(bands, args.uncertainty)
+            print(
+                f"{u['draws']} draws: {u['inside']}/{u['figures']} measured figures inside their p5-p95 band "
+                f"({100 * u['coverage']:.0f} %), median width (p95 / p5 - 1) {100 * u['median_width']:.0f} %"
+            )
         if uses_pcie(hw, measured.tp):
             print(PcieNccl.from_hardware(hw, measured.tp).describe())
     if args.plots:
@@ -137,3 +164,16 @@ def run(args) -> int:
         )
         print(f"wrote report: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def band_summary(bands, draws: int) -> dict:
+    """How many measured figures lie in their p5-p95 band, and the bands' median width (p95 / p5 - 1:
+    a band wide enough to hold anything says nothing, so the width goes beside the coverage)."""
+    width = (bands.p95 / bands.p5 - 1.0).to_numpy()
+    return {
+        "draws": draws,
+        "figures": len(bands),
+        "inside": int(bands.inside.sum()),
+        "coverage": float(bands.inside.mean()),
+        "median_width": float(np.median(width)),
+    }
