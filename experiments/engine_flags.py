@@ -173,6 +173,12 @@ def _non_negative(v):
     return None if v >= 0 else "must be >= 0"
 
 
+def _mamba_strategy(v):
+    from policies.sglang_mamba import STRATEGY_CHOICES
+
+    return None if v in STRATEGY_CHOICES else f"must be one of {', '.join(STRATEGY_CHOICES)}"
+
+
 def _write_policy(v):
     from simcore.hiradix_cache import WRITE_POLICIES
 
@@ -375,6 +381,14 @@ class EngineFlags:
         "SGLang HiCache: write_through (default), write_through_selective or write_back",
         sglang=("--hicache-write-policy",),
         check=_write_policy,
+    )
+    mamba_radix_cache_strategy: str | None = flag(
+        STR,
+        (S,),
+        "SGLang, hybrid (linear-attention) models: where the radix cache keeps states: auto (default), "
+        "no_buffer, extra_buffer or extra_buffer_lazy",
+        sglang=("--mamba-radix-cache-strategy",),
+        check=_mamba_strategy,
     )
     hicache_io_backend: str | None = flag(
         STR,

@@ -21,8 +21,10 @@ from policies.sglang_config import (
     sglang_mem_fraction_static,
 )
 from policies.sglang_hicache import hicache_settings
+from policies.sglang_mamba import mamba_pool, resolve_strategy, slots_per_request, state_bytes
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
+from simcore.mamba_radix_cache import checkpoint_grid
 
 from . import execution_flags, expert_flags
 from .engine_flags import POLICY_FLAGS
@@ -63,6 +65,14 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
             hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp
         )
         tokens = sglang_kv_tokens(cm, frac, cfg.page_size, per_gpu)
+        mamba = None
+        if model.linear_layers > 0:  # a hybrid model: states take their share first (policies/sglang_mamba.py)
+            strategy = resolve_strategy(cfg)
+            rest = tokens * cm.kv_coef
+            pool = mamba_pool(rest, state_bytes(model, tp), slots_per_request(cfg, strategy))
+            tokens = int(pool.kv_bytes // cm.kv_coef) // cfg.page_size * cfg.page_size
+            cfg = replace(cfg, max_running_requests=min(cfg.max_running_requests, pool.max_running_requests))
+            mamba = None if cfg.disable_radix_cache else (strategy, checkpoint_grid(cfg.page_size))
         if max_total:
             tokens = min(tokens, int(max_total) // cfg.page_size * cfg.page_size)
         if engine_exec:
@@ -71,6 +81,7 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
             )
         sched = SGLangScheduler(cfg)
         sched.hicache = hicache_settings(cfg, tokens, cm.kv_coef)  # HiCache's host tier (policies/sglang_hicache.py)
+        sched.mamba = mamba  # a hybrid model's state rule (simcore/mamba_radix_cache.py)
         return sched, BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
     override = flags.pop("num_gpu_blocks_override", None)
     if policy == "vllm":

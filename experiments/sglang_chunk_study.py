@@ -8,7 +8,7 @@ The seed's table (HiCache write_through, one run per setting):
 Deployment assumed: one engine, TP 8, the MoE as plain TP, HiCache on
 (``--enable-hierarchical-cache``, write_through, host pool 2× the device's; simcore/hiradix_cache.py).
 Why TP and not DP attention: the seed counts 1.38 prefill batches a request, as a chunk of 8192
-tokens a batch gives (this workload: 2,084); under ``--enable-dp-attention --dp 8`` SGLang gives
+tokens a batch gives (this workload: 2,080); under ``--enable-dp-attention --dp 8`` SGLang gives
 each rank chunked_prefill_size // dp (``_handle_data_parallelism``), 1,024 tokens, and the same
 workload needs 10,368 rank prefill batches (5,555 at 16384), and its TPS moves by −0.04 %.
 
@@ -26,20 +26,37 @@ median 74 k, mean 76 k, p90 122 k, max 223 k); outputs are a thinking model's (l
 1.5 k, mean 2.0 k tokens). Prefix sharing is given as block hashes (256-token blocks). The client
 is closed-loop at ``concurrency`` (16), sessions in waves, turns round-robin.
 
-Result: prefill batches −18.8 % (seed −19.4 %) and TPOT P50 −0.1 % (seed +1.5 %) match; TPS
-+0.1 % and runtime −0.1 % do not (seed +13.9 %, −14.2 %). The mechanism is missing. Tested
-against SGLang 0.5.23's source and the seed's text (``hypotheses``):
+Hybrid model (costmodel/models/qwen3.5-122b-a10b.json: 36 of 48 layers Gated DeltaNet). SGLang
+serves it with its mamba radix cache and a state pool (simcore/mamba_radix_cache.py,
+policies/sglang_mamba.py): states take 0.9/1.9 of the memory the weights leave (18.3 MiB a state a
+GPU: 982 slots and a 1.71 M-token KV pool at 8192, 664 and 1.15 M at 16384, whose 1.5 × chunk MiB
+reserve is 12 GiB larger), running requests are capped at slots // 5 (196, 132: concurrency 16
+never meets it), and a prefix is reused only up to a held state.
+
+Result: prefill batches −25.7 % (seed −19.4 %); TPS −4.1 %, runtime +4.3 %, TPOT P50 −6.3 % (seed
++13.9 %, −14.2 %, +1.5 %). The mechanism is missing. Tested against SGLang 0.5.23's source and the
+seed's text (``hypotheses``; figures by variant in docs/benchmarks.md):
+- hybrid prefix reuse (the mamba radix cache): under extra_buffer each extend snapshots a state at
+  its last 64-token point, so every chunk and every completed prefill leaves one, and the next
+  turn reuses the previous prompt whole at either chunk size. Only a lookup whose KV hit runs past
+  the deepest state recomputes (its branching point then takes the extend's snapshot): 5,376
+  tokens recomputed at 8192 and 59,648 at 16384 out of ~125 M, the larger chunk losing (its
+  boundaries miss the 8 k system prompt's end). The state pool does not bind: 16 sessions add
+  ~3 states a turn, ~50 between a session's turns, against 600+ free slots (LRU keeps them);
+  a chunk's own state read, write and snapshot are ~55 MiB a request a GPU, ~17 µs. What the
+  pool does change is memory: the KV pool halves, and at 16384 (12 GiB more reserve) the device
+  no longer holds every session, so HiCache serves 41 M host-hit tokens (7 M at 8192) and the
+  larger chunk loses.
 - HiCache write-through per chunk (seed §八, ``stash_chunked_request``): each stash inserts the
   chunk and backs it up (``_inc_hit_count_and_check``), but ``HiCacheController.start_writing``
   copies on its own device-to-host stream, the forward never waits for it, and the bytes are the
   same at both chunk sizes. Load-backs are layer-wise (``LayerDoneCounter``) and only follow
-  device evictions; at concurrency 16 the device pool holds every session and HiCache changes
-  nothing; at 64 the larger chunk's larger reserve (1.5 × chunk MiB, ``server_args``) shrinks the
-  device and host pools and TPS falls (−19.6 %).
+  device evictions; at concurrency 64 the larger chunk's larger reserve shrinks the device and
+  host pools and TPS falls.
 - per-step host or scheduler cost per prefill batch: the seed's own rows, read as runtime = a +
   b × prefill batches, need b = 2.1 s a batch (77 of the 106 minutes); on this workload the fixed
-  cost that would give the seed's runtime ratio is ``batch_overhead_needed_s`` (≈ 5 s) and would
-  put the 8192 run at ~224 min. SGLang's per-batch host work (``get_next_batch_to_run``,
+  cost that would give the seed's runtime ratio is ``batch_overhead_needed_s`` (≈ 2.6 s) and
+  would put the 8192 run at ~144 min. SGLang's per-batch host work (``get_next_batch_to_run``,
   ``init_next_round_input``'s match, ``prepare_for_extend``, HiCache's ``writing_check``
   all-reduce) is milliseconds.
 - MoE under DP attention: above; rank prefill batches ×5 and TPS flat (main's lockstep group;
@@ -71,6 +88,7 @@ SEED_TABLE = {  # seed 001 §七
 BLOCK_TOKENS = 256
 HICACHE = {"enable_hierarchical_cache": True, "hicache_write_policy": "write_through"}  # the seed's
 SYSTEM_PROMPT = 8192
+NO_BUFFER = {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True}  # states at every extend end
 
 
 def agentic_workload(
@@ -164,6 +182,8 @@ def run_one(
         output_throughput=s["output_throughput"],
         median_ttft_s=s["median_ttft_ms"] / 1e3,
         host_hit_tokens=getattr(cache, "host_hit_tokens", 0),
+        recomputed_tokens=getattr(cache, "recomputed_blocks", 0) * workload.block_tokens,
+        max_running_requests=engines[0][0].cfg.max_running_requests,
         load_exposed_s=getattr(step_cm, "exposed_s_total", 0.0),
     )
 
@@ -217,6 +237,7 @@ def hypotheses(n_requests: int = 1600, seed: int = 0) -> pd.DataFrame:
     variants = [
         ("TP 8 + HiCache write_through (the table)", 16, None, 8, 1),
         ("TP 8, no HiCache", 16, {}, 8, 1),
+        ("TP 8 + HiCache, mamba no_buffer (no overlap)", 16, {**HICACHE, **NO_BUFFER}, 8, 1),
         ("TP 8 + HiCache, concurrency 64", 64, None, 8, 1),
         ("TP 8, no HiCache, concurrency 64", 64, {}, 8, 1),
         ("DP attention 8 (attention TP 1), no HiCache", 16, {"enable_dp_attention": True}, 1, 8),
@@ -225,7 +246,15 @@ def hypotheses(n_requests: int = 1600, seed: int = 0) -> pd.DataFrame:
     for label, conc, flags, tp, dp in variants:
         w = agentic_workload(n_requests, concurrency=conc, seed=seed)
         a, b = (run_one(c, w, tp=tp, flags=flags, replicas=dp) for c in (8192, 16384))
-        rows.append(dict(variant=label, **_change(a, b), batches_8192=a["prefill_batches"]))
+        rows.append(
+            dict(
+                variant=label,
+                **_change(a, b),
+                batches_8192=a["prefill_batches"],
+                recomputed_8192=a["recomputed_tokens"],
+                recomputed_16384=b["recomputed_tokens"],
+            )
+        )
     return pd.DataFrame(rows).set_index("variant")
 
 
@@ -259,6 +288,8 @@ def format_table(df: pd.DataFrame) -> str:
         "output_throughput",
         "host_hit_tokens",
         "load_exposed_s",
+        "recomputed_tokens",
+        "max_running_requests",
     ]
     lines.append("")
     lines.append(df[extra].to_string(float_format=lambda v: f"{v:,.3f}"))
@@ -289,8 +320,10 @@ def main(argv=None) -> int:
     if args.hypotheses:
         print("\n% change 8192 -> 16384 by variant")
         hyp = hypotheses(args.requests, args.seed)
-        fmt = {c: (lambda v: f"{v:+.1f}") for c in hyp.columns if c != "batches_8192"}
-        print(hyp.to_string(formatters={**fmt, "batches_8192": lambda v: "" if v != v else f"{v:,.0f}"}))
+        counts = ("batches_8192", "recomputed_8192", "recomputed_16384")
+        fmt = {c: (lambda v: f"{v:+.1f}") for c in hyp.columns if c not in counts}
+        fmt |= {c: (lambda v: "" if v != v else f"{v:,.0f}") for c in counts}
+        print(hyp.to_string(formatters=fmt))
     print(f"\n(wall time {time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -37,6 +37,7 @@ class SGLangConfig:
     hicache_size: int = 0  # host pool GB per rank; overrides the ratio
     hicache_write_policy: str = "write_through"
     hicache_io_backend: str = "kernel"
+    mamba_radix_cache_strategy: str = "auto"  # hybrid models only (policies/sglang_mamba.py)
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.errors import require
 from simcore.hiradix_cache import WRITE_POLICIES, HiRadixCache
+from simcore.mamba_radix_cache import MambaHiRadixCache
 
 from .sglang_prefill import CLIP_MAX_NEW_TOKENS
 from .sglang_radix import evict_for
@@ -80,7 +81,11 @@ class HiCacheDriving:
         if self.hicache is None:
             return super().new_prefix_cache(block_tokens, engine_block_size)  # type: ignore[misc]
         blocks = self.hicache.host_tokens // block_tokens
-        self._cache = HiRadixCache(block_tokens, engine_block_size, blocks, self.hicache.write_policy)
+        mamba = getattr(self, "mamba", None)
+        if mamba is not None:
+            self._cache = MambaHiRadixCache(block_tokens, engine_block_size, blocks, self.hicache.write_policy, *mamba)
+        else:
+            self._cache = HiRadixCache(block_tokens, engine_block_size, blocks, self.hicache.write_policy)
         return self._cache
 
     @property

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simcore.mamba_radix_cache import MambaRadixCache
 from simcore.radix_cache import REFRESH_INTERVAL, REFRESH_MAX, RadixCache
 
 
@@ -37,8 +38,13 @@ class RadixDriving:
         self._refreshes = 0
         self._decoded = 0  # decode-only steps of the run being applied (on_fast_forward, for on_lead)
 
+    mamba: tuple | None = None  # a hybrid model's (strategy, grid): simcore/mamba_radix_cache.py
+
     def new_prefix_cache(self, block_tokens: int, engine_block_size: int) -> RadixCache:
-        self._cache = RadixCache(block_tokens, engine_block_size)  # type: ignore[assignment]
+        if self.mamba is not None:
+            self._cache = MambaRadixCache(block_tokens, engine_block_size, *self.mamba)  # type: ignore[assignment]
+        else:
+            self._cache = RadixCache(block_tokens, engine_block_size)  # type: ignore[assignment]
         return self._cache  # type: ignore[return-value]
 
     @property

@@ -96,8 +96,7 @@ class HiRadixCache(RadixCache):
     def match(self, req) -> int:
         """The device prefix (RadixCache.match, pinned), then the names after it found on the host."""
         hit = super().match(req)
-        node = req.cache_path
-        n = min(self._named(req, req.num_tokens), (req.num_tokens - 1) // self.block_tokens)
+        node, n = req.cache_path, self._match_end  # where the lookup may end
         key = self._key(req, n) if n > node.end else ()
         h = 0
         while node.end + h < n and key[node.end + h] in self.host_only:

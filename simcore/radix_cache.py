@@ -65,6 +65,7 @@ class RadixCache(HitCount):
         self.root = _Node(None, (), 0, 0, 0, refs=1)
         self.clock = self.created = self.nodes = 0
         self.blocks = self.unreferenced = 0  # names in the tree, and in unpinned nodes
+        self._match_end = 0  # where the last lookup could end (names), after ``_cap``
         self._heap: list = []
         self._keys: dict = {}
 
@@ -182,13 +183,20 @@ class RadixCache(HitCount):
         tokens less the last (_compute_max_prefix_len), refreshed for LRU, and pinned (the adder
         checks it under _lock_node and locks it on admission; ``unmatch`` undoes the pin only)."""
         n = min(self._named(req, req.num_tokens), (req.num_tokens - 1) // self.block_tokens)
-        node = self._walk(self._key(req, n), n, self._tick()) if n > 0 else self.root
+        key = self._key(req, n) if n > 0 else ()
+        n = self._match_end = self._cap(req, key, n)
+        node = self._walk(key, n, self._tick()) if n > 0 else self.root
         self._lock(node)
         req.cache_path = node
         hit = node.end * self.block_tokens
         self._count_lookup(req, hit)
         req.num_cached_tokens = hit
         return hit
+
+    def _cap(self, req, key: tuple, n: int) -> int:
+        """Where a lookup of key[:n] may end (a hybrid model's cache stops at a held state:
+        simcore/mamba_radix_cache.py)."""
+        return n
 
     def unmatch(self, req) -> None:
         node, req.cache_path = req.cache_path, None
@@ -240,7 +248,7 @@ class RadixCache(HitCount):
         if req.num_output_tokens < req.output_len:
             self._unlock(old)
             return 0
-        n = max(self._named(req, req.num_computed_tokens), old.end)
+        n = max(self._named(req, self._release_end(req)), old.end)
         key = self._key(req, n)
         cached, node = self._insert(key, n)
         prompt = req.prompt_len // self.block_tokens
@@ -250,6 +258,11 @@ class RadixCache(HitCount):
         self._unlock(old)
         self._keys.pop(req.rid, None)
         return (n - cached) * self.engine_blocks
+
+    def _release_end(self, req) -> int:
+        """How much of a finished request's sequence goes into the tree (a hybrid model's: up to
+        its last state, simcore/mamba_radix_cache.py)."""
+        return req.num_computed_tokens
 
     def evict(self, blocks_wanted: int) -> int:
         """RadixCache.evict: whole unpinned leaves, least recently used first; pool blocks freed."""

@@ -21,7 +21,7 @@ BENCHMARKS = [  # script, args, needs ../shared/data, words the output must hold
     ("benchmarks/calibration_bench.py", [], True, ["InternLM-20B"]),
     ("benchmarks/workload_bench.py", ["--repeat", "1"], False, ["sharegpt"]),
     ("benchmarks/bench_hicache.py", ["--requests", "1000"], True, ["write_through", "hit rate"]),
-    ("experiments/sglang_chunk_study.py", [], False, ["chunked_prefill_size"]),
+    ("experiments/sglang_chunk_study.py", [], False, ["chunked_prefill_size", "recomputed_tokens"]),
     ("benchmarks/bench_vidur_workload.py", ["--repeat", "1"], True, ["simulated req/s"]),
     ("benchmarks/bench_kernels.py", [], True, ["held out by shape"]),
     ("benchmarks/bench_steps.py", [], True, ["fit of a 40,000-step table"]),

@@ -171,8 +171,10 @@ def test_runs_under_kv_pressure_conserve_and_only_add_hits(policy):
         assert res.summary["completed"] == 120
         rates.append(res.summary["prefix_cache_hit_rate"])
         cache = engines[0][1].cache
-    if policy == "write_through_selective":  # nobody computes the same blocks twice here: nothing written
-        assert cache.written_blocks == 0 and rates[1] == rates[0]
+    if policy == "write_through_selective":
+        # a block is written at its second computation: here only what the hybrid model's cache has
+        # a request recompute past its deepest state (simcore/mamba_radix_cache.py)
+        assert cache.written_blocks <= cache.recomputed_blocks and rates[1] >= rates[0]
     else:
         assert cache.host_hit_tokens > 0 and cache.loaded_blocks > 0 and rates[1] > rates[0]
 
