@@ -4,7 +4,11 @@ another model's, measured by the same engine on the same GPUs (../shared/data/st
 (token_time) MAPE of the held-out model per tp, both directions, on two base profiles (a100-sxm:
 calibrated kernels; a100-80gb: spec ratios), with the per-layer terms (fit_steps(per_layer=
 "layer"): one model's fixed time put per layer, so that it carries to a model of other layers)
-and, for comparison, as before (per_layer="step": per step), then the joint fit of both models
+and, for comparison, as before (per_layer="step": per step); then the eager-launch term
+(per_layer="launch": host time per kernel an eager pass launches, hidden under the GPU's,
+costmodel/host.py) on the kernel-calibrated a100-sxm with its β held (s_β = 1: a step fit of one
+tp cannot tell a launch-bound decode from a slow one); then the evidence for that term (decode time
+by tp and batch: launch-bound decodes cost the same at tp 4 and 8) and the joint fit of both models
 with its leave-one-model-out errors. The held-out model's rows are never seen by the fit.
 Rows are screened by step_timings.splitwise_screen (skipped counts printed).
 Run: python benchmarks/bench_steps_transfer.py [--quick]"""
@@ -61,10 +65,14 @@ def mape_by_tp(pred: np.ndarray, steps: pd.DataFrame) -> list[dict]:
 DIRECTIONS = (("bloom-176b", "llama2-70b"), ("llama2-70b", "bloom-176b"))  # (fit on, predict)
 
 
+LAUNCH_FIXED = {"s_beta": 1.0}  # per_layer="launch": the kernel fit's β held (module docstring)
+
+
 def fit_and_predict(fit_on: str, predict: str, data: dict, base: str, per_layer: str):
     """(the fit on ``fit_on``'s steps, its prices of ``predict``'s steps)."""
     models = step_models(pd.concat(data.values(), ignore_index=True), None)
-    f = fit_steps(data[fit_on], models, load_hardware(base), per_layer=per_layer)
+    fixed = dict(LAUNCH_FIXED) if per_layer == "launch" else None
+    f = fit_steps(data[fit_on], models, load_hardware(base), per_layer=per_layer, fixed=fixed)
     return f, predict_steps(data[predict], models, f.hardware())
 
 
@@ -93,10 +101,34 @@ def show_fit(f) -> None:
         f"  hop {v['hop_latency_s'] * 1e6:.2f} µs  host {v['host_step_s'] * 1e3:.2f} ms/step"
         f" + {v['host_per_seq_s'] * 1e6:.0f} µs/seq + {v['host_prefill_step_s'] * 1e3:.2f} ms/prefill step"
         f" + {v['host_per_prefill_seq_s'] * 1e6:.0f} µs/prefill seq"
+        f"  launch (host) {v['host_per_launch_s'] * 1e6:.1f} µs/kernel"
     )
     for w in f.warnings:
         if "not identified" in w or "beta_eff" in w:
             print(f"    warning: {w}")
+
+
+def show_transfer(data: dict, base: str, per_layer: str) -> None:
+    held = f", held {LAUNCH_FIXED}" if per_layer == "launch" else ""
+    print(f"\nbase {base}, per_layer={per_layer!r}{held}: MAPE % of the held-out model (target <= {TARGET:g})")
+    for fit_on, predict in DIRECTIONS:
+        f, rows, s = transfer(fit_on, predict, data, base, per_layer)
+        print(f"  fit {fit_on} -> predict {predict} ({s:.1f} s)")
+        show_fit(f)
+        for r in rows:
+            flag = "" if max(r["prefill"], r["decode"]) <= TARGET else "  (over target)"
+            print(f"    tp {r['tp']!s:>3}: prefill {r['prefill']:5.1f}  decode {r['decode']:5.1f}{flag}")
+
+
+def launch_bound_evidence(data: dict) -> None:
+    """Median decode step (ms) by tp and batch, each model: a pass bound by the host's launches
+    costs the same at any tp, one bound by the GPU falls with tp (its weights split tp ways)."""
+    print("\nmedian decode step, ms, by batch (launch-bound: the same at every tp):")
+    for name, st in data.items():
+        d = st[st["kind"] == "decode"]
+        t = d.groupby(["tp", "seqs"])["time_s"].median().unstack("seqs") * 1e3
+        print(f"  {name}")
+        print("    " + t.round(1).to_string().replace("\n", "\n    "))
 
 
 def main() -> None:
@@ -108,14 +140,9 @@ def main() -> None:
     modes = ("layer",) if quick else ("layer", "step")
     for base in BASES[:1] if quick else BASES:
         for per_layer in modes:
-            print(f"\nbase {base}, per_layer={per_layer!r}: MAPE % of the held-out model (target <= {TARGET:g})")
-            for fit_on, predict in DIRECTIONS:
-                f, rows, s = transfer(fit_on, predict, data, base, per_layer)
-                print(f"  fit {fit_on} -> predict {predict} ({s:.1f} s)")
-                show_fit(f)
-                for r in rows:
-                    flag = "" if max(r["prefill"], r["decode"]) <= TARGET else "  (over target)"
-                    print(f"    tp {r['tp']!s:>3}: prefill {r['prefill']:5.1f}  decode {r['decode']:5.1f}{flag}")
+            show_transfer(data, base, per_layer)
+    show_transfer(data, BASES[0], "launch")
+    launch_bound_evidence(data)
     print("\njoint fit of both models (a100-sxm), error on the fitted steps (%):")
     both = pd.concat(data.values(), ignore_index=True)
     f = fit_steps(both, step_models(both, None), load_hardware("a100-sxm"))

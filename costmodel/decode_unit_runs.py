@@ -23,6 +23,7 @@ class UnitDecodeRuns:
         host_prefill: Any
         host_seq: Any
         host_step: Any
+        host_launch: Any
         hw: Any
         kv_coef: Any
         overlap_host: Any
@@ -89,6 +90,8 @@ class UnitDecodeRuns:
         host = self.has_host
         if host:
             hs, overlap = self.host_step + self.host_seq * n + self.host_prefill * 0, self.overlap_host
+            hl = self.host_launch  # eager launches, hidden under the GPU's time (costmodel/host.py)
+            hs = hs + hl if overlap else hs
             ex = self._execution_s(n, n, 0) if self.execution is not None else 0.0  # costmodel/execution.py
         out = []
         for _ in range(steps):
@@ -106,7 +109,7 @@ class UnitDecodeRuns:
             d = gemm + La * ((sqrt(c * c + mem * mem + ff) + (split * comb if split > 1.0 else 0.0)) + o)
             if host:
                 d += ex
-                d = (d if d >= hs else hs) if overlap else d + hs
+                d = (d if d >= hs else hs) if overlap else (d if d >= hl else hl) + hs
             t += d
             out.append(t)
             if t >= stop:

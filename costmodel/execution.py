@@ -85,7 +85,12 @@ class Execution:
             return 1
         if regime == "piecewise":
             return layers * PIECEWISE_OUTSIDE + layers + 1
-        return layers * (EAGER_LAYER_KERNELS + (TP_LAYER_KERNELS if tp > 1 else 0)) + PASS_KERNELS
+        return eager_launches(layers, tp)
+
+
+def eager_launches(layers: int, tp: int) -> int:
+    """Kernels the host launches for one eager pass of a dense decoder (module docstring)."""
+    return layers * (EAGER_LAYER_KERNELS + (TP_LAYER_KERNELS if tp > 1 else 0)) + PASS_KERNELS
 
 
 def check_model(model, execution: Execution) -> None:

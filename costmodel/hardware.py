@@ -54,6 +54,7 @@ class Hardware:
     host_per_seq_s: float = 0.0  # host time per sequence in the step
     host_per_prefill_seq_s: float = 0.0  # more host time per prefill sequence (q > 1)
     host_prefill_step_s: float = 0.0  # more host time once per step that has a prefill sequence
+    host_per_launch_s: float = 0.0  # host time per kernel an eager pass launches, hidden under the GPU's: host.py
     kernel_floor_s: float = 0.0  # smallest time any one operator takes (launch floor, inside the max)
     kernel_overhead_s: float = 0.0  # added to every kernel's time (calibrated forms offset/smooth)
     gemm_tile_rows: int = 1  # GEMM MMA work is padded up to a multiple of this many rows (1: none)
@@ -265,6 +266,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         "host_per_seq_s",
         "host_per_prefill_seq_s",
         "host_prefill_step_s",
+        "host_per_launch_s",
         "kernel_floor_s",
         "kernel_overhead_s",
         "interconnect_bandwidth",

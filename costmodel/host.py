@@ -22,6 +22,13 @@ A replica prices with overlap when its policy says ``overlaps_host`` is True
 (simcore/replica.py). With the four terms zero (every built-in profile) the price is the GPU
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
 
+An engine that launches every kernel from Python (eager mode) also spends host time per kernel,
+``host_per_launch_s`` times the pass's kernels (costmodel/execution.py, ``eager_launches``: per
+layer by the model's depth, so one constant carries across models). The GPU runs each kernel while
+the host launches the next, so that time hides under the GPU's: a pass takes max(gpu, launches)
+(serial: + host; overlap: max(gpu, launches + host)). A launch-bound pass costs the same at any tp
+and batch, as Splitwise's Llama-2-70B A100 decodes do at tp 4 and 8 (docs/calibration.md).
+
 With an engine execution profile (``execution``, costmodel/execution.py: CUDA-graph regime, its
 padding, the kernels launched from the host) the GPU time first grows by that profile's terms;
 the host time then combines with it as above. Without one (``None``, the default) nothing changes.
@@ -57,9 +64,27 @@ class HostTime:
             check_model(self.model, execution)
         self.host_step, self.host_seq, self.host_prefill = hw.host_step_s, hw.host_per_seq_s, hw.host_per_prefill_seq_s
         self.host_prefill_step = hw.host_prefill_step_s
+        self.host_launch = self._launch_host(hw.host_per_launch_s)
         self.has_host = bool(self.host_step or self.host_seq or self.host_prefill or self.host_prefill_step)
+        self.has_host = self.has_host or bool(self.host_launch)
         self.has_host = self.has_host or execution is not None
         self._twin = None
+
+    def _launch_host(self, per_launch: float) -> float:
+        """Host seconds to launch one eager pass's kernels (0 without ``host_per_launch_s``)."""
+        if not per_launch:
+            return 0.0
+        from .errors import InputError
+        from .execution import eager_launches
+
+        if self.model.is_moe or self.model.linear_layers:
+            raise InputError(
+                "host_per_launch_s",
+                per_launch,
+                f"{self.model.name} has MoE or linear-attention layers, whose eager kernels per layer "
+                "are not counted (dense decoders only, costmodel/execution.py)",
+            )
+        return per_launch * eager_launches(self.model.L, self.tp)
 
     def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
         """Seconds of host work for a step of `seqs` sequences, `prefill_seqs` of them with q > 1."""
@@ -96,8 +121,9 @@ class HostTime:
         if prefill_seqs:
             h += self.host_prefill_step
         if self.overlap_host:
+            h += self.host_launch
             return gpu if gpu >= h else h
-        return gpu + h
+        return (gpu if gpu >= self.host_launch else self.host_launch) + h
 
     def _with_host_array(self, gpu: np.ndarray, seqs: int) -> np.ndarray:
         """Decode-only passes of `seqs` sequences (no prefill), in place."""
@@ -105,15 +131,18 @@ class HostTime:
             gpu += self._execution_s(seqs, seqs, 0)
         h = self.host_step + self.host_seq * seqs
         if self.overlap_host:
-            np.maximum(gpu, h, out=gpu)
+            np.maximum(gpu, h + self.host_launch, out=gpu)
         else:
+            np.maximum(gpu, self.host_launch, out=gpu)
             gpu += h
         return gpu
 
     def exposed_host(self, gpu: float, seqs: int, prefill_seqs: int) -> float:
         """The host time a step's wall time shows beyond its GPU time (the ``host`` operator)."""
         h = self.host_time(seqs, prefill_seqs)
-        return max(h - gpu, 0.0) if self.overlap_host else h
+        if self.overlap_host:
+            return max(h + self.host_launch - gpu, 0.0)
+        return max(self.host_launch - gpu, 0.0) + h
 
     def with_host_overlap(self, overlap: bool):
         """This cost model pricing with (or without) host/GPU overlap: itself when that changes

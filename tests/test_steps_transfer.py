@@ -177,3 +177,72 @@ def test_calibrate_two_models_reports_leave_one_model_out(tmp_path, capsys):
     assert rep["model"] == "bloom-176b, llama2-70b" and rep["skipped"]
     names = {p["parameter"]: p["value"] for p in rep["parameters"]}
     assert names["kernel_launch_s"] > 0 and names["hop_latency_s"] > 0
+
+
+def test_eager_launches_hide_under_the_gpu_and_cost_the_same_at_any_tp():
+    """host_per_launch_s: a pass takes max(GPU, launches) plus the serial host terms, or
+    max(GPU, launches + host) with overlap; a launch-bound decode costs the same at tp 2 and 4, a
+    GPU-bound prefill is unchanged; the field at 0 prices exactly as before."""
+    from costmodel.errors import InputError
+    from costmodel.execution import eager_launches
+
+    m, c = load_model("llama-2-7b"), 30e-6
+    base = BASE.replace(host_per_seq_s=40e-6)
+    hw = base.replace(host_per_launch_s=c)
+    for tp in (2, 4):
+        gpu = CostModel(m, BASE, tp).step_time([], [], 8, 8 * 513)
+        launch = c * eager_launches(m.L, tp)
+        assert gpu < launch  # the decode is launch-bound here
+        assert CostModel(m, hw, tp).step_time([], [], 8, 8 * 513) == pytest.approx(launch + 8 * 40e-6, rel=1e-12)
+        over = CostModel(m, hw, tp, overlap_host=True).step_time([], [], 8, 8 * 513)
+        assert over == pytest.approx(launch + 8 * 40e-6, rel=1e-12)
+        pre = CostModel(m, BASE, tp).step_time([4096], [0])
+        assert pre > launch + 1e-3
+        assert CostModel(m, hw, tp).step_time([4096], [0]) == pytest.approx(pre + 40e-6, rel=1e-12)
+    assert CostModel(m, base.replace(host_per_launch_s=0.0), 2).step_time([], [], 8, 8 * 513) == CostModel(
+        m, base, 2
+    ).step_time([], [], 8, 8 * 513)
+    with pytest.raises(InputError, match="host_per_launch_s"):
+        CostModel(load_model("mixtral-8x7b"), hw, 2)
+
+
+def test_launch_term_is_fitted_on_one_model_and_carries_to_another():
+    """per_layer="launch": steps of one model whose decodes are bound by the host's launches (the
+    truth profile's host_per_launch_s) give that constant back, and it prices another model's steps
+    (other depth, other tp) within 1 %; the per-layer GPU term, which the launches' count already
+    holds at one model, is held and said."""
+    truth = BASE.replace(host_per_launch_s=30e-6, host_per_seq_s=50e-6)
+    one = pd.concat([splitwise_like("llama-2-7b", tp, truth) for tp in (1, 2)], ignore_index=True)
+    other = splitwise_like("qwen3-8b", 4, truth)
+    fit = fit_steps(one, MODELS, BASE, per_layer="launch")
+    assert fit.values["host_per_launch_s"] == pytest.approx(30e-6, rel=0.02)
+    assert any("kernel_launch_s not identified" in w and "per eager kernel launch" in w for w in fit.warnings)
+    err = np.abs(predict_steps(other, MODELS, fit.hardware()) / other["time_s"].to_numpy() - 1)
+    assert err.max() < 0.01, fit.warnings
+    m = load_model("llama-2-7b")
+    assert [k for k, _ in layer_terms([("a", 8, m)], "launch", {})] == [
+        "host_step_s",
+        "kernel_launch_s",
+        "hop_latency_s",
+    ]
+
+
+@pytest.mark.skipif(not (SHARED / "splitwise_llama2_70b_a100.csv").is_file(), reason="needs the shared step data")
+def test_llama_steps_price_bloom_steps_through_the_launch_term():
+    """Fitted on Splitwise's Llama-2-70B A100 steps alone (tp 2, 4, 8) with the eager-launch term on
+    the kernel-calibrated a100-sxm (its β held), BLOOM-176B's A100 steps (never seen) are priced
+    within 10 % MAPE for prefill and for decode (benchmarks/bench_steps_transfer.py)."""
+    from experiments.cli.calibrate_steps import step_models
+
+    data = {
+        name: load_steps(SHARED / f, "splitwise", gpu="a100-80gb")
+        for name, f in (("llama2-70b", "splitwise_llama2_70b_a100.csv"), ("bloom-176b", "splitwise_bloom176b.csv"))
+    }
+    models = step_models(pd.concat(data.values(), ignore_index=True), None)
+    base = load_hardware("a100-sxm")
+    fit = fit_steps(data["llama2-70b"], models, base, per_layer="launch", fixed={"s_beta": 1.0})
+    assert fit.beta_eff <= base.peak_bandwidth
+    bloom = data["bloom-176b"]
+    ape = np.abs(predict_steps(bloom, models, fit.hardware()) / bloom["time_s"].to_numpy() - 1)
+    for kind in ("prefill", "decode"):
+        assert 100 * ape[(bloom["kind"] == kind).to_numpy()].mean() <= 10.0, kind

@@ -54,7 +54,8 @@ BETA = (
     "attn_decode_beta_mha",
     "elementwise_beta",
 )
-NO_HOST = dict.fromkeys(HOST_FIELDS, 0.0)
+LAUNCH_FIELD = "host_per_launch_s"  # host seconds per eager kernel launch (costmodel/host.py)
+NO_HOST = dict.fromkeys((*HOST_FIELDS, LAUNCH_FIELD), 0.0)
 
 
 def scaled_hardware(
@@ -69,7 +70,8 @@ def scaled_hardware(
     layer=None,
 ) -> Hardware:
     """The base profile with the step fit's constants applied (module docstring); attention's π
-    follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values (default zeros); a rows
+    follows s_pi when s_pi_attn is None; ``host``: the HOST_FIELDS values, then optionally
+    host_per_launch_s (default zeros); a rows
     regime is a break (``rows_break``) or a budget (``budget``), not both; ``layer``: (kernel_launch_s,
     hop_latency_s) or None (the base's per-layer costs unchanged, no elementwise kernels added)."""
     tied = s_pi_attn is None
@@ -84,7 +86,8 @@ def scaled_hardware(
         ch.update(gemm_rows_break=int(rows_break), gemm_rows_pi_scale=float(s_rows))
     elif budget:
         ch.update(gemm_rows_budget=budget, gemm_rows_pi_scale=float(s_rows))  # a float while a fit frees it
-    ch.update(dict(zip(HOST_FIELDS, (float(h) for h in host))) if host is not None else NO_HOST)
+    ch.update(NO_HOST)
+    ch.update(dict(zip((*HOST_FIELDS, LAUNCH_FIELD), (float(h) for h in host))) if host is not None else {})
     if layer is not None:
         ch.update(layer_fields(base, s_beta, *layer))
     return base.replace(**ch)
@@ -519,10 +522,13 @@ def _tiled_lookup(cm: CostModel, shapes: StepShapes, used: np.ndarray) -> None:
     cm.step_fit_tables = tables  # type: ignore[attr-defined]  # the same times by row count, for ``_fixed_times``
 
 
-def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool) -> np.ndarray:
-    """Wall seconds per step: GPU plus host (serial) or the larger of the two (overlap)."""
+def with_host(gpu: np.ndarray, shapes: StepShapes, host, overlap: bool, launch: float = 0.0) -> np.ndarray:
+    """Wall seconds per step: GPU plus host (serial) or the larger of the two (overlap), the pass's
+    eager launches (``launch`` seconds) hidden under the GPU's time as costmodel/host.py prices them."""
     h = shapes.host_cols @ np.asarray(host, dtype=float)
-    return np.maximum(gpu, h) if overlap else gpu + h
+    if overlap:
+        return np.maximum(gpu, h + launch)
+    return (np.maximum(gpu, launch) if launch else gpu) + h
 
 
 def price_steps(steps: pd.DataFrame, model: ModelSpec, hw: Hardware, tp: int, overlap: bool = False) -> np.ndarray:

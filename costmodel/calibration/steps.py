@@ -64,6 +64,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..errors import require
+from ..execution import eager_launches
 from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
@@ -93,12 +94,14 @@ PARAMS = (
     "host_per_seq_s",
     "host_per_prefill_seq_s",
     "host_prefill_step_s",
+    "host_per_launch_s",
 )
 SCALES = PARAMS[:4]
 LAYER = PARAMS[4:6]
-HOST = PARAMS[6:]
+HOST = PARAMS[6:10]
+LAUNCH = PARAMS[10]  # host seconds per eager kernel launch, hidden under the GPU's (costmodel/host.py)
 LAYER_UNIT = 1e-6  # the per-layer terms' unit in the solver (seconds)
-PER_LAYER = ("step", "layer")
+PER_LAYER = ("step", "layer", "launch")
 BETA_LOW = 0.5  # a fitted β_eff below this share of the spec sheet's is reported
 ATTN_SHARE = 0.05
 LOG_LOW = np.log(1e-3)
@@ -115,6 +118,7 @@ class _Pricer:
         self.shapes, self.model, self.base, self.tp = shapes, model, base, tp
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
+        self.launches = eager_launches(model.L, tp)  # kernels an eager pass launches (costmodel/execution.py)
 
     @property
     def groups(self) -> list:
@@ -148,7 +152,8 @@ class _Pricer:
         regime = regime if regime[1] else NONE
         layer = None if layer is None else tuple(float(v) for v in layer)
         gpu = self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0, layer)
-        return with_host(gpu, self.shapes, host, overlap)
+        launch = float(host[len(HOST)]) * self.launches if len(host) > len(HOST) else 0.0
+        return with_host(gpu, self.shapes, host[: len(HOST)], overlap, launch)
 
     def part(self, idx) -> _Pricer:
         if isinstance(idx, slice) and idx == slice(None):
@@ -235,7 +240,7 @@ class StepFit:
             None if tied else v["s_pi_attn"],
             self.rows_break,
             v["s_rows"],
-            [v[k] for k in HOST],
+            [v[k] for k in (*HOST, LAUNCH)],
             self.rows_budget,
             [v[k] for k in LAYER] if self.layered else None,
         )
@@ -252,6 +257,7 @@ class StepFit:
                 if self.layered
                 else ""
             )
+            + (f"host {v[LAUNCH] * 1e6:.4g} µs per eager kernel launch, " if v[LAUNCH] else "")
             + f"and the host terms fitted "
             f"to {self.points} step timings by chunksim calibrate; the other fields are {b.name}'s.",
             calibration=self._calibration(),
@@ -290,7 +296,7 @@ class StepFit:
         }
 
     def table(self) -> pd.DataFrame:
-        units = {**{k: "x" for k in SCALES}, **{k: "s" for k in LAYER + HOST}}
+        units = {**{k: "x" for k in SCALES}, **{k: "s" for k in (*LAYER, *HOST, LAUNCH)}}
         return pd.DataFrame(
             [
                 {"parameter": k, "value": self.values[k], "unit": units[k], "rel_sigma": self.rel_sigma[k]}
@@ -337,7 +343,8 @@ def fit_steps(
     them by the table's ``model`` column, whose steps (of any tp sizes, the ``tp`` column) are then
     fitted jointly (``joint_groups``); ``per_layer``: where a fixed time the steps cannot place goes
     when the tables hold one model, so that per-layer and per-step time are one (``layer_terms``):
-    "step" to host_step_s, "layer" to kernel_launch_s."""
+    "step" to host_step_s, "layer" to kernel_launch_s, "launch" to host_per_launch_s (host time per
+    eager kernel launch, hidden under the GPU's: costmodel/host.py)."""
     t0 = time.perf_counter()
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     require(not missing, "steps:columns", missing, "not a step table (costmodel/calibration/step_timings.py)")
@@ -370,6 +377,8 @@ def fit_steps(
         )
     up = dict(zip(SCALES, scale_bounds(base, tied) + (1.0,)))
     warns += missing_kinds(steps["kind"])
+    if per_layer != "launch":
+        fixed.setdefault(LAUNCH, 0.0)  # the launch term is fitted only where asked for
     for k, why in layer_terms(list(groups), per_layer, fixed):
         fixed[k] = 0.0
         warns.append(why)
@@ -398,7 +407,8 @@ def fit_steps(
                 sc[2] = sc[0]
             return (
                 sc,
-                [v[k] * (scale if k in free else 1.0) for k in HOST],
+                [v[k] * (scale if k in free else 1.0) for k in HOST]
+                + [v[LAUNCH] * (LAYER_UNIT if LAUNCH in free else 1.0)],
                 (("budget", float(np.exp(v["budget"]))) if free_budget else regime),
                 {k: float(np.exp(v[f"s_rows@{k}"])) for k in own},
                 [v[k] * (LAYER_UNIT if k in free else 1.0) for k in LAYER] if layered else None,
@@ -419,12 +429,18 @@ def fit_steps(
             np.log(up[p.split("@")[0]]) if rows_scale(p) else np.log(free_budget[1]) if p == "budget" else np.inf
             for p in free
         ]
-        x0 = [min(0.0, h - 1e-6) if p in SCALES else 1.0 if p in LAYER else 0.01 for p, h in zip(free, hi)]
+        x0 = [
+            min(0.0, h - 1e-6) if p in SCALES else 1.0 if p in LAYER else launch0 if p == LAUNCH else 0.01
+            for p, h in zip(free, hi)
+        ]
         if start is not None:  # the one-regime solution, s_rows at 1
             x0 = [float(np.clip(start.get(p, -1e-6), lo_, h - 1e-6)) for p, lo_, h in zip(free, lo, hi)]
         res = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=F_SCALE, method="trf", x_scale="jac")
         return res, free, hi, unpack
 
+    # the launch term starts where the fastest step is launch-bound: max(GPU, launches) has no slope
+    # in it while the GPU's time is the larger
+    launch0 = float(t.min() / max(pr.launches for pr, _ in pricer.groups) / LAYER_UNIT)
     m = len(t[idx])
     best = solve(NONE, None, idx)
     if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):  # see LOW_BETA_START
@@ -464,7 +480,7 @@ def fit_steps(
         "s_pi_attn": float(s_pa),
         "s_rows": float(s_rows),
         **{k: float(h) for k, h in zip(LAYER, layer or (0.0, 0.0))},
-        **{k: float(h) for k, h in zip(HOST, host)},
+        **{k: float(h) for k, h in zip((*HOST, LAUNCH), host)},
     }
     for p, x, h in zip(free, res.x, hi):
         if p in SCALES[:3] and x >= h - AT_BOUND:
@@ -476,7 +492,7 @@ def fit_steps(
             warns.append(f"{p} pressed against the spec sheet and was clamped: {what}")
     rel = _rel_sigma(res, free, values, m)
     for p in free:
-        if p in HOST + LAYER and values[p] == 0.0:
+        if p in (*HOST, *LAYER, LAUNCH) and values[p] == 0.0:
             rel[p] = np.inf
             warns.append(f"{p} fitted at its bound 0")
     rel.update({p: np.inf for p in PARAMS if p not in free})
@@ -545,13 +561,18 @@ def layer_terms(groups: list, per_layer: str, fixed: dict) -> list[tuple[str, st
     2·(tp − 1) hops). A term whose column is a combination of the others' over the groups cannot be
     told from them: with one model, kernel_launch_s is host_step_s times the kernel count, and
     per_layer says which of the two keeps the time ("step": host_step_s, today's fit; "layer":
-    kernel_launch_s, which carries to another model); with one tp, hop_latency_s is held."""
+    kernel_launch_s, which carries to another model; "launch": host_per_launch_s, the host's time per
+    eager kernel launch, L·(10 + 2·[tp > 1]) + 2 of them, costmodel/execution.py); with one tp,
+    hop_latency_s is held."""
     cols = {
         "host_step_s": np.ones(len(groups)),
         "kernel_launch_s": np.array([float(elementwise_kernels(s)) for _, _, s in groups]),
         "hop_latency_s": np.array([4.0 * s.L * (t - 1) for _, t, s in groups]),
+        LAUNCH: np.array([float(eager_launches(s.L, t)) for _, t, s in groups]),
     }
-    first = ("kernel_launch_s", "host_step_s") if per_layer == "layer" else ("host_step_s", "kernel_launch_s")
+    first: tuple = ("kernel_launch_s", "host_step_s") if per_layer == "layer" else ("host_step_s", "kernel_launch_s")
+    if per_layer == "launch":  # host_per_launch_s first: the others only where the groups tell them apart
+        first = (LAUNCH, "host_step_s", "kernel_launch_s")
     kept: list = []
     out = []
     for k in (*first, "hop_latency_s"):
@@ -568,6 +589,11 @@ def layer_terms(groups: list, per_layer: str, fixed: dict) -> list[tuple[str, st
             continue
         if k == "hop_latency_s":
             why = "one tensor-parallel size: its all-reduces' latency is the per-layer or per-step time; held at 0"
+        elif per_layer == "launch":
+            why = (
+                "one model: its fixed time is put per eager kernel launch (per_layer='launch', "
+                "host_per_launch_s); held at 0"
+            )
         elif k == "kernel_launch_s":
             why = (
                 "one model: its per-layer kernels' time is a per-step time (host_step_s has it; "

@@ -226,6 +226,7 @@ def _calibrate_steps(args, kernel_sources, step_sources) -> dict:
         "host_per_seq_s": hw.host_per_seq_s,
         "host_per_prefill_seq_s": hw.host_per_prefill_seq_s,
         "host_prefill_step_s": hw.host_prefill_step_s,
+        "host_per_launch_s": hw.host_per_launch_s,
         "gemm_rows_break": hw.gemm_rows_break,
         "gemm_rows_budget": hw.gemm_rows_budget,
         "gemm_rows_pi_scale": hw.gemm_rows_pi_scale,
@@ -310,6 +311,7 @@ def _print_steps(report: dict, args) -> int:
         f"{f['host_step_s'] * 1e3:.4g} ms/step + {f['host_per_seq_s'] * 1e6:.4g} µs/sequence + "
         f"{f['host_per_prefill_seq_s'] * 1e6:.4g} µs/prefill sequence + "
         f"{f['host_prefill_step_s'] * 1e3:.4g} ms/prefill step"
+        + (f" + {f['host_per_launch_s'] * 1e6:.4g} µs per eager kernel launch" if f.get("host_per_launch_s") else "")
         + (
             f"; GEMMs above {f['gemm_rows_break']} rows at x{f['gemm_rows_pi_scale']:.3g} π"
             if f["gemm_rows_break"]

@@ -31,13 +31,20 @@ def add_arguments(p) -> None:
         choices=PER_LAYER,
         default="layer",
         help="where fixed time goes that one model's steps cannot place per layer or per step: 'layer' "
-        "(default: kernel_launch_s, which carries to models of other depths) or 'step' (host_step_s)",
+        "(default: kernel_launch_s, which carries to models of other depths), 'step' (host_step_s) or "
+        "'launch' (host_per_launch_s: host time per kernel an eager pass launches, hidden under the GPU's)",
     )
     g.add_argument(
         "--overlap-host",
         action="store_true",
         help="the engine overlapped host and GPU work (vLLM --async-scheduling, SGLang's overlap "
         "scheduler): fit wall = max(GPU, host) instead of GPU + host",
+    )
+    g.add_argument(
+        "--hold-beta",
+        action="store_true",
+        help="keep the base profile's HBM rates (s_beta 1): for a kernel-calibrated base, whose β the "
+        "kernels measured, where the steps cannot tell a launch-bound decode from a slow one",
     )
 
 
@@ -76,7 +83,8 @@ def fit_from_args(sources, args, base: Hardware) -> tuple[StepFit, dict]:
     steps = load_all(sources, args, skipped)
     model = step_models(steps, args.model)
     per_layer = getattr(args, "per_layer", "layer")
-    result = fit_steps(steps, model, base, overlap=args.overlap_host, per_layer=per_layer)
+    fixed = {"s_beta": 1.0} if getattr(args, "hold_beta", False) else None
+    result = fit_steps(steps, model, base, overlap=args.overlap_host, fixed=fixed, per_layer=per_layer)
     names = sorted({m for m, _ in result.groups})
     report = {
         "source": ", ".join(p for _, p in sources),
@@ -90,7 +98,7 @@ def fit_from_args(sources, args, base: Hardware) -> tuple[StepFit, dict]:
         "model": ", ".join(names),
         "tp": result.tp or ", ".join(str(t) for t in sorted({t for _, t in result.groups})),
         "errors_by_group": result.group_errors.to_dict("records") if result.group_errors is not None else [],
-        "errors_leave_one_model_out": leave_one_model_out(steps, model, base, args.overlap_host, per_layer)
+        "errors_leave_one_model_out": leave_one_model_out(steps, model, base, args.overlap_host, per_layer, fixed)
         if len(names) > 1
         else [],
         "base": {"name": base.name, "pi_eff": base.pi_eff, "beta_eff": base.beta_eff},
@@ -104,13 +112,16 @@ def fit_from_args(sources, args, base: Hardware) -> tuple[StepFit, dict]:
     return result, report
 
 
-def leave_one_model_out(steps: pd.DataFrame, models: dict, base: Hardware, overlap: bool, per_layer: str) -> list:
-    """Per model of a joint table: the fit of the other models' steps, its error on this model's
-    (per tp and kind)."""
+def leave_one_model_out(
+    steps: pd.DataFrame, models: dict, base: Hardware, overlap: bool, per_layer: str, fixed: dict | None = None
+) -> list:
+    """Per model of a joint table: the fit of the other models' steps (``fixed`` held), its error on
+    this model's (per tp and kind)."""
     out = []
     for name in sorted(models):
         mine = (steps["model"].astype(str) == name).to_numpy()
-        fit = fit_steps(steps[~mine].reset_index(drop=True), models, base, overlap=overlap, per_layer=per_layer)
+        rest = steps[~mine].reset_index(drop=True)
+        fit = fit_steps(rest, models, base, overlap=overlap, fixed=dict(fixed or {}), per_layer=per_layer)
         held = steps[mine].reset_index(drop=True)
         pred = predict_steps(held, models, fit.hardware(), None, overlap)
         for tp, pos in held.groupby("tp").indices.items():
