@@ -17,7 +17,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "tests", "conformance"), os.path.join(HERE, "..")]
 
-from vllm_dp_group import ABLATIONS, ALL_CONFIGS, CONFIGS, DUMMY, compare_dp, random_dp_scenario, run_vllm_dp  # noqa: E402
+from vllm_dp_group import ABLATIONS, CONFIGS, DUMMY, compare_dp, random_dp_scenario, run_vllm_dp  # noqa: E402
 from vllm_driver import vllm_available  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=500, help="random scenarios per configuration")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", nargs="*", default=list(CONFIGS), choices=list(ALL_CONFIGS))
+    ap.add_argument("--config", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--ablation", choices=ABLATIONS, help="break this rule in chunksim")
     ap.add_argument("--show", type=int, default=3, help="failing scenarios printed per configuration")
     args = ap.parse_args(argv)

@@ -6,6 +6,7 @@ rank choice, dummy batches and waves) against chunksim's LockstepGroup with expe
 import os
 
 import pytest
+from vllm_dp_group import CONFIGS
 from vllm_driver import vllm_available
 
 pytestmark = pytest.mark.conformance
@@ -16,9 +17,7 @@ COUNT = int(os.environ.get("CONFORMANCE_COUNT_DP_GROUP", "5"))
 
 
 @needs_vllm
-@pytest.mark.parametrize(
-    "config", ["dp2-ample", "dp2-tight", "dp4-ample", "dp4-tight", "dp2-nochunk", "dp4-nochunk-tight"]
-)
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_dp_ranks_match_vllm_every_group_step(config):
     from vllm_dp_group import compare_dp, random_dp_scenario
 

@@ -49,16 +49,10 @@ CONFIGS = {
     "dp4-tight": (4, "tight", True, False),
     "dp2-nochunk": (2, "mixed", False, False),
     "dp4-nochunk-tight": (4, "tight", False, False),
-}
-# vLLM's default (async scheduling) under DP: not yet modelled by chunksim's lockstep group (the
-# wave's all-reduce and the coordinator's counts see a request finished one step later, and a rank
-# whose schedule() is empty before the previous output is processed runs a dummy batch);
-# benchmarks/conformance_vllm_dp.py --config reports how far they diverge
-ASYNC_CONFIGS = {
+    # async scheduling, vLLM's default: schedule(n+1) before step n's output is processed
     "dp2-async-ample": (2, "ample", True, True),
     "dp4-async-tight": (4, "tight", True, True),
 }
-ALL_CONFIGS = {**CONFIGS, **ASYNC_CONFIGS}
 SYNC_INTERVAL = 16  # ParallelConfig.dp_sync_interval's default
 DUMMY = "dummy"
 
@@ -78,8 +72,8 @@ def random_dp_scenario(config: str, index: int, seed: int = 0) -> DPScenario:
     configuration says, 2 to 24 requests arriving over 0 to 200 steps with outputs of 1 to 60
     tokens; every rank's pool fits the largest request (``tight``: barely, so ranks preempt;
     ``ample``: the whole load's share of a rank, or more)."""
-    dp, pool, chunked, async_ = ALL_CONFIGS[config]
-    rng = np.random.default_rng([seed, list(ALL_CONFIGS).index(config), index])
+    dp, pool, chunked, async_ = CONFIGS[config]
+    rng = np.random.default_rng([seed, list(CONFIGS).index(config), index])
     block_size = int(rng.choice([1, 2, 4, 8, 16, 32]))
     seqs = int(rng.choice([1, 2, 3, 4, 8, 16, 64]))
     budget = max(seqs, int(rng.choice([8, 16, 32, 64, 128, 256, 512, 2048])))
@@ -437,8 +431,6 @@ def compare_dp(d: DPScenario, break_rule: str | None = None, vllm_run: tuple | N
 
 __all__ = [
     "ABLATIONS",
-    "ALL_CONFIGS",
-    "ASYNC_CONFIGS",
     "CONFIGS",
     "DPScenario",
     "compare_dp",
