@@ -93,13 +93,34 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
             self._replaced = not had_running or self.chunked_req is not None
             if self.cfg.is_mixed_chunk and had_running:
                 n = len(plan.items)
+                if s.num_in_cohort and any(r is not self.chunked_req for r, _ in plan.items):
+                    s.dissolve_cohort()  # its members go behind this step's extends (_extends_first)
+                    ids = {id(r) for r, _ in plan.items}
+                    decoding = [r for r in self._decoding(s) if id(r) not in ids]
                 if decoding or s.num_in_cohort:
                     plan = self._with_decodes(s, plan, decoding)
-                self._replaced = self._replaced or len(plan.items) > n or plan.cohort > 0
+                if len(plan.items) > n or plan.cohort > 0:
+                    self._replaced = True
+                    self._extends_first(s, plan, n)
             return plan
         if not self.in_lockstep:
             self.on_group_idle(s)  # Scheduler.on_idle: this loop reaches it with nothing to run
         return self._decode(s, decoding, finishing)
+
+    def _extends_first(self, s: SchedulerState, plan: Plan, n: int) -> None:
+        """A mixed step's batch becomes the running batch (get_next_batch_to_run: the running batch
+        mix_with_running emptied is replaced by the filtered last batch), its extends ahead of the
+        decodes it carried (ScheduleBatch.mix_with_running: merge_batch appends the running rows);
+        the chunked request waits outside. Their queue stamps are permuted into that order."""
+        extends = [r for r, _ in plan.items[:n] if r is not self.chunked_req]
+        if not extends:
+            return
+        assert not s.num_in_cohort, "a mixed step reorders the running queue: the cohort is dissolved first"
+        ids = {id(r) for r in extends}
+        order = extends + [r for r in s.running if id(r) not in ids and r is not self.chunked_req]
+        for r, seq in zip(order, sorted(r.seq for r in order)):
+            r.seq = seq
+        s.running.sort(key=_seq)
 
     def on_group_idle(self, s: SchedulerState) -> None:
         """Scheduler.on_idle: an empty scheduler's new-token ratio goes back to its initial value. A

@@ -13,6 +13,9 @@ vLLM, ``DPEngineCoreProc.run_busy_loop`` (vllm/v1/engine/core.py):
 - ``_has_global_unfinished_reqs``: after every step the step counter advances; on step 1 and every
   ``dp_sync_interval`` (16) steps the ranks all-reduce "any request unfinished"; when none is,
   the wave ends and the counter resets. Between checks the ranks keep stepping (dummy batches).
+  Under async scheduling a request whose last token came from the step just run is unfinished
+  still (its output is processed after the next schedule(): ``SchedulerState.finished``), and a
+  rank whose schedule() is then empty runs a dummy batch (``step_with_batch_queue``).
 
 SGLang DP attention, ``prepare_mlp_sync_batch_raw`` (managers/scheduler_components/dp_attn.py):
 every scheduler iteration all-gathers each rank's token count; when any is non-zero, ranks with no
@@ -103,7 +106,7 @@ class LockstepGroup:
                 if plan is not None:
                     r.apply(plan, start, end)
             if self.waves:
-                self.after_step(any(r.state.waiting or r.state.running for r in ranks))
+                self.after_step(any(r.state.waiting or r.state.running or r.state.finished for r in ranks))
 
     def after_step(self, unfinished: bool) -> None:
         """``_has_global_unfinished_reqs`` and the wave's end: ``unfinished`` is the all-reduced

@@ -92,9 +92,15 @@ class VllmDPBalancer:
         now = req.arrival_s
         if now - self.taken_s >= self.interval_s or len(self.counts) != len(replicas):
             # waiting: the scheduler's queue and the arrivals not yet moved into it
-            self.counts = [[len(r.state.waiting) + len(r.inbox), len(r.state.running), r.kv_usage()] for r in replicas]
+            # running: with requests finished in the step just run, held until the next schedule()
+            # under async scheduling (SchedulerState.finished), as Scheduler.running still holds them
+            self.counts = [
+                [len(r.state.waiting) + len(r.inbox), len(r.state.running) + len(r.state.finished), _usage(r)]
+                for r in replicas
+            ]
             self.taken_s = now
-        return self.pick([r.outstanding for r in replicas])
+        # in flight: the front end hears of a finish when its output is processed (after that schedule())
+        return self.pick([r.outstanding + len(r.state.finished) for r in replicas])
 
     def pick(self, inflight: list[int]) -> int:
         """The rank for the next request given the snapshot ``counts`` ([waiting, running, kv usage]
@@ -111,6 +117,13 @@ class VllmDPBalancer:
         self.counts[pick][0] += 1
         self.start = (self.start + 1) % n
         return pick
+
+
+def _usage(replica) -> float:
+    """vLLM's ``BlockPool.get_usage`` to the bit: 1 − free / (blocks less the null block); the
+    balancer's ties (a score of 2 + 1.0 against 3.0) turn on its rounding."""
+    pool = replica.state.pool
+    return 1.0 - pool.available / pool.total
 
 
 def make_router(name: str):

@@ -48,17 +48,22 @@ def test_ranks_step_together_and_every_request_completes(dp, tp, hw):
     assert again.requests.equals(res.requests)  # same inputs, same bits
 
 
-@pytest.mark.parametrize("output_len,interval", [(20, 16), (3, 16), (40, 16), (1, 16)])
-def test_a_wave_runs_on_to_the_next_sync_step(output_len, interval):
+@pytest.mark.parametrize("output_len,interval", [(20, 16), (3, 16), (40, 16), (1, 16), (16, 16), (15, 16)])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_wave_runs_on_to_the_next_sync_step(output_len, interval, async_scheduling):
     """One request on 2 ranks: the group steps (rank 1 on dummy batches) until the first step
-    counted 1 or a multiple of dp_sync_interval at which nothing is unfinished."""
+    counted 1 or a multiple of dp_sync_interval at which nothing is unfinished; under async
+    scheduling the request finished by step k is unfinished at k's check (its output is
+    processed after the next schedule()), so the wave runs to the sync step after k."""
     m, h = load_model(MOE), load_hardware("h100")
-    engines, router, max_len = build_cluster("vllm", m, h, 1, None, 2, "vllm_dp")
+    flags = {"async_scheduling": async_scheduling}
+    engines, router, max_len = build_cluster("vllm", m, h, 1, flags, 2, "vllm_dp")
     wl = Workload(np.array([0.0]), np.array([500]), np.array([output_len]))
     sim = Simulation(engines, wl, max_model_len=max_len, router=router, record_iterations=True)
     sim.run()
     work = output_len  # one prefill step samples the first token, then output_len - 1 decodes
-    expect = work if work == 1 else -(-work // interval) * interval
+    last = work + async_scheduling  # the first check that sees the request finished
+    expect = last if last == 1 else -(-last // interval) * interval
     assert sim.group.dummy_steps == expect
     assert sim.group.step_counter == 0 and not sim.group.engines_running
 

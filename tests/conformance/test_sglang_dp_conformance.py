@@ -29,7 +29,11 @@ def test_dp_attention_matches_sglang(config):
 
 @pytest.mark.parametrize(
     "config, seed",
-    [("dp-attn/mixed-off/radix-on/tight", 380)],  # an empty rank running idle batches keeps its new-token ratio
+    [
+        ("dp-attn/mixed-off/radix-on/tight", 380),  # an empty rank running idle batches keeps its new-token ratio
+        ("dp-attn/overlap/mixed-on/radix-on/tight", 723),  # a mixed step's extends go ahead of its decodes
+        ("dp-attn/overlap/mixed-on/radix-on/tight", 869),
+    ],
 )
 def test_once_divergent_scenarios_match(config, seed):
     assert compare_dp(random_dp_scenario(config, seed)) is None
