@@ -340,17 +340,7 @@ def run_chunksim_dp(d: DPScenario, break_rule: str | None = None):
     from workloads.workload import Workload
 
     sc = d.sc
-    flags = dict(
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-        max_num_seqs=sc.max_num_seqs,
-        long_prefill_token_threshold=sc.long_prefill_token_threshold,
-        enable_chunked_prefill=sc.enable_chunked_prefill,
-        block_size=sc.block_size,
-        max_model_len=sc.max_model_len,
-        num_gpu_blocks_override=sc.num_blocks,
-        enable_prefix_caching=False,
-        enable_expert_parallel=True,
-    )
+    flags = sc.engine_flags(enable_prefix_caching=False, enable_expert_parallel=True)
     flags.update(_new_rule_flags(sc))
     engines, route, max_len = build_cluster(
         "vllm", load_model("qwen3-30b-a3b"), load_hardware("h100"), 1, flags, replicas=d.dp, router="vllm_dp"

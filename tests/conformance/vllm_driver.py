@@ -274,16 +274,7 @@ def run_chunksim(sc: VllmScenario, mode: str = "step"):
     from simcore.simulation import Simulation
     from workloads.workload import Workload
 
-    flags = dict(
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-        max_num_seqs=sc.max_num_seqs,
-        long_prefill_token_threshold=sc.long_prefill_token_threshold,
-        enable_chunked_prefill=sc.enable_chunked_prefill,
-        block_size=sc.block_size,
-        max_model_len=sc.max_model_len,
-        num_gpu_blocks_override=sc.num_blocks,
-        enable_prefix_caching=sc.enable_prefix_caching,
-    )
+    flags = sc.engine_flags()
     flags.update(_new_rule_flags(sc))
     if sc.spec_method:
         flags.update(

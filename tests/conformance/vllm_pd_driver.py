@@ -149,14 +149,7 @@ def run_chunksim_pd(pd: PDScenario) -> dict:
     from simcore.stepping import SteppingReplica
 
     sc = pd.base
-    flags = dict(
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-        max_num_seqs=sc.max_num_seqs,
-        long_prefill_token_threshold=sc.long_prefill_token_threshold,
-        enable_chunked_prefill=sc.enable_chunked_prefill,
-        block_size=sc.block_size,
-        max_model_len=sc.max_model_len,
-        num_gpu_blocks_override=sc.num_blocks,
+    flags = sc.engine_flags(
         enable_prefix_caching=False,
         async_scheduling=sc.async_scheduling,
         kv_transfer_config=json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}),

@@ -57,6 +57,21 @@ class VllmScenario:
             f"reqs={[(a, len(p), m) for a, p, m in self.requests]}"
         )
 
+    def engine_flags(self, **extra) -> dict:
+        """chunksim's vLLM flags for the fields vLLM's side is built from, `extra` on top."""
+        flags = dict(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            block_size=self.block_size,
+            max_model_len=self.max_model_len,
+            num_gpu_blocks_override=self.num_blocks,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
+        flags.update(extra)
+        return flags
+
     def block_hashes(self, prompt) -> tuple:
         """One id per full block of the prompt; equal ids at equal depth mean equal prefixes."""
         bs = self.block_size
