@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import numpy as np
 from unit_cost import UnitCost
 from vllm_driver import _OUTPUT_TOKEN, _build_scheduler, _make_requests, _new_rule_flags
-from vllm_scenarios import VllmScenario
+from vllm_scenarios import VllmScenario, pool_blocks
 
 CONFIGS = {
     # name: (dp, pool, chunked prefill, async scheduling)
@@ -87,13 +87,7 @@ def random_dp_scenario(config: str, index: int, seed: int = 0) -> DPScenario:
         out = int(rng.integers(1, min(60, max_model_len - p) + 1))
         reqs.append((int(rng.integers(0, span + 1)), tuple(int(t) for t in rng.integers(1, 30000, size=p)), out))
     reqs.sort(key=lambda r: r[0])
-    need = max(-(-(len(p) + m) // block_size) for _, p, m in reqs)
-    total = sum(-(-(len(p) + m) // block_size) for _, p, m in reqs)
-    kind = pool if pool != "mixed" else ("tight" if rng.random() < 0.5 else "ample")
-    if kind == "tight":
-        blocks = need + 1 + int(rng.integers(0, max(1, need // 2) + 1))
-    else:
-        blocks = max(need + 1, total // dp + 1 + int(rng.integers(0, total + 1)))
+    blocks = pool_blocks(rng, reqs, block_size, pool, dp)
     sc = VllmScenario(
         f"{config}#{index}",
         tuple(reqs),

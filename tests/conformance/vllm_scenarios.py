@@ -106,6 +106,18 @@ SPEC_CONFIGS = {
 }
 
 
+def pool_blocks(rng: np.random.Generator, reqs, block_size: int, pool: str, ranks: int = 1) -> int:
+    """A KV pool (blocks, the null block included) that fits the largest request: "tight" barely,
+    so that preemption is common; "ample" the load's share of one of `ranks` pools, or more;
+    "mixed" either way."""
+    need = max(-(-(len(p) + m) // block_size) for _, p, m in reqs)  # the largest request's blocks
+    total = sum(-(-(len(p) + m) // block_size) for _, p, m in reqs)
+    kind = pool if pool != "mixed" else ("tight" if rng.random() < 0.5 else "ample")
+    if kind == "tight":
+        return need + 1 + int(rng.integers(0, max(1, need // 2) + 1))
+    return max(need + 1, total // ranks + 1 + int(rng.integers(0, total + 1)))
+
+
 def random_scenario(
     rng: np.random.Generator, index: int, async_scheduling: bool, pool: str, prefix_caching: bool
 ) -> VllmScenario:
@@ -133,13 +145,7 @@ def random_scenario(
             prompt = tuple(int(t) for t in rng.integers(1, 30000, size=p))
         reqs.append((int(rng.integers(0, span + 1)), prompt, out))
     reqs.sort(key=lambda r: r[0])
-    need = max(-(-(len(p) + m) // block_size) for _, p, m in reqs)  # the largest request's blocks
-    total = sum(-(-(len(p) + m) // block_size) for _, p, m in reqs)
-    kind = pool if pool != "mixed" else ("tight" if rng.random() < 0.5 else "ample")
-    if kind == "tight":
-        blocks = need + 1 + int(rng.integers(0, max(1, need // 2) + 1))
-    else:
-        blocks = max(need + 1, total + 1 + int(rng.integers(0, total + 1)))
+    blocks = pool_blocks(rng, reqs, block_size, pool)
     return VllmScenario(
         f"random-{index}",
         tuple(reqs),
