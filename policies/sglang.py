@@ -18,7 +18,8 @@ policies/sglang_lookahead.py.
 from __future__ import annotations
 
 from .base import Plan, SchedulerState
-from .sglang_config import RETRACT_DECODE_STEPS, SGLangConfig
+from .sglang_config import SGLangConfig
+from .sglang_decode import DecodeMemory
 from .sglang_hicache import HiCacheDriving
 from .sglang_lookahead import SGLangLookahead
 from .sglang_overlap import OverlapLag
@@ -26,11 +27,12 @@ from .sglang_prefill import PrefillAdder, reject_reason
 from .sglang_radix import RadixDriving, evict_for
 
 
-class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead):
+class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead):
     """SGLang's Scheduler, its event loop's scheduling half. The fast-forward hooks are
     SGLangLookahead's (policies/sglang_lookahead.py); the radix cache's driving is RadixDriving's
     (policies/sglang_radix.py); the overlap scheduler's lag, OverlapLag's (policies/sglang_overlap.py);
-    HiCache's host tier, HiCacheDriving's (policies/sglang_hicache.py)."""
+    HiCache's host tier, HiCacheDriving's (policies/sglang_hicache.py); the decode memory check
+    and retraction, DecodeMemory's (policies/sglang_decode.py)."""
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -194,50 +196,6 @@ class SGLangScheduler(HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead)
         else:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
         return self._with_decodes(s, plan, decoding)
-
-    def _decode_fits(self, s, decoding) -> bool:
-        """ScheduleBatch.check_decode_mem: evict for the decodes' new pages, then whether they are free."""
-        need = self._decode_need(s, decoding)
-        evict_for(s.pool, need)
-        return s.pool.free * s.pool.block_size >= need
-
-    def _decode_need(self, s, decoding) -> int:
-        """Tokens of the new KV pages the decodes need this step (a whole page each)."""
-        pool, c = s.pool, s.cohort
-        bs = pool.block_size
-        n = sum(1 for r in decoding if r.num_computed_tokens + 1 > (r.num_blocks + pool.shared(r)) * bs)
-        if s.num_in_cohort:
-            n += c.new_blocks(c.tick, 1)
-        return n * bs
-
-    def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
-        """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
-        next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
-        rest stay in that order (their queue stamps permuted), so their finishes reach the radix
-        tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
-        order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
-        first = True
-        while first or not self._decode_fits(s, order):
-            if len(order) == 1:
-                break
-            first = False
-            victim = order.pop()
-            s.running.remove(victim)
-            decoding.remove(victim)
-            s.preempt(victim, front=False)
-            plan.preempted.append(victim)
-            evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
-        if not first:  # filter_batch(keep_indices=sorted_indices): the rest run in retraction order
-            for r, seq in zip(order, sorted(r.seq for r in order)):
-                r.seq = seq
-            s.running.sort(key=_seq)
-            decoding.sort(key=_seq)
-        self._decode_fits(s, order)
-        total_new = sum(r.output_len for r in decoding) + 1
-        self.new_token_ratio = min(
-            1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new
-        )
-        self.batch_is_full = False
 
     def reject_reason(self, req, pool) -> str | None:
         return reject_reason(self.cfg, req, pool)
