@@ -46,6 +46,7 @@ from .fastforward import applies, arrival_folds, chunked, runs
 from .fastforward.applies import _max, _sample
 from .fastforward.runs import steps_started
 from .fastforward.switches import FastForward
+from .fastforward.tops import DeferredTops
 from .histogram import LogHistogram
 from .invariants import check_replica
 
@@ -78,6 +79,7 @@ class Replica:
         self.env, self.index, self.policy, self.state = env, index, policy, state
         self.cm = cm.with_host_overlap(getattr(policy, "overlaps_host", False))  # host/GPU overlap: costmodel/host.py
         self.itl, self.next_arrival, self.on_finish = LogHistogram(), next_arrival, on_finish
+        self.tops = DeferredTops()  # lone runs' largest gaps, folded into max_itl_s in bulk (fastforward/tops.py)
         self._running_ends = None
         self._running_plan = None
         self._lead: Any = None  # (P, its chunks) when the running plan's run starts with P's chunked prefill (simcore/fastforward/chunked.py)
@@ -176,12 +178,17 @@ class Replica:
     @staticmethod
     def least_outstanding(req, replicas) -> int:
         """simcore.router.least_outstanding over several fast replicas, the same pick, with
-        ``outstanding`` read inline where no folded run's leavers change it (the router's hot loop:
+        ``outstanding`` read inline, a folded run's leavers once their end times are listed (the router's hot loop:
         most of a cluster's arrivals). Several replicas have no pull and no joiners, which are a
         sole replica's (``run``); Simulation routes with this in the router's place."""
         best, pick, now = 1 << 62, 0, replicas[0].env.now
         for i, r in enumerate(replicas):
-            n = r.outstanding if r._leaving else r._outstanding if r._done_at > now else r._outstanding - r._done_n
+            n = r._outstanding
+            if r._done_at <= now:
+                n -= r._done_n
+            if r._leaving:  # the leavers gone by now, from their end times once they are listed
+                times = r._leave_times
+                n = r.outstanding if times is None or r._running_ends is None else n - bisect_right(times, now)
             if n < best:
                 if not n:
                     return i
@@ -207,12 +214,13 @@ class Replica:
     def finish_run(self, until: float | None) -> None:
         """The run is over (stopped at `until`, or every event done): apply what stepping would
         have applied by then (``stop_at``, a deferred run nobody arrived after: DEFERRED FINISH),
-        and put every cohort member back in the running queue."""
+        put every cohort member back in the running queue, and settle the deferred largest gaps."""
         if until is not None:
             self.stop_at(until)
         if self._deferred_end < math.inf:
             self.apply_deferred()
         self.state.dissolve_cohort()
+        self.tops.settle()
 
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use now, as stepping shows it (``SteppingReplica.kv_usage``:

@@ -19,6 +19,7 @@ from test_apply_lone import HW, MODEL, REQUEST, _flags, _workload, canon, finish
 from experiments.engines import build_cluster
 from policies.base import Plan
 from simcore.fastforward import applies, runs
+from simcore.fastforward.tops import DeferredTops
 from simcore.replica import Replica
 from simcore.simulation import Simulation
 
@@ -29,10 +30,12 @@ def _twin(replica):
     """A replica sharing `replica`'s cost model and flags over a deep copy of its state, policy
     and histogram; memo maps the originals' ids to the copies."""
     memo = {}
+    replica.tops.settle()  # both start from settled max ITLs; the twin gets tops of its own
     state, policy, itl, leaving = copy.deepcopy((replica.state, replica.policy, replica.itl, replica._leaving), memo)
     twin = object.__new__(Replica)
     twin.__dict__.update(replica.__dict__)
     twin.state, twin.policy, twin.itl, twin._leaving = state, policy, itl, leaving
+    twin.tops = DeferredTops()
     return twin, memo
 
 

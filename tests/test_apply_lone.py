@@ -17,6 +17,7 @@ from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
 from policies.base import Plan
 from simcore.fastforward import applies
+from simcore.fastforward.tops import DeferredTops
 from simcore.replica import Replica
 from simcore.simulation import Simulation
 from workloads.workload import Workload
@@ -62,6 +63,7 @@ def canon(x, seen: dict):
 
 
 def picture(replica, finished: list):
+    replica.tops.settle()  # the lone path's largest gaps are folded into max_itl_s in bulk (fastforward/tops.py)
     return canon(
         (
             replica.state,
@@ -101,9 +103,11 @@ class LoneChecker:
 
         def checked(replica, items, start, ends):
             memo = {}
+            replica.tops.settle()  # both start from settled max ITLs; the twin gets tops of its own
             state, policy, itl = copy.deepcopy((replica.state, replica.policy, replica.itl), memo)
             twin = object.__new__(Replica)
             twin.__dict__.update(replica.__dict__)
+            twin.tops = DeferredTops()
             theirs = []
             twin.state, twin.policy, twin.itl, twin.on_finish = state, policy, itl, theirs.append
             twin.iteration_log = []  # the general path: _apply dispatches to _apply_lone only without a log

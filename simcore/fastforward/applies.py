@@ -41,7 +41,7 @@ def _apply_lone(rep, items, start: float, ends) -> None:
         first, last = float(ends[0]), float(ends[-1])
     s = rep.state
     pool = s.pool
-    top = 0.0
+    top, inner = 0.0, None
     if steps > 1:
         if rep._counts_runs:
             rep.policy.on_fast_forward(steps - 1)
@@ -49,14 +49,15 @@ def _apply_lone(rep, items, start: float, ends) -> None:
             inner = list(map(sub, ends[1:], ends))
             top = max(inner)
         else:
-            inner = ends[1:] - ends[:-1]
-            top = float(np.maximum.reduce(inner))
+            inner = ends[1:] - ends[:-1]  # its largest gap is taken later, with other runs' (tops.py)
         rep.itl.add_many(inner)
     if req.first_scheduled_s is None:
         req.first_scheduled_s = start
     req.num_computed_tokens += n
     finished = False
     if req.num_computed_tokens >= req.prompt_len + req.num_output_tokens:
+        if inner is not None and type(inner) is not list:
+            rep.tops.add(req, inner)
         gap = _sample(req, first, top)
         if gap is not None:
             rep.itl.add(gap)

@@ -1,0 +1,41 @@
+"""Each run's largest step gap, found for many runs at once.
+
+A lone request's run records its largest inner gap in ``max_itl_s``. For a run of a few hundred
+steps, numpy's per-call overhead is most of one ``maximum.reduce``; and ``max_itl_s`` only ever
+takes a max of what it holds and a new gap (order-free, exact), so the gaps can wait: they are
+kept (the run's own array of gaps, not copied) and reduced together, one ``reduceat`` over their
+concatenation, when enough wait or the run ends (``Replica.finish_run``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PENDING = 4096  # runs kept before they are reduced (their arrays are held until then)
+
+
+class DeferredTops:
+    __slots__ = ("reqs", "gaps")
+
+    def __init__(self) -> None:
+        self.reqs: list = []
+        self.gaps: list = []
+
+    def add(self, req, gaps: np.ndarray) -> None:
+        """``req`` sampled through a run whose inner gaps are ``gaps`` (non-empty)."""
+        self.reqs.append(req)
+        self.gaps.append(gaps)
+        if len(self.reqs) >= PENDING:
+            self.settle()
+
+    def settle(self) -> None:
+        """Fold each waiting run's largest gap into its request's ``max_itl_s``."""
+        reqs, gaps = self.reqs, self.gaps
+        if not reqs:
+            return
+        self.reqs, self.gaps = [], []
+        starts = np.cumsum([0] + [len(g) for g in gaps[:-1]])
+        tops = np.maximum.reduceat(np.concatenate(gaps), starts).tolist()
+        for req, top in zip(reqs, tops):
+            if top > req.max_itl_s:
+                req.max_itl_s = top
