@@ -34,8 +34,9 @@ reserve is 12 GiB larger), running requests are capped at slots // 5 (196, 132: 
 never meets it), and a prefix is reused only up to a held state.
 
 Result: prefill batches −25.7 % (seed −19.4 %); TPS −4.1 %, runtime +4.3 %, TPOT P50 −6.3 % (seed
-+13.9 %, −14.2 %, +1.5 %). The mechanism is missing. Tested against SGLang 0.5.23's source and the
-seed's text (``hypotheses``; figures by variant in docs/benchmarks.md):
++13.9 %, −14.2 %, +1.5 %). No modelled mechanism gives the seed's direction, and prefill work
+cannot (the bounds below). Tested against SGLang 0.5.23's source and the seed's text
+(``hypotheses``; figures by variant in docs/benchmarks.md):
 - hybrid prefix reuse (the mamba radix cache): under extra_buffer each extend snapshots a state at
   its last 64-token point, so every chunk and every completed prefill leaves one, and the next
   turn reuses the previous prompt whole at either chunk size. Only a lookup whose KV hit runs past
@@ -53,18 +54,24 @@ seed's text (``hypotheses``; figures by variant in docs/benchmarks.md):
   same at both chunk sizes. Load-backs are layer-wise (``LayerDoneCounter``) and only follow
   device evictions; at concurrency 64 the larger chunk's larger reserve shrinks the device and
   host pools and TPS falls.
-- per-step host or scheduler cost per prefill batch: the seed's own rows, read as runtime = a +
-  b × prefill batches, need b = 2.1 s a batch (77 of the 106 minutes); on this workload the fixed
-  cost that would give the seed's runtime ratio is ``batch_overhead_needed_s`` (≈ 2.6 s) and
-  would put the 8192 run at ~144 min. SGLang's per-batch host work (``get_next_batch_to_run``,
-  ``init_next_round_input``'s match, ``prepare_for_extend``, HiCache's ``writing_check``
-  all-reduce) is milliseconds.
+- the pass itself (the seed's own reading: "fewer prefill interruptions"): a pass holds at most
+  chunked_prefill_size new tokens, and one pass fewer saves only its fixed part (weights streamed
+  once, a small pass's GEMM and fused-MoE efficiency): at most 15–17 ms at TP 8, 6–7 s over the
+  429 avoided passes; even a free prefill (all 2,214 passes at 8,192 tokens at the end of the
+  262 k context) saves at most 470–600 s of the 900 (experiments/sglang_chunk_bounds.py). The
+  seed's rows read as runtime = a + b × batches need b = 2.1 s a batch; SGLang's per-batch host
+  work (``get_next_batch_to_run``, ``prepare_for_extend``, HiCache's ``writing_check``) is ms.
 - MoE under DP attention: above; rank prefill batches ×5 and TPS flat (main's lockstep group;
   expert-parallel pricing of that group is another branch's, which would move the absolute
   figures, not the chunk // dp batch count).
-What the table needs is a cost that falls by ~2 s per avoided prefill batch, or a difference
-between the two runs other than the chunk size (their token totals differ by 2.2 %, so their
-outputs did). Absolute figures differ too: this TPS is ~1.9× the seed's. Figures by variant:
+- one KV pool for both (``equal_pools``: ``--mem-fraction-static`` pinned at 8192's default, as
+  launch commands often do): prefill batches −19.0 % (seed −19.4), TPS +0.1 %, runtime −0.1 %,
+  TPOT −0.2 %; the runtime saved is the prefill time saved, 3 s.
+What the table needs is not prefill work: with TPOT 1.5 % higher, a closed loop's runtime can
+fall 14 % only if the 8192 run's clients spent ≥ 15.4 % of their time before their first token
+and the larger chunk removed it (``wait_share``; here 0.5 % at 8192, and 11 % at 16384, whose
+smaller pool makes clients wait), or if the two runs differed in more than the chunk size (their
+token totals differ by 2.2 %). Absolute figures differ too: this TPS is ~1.9× the seed's. Figures by variant:
 docs/benchmarks.md.
 """
 
@@ -78,6 +85,7 @@ import pandas as pd
 
 from costmodel import load_hardware, load_model
 from experiments.engines import build_cluster
+from policies.sglang_config import sglang_mem_fraction_static
 from simcore.simulation import Simulation
 from workloads.workload import Workload
 
@@ -142,6 +150,13 @@ def agentic_workload(
     )
 
 
+def equal_pools(hardware: str = "h100", tp: int = 8) -> dict:
+    """The 8192 run's default ``--mem-fraction-static``, pinned, so that both chunk sizes get one KV
+    pool (launch commands often pin it; the default reserves 1.5 MiB a chunk token)."""
+    mfs = sglang_mem_fraction_static(load_hardware(hardware).memory_bytes, 8192, 16384, tp)
+    return {**HICACHE, "mem_fraction_static": mfs}
+
+
 def _is_prefill(plan) -> bool:
     return any(n > 1 for _, n in plan.items)
 
@@ -181,6 +196,7 @@ def run_one(
         prefill_time_s=sum(e - b for _, b, e, _, plan in res.iterations if _is_prefill(plan)),
         output_throughput=s["output_throughput"],
         median_ttft_s=s["median_ttft_ms"] / 1e3,
+        wait_share=s["mean_ttft_ms"] / s["mean_e2el_ms"],  # of a client's time, before its first token
         host_hit_tokens=getattr(cache, "host_hit_tokens", 0),
         recomputed_tokens=getattr(cache, "recomputed_blocks", 0) * workload.block_tokens,
         max_running_requests=engines[0][0].cfg.max_running_requests,
@@ -231,11 +247,12 @@ def _change(a: dict, b: dict) -> dict:
 
 def hypotheses(n_requests: int = 1600, seed: int = 0) -> pd.DataFrame:
     """The study's variants, each as % change 8192 → 16384 beside the seed's: the table's own
-    deployment, without HiCache, at concurrency 64 (a device pool that no longer holds every
-    session) with and without HiCache, and DP attention over 8 ranks (no HiCache: not modelled
-    together)."""
+    deployment, with one KV pool for both chunk sizes, without HiCache, at concurrency 64 (a device
+    pool that no longer holds every session) with and without HiCache, and DP attention over 8
+    ranks (no HiCache: not modelled together)."""
     variants = [
         ("TP 8 + HiCache write_through (the table)", 16, None, 8, 1),
+        ("TP 8 + HiCache, equal pools (mem_fraction_static pinned)", 16, equal_pools(), 8, 1),
         ("TP 8, no HiCache", 16, {}, 8, 1),
         ("TP 8 + HiCache, mamba no_buffer (no overlap)", 16, {**HICACHE, **NO_BUFFER}, 8, 1),
         ("TP 8 + HiCache, concurrency 64", 64, None, 8, 1),
@@ -285,6 +302,7 @@ def format_table(df: pd.DataFrame) -> str:
         "kv_pool_tokens",
         "prefill_time_s",
         "median_ttft_s",
+        "wait_share",
         "output_throughput",
         "host_hit_tokens",
         "load_exposed_s",
@@ -317,6 +335,9 @@ def main(argv=None) -> int:
         f"closed loop at {args.concurrency}, radix cache + HiCache write_through, mixed chunk off"
     )
     print(format_table(df))
+    from experiments.sglang_chunk_bounds import bounds, format_bounds  # it imports this module
+
+    print("\n" + format_bounds(bounds()))
     if args.hypotheses:
         print("\n% change 8192 -> 16384 by variant")
         hyp = hypotheses(args.requests, args.seed)
