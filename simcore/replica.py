@@ -98,6 +98,7 @@ class Replica:
             math.inf,
             0,
         )  # the same: _done_n requests, finishing in its last step, out from then
+        self._free_from = -math.inf  # from when nothing is outstanding here, unless more is routed (``_note_free``)
         self.inbox: list = []
         self.idle = None
         self.wakes = None  # where submit leaves a triggered idle event for the caller to process, if not None
@@ -124,6 +125,7 @@ class Replica:
         req.replica = self.index
         self.inbox.append(req)
         self._outstanding += 1
+        self._free_from = math.inf  # outstanding until this replica's process has planned it
         if self.pull is not None:  # collected by the replica itself: its runs already end at the arrival
             return
         if self.idle is not None and not self.idle.triggered:
@@ -177,12 +179,18 @@ class Replica:
 
     @staticmethod
     def least_outstanding(req, replicas) -> int:
-        """simcore.router.least_outstanding over several fast replicas, the same pick, with
-        ``outstanding`` read inline, a folded run's leavers once their end times are listed (the router's hot loop:
+        """simcore.router.least_outstanding over several fast replicas, the same pick: the first
+        replica empty now by its ``_free_from``, else the least loaded with ``outstanding`` read
+        inline, a folded run's leavers once their end times are listed (the router's hot loop:
         most of a cluster's arrivals). Several replicas have no pull and no joiners, which are a
         sole replica's (``run``); Simulation routes with this in the router's place."""
-        best, pick, now = 1 << 62, 0, replicas[0].env.now
-        for i, r in enumerate(replicas):
+        now, i = replicas[0].env.now, 0
+        for r in replicas:  # the first with nothing outstanding now, if any (``_note_free``)
+            if r._free_from <= now:
+                return i
+            i += 1
+        best, pick = 1 << 62, 0
+        for i, r in enumerate(replicas):  # none is empty: the first with one request is the pick
             n = r._outstanding
             if r._done_at <= now:
                 n -= r._done_n
@@ -190,10 +198,30 @@ class Replica:
                 times = r._leave_times
                 n = r.outstanding if times is None or r._running_ends is None else n - bisect_right(times, now)
             if n < best:
-                if not n:
+                if n == 1:
                     return i
                 best, pick = n, i
         return pick
+
+    def _note_free(self) -> None:
+        """Before the process waits: from when ``outstanding`` will be 0 if nothing more is routed
+        here (-inf: now; inf: not before the process runs again). Only a deferred run's finishers
+        and a folded run's leavers leave without it running, each at a time known now, so the
+        several-replica router finds an empty replica by comparing one float (``least_outstanding``);
+        ``submit`` sets inf. A sole replica's pull and joiners are not counted: it is never routed."""
+        n, t = self._outstanding, -math.inf
+        if n:
+            if self._done_at < math.inf:
+                n, t = n - self._done_n, self._done_at
+            ends = self._running_ends
+            if self._leaving and ends is not None:
+                n -= len(self._leaving)
+                last = float(ends[self._leaving[-1][0] - 1])  # leavers are in step order
+                if last > t:
+                    t = last
+            if n:
+                t = math.inf
+        self._free_from = t
 
     def stop_at(self, t: float) -> None:
         """The simulation stops at t: the current run's steps that ended before t are applied, as
@@ -270,12 +298,15 @@ class Replica:
                     state.release_finished()
                 if self.pull is None:  # _wait_for_work, inlined
                     idle = self.idle = Event(env)
+                    self._free_from = -math.inf
                     yield idle
                     self._clock = None
                 else:
+                    self._note_free()
                     yield from self._wait_for_work()
                 continue
             if self.pull is None and (self.settle or self.next_arrival() <= now):
+                self._note_free()
                 yield self.env.at(self.env.now, LATE)
             if self.inbox:
                 state.waiting.extend(self.inbox)
@@ -287,6 +318,7 @@ class Replica:
                 check_replica(self, plan)
             if not plan.items and not plan.cohort:  # an empty plan (Plan.__bool__)
                 if not plan.preempted and not plan.released:  # else plan again at once, from the queue
+                    self._note_free()
                     yield from self._wait_for_work()
                 continue
             start = now
@@ -305,10 +337,12 @@ class Replica:
                 self._deferred_end = self._done_at = t
                 self._done_n = len(plan.items) + plan.cohort - len(self._leaving)  # the rest are leavers
                 idle = self.idle = Event(env)
+                self._note_free()
                 yield idle
                 self.apply_deferred()
                 continue
             if not (skipping and env.skip_to(t)):
+                self._note_free()
                 yield env.at(t)
                 ends = self._running_ends  # an arrival may have cut the run (``_cut``)
             self._running_ends = None
