@@ -149,13 +149,36 @@ def _floor_predict(train: pd.DataFrame, held: pd.DataFrame, keys, pos) -> tuple[
 DECODE_M = 128  # decode-size GEMMs: m ≤ this many rows (a decode batch of up to 128 sequences)
 
 
+REPEAT_PAIRS = ((48, 64), (80, 96))  # rows of one shape that TensorRT-LLM runs with one tactic (below)
+
+
+def pair_scatter(df: pd.DataFrame, pairs=REPEAT_PAIRS) -> float:
+    """The table's own repeatability, model-free (percent): for each pair (a, b) of rows m = a and
+    m = b of one (n, k) shape, ln(t_b / t_a) less its median over the shapes, then the mean
+    |exp - 1| over the shapes and pairs. TensorRT-LLM's plugins take their tactic from the profile
+    at the next power of two of m (``GemmPluginProfiler::getBestConfig``, gemmPluginProfiler.cpp),
+    so in its tables both rows of a pair run one kernel on nearly the same work (the same m-tile
+    count for tiles of 32 rows or more): what stays is the two rows' timing noise, which no model
+    of the shape predicts. With independent noise a row's own is 1/2 (spikes) to 1/√2 (Gaussian)
+    of this: the least MAPE an exact model could show.
+    NaN where the table has neither pair."""
+    t = df.pivot_table(index=["n", "k"], columns="m", values="time_s")
+    devs = []
+    for a, b in pairs:
+        if a in t.columns and b in t.columns:
+            r = np.log(t[b] / t[a]).dropna().to_numpy()
+            devs.append(np.abs(np.expm1(r - np.median(r))))
+    return 100 * float(np.concatenate(devs).mean()) if devs else float("nan")
+
+
 def quantized_gemm(name: str, folder: str, spec, dtype: str) -> dict:
     """One quantized dtype's GEMM table (``fit_profiles.load_gemm_dtype``) fitted at its spec peak on
     3/4 of its (n, k) shapes and the rest predicted, over the draws: MAPE / median / p90 of all
     held-out rows and of the decode-size ones (m ≤ DECODE_M), and the neighbour floor's MAPE
     (``gemm_neighbour_floor``: the measured shapes around a held-out one interpolated) on both;
     ``shape``: the decode-size MAPE left once each held-out shape's own median error is divided out
-    (an oracle no fit has: what the rows of one shape scatter around their m-dependence)."""
+    (an oracle no fit has: what the rows of one shape scatter around their m-dependence); ``pair``:
+    the whole table's repeatability (``pair_scatter``)."""
     df, _ = load_gemm_dtype(folder, dtype)
     spec = dtype_base(spec, folder, dtype)
     pos = lambda d: np.c_[np.log2(d["n"]), np.log2(d["k"])]  # noqa: E731
@@ -183,6 +206,7 @@ def quantized_gemm(name: str, folder: str, spec, dtype: str) -> dict:
         **{f"all_{k}": round(float(v), 1) for k, v in zip(keys, m[:4])},
         **{f"dec_{k}": round(float(v), 1) for k, v in zip(keys, m[4:8])},
         "dec_shape": round(float(m[8]), 1),
+        "pair": round(pair_scatter(df), 1),
     }
 
 
@@ -202,7 +226,8 @@ def quantized_only(gpus=None, dtypes=None) -> None:
     print(
         f"\nquantized GEMMs held out by shape, mean of {len(SEEDS)} draws (percent); dec: m <= {DECODE_M}; "
         "floor: the neighbour floor's MAPE; dec_shape: the decode rows' MAPE with each held-out shape's "
-        "median error divided out"
+        "median error divided out; pair: the table's own repeatability, two rows of one shape that one "
+        "TensorRT-LLM tactic runs (m = 48 and 64, 80 and 96; pair_scatter)"
     )
     print(pd.DataFrame(out).to_string(index=False))
 

@@ -148,7 +148,10 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
     """The run's pure-decode steps (seconds of the timeseries with no prompt tokens: step = running /
     generated tokens per second) at max_num_seqs running and at the run's end (1-2 running, both ends
     of the second), against the model's price of the same batches (each running request's context
-    from its own first/last token times) and the profile folder's own timings summed for them."""
+    from its own first/last token times) and the profile folder's own timings summed for them
+    (``profile_sum``, with its skew fit: uneven contexts in one batch cost more than their mean,
+    the profile's ``attn_decode_skew``), and the model's GPU work without the collectives against
+    that sum: where the gap sits."""
     import json
 
     import pandas as pd
@@ -209,7 +212,14 @@ def decode_plateau(run_dir: Path, model, hw, tp: int, profile_dir: Path | None =
         out += (
             f"; the profile folder's own timings summed for the same batches {p[5] * 1e3:.1f} ms, its skew fit "
             f"+{p[6] * 1e3:.1f} ms, with these collectives {(comm + p[5] + p[6]) * 1e3:.1f} ms: {rest * 1e3:.1f} ms a step "
-            f"({rest / meas:.0%}) that neither the folder nor these collectives account for"
+            f"({rest / meas:.0%}) that neither the folder nor these collectives account for; the model's own GPU work "
+            f"(all but the collectives) {(p[0] - comm) * 1e3:.1f} ms, {(p[0] - comm - p[5] - p[6]) * 1e3:+.1f} ms against the "
+            f"folder's sum with its skew ("
+            + (
+                f"the profile's decode skew α {hw.attn_decode_skew:g} in it)"
+                if hw.attn_decode_skew
+                else "no skew term in the model)"
+            )
         )
     if tail.any():
         q = priced(tail)

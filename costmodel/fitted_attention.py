@@ -50,6 +50,7 @@ class FittedAttention:
             rho = hw.attn_softmax_rate  # prefill FLOP rate with the softmax's per-element cost: 1/(1/π + 1/(4·d·ρ))
             self.pi_pre = 1.0 / (1.0 / hw.pi_attention + 1.0 / (4.0 * m.d_h * rho)) if rho else hw.pi_attention
             self.row_coef = La * (m.h // tp) * hw.attn_prefill_row_s  # per prefill row beyond the L2, over all layers
+        self.decode_skew = hw.attn_decode_skew if self.attn_fitted else 0.0
         self.units = self.attn_fitted and bool(hw.attn_decode_unit_s)
         if self.units:  # unit decode model: per layer, the layer's KV bytes and FLOPs
             self.unit_v = (
@@ -105,8 +106,32 @@ class FittedAttention:
             else:
                 a, m = fl / hw.attn_decode_pi, by / hw.beta_attention
                 t = math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
-            out.append(("attention_decode", fl, by, t))
+            out.append(("attention_decode", fl, by, t + self._decode_skew(s)))
         return out
+
+    def _decode_skew(self, s: ShapeStats) -> float:
+        """α·(t_max - t_mean) of the batch's decodes (attn_decode_skew): the decode part priced with
+        every decode at the longest context, less it at the batch's own. LLMServingSim's profiler
+        times ragged decode batches (skew.csv: t_skew = t_mean + α·(t_max - t_mean), α per batch)
+        and fits one α_default a GPU and tp (meta.yaml skew_fit): the kernel's blocks wait on the
+        longest sequence, which a price linear in Σkv cannot see. 0 without a skew or longest context."""
+        n = s.seqs - s.prefill_seqs
+        if not (self.decode_skew and s.decode_kv_max and n):
+            return 0.0
+        top, mixed = float(n * s.decode_kv_max), bool(s.prefill_kv)
+        return self.decode_skew * (
+            self._decode_part(top, top, n, mixed) - self._decode_part(s.memory_bound_pairs, s.decode_kv, n, mixed)
+        )
+
+    def _decode_part(self, pairs: float, decode_kv: float, n: int, mixed: bool) -> float:
+        """The decode branch of ``_fitted_attention_time`` (n decodes, their pairs and Σ(kv + 1))."""
+        hw, fl = self.hw, self.attn_coef * pairs
+        if self.varlen and mixed:
+            return fl / hw.attn_mixed_pi + self.mix_seq * n
+        if self.units:
+            return self._unit_decode(fl, decode_kv, n)
+        a, m = fl / hw.attn_decode_pi, (self.kv_coef * decode_kv + self.qo_coef * n) / hw.beta_attention
+        return math.sqrt(a * a + m * m) + (self.dec_seq * n + self.dec_over)
 
     def _prefill_time(self, c: float, by: float, kv: float, rows: int) -> float:
         """Compute c plus B/β_prefill; with attn_prefill_l2_beta, the share r = ``l2_resident_share``(B_layer/C)

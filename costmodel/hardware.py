@@ -113,6 +113,9 @@ class Hardware:
     attn_decode_issue_beta: float = 0.0  # ... the rate MMHA's issued key rows are served at (0: attn_decode_l2_beta)
     attn_mixed_pi: float = 0.0  # varlen: FLOP/s of a decode's FLOPs when it rides a prefill kernel
     attn_mixed_seq_s: float = 0.0  # varlen: cost per decode sequence beside a prefill chunk, per layer
+    attn_decode_skew: float = (
+        0.0  # fitted decode: α, a batch of uneven contexts costs t_mean + α·(t_max - t_mean) (0: off)
+    )
     attn_wave_s: float = 0.0  # prefill wave model: one query tile's time per cached key (0: off; needs sms)
     attn_wave_form: str = "max"  # ... max(F'/π, waves·wave·…), or "quantized": F'/π·waves·SMs/tiles + waves·wave·…
     sms: int = 0  # streaming multiprocessors (spec; the attention wave model needs it)
@@ -313,6 +316,7 @@ def hardware_from_dict(d: dict, source: str = "hardware") -> Hardware:
         "moe_tile_depth",
         "moe_tuned_pi",
         "pcie_channel_bw",
+        "attn_decode_skew",
     ):
         require(getattr(hw, fld) >= 0, f"{source}:{fld}", getattr(hw, fld), "must be >= 0")
     if hw.pcie_gts:

@@ -272,7 +272,9 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
     def shape(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> ShapeStats:
         """The batch's stats, attention split at this model's and GPU's compute/memory bound
         (plus `decodes` sequences of one new token given by their Σ(kv + 1), `decode_tokens`)."""
-        return ShapeStats.of(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens, self.q_tile)
+        return ShapeStats.of(
+            q_lens, kv_lens, self.attn_bound, decodes, decode_tokens, self.q_tile, self.decode_skew > 0
+        )
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -551,12 +553,20 @@ class CostModel(DecodeRuns, FittedAttention, HostTime, ExpertParallel):
             s.rows,
             self._prefill_compute(s) if self.q_tile else None,
         )
+        if self.decode_skew:
+            gpu += self._decode_skew(s)
         return self._with_host(gpu, s.seqs, s.prefill_seqs, s.rows) if self.has_host else gpu
+
+    @property
+    def needs_stepping(self) -> bool:
+        """Whether only the reference loop prices this model: the decode skew needs each decode's
+        context, which the fast paths pass as totals."""
+        return bool(self.decode_skew)
 
     def step_time(self, q_lens, kv_lens, decodes: int = 0, decode_tokens: int = 0) -> float:
         """``time(shape(q_lens, kv_lens, decodes, decode_tokens))`` without building the ShapeStats:
         the same integer sums and the same float operations, so the same bits (the replica's hot path)."""
-        if len(q_lens) > 48 or self.q_tile:
+        if len(q_lens) > 48 or self.q_tile or self.decode_skew:
             return self.time(self.shape(q_lens, kv_lens, decodes, decode_tokens))
         rows, pairs, pkv, dkv, dpairs, pseqs = attention_sums(q_lens, kv_lens, self.attn_bound, decodes, decode_tokens)
         seqs = len(q_lens) + decodes

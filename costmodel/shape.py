@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import require
 
 Q_TILE = 64  # query rows per FlashAttention CTA (FA2's kBlockM for head dim 128 on sm8x/sm89): the wave model's tile
 
@@ -57,14 +60,32 @@ class ShapeStats:
     prefill_tile_work: int = 0  # Σ⌈q/T⌉·(2·kv + q): their query-key pairs with q padded to whole tiles, ×2/T
     prefill_kv_max: int = 0  # their longest cached prefix
     prefill_q_max: int = 0  # their longest chunk (the wave model's causal tail)
+    decode_kv_max: int = 0  # with decode_max: the longest memory-bound sequence's kv + q (the decode skew)
 
     @classmethod
     def of(
-        cls, q_lens, kv_lens, bound: float = 1.0, decodes: int = 0, decode_tokens: int = 0, tile: int = 0
+        cls,
+        q_lens,
+        kv_lens,
+        bound: float = 1.0,
+        decodes: int = 0,
+        decode_tokens: int = 0,
+        tile: int = 0,
+        decode_max: bool = False,
     ) -> ShapeStats:
         """Exact integer sums: plain Python for small batches, numpy for wide ones (same results).
         `decodes` more sequences with q = 1 whose Σ(kv + 1) is `decode_tokens` may be given as totals;
-        `tile` > 0 also sums the compute-bound sequences' query tiles (the attention wave model)."""
+        `tile` > 0 also sums the compute-bound sequences' query tiles (the attention wave model);
+        `decode_max` also finds the longest memory-bound sequence, which totals do not tell."""
+        if decode_max:
+            require(not decodes, "decodes", decodes, "given as totals: the decode skew needs each sequence's context")
+            s = cls.of(q_lens, kv_lens, bound, 0, 0, tile)
+            longest = 0
+            for q, kv in zip(q_lens, kv_lens):
+                q, kv = int(q), int(kv)
+                if q * kv + q * (q + 1) // 2 <= bound * (kv + q):  # memory-bound: attention_sums' decode side
+                    longest = max(longest, kv + q)
+            return dataclasses.replace(s, decode_kv_max=longest)
         if len(q_lens) > 48:
             s = cls._of_wide(np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64), bound, tile)
             return s._plus_decodes(decodes, decode_tokens, bound) if decodes else s

@@ -84,11 +84,11 @@ class Simulation:
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
         if (
-            any(getattr(pol, "needs_stepping", False) for pol, _, _ in engines)
+            any(getattr(pol, "needs_stepping", False) or getattr(cm, "needs_stepping", False) for pol, _, cm in engines)
             or getattr(router, "needs_stepping", False)
             or lockstep is not None
         ):
-            ff = None  # what the fast paths do not know (speculative decoding, DP ranks): the reference loop
+            ff = None  # what the fast paths do not know (speculative decoding, DP ranks, a decode skew): the reference loop
         if ff is None:  # the reference: simcore/stepping.py alone
             # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class
             self.replicas: list[Any] = [

@@ -13,7 +13,13 @@ from costmodel import load_hardware, load_model
 from costmodel.calibration import fit, profile_from_fit
 from costmodel.calibration.fit import DEFAULT_FORM, FORMS
 from costmodel.calibration.holdout import error_table, split_by_shape
-from costmodel.calibration.importers import FORMATS as KERNEL_FORMATS, load_source, read_llmservingsim, spec_hardware
+from costmodel.calibration.importers import (
+    FORMATS as KERNEL_FORMATS,
+    load_source,
+    read_llmservingsim,
+    skew_alpha,
+    spec_hardware,
+)
 from costmodel.calibration.microbench import DEVICES, cpu_plan, measure, model_plan, split_holdout
 from costmodel.calibration.plot import residual_plot
 from costmodel.calibration.profile import cpu_base
@@ -50,7 +56,12 @@ def add_parser(p):
         "profile's meta.yaml), step timings and --measure --device cuda (default "
         "llama-3.1-8b); a short name, Hugging Face id or config.json",
     )
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shard for the cuda microbenchmark")
+    p.add_argument(
+        "--tp",
+        type=positive_int,
+        default=1,
+        help="tensor-parallel shard for the cuda microbenchmark, and the tp whose decode skew an llmservingsim folder gives",
+    )
     p.add_argument(
         "--holdout",
         metavar="PATH",
@@ -178,6 +189,9 @@ def calibrate(args) -> dict:
     if base.name == "cpu":
         base = base.replace(peak_flops=result.value("gemm.pi"), peak_bandwidth=result.value("gemm.beta"))
     hw = profile_from_fit(result, base, source, args.name)
+    folders = [llmservingsim_dir(p) for f, p in args.sources or [] if f == "llmservingsim"]
+    if folders and hw.attn_form != "roofline":  # the profiler's ragged-batch skew at the run's tp
+        hw = hw.replace(attn_decode_skew=skew_alpha(folders[0], args.tp))
     report = {
         "source": source,
         "fit_seconds": result.seconds,

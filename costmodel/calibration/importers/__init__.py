@@ -7,9 +7,9 @@ Each returns ``(table, notes)``: the rows of the dtype modelled, and one line pe
 from __future__ import annotations
 
 from .aiconfigurator import read_aiconfigurator, spec_hardware
-from .llmservingsim import read_llmservingsim
+from .llmservingsim import read_llmservingsim, skew_alpha
 
-__all__ = ["read_aiconfigurator", "read_llmservingsim", "load_source", "spec_hardware", "FORMATS"]
+__all__ = ["read_aiconfigurator", "read_llmservingsim", "skew_alpha", "load_source", "spec_hardware", "FORMATS"]
 FORMATS = ("vidur", "timings", "aiconfigurator", "llmservingsim")
 
 

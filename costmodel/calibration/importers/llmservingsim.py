@@ -196,3 +196,19 @@ def read_llmservingsim(path, model=None, tp: int | None = None) -> tuple[pd.Data
             _per_sequence(d / names[2], spec, n, notes),
         ]
     return validate(pd.concat(frames, ignore_index=True), str(p)), notes
+
+
+def skew_alpha(path, tp: int) -> float:
+    """The profiler's decode skew for ``tp`` (``meta.yaml`` ``skew_fit.per_tp.<tp>.alpha_default``,
+    fitted on its ragged-batch timings, skew.csv: t_skew = t_mean + α·(t_max - t_mean)), the
+    profile's ``attn_decode_skew``; 0 where the folder has none (it was not profiled), and never
+    below 0."""
+    p = Path(path)
+    for d in (p, *p.parents[:2]):
+        meta = d / "meta.yaml"
+        if meta.is_file():
+            fit = ((yaml.safe_load(meta.read_text()) or {}).get("skew_fit") or {}).get("per_tp") or {}
+            a = (fit.get(tp) or fit.get(str(tp)) or {}).get("alpha_default", 0.0)
+            require(isinstance(a, (int, float)) and np.isfinite(a), f"{meta}:alpha_default", a, "must be a number")
+            return max(float(a), 0.0)
+    return 0.0
