@@ -64,7 +64,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from ..errors import require
-from ..execution import eager_launches
+from ..execution import model_launches
 from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
@@ -118,7 +118,7 @@ class _Pricer:
         self.shapes, self.model, self.base, self.tp = shapes, model, base, tp
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
-        self.launches = eager_launches(model.L, tp)  # kernels an eager pass launches (costmodel/execution.py)
+        self.launches = model_launches(model, tp)  # kernels an eager pass launches (costmodel/execution.py)
 
     @property
     def groups(self) -> list:
@@ -562,13 +562,13 @@ def layer_terms(groups: list, per_layer: str, fixed: dict) -> list[tuple[str, st
     told from them: with one model, kernel_launch_s is host_step_s times the kernel count, and
     per_layer says which of the two keeps the time ("step": host_step_s, today's fit; "layer":
     kernel_launch_s, which carries to another model; "launch": host_per_launch_s, the host's time per
-    eager kernel launch, L·(10 + 2·[tp > 1]) + 2 of them, costmodel/execution.py); with one tp,
+    eager kernel launch, L·layer_kernels + 2 of them, costmodel/execution.py); with one tp,
     hop_latency_s is held."""
     cols = {
         "host_step_s": np.ones(len(groups)),
         "kernel_launch_s": np.array([float(elementwise_kernels(s)) for _, _, s in groups]),
         "hop_latency_s": np.array([4.0 * s.L * (t - 1) for _, t, s in groups]),
-        LAUNCH: np.array([float(eager_launches(s.L, t)) for _, t, s in groups]),
+        LAUNCH: np.array([float(model_launches(s, t)) for _, t, s in groups]),
     }
     first: tuple = ("kernel_launch_s", "host_step_s") if per_layer == "layer" else ("host_step_s", "kernel_launch_s")
     if per_layer == "launch":  # host_per_launch_s first: the others only where the groups tell them apart
