@@ -297,3 +297,18 @@ def test_llama_steps_price_bloom_steps_through_the_launch_term():
     ape = np.abs(predict_steps(bloom, models, fit.hardware()) / bloom["time_s"].to_numpy() - 1)
     for kind in ("prefill", "decode"):
         assert 100 * ape[(bloom["kind"] == kind).to_numpy()].mean() <= 10.0, kind
+
+
+def test_launch_count_is_taken_only_where_the_launch_term_is_fitted():
+    """A step fit of a model whose layers the launch count refuses (MoE) runs as before without the
+    launch term, and with it is refused naming the model."""
+    from costmodel.errors import InputError
+
+    m = load_model("mixtral-8x7b")
+    cm = CostModel(m, BASE, 2)
+    n, q, d = np.array([1, 1, 0, 0]), np.array([512, 2048, 0, 0]), np.array([0, 0, 4, 16])
+    t = [cm.step_time([int(a)] * int(k), [0] * int(k), int(x), int(x) * 513) + 2e-3 for k, a, x in zip(n, q, d)]
+    steps = uniform_steps(n, q, np.zeros(4), d, np.full(4, 512), t, "synthetic", tp=2)
+    fit_steps(steps, m, BASE, per_layer="step")
+    with pytest.raises(InputError, match="mixtral"):
+        fit_steps(steps, m, BASE, per_layer="launch")
