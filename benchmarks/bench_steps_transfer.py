@@ -10,7 +10,9 @@ costmodel/host.py; kernels per layer counted from each model's architecture, exe
 on the kernel-calibrated a100-sxm with its β held (s_β = 1: a step fit of one tp cannot tell a
 launch-bound decode from a slow one), with the held-out decodes per tp and batch, predicted against
 measured; then the evidence for that term (decode time by tp and batch: launch-bound decodes cost
-the same at tp 4 and 8) and the joint fit of both models with its leave-one-model-out errors. The held-out model's rows are never seen by the fit.
+the same at tp 4 and 8) and the joint fits of both models (per-layer and launch terms), errors on
+the fitted steps: one set of constants for both, which no single model's steps can identify.
+The held-out model's rows are never seen by the fit.
 Rows are screened by step_timings.splitwise_screen (skipped counts printed).
 Run: python benchmarks/bench_steps_transfer.py [--quick]"""
 
@@ -163,11 +165,13 @@ def main() -> None:
     show_transfer(data, BASES[0], "launch")
     launch_decodes(data)
     launch_bound_evidence(data)
-    print("\njoint fit of both models (a100-sxm), error on the fitted steps (%):")
     both = pd.concat(data.values(), ignore_index=True)
-    f = fit_steps(both, step_models(both, None), load_hardware("a100-sxm"))
-    show_fit(f)
-    print(f.group_errors.round(2).to_string(index=False))
+    for per_layer in ("layer", "launch"):
+        fixed = dict(LAUNCH_FIXED) if per_layer == "launch" else None
+        print(f"\njoint fit of both models (a100-sxm, per_layer={per_layer!r}), error on the fitted steps (%):")
+        f = fit_steps(both, step_models(both, None), load_hardware("a100-sxm"), per_layer=per_layer, fixed=fixed)
+        show_fit(f)
+        print(f.group_errors.round(2).to_string(index=False))
 
 
 if __name__ == "__main__":
