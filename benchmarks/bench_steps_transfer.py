@@ -6,10 +6,13 @@ calibrated kernels; a100-80gb: spec ratios), with the per-layer terms (fit_steps
 "layer"): one model's fixed time put per layer, so that it carries to a model of other layers)
 and, for comparison, as before (per_layer="step": per step); then the eager-launch term
 (per_layer="launch": host time per kernel an eager pass launches, hidden under the GPU's,
-costmodel/host.py) on the kernel-calibrated a100-sxm with its β held (s_β = 1: a step fit of one
-tp cannot tell a launch-bound decode from a slow one); then the evidence for that term (decode time
-by tp and batch: launch-bound decodes cost the same at tp 4 and 8) and the joint fit of both models
-with its leave-one-model-out errors. The held-out model's rows are never seen by the fit.
+costmodel/host.py; kernels per layer counted from each model's architecture, execution.layer_kernels)
+on the kernel-calibrated a100-sxm with its β held (s_β = 1: a step fit of one tp cannot tell a
+launch-bound decode from a slow one), with the held-out decodes per tp and batch, predicted against
+measured; then the evidence for that term (decode time by tp and batch: launch-bound decodes cost
+the same at tp 4 and 8) and the joint fits of both models (per-layer and launch terms), errors on
+the fitted steps: one set of constants for both, which no single model's steps can identify.
+The held-out model's rows are never seen by the fit.
 Rows are screened by step_timings.splitwise_screen (skipped counts printed).
 Run: python benchmarks/bench_steps_transfer.py [--quick]"""
 
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from costmodel import load_hardware  # noqa: E402
 from costmodel.calibration.step_timings import load_steps  # noqa: E402
 from costmodel.calibration.steps import fit_steps, predict_steps  # noqa: E402
+from costmodel.execution import layer_kernels  # noqa: E402
 from experiments.cli.calibrate_steps import step_models  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "steps"
@@ -120,6 +124,23 @@ def show_transfer(data: dict, base: str, per_layer: str) -> None:
             print(f"    tp {r['tp']!s:>3}: prefill {r['prefill']:5.1f}  decode {r['decode']:5.1f}{flag}")
 
 
+def launch_decodes(data: dict, base: str = "a100-sxm") -> None:
+    """The launch term's held-out decodes, median ms per tp and batch, predicted against measured,
+    with each model's eager kernels per layer (execution.layer_kernels) at the tp sizes it ran."""
+    models = step_models(pd.concat(data.values(), ignore_index=True), None)
+    for fit_on, predict in DIRECTIONS:
+        st = data[predict]
+        counts = {n: {int(t): layer_kernels(models[n], int(t)) for t in sorted(data[n]["tp"].unique())} for n in data}
+        f, pred = fit_and_predict(fit_on, predict, data, base, "launch")
+        d = st.assign(pred=pred)[(st["kind"] == "decode").to_numpy()]
+        t = d.groupby(["tp", "seqs"])[["time_s", "pred"]].median() * 1e3
+        t["err %"] = 100 * (t["pred"] / t["time_s"] - 1)
+        print(
+            f"\nlaunch term, fit {fit_on} -> predict {predict}: decode ms by tp and batch (kernels per layer {counts})"
+        )
+        print("    " + t.round(1).unstack("tp").to_string().replace("\n", "\n    "))
+
+
 def launch_bound_evidence(data: dict) -> None:
     """Median decode step (ms) by tp and batch, each model: a pass bound by the host's launches
     costs the same at any tp, one bound by the GPU falls with tp (its weights split tp ways)."""
@@ -142,12 +163,15 @@ def main() -> None:
         for per_layer in modes:
             show_transfer(data, base, per_layer)
     show_transfer(data, BASES[0], "launch")
+    launch_decodes(data)
     launch_bound_evidence(data)
-    print("\njoint fit of both models (a100-sxm), error on the fitted steps (%):")
     both = pd.concat(data.values(), ignore_index=True)
-    f = fit_steps(both, step_models(both, None), load_hardware("a100-sxm"))
-    show_fit(f)
-    print(f.group_errors.round(2).to_string(index=False))
+    for per_layer in ("layer", "launch"):
+        fixed = dict(LAUNCH_FIXED) if per_layer == "launch" else None
+        print(f"\njoint fit of both models (a100-sxm, per_layer={per_layer!r}), error on the fitted steps (%):")
+        f = fit_steps(both, step_models(both, None), load_hardware("a100-sxm"), per_layer=per_layer, fixed=fixed)
+        show_fit(f)
+        print(f.group_errors.round(2).to_string(index=False))
 
 
 if __name__ == "__main__":

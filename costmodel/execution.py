@@ -18,6 +18,8 @@ Kernels per layer of a dense (Llama-style) decoder, eager, as vLLM's ``LlamaDeco
 launches them: input RMSNorm, QKV GEMM, rotary, KV-cache write, attention, O GEMM, post-attention
 RMSNorm, gate/up GEMM, SiLU-and-mul, down GEMM = 10, plus 2 all-reduces at tp > 1; per pass the
 embedding and the final norm. Other layer kinds (MoE, linear attention) are not counted: refused.
+The step fit's eager-launch term (``host_per_launch_s``, costmodel/host.py) counts instead as the
+engine of its measurements launched them, from each model's architecture (``layer_kernels``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,38 @@ class Execution:
 def eager_launches(layers: int, tp: int) -> int:
     """Kernels the host launches for one eager pass of a dense decoder (module docstring)."""
     return layers * (EAGER_LAYER_KERNELS + (TP_LAYER_KERNELS if tp > 1 else 0)) + PASS_KERNELS
+
+
+def layer_kernels(model, tp: int) -> int:
+    """Kernels one dense decoder layer launches eagerly, counted from the model's architecture as
+    vLLM's model code of 2023 launches them (v0.2, the eager engine of Splitwise's step timings:
+    ``LlamaDecoderLayer.forward``, ``BloomBlock.forward`` with the Megatron-style
+    ``ColumnParallelLinear`` / ``RowParallelLinear`` of ``parallel_utils/tensor_parallel/layers.py``):
+
+      2 norms (RMSNorm's custom op, or nn.LayerNorm), 2 residual adds (not fused into the norm then)
+      QKV GEMM (a column-parallel bias rides in the GEMM: torch's addmm with a 1-D bias runs
+      cuBLASLt's bias epilogue), rotary embedding where the model rotates q and k (ALiBi's slopes
+      are an argument of the attention kernel, learned positions are added once per pass)
+      KV-cache write (``reshape_and_cache``) and attention: 2
+      O GEMM and the MLP's three (gate_up, SiLU-and-mul, down; or up, GELU, down)
+      at tp > 1 an all-reduce after each row-parallel GEMM, and each row-parallel bias added after
+      it (``RowParallelLinear.forward``: output_ + bias, its own kernel)
+
+    Llama-2-70B: 14 at tp > 1; BLOOM-176B: 15 (no rotary, two bias adds)."""
+    if model.is_moe or model.linear_layers or model.is_mla:
+        raise InputError(
+            "model",
+            model.name,
+            "only a dense decoder's eager kernels per layer are counted (no MoE, linear-attention or MLA layers)",
+        )
+    fixed = 2 + 2 + 1 + 2 + 1 + 3  # norms, residual adds, QKV, cache write + attention, O, MLP
+    return fixed + int(model.rotary) + model.out_biases + (TP_LAYER_KERNELS if tp > 1 else 0)
+
+
+def model_launches(model, tp: int) -> int:
+    """Kernels one eager pass of ``model`` launches (``layer_kernels`` per layer, plus the pass's):
+    the count ``host_per_launch_s`` multiplies (costmodel/host.py)."""
+    return model.L * layer_kernels(model, tp) + PASS_KERNELS
 
 
 def check_model(model, execution: Execution) -> None:

@@ -23,11 +23,12 @@ A replica prices with overlap when its policy says ``overlaps_host`` is True
 time exactly, bit for bit, in both modes: every path returns its GPU time unchanged.
 
 An engine that launches every kernel from Python (eager mode) also spends host time per kernel,
-``host_per_launch_s`` times the pass's kernels (costmodel/execution.py, ``eager_launches``: per
-layer by the model's depth, so one constant carries across models). The GPU runs each kernel while
-the host launches the next, so that time hides under the GPU's: a pass takes max(gpu, launches)
-(serial: + host; overlap: max(gpu, launches + host)). A launch-bound pass costs the same at any tp
-and batch, as Splitwise's Llama-2-70B A100 decodes do at tp 4 and 8 (docs/calibration.md).
+``host_per_launch_s`` times the pass's kernels (costmodel/execution.py, ``model_launches``:
+counted per layer from the model's architecture, so one constant carries across models). The GPU
+runs each kernel while the host launches the next, so that time hides under the GPU's: a pass takes
+max(gpu, launches) (serial: + host; overlap: max(gpu, launches + host)). A launch-bound pass costs
+the same at any tp and batch, as Splitwise's Llama-2-70B A100 decodes do at tp 4 and 8
+(docs/calibration.md).
 
 With an engine execution profile (``execution``, costmodel/execution.py: CUDA-graph regime, its
 padding, the kernels launched from the host) the GPU time first grows by that profile's terms;
@@ -75,16 +76,16 @@ class HostTime:
         if not per_launch:
             return 0.0
         from .errors import InputError
-        from .execution import eager_launches
+        from .execution import model_launches
 
-        if self.model.is_moe or self.model.linear_layers:
+        if self.model.is_moe or self.model.linear_layers or self.model.is_mla:
             raise InputError(
                 "host_per_launch_s",
                 per_launch,
-                f"{self.model.name} has MoE or linear-attention layers, whose eager kernels per layer "
+                f"{self.model.name} has MoE, linear-attention or MLA layers, whose eager kernels per layer "
                 "are not counted (dense decoders only, costmodel/execution.py)",
             )
-        return per_launch * eager_launches(self.model.L, self.tp)
+        return per_launch * model_launches(self.model, self.tp)
 
     def host_time(self, seqs: int, prefill_seqs: int = 0) -> float:
         """Seconds of host work for a step of `seqs` sequences, `prefill_seqs` of them with q > 1."""

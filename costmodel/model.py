@@ -50,6 +50,8 @@ class ModelSpec:
     lin_v_dim: int = 0  # value head dim,
     lin_conv_kernel: int = 0  # causal short-convolution width
     gated_mlp: bool = True  # gate, up, down (Llama, Qwen); False: up, down (BLOOM's 4h GELU MLP)
+    rotary: bool = True  # RoPE on q and k in every layer; False: ALiBi (BLOOM) or learned positions (OPT)
+    out_biases: int = 0  # the layer's row-parallel projections with a bias (attention out, MLP down): BLOOM, OPT 2
     weights: str = "bf16"  # the decoder's linear weights' format (costmodel/precision.py); embedding, head: b
     kv_b: float = 0.0  # bytes per KV element (0: b)
     kv_lora_rank: int = 0  # MLA (DeepSeek-V2/V3, Kimi-K2; costmodel/mla.py): latent width r (0: not MLA)
@@ -382,6 +384,8 @@ def model_from_config(cfg: dict, name: str = "model") -> ModelSpec:
         moe_layers=moe_layers,
         qkv_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe", "bloom", "opt"))),
         gated_mlp=not (bloom or opt),
+        rotary=not (bloom or opt),
+        out_biases=2 if (bloom or opt) else int(bool(cfg.get("attention_bias", False))),
         max_model_len=int(cfg.get("max_position_embeddings") or 0),
         kv_layers=kv_layers,
         attn_output_gate=bool(cfg.get("attn_output_gate", False)),

@@ -184,14 +184,14 @@ def test_eager_launches_hide_under_the_gpu_and_cost_the_same_at_any_tp():
     max(GPU, launches + host) with overlap; a launch-bound decode costs the same at tp 2 and 4, a
     GPU-bound prefill is unchanged; the field at 0 prices exactly as before."""
     from costmodel.errors import InputError
-    from costmodel.execution import eager_launches
+    from costmodel.execution import model_launches
 
     m, c = load_model("llama-2-7b"), 30e-6
     base = BASE.replace(host_per_seq_s=40e-6)
     hw = base.replace(host_per_launch_s=c)
     for tp in (2, 4):
         gpu = CostModel(m, BASE, tp).step_time([], [], 8, 8 * 513)
-        launch = c * eager_launches(m.L, tp)
+        launch = c * model_launches(m, tp)
         assert gpu < launch  # the decode is launch-bound here
         assert CostModel(m, hw, tp).step_time([], [], 8, 8 * 513) == pytest.approx(launch + 8 * 40e-6, rel=1e-12)
         over = CostModel(m, hw, tp, overlap_host=True).step_time([], [], 8, 8 * 513)
@@ -204,6 +204,57 @@ def test_eager_launches_hide_under_the_gpu_and_cost_the_same_at_any_tp():
     ).step_time([], [], 8, 8 * 513)
     with pytest.raises(InputError, match="host_per_launch_s"):
         CostModel(load_model("mixtral-8x7b"), hw, 2)
+
+
+# The ops each layer's forward runs, transcribed from vLLM's 2023 model code (v0.2, eager):
+# LlamaDecoderLayer.forward / LlamaAttention / LlamaMLP with PagedAttentionWithRoPE, and
+# BloomBlock.forward / BloomAttention / BloomMLP with PagedAttentionWithALiBi; the linear layers are
+# parallel_utils/tensor_parallel's ColumnParallelLinear (F.linear, bias inside) and
+# RowParallelLinear (F.linear, all-reduce, then ``output_ + self.bias``). "all_reduce" only at tp > 1.
+V02_LLAMA = (
+    "input_layernorm", "qkv_proj", "rotary_embedding_neox", "reshape_and_cache", "attention", "o_proj",
+    "all_reduce", "residual + h", "post_attention_layernorm", "gate_up_proj", "SiluAndMul", "down_proj",
+    "all_reduce", "residual + h",
+)  # fmt: skip
+V02_BLOOM = (
+    "input_layernorm", "query_key_value", "reshape_and_cache", "attention", "dense", "all_reduce",
+    "output_ + bias", "attention_output + residual", "post_attention_layernorm", "dense_h_to_4h", "gelu",
+    "dense_4h_to_h", "all_reduce", "output_ + bias", "mlp + residual",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, ops", [("llama-2-70b", V02_LLAMA), ("bloom-176b", V02_BLOOM), ("llama-2-7b", V02_LLAMA)]
+)
+def test_layer_kernels_follow_the_engine_code_of_the_measurements(name, ops):
+    """execution.layer_kernels, counted from the model's architecture fields, equals the kernels the
+    2023 engine's layer launched (the transcription above), at tp 1 and tp > 1; MoE is refused."""
+    from costmodel.errors import InputError
+    from costmodel.execution import PASS_KERNELS, layer_kernels, model_launches
+
+    m = load_model(name)
+    for tp in (1, 2, 8):
+        want = len([o for o in ops if tp > 1 or o != "all_reduce"])
+        assert layer_kernels(m, tp) == want
+        assert model_launches(m, tp) == m.L * want + PASS_KERNELS
+    with pytest.raises(InputError, match="mixtral"):
+        layer_kernels(load_model("mixtral-8x7b"), 2)
+
+
+def test_architecture_fields_for_the_kernel_count(tmp_path):
+    """rotary and out_biases from config.json: BLOOM and OPT have no per-layer rotary and a bias on
+    both row-parallel projections; a Llama with attention_bias has one on o_proj; Qwen2's bias is the
+    QKV's only (inside its GEMM)."""
+    import json
+
+    assert (load_model("bloom-176b").rotary, load_model("bloom-176b").out_biases) == (False, 2)
+    assert (load_model("opt-13b").rotary, load_model("opt-13b").out_biases) == (False, 2)
+    assert (load_model("llama-2-70b").rotary, load_model("llama-2-70b").out_biases) == (True, 0)
+    assert (load_model("qwen2.5-7b").rotary, load_model("qwen2.5-7b").out_biases) == (True, 0)
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "costmodel" / "models" / "llama-2-7b.json").read_text())
+    p = tmp_path / "biased.json"
+    p.write_text(json.dumps({**cfg, "attention_bias": True}))
+    assert load_model(str(p)).out_biases == 1
 
 
 def test_launch_term_is_fitted_on_one_model_and_carries_to_another():
@@ -246,3 +297,18 @@ def test_llama_steps_price_bloom_steps_through_the_launch_term():
     ape = np.abs(predict_steps(bloom, models, fit.hardware()) / bloom["time_s"].to_numpy() - 1)
     for kind in ("prefill", "decode"):
         assert 100 * ape[(bloom["kind"] == kind).to_numpy()].mean() <= 10.0, kind
+
+
+def test_launch_count_is_taken_only_where_the_launch_term_is_fitted():
+    """A step fit of a model whose layers the launch count refuses (MoE) runs as before without the
+    launch term, and with it is refused naming the model."""
+    from costmodel.errors import InputError
+
+    m = load_model("mixtral-8x7b")
+    cm = CostModel(m, BASE, 2)
+    n, q, d = np.array([1, 1, 0, 0]), np.array([512, 2048, 0, 0]), np.array([0, 0, 4, 16])
+    t = [cm.step_time([int(a)] * int(k), [0] * int(k), int(x), int(x) * 513) + 2e-3 for k, a, x in zip(n, q, d)]
+    steps = uniform_steps(n, q, np.zeros(4), d, np.full(4, 512), t, "synthetic", tp=2)
+    fit_steps(steps, m, BASE, per_layer="step")
+    with pytest.raises(InputError, match="mixtral"):
+        fit_steps(steps, m, BASE, per_layer="launch")

@@ -58,13 +58,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
 from ..errors import require
-from ..execution import eager_launches
+from ..execution import model_launches
 from ..hardware import Hardware
 from ..model import ModelSpec
 from ..roofline import CostModel
@@ -118,11 +119,16 @@ class _Pricer:
         self.shapes, self.model, self.base, self.tp = shapes, model, base, tp
         self.memo = {} if memo is None else memo
         self.used = np.unique(shapes.inv)
-        self.launches = eager_launches(model.L, tp)  # kernels an eager pass launches (costmodel/execution.py)
 
     @property
     def groups(self) -> list:
         return [(self, slice(None))]
+
+    @cached_property
+    def launches(self) -> int:
+        """Kernels an eager pass launches (costmodel/execution.py); counted only where the launch
+        term is fitted (dense decoders: other layer kinds are refused there)."""
+        return model_launches(self.model, self.tp)
 
     def gpu(self, s_pi, s_beta, s_pa, regime, s_rows, layer=None) -> np.ndarray:
         key = (s_pi, s_beta, s_pa, regime, s_rows, layer)
@@ -152,7 +158,8 @@ class _Pricer:
         regime = regime if regime[1] else NONE
         layer = None if layer is None else tuple(float(v) for v in layer)
         gpu = self.gpu(s_pi, s_beta, s_pa, regime, s_rows if regime[1] else 1.0, layer)
-        launch = float(host[len(HOST)]) * self.launches if len(host) > len(HOST) else 0.0
+        per = float(host[len(HOST)]) if len(host) > len(HOST) else 0.0
+        launch = per * self.launches if per else 0.0
         return with_host(gpu, self.shapes, host[: len(HOST)], overlap, launch)
 
     def part(self, idx) -> _Pricer:
@@ -440,7 +447,9 @@ def fit_steps(
 
     # the launch term starts where the fastest step is launch-bound: max(GPU, launches) has no slope
     # in it while the GPU's time is the larger
-    launch0 = float(t.min() / max(pr.launches for pr, _ in pricer.groups) / LAYER_UNIT)
+    launch0 = (
+        float(t.min() / max(pr.launches for pr, _ in pricer.groups) / LAYER_UNIT) if per_layer == "launch" else 0.0
+    )
     m = len(t[idx])
     best = solve(NONE, None, idx)
     if _flat_decodes(pricer.part(idx), best[3](best[0].x)[0]):  # see LOW_BETA_START
@@ -562,14 +571,15 @@ def layer_terms(groups: list, per_layer: str, fixed: dict) -> list[tuple[str, st
     told from them: with one model, kernel_launch_s is host_step_s times the kernel count, and
     per_layer says which of the two keeps the time ("step": host_step_s, today's fit; "layer":
     kernel_launch_s, which carries to another model; "launch": host_per_launch_s, the host's time per
-    eager kernel launch, L·(10 + 2·[tp > 1]) + 2 of them, costmodel/execution.py); with one tp,
+    eager kernel launch, L·layer_kernels + 2 of them, costmodel/execution.py); with one tp,
     hop_latency_s is held."""
     cols = {
         "host_step_s": np.ones(len(groups)),
         "kernel_launch_s": np.array([float(elementwise_kernels(s)) for _, _, s in groups]),
         "hop_latency_s": np.array([4.0 * s.L * (t - 1) for _, t, s in groups]),
-        LAUNCH: np.array([float(eager_launches(s.L, t)) for _, t, s in groups]),
     }
+    if per_layer == "launch":
+        cols[LAUNCH] = np.array([float(model_launches(s, t)) for _, t, s in groups])
     first: tuple = ("kernel_launch_s", "host_step_s") if per_layer == "layer" else ("host_step_s", "kernel_launch_s")
     if per_layer == "launch":  # host_per_launch_s first: the others only where the groups tell them apart
         first = (LAUNCH, "host_step_s", "kernel_launch_s")
