@@ -34,6 +34,16 @@ class ConnectorEvents:
         else:
             self.connector.sending.append(req)
 
+    def landed(self, reqs, now: float) -> None:
+        """SGLang decode side: `reqs` joined the running batch with the prefill's token, streamed now
+        (process_batch_result_prebuilt); one that wanted only that token has finished."""
+        for req in reqs:
+            if req.first_token_s is None:
+                req.first_token_s = req.last_token_s = now
+            if req.num_output_tokens >= req.output_len:
+                req.finish_s = now
+                self.replica.finished(req)
+
     def _release_sent(self, req) -> None:
         self.connector.sending.remove(req)
         self.replica.state.pool.release(req)

@@ -102,6 +102,8 @@ class SteppingReplica:
             if plan.loads:  # PD: loads started by this schedule() (policies/vllm_pd.py)
                 self.transfers.loads_started(self, plan.loads, env.now)
             settled = self.kv is not None and self.kv.after_schedule(plan)
+            if plan.landed:  # SGLang PD decode: the prefill's token streams now (policies/sglang_pd.py)
+                self.kv.landed(plan.landed, env.now)
             if s.looked_up:
                 s.settle_lookups()
             if self.checking:
