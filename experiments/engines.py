@@ -82,6 +82,9 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
                 cm, execution_flags.execution_for(policy, cfg, graph, hw, tp, max_total)
             )
         if pd is not None:
+            require(
+                mamba is None and model.linear_layers == 0, "model", model.name, "hybrid models: not modelled in PD"
+            )
             return SGLangPDDecode(cfg, pd), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
         sched = SGLangScheduler(cfg)
         sched.hicache = hicache_settings(cfg, tokens, cm.kv_coef)  # HiCache's host tier (policies/sglang_hicache.py)
@@ -220,6 +223,8 @@ def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: 
     (_handle_gpu_memory_settings runs before it): (engines, lockstep cost, max_model_len)."""
 
     require(model.is_moe, "enable_dp_attention", True, f"is modelled for MoE models only ({model.name} is dense)")
+    mode = flags.get("disaggregation_mode")
+    require(mode in (None, "null"), "disaggregation_mode", mode, "a PD decode server under DP attention: not modelled")
     flags = {k: v for k, v in flags.items() if v is not None and k != "enable_dp_attention"}
     require(
         not flags.get("enable_hierarchical_cache"),

@@ -28,11 +28,17 @@ def test_decode_server_matches_sglang(config):
 
 @pytest.mark.parametrize("name", list(ablations()))
 def test_a_broken_rule_is_caught(name):
-    """Over the tight configurations, each broken rule makes some scenario diverge."""
+    """Over two tight configurations, each broken rule makes some scenario diverge."""
     cls = ablations()[name]
     caught = sum(
-        compare_pd(random_scenario(c, seed), cls)[0] is not None
-        for c in ("p1-tight", "p16-small-batch", "fake-p1-tight")
-        for seed in range(COUNT)
+        _diverges(random_scenario(c, seed), cls) for c in ("p1-tight", "p16-small-batch") for seed in range(COUNT)
     )
     assert caught > 0, f"{name}: no scenario diverged"
+
+
+def _diverges(sc, ablation) -> bool:
+    """A different record, or a broken model that fails its own checks (an over-full pool)."""
+    try:
+        return compare_pd(sc, ablation)[0] is not None
+    except AssertionError:
+        return True
