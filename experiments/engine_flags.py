@@ -413,8 +413,7 @@ class EngineFlags:
     disaggregation_mode: str | None = flag(
         STR,
         (S,),
-        "SGLang PD: decode (the decode server, policies/sglang_pd.py; needs --disable-overlap-schedule); "
-        "prefill is not modelled",
+        "SGLang PD: decode (the decode server, policies/sglang_pd.py, either event loop); prefill is not modelled",
         sglang=("--disaggregation-mode",),
         check=_pd_mode,
     )

@@ -16,13 +16,15 @@ from policies.nochunk import NoChunkConfig, NoChunkScheduler
 from policies.sglang import SGLangScheduler
 from policies.sglang_config import (
     SGLangConfig,
+    SGLangDisagg,
+    default_extra_slots,
     sglang_default_chunked_prefill_size,
     sglang_kv_tokens,
     sglang_mem_fraction_static,
 )
 from policies.sglang_hicache import hicache_settings
 from policies.sglang_mamba import mamba_pool, resolve_strategy, slots_per_request, state_bytes
-from policies.sglang_pd import SGLangDisagg, SGLangPDDecode, default_extra_slots
+from policies.sglang_pd import SGLangPDDecode
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 from simcore.mamba_radix_cache import checkpoint_grid

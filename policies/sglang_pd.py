@@ -20,8 +20,14 @@ in the reference loop's terms (``schedule`` is one iteration; the replica runs i
   backs their KV up to the host and puts them in the retracted queue; they resume with their KV
   restored, no recompute.
 
-The overlap loop (``event_loop_overlap_disagg_decode``), the decode radix cache and host receive
-are not modelled (refused). Only the reference loop runs it (``needs_stepping``).
+Under the overlap loop (``event_loop_overlap_disagg_decode``, SGLang's default) iteration k forms
+batch n + 1 before batch n's result is processed, and that loop does not set
+``enable_skip_finishing_decode``: n's outputs are not counted yet (lagged here for the length of
+schedule()), a request finishing in n is decoded once more in n + 1 (its result dropped) and
+finishes when n is processed, after n + 1 is formed (the replica defers the finish to this
+schedule(): ``DecodeQueues.finishing``); a request retracted while its token is in flight loses
+it and decodes it again after resuming. The decode radix cache and host receive are not modelled.
+Only the reference loop runs it (``needs_stepping``).
 """
 
 from __future__ import annotations
@@ -31,36 +37,7 @@ from dataclasses import dataclass, field
 from costmodel.errors import require
 
 from .base import Plan, PolicyHooks, SchedulerState
-from .sglang_config import SGLangConfig
-
-CLIP_MAX_NEW_TOKEN = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
-MODES = ("null", "decode")  # prefill: not modelled (refused where the flags are read)
-BACKENDS = ("mooncake", "nixl", "fake")
-
-
-@dataclass(frozen=True)
-class SGLangDisagg:
-    """The decode server's PD args (SGLang's names): mode, backend, num_reserved_decode_tokens,
-    disaggregation_decode_extra_slots (resolved: pd_disaggregation_hook.py)."""
-
-    disaggregation_mode: str = "decode"
-    disaggregation_transfer_backend: str = "mooncake"
-    num_reserved_decode_tokens: int = 512
-    disaggregation_decode_extra_slots: int = 0
-
-    def __post_init__(self):
-        require(self.disaggregation_mode == "decode", "disaggregation_mode", self.disaggregation_mode, "only decode")
-        b = self.disaggregation_transfer_backend
-        require(b in BACKENDS, "disaggregation_transfer_backend", b, f"must be one of {', '.join(BACKENDS)}")
-        n = self.num_reserved_decode_tokens
-        require(n >= 0, "num_reserved_decode_tokens", n, "must be >= 0")
-        e = self.disaggregation_decode_extra_slots
-        require(e >= 0, "disaggregation_decode_extra_slots", e, "must be >= 0")
-
-
-def default_extra_slots(max_running_requests: int | None) -> int:
-    """handle_pd_disaggregation: 2x the running batch when one is given and at most 32, else 0."""
-    return 2 * max_running_requests if max_running_requests is not None and max_running_requests <= 32 else 0
+from .sglang_config import CLIP_MAX_NEW_TOKEN, SGLangConfig, SGLangDisagg
 
 
 @dataclass
@@ -73,6 +50,8 @@ class DecodeQueues:
     landed: list = field(default_factory=list)
     retracted: list = field(default_factory=list)
     recv_done: set = field(default_factory=set)
+    finishing: list = field(default_factory=list)  # overlap: finished by the step just run, not yet processed
+    defers_finish: bool = False  # overlap: the replica leaves a finish to the next schedule() (``finishing``)
     lag: bool = False  # simcore/connector_events.py: completions are applied at once
     sending: list = field(default_factory=list)  # prefill side: none here
     pending: list = field(default_factory=list)
@@ -90,17 +69,9 @@ class SGLangPDDecode(PolicyHooks):
     """SGLang's decode server: the prealloc, transfer and waiting queues, then the decode batch."""
 
     holds_finished = False
-    overlaps_host = False
     prefix_caching = False
 
     def __init__(self, cfg: SGLangConfig, pd: SGLangDisagg):
-        require(
-            cfg.disable_overlap_schedule,
-            "disable_overlap_schedule",
-            cfg.disable_overlap_schedule,
-            "the decode server's overlap loop (event_loop_overlap_disagg_decode) is not modelled: "
-            "add --disable-overlap-schedule",
-        )
         require(not cfg.enable_hierarchical_cache, "enable_hierarchical_cache", True, "not modelled under PD decode")
         self.cfg, self.pd = cfg, pd
         self.reserve = pd.num_reserved_decode_tokens
@@ -108,6 +79,8 @@ class SGLangPDDecode(PolicyHooks):
         self.meta = 2 * cfg.max_running_requests  # ReqToMetadataIdxAllocator: req_to_token_pool.size * 2
         self.batch: list = []  # running_batch.reqs: finished ones stay until the next filter_batch
         self.instant = pd.disaggregation_transfer_backend == "fake"
+        self.overlaps_host = not cfg.disable_overlap_schedule  # event_loop_overlap_disagg_decode
+        self._sampling: list = []  # overlap: the last batch's requests whose token is in flight
 
     @property
     def needs_stepping(self) -> bool:
@@ -119,10 +92,41 @@ class SGLangPDDecode(PolicyHooks):
         return not self.instant
 
     def new_connector(self) -> DecodeQueues:
-        return DecodeQueues()
+        return DecodeQueues(defers_finish=self.overlaps_host)
 
     def schedule(self, s: SchedulerState) -> Plan:
-        """One iteration: process_decode_queue, get_new_prebuilt_batch, update_running_batch."""
+        """One iteration: process_decode_queue, get_new_prebuilt_batch, update_running_batch; under
+        the overlap, with the last batch's outputs not counted, then that batch's result processed."""
+        if not self.overlaps_host:
+            return self._iterate(s)
+        for r in self._sampling:
+            r.num_output_tokens -= 1
+        plan = self._iterate(s)
+        self._process_last(s, plan)
+        return plan
+
+    def _process_last(self, s, plan: Plan) -> None:
+        """process_batch_result_decode for batch n, after n + 1 was formed: its outputs count; a
+        request retracted since drops its token (its KV ends one position earlier); the finished
+        ones give their KV back and finish now (``landed`` streams nothing new for them)."""
+        q = s.connector
+        dropped = {id(r) for r in plan.preempted}
+        for r in self._sampling:
+            if id(r) in dropped:
+                r.num_computed_tokens -= 1
+            else:
+                r.num_output_tokens += 1
+        done = [r for r in q.finishing if id(r) not in dropped]
+        q.finishing.clear()
+        for r in done:
+            s.pool.release(r)
+            s.running.remove(r)
+        if done:
+            plan.landed = (plan.landed or []) + done
+            plan.released += len(done)
+        self._sampling = [r for r, _ in plan.items if r.num_output_tokens < r.output_len]
+
+    def _iterate(self, s: SchedulerState) -> Plan:
         q, plan = s.connector, Plan()
         self._resume_retracted(s, q)
         if not q.retracted:
@@ -288,4 +292,5 @@ class SGLangPDDecode(PolicyHooks):
 
     def check(self, plan, s) -> None:
         assert all(n == 1 for _, n in plan.items), "a decode server runs decodes only"
+        assert not s.connector.finishing, "a finish was left unprocessed"
         assert len(plan.items) <= self.cfg.max_running_requests

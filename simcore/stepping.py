@@ -140,6 +140,8 @@ class SteppingReplica:
             return spec_steps.hold(self, plan, start, end)
         gaps, finished, spec = [], [], plan.spec
         for req, n in plan.items:
+            if req.finish_s is not None:  # SGLang PD decode, overlap: a finished request's redundant decode
+                continue
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
@@ -160,6 +162,9 @@ class SteppingReplica:
                 req.spec_tokens = self.drafts  # the drafter proposes for the next step
         if gaps:
             self.itl.add_many(gaps)
+        if finished and getattr(self.state.connector, "defers_finish", False):
+            self.state.connector.finishing.extend(finished)  # finished by the next schedule() (sglang_pd.py)
+            return
         for req in finished:  # in the step's batch order
             req.finish_s = end
             if req.remote_decode:  # PD prefill side: its blocks stay until finished_sending

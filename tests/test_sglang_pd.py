@@ -55,9 +55,25 @@ def test_decode_server_alone_runs_every_request_to_its_end():
     assert (df.first_token_s >= df.arrival_s).all()
 
 
+def test_overlap_decodes_a_finishing_request_once_more():
+    """event_loop_overlap_disagg_decode (no enable_skip_finishing_decode): a request finishing in
+    step n is decoded again in n + 1 (nothing applied), so one request of 3 outputs (the first
+    from the prefill) takes 3 steps instead of 2, and finishes at the end of its second."""
+    wl = Workload(np.zeros(1), np.array([100]), np.array([3]))
+    runs = {}
+    for overlap in (False, True):
+        pol, pool, cm, _ = _policy(disable_overlap_schedule=not overlap, max_total_tokens=4000)
+        res = Simulation([(pol, pool, cm)], wl, check=True).run()
+        req = res.requests.iloc[0]
+        runs[overlap] = (res.summary["num_iterations"], req.finish_s - req.first_token_s)
+        assert pool.used == 0
+    assert runs[True][0] == runs[False][0] + 1
+    assert runs[True][1] == pytest.approx(runs[False][1], rel=0.05)
+
+
 def test_refusals_name_the_flag():
-    with pytest.raises(InputError, match="disable_overlap_schedule"):
-        build_engine("sglang", MODEL, HW, flags={**FAKE, "disable_overlap_schedule": False})
+    with pytest.raises(InputError, match="enable_hierarchical_cache"):
+        build_engine("sglang", MODEL, HW, flags={**FAKE, "enable_hierarchical_cache": True})
     with pytest.raises(InputError, match="disaggregation_mode"):
         build_engine("sglang", MODEL, HW, flags={"disaggregation_transfer_backend": "nixl"})
     pol, pool, cm, _ = _policy(disaggregation_transfer_backend="mooncake")

@@ -1,7 +1,8 @@
 """SGLang 0.5.23's decode server under PD disaggregation, driven on CPU one loop iteration at a time,
 against chunksim's model of it (policies/sglang_pd.py) in the reference loop.
 
-SGLang side: ``event_loop_normal_disagg_decode`` (sglang/srt/disaggregation/decode.py) around
+SGLang side: ``event_loop_normal_disagg_decode`` or ``event_loop_overlap_disagg_decode`` (batch
+n + 1 launched, then batch n's result processed; sglang/srt/disaggregation/decode.py) around
 SGLang's own ``DecodePreallocQueue`` / ``DecodeTransferQueue`` (sglang_pd_queues.py builds them),
 ``resume_retracted_reqs``, ``release_req`` (its KV backed up as ``cpu_tensor``) and the paged
 allocator. The glue below is what SGLang keeps on ``Scheduler`` / ``ScheduleBatch`` (whose
@@ -42,21 +43,27 @@ class PDScenario:
     fake: bool
     requests: list
     delays: list
+    overlap: bool = False  # event_loop_overlap_disagg_decode (SGLang's default) instead of the normal loop
 
 
-CONFIGS = {  # name: (page size, max running, extra slots, reserved decode tokens, pool, fake backend)
-    "p1-ample": (1, 16, 0, 512, "ample", False),
-    "p1-tight": (1, 16, 0, 32, "tight", False),
-    "p16-ample": (16, 16, 0, 512, "ample", False),
-    "p16-tight": (16, 16, 0, 32, "tight", False),
-    "p1-small-batch": (1, 4, 8, 64, "tight", False),
-    "p16-small-batch": (16, 4, 8, 16, "tight", False),
-    "fake-p1-tight": (1, 8, 16, 16, "tight", True),
+CONFIGS = {  # name: (page size, max running, extra slots, reserved decode tokens, pool, fake backend, overlap)
+    "p1-ample": (1, 16, 0, 512, "ample", False, False),
+    "p1-tight": (1, 16, 0, 32, "tight", False, False),
+    "p16-ample": (16, 16, 0, 512, "ample", False, False),
+    "p16-tight": (16, 16, 0, 32, "tight", False, False),
+    "p1-small-batch": (1, 4, 8, 64, "tight", False, False),
+    "p16-small-batch": (16, 4, 8, 16, "tight", False, False),
+    "fake-p1-tight": (1, 8, 16, 16, "tight", True, False),
+    "overlap-p1-ample": (1, 16, 0, 512, "ample", False, True),
+    "overlap-p1-tight": (1, 16, 0, 32, "tight", False, True),
+    "overlap-p16-tight": (16, 16, 0, 32, "tight", False, True),
+    "overlap-p16-small-batch": (16, 4, 8, 16, "tight", False, True),
+    "overlap-fake-p1-tight": (1, 8, 16, 16, "tight", True, True),
 }
 
 
 def random_scenario(config: str, seed: int) -> PDScenario:
-    page, running, extra, reserved, size, fake = CONFIGS[config]
+    page, running, extra, reserved, size, fake, overlap = CONFIGS[config]
     rng = np.random.default_rng([seed, sum(map(ord, config))])
     n = int(rng.integers(3, 25))
     span = int(rng.integers(1, 80))
@@ -72,11 +79,11 @@ def random_scenario(config: str, seed: int) -> PDScenario:
         tokens = int(longest + reserved + page + rng.integers(0, max(longest, 2 * reserved)))
     tokens = -(-tokens // page) * page
     delays = [0 if fake else int(rng.integers(1, 31)) for _ in reqs]
-    return PDScenario(f"{config}/{seed}", tokens, page, running, extra, reserved, fake, reqs, delays)
+    return PDScenario(f"{config}/{seed}", tokens, page, running, extra, reserved, fake, reqs, delays, overlap)
 
 
 class PDDecodeEngine(SGLangEngine):
-    """Scheduler.event_loop_normal_disagg_decode over SGLang's decode queues; the decode itself
+    """Scheduler.event_loop_{normal,overlap}_disagg_decode over SGLang's decode queues; the decode itself
     is SGLangEngine's (check_decode_mem, retract_decode, _prepare_for_decode, _process_decode)."""
 
     def __init__(self, sc: PDScenario):
@@ -86,10 +93,16 @@ class PDDecodeEngine(SGLangEngine):
         )
         self.sg, self.alloc, self.r2t, self.tree = self.q.sg, self.q.alloc, self.q.r2t, self.q.tree
         self.k = Knobs(sc.pool_tokens, page_size=sc.page_size, max_running_requests=sc.max_running)
-        self.overlap, self.fake = False, sc.fake
+        self.overlap, self.fake = sc.overlap, sc.fake
         self.sched = self.q.scheduler
+        self.sched.enable_overlap = sc.overlap  # resume_retracted_reqs then syncs the streams (stood in)
+        self.sched.schedule_stream = types.SimpleNamespace(wait_stream=lambda stream: None)
+        self.sched.forward_stream = None
         self.running = self.sched.running_batch = _Batch()
         self._sampled: dict = {}
+        self.result_queue: list = []  # overlap: (the launched batch's requests, its step), unprocessed
+        self.done: list = []  # (step, rids) finished by a result processed in the last iteration
+        self.clock = 0
 
     def add(self, rid: str, prompt_len: int, max_new_tokens: int) -> None:
         """Scheduler._add_request_to_queue: to the prealloc queue."""
@@ -97,7 +110,9 @@ class PDDecodeEngine(SGLangEngine):
         self.q.add(rid, prompt_len, max_new_tokens, hold=not self.fake)
 
     def iterate(self):
-        """One loop iteration: (rids preallocated, batch or None, retracted, finished, queues)."""
+        """One loop iteration: (rids preallocated, batch or None, retracted, finished, queues); a
+        decode result's finishes go to ``done`` with their step. event_loop_overlap_disagg_decode:
+        the batch is launched, then the last one's result processed (pop_and_process)."""
         pre_rids, finished = self.process_decode_queue(), []
         new = self._get_new_prebuilt_batch()
         for req in new:  # process_batch_result_prebuilt, then filter_batch and merge_batch
@@ -110,12 +125,18 @@ class PDDecodeEngine(SGLangEngine):
         self.filtered = 0
         batch = self.update_running_batch_pd(retracted) if self.running.reqs else None
         queues = self.queues() if batch is not None else None
-        if batch is not None:  # run_batch, process_batch_result (decode)
+        self.processed = False
+        if batch is not None:  # run_batch, then process_batch_result (decode) or queue it
             from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
             batch.forward_mode = ForwardMode.DECODE  # prepare_for_decode; _allocatable_token_budgets reads it
-            rec = types.SimpleNamespace(finished=finished)
-            self._process_decode(batch.reqs, rec)
+            self.result_queue.append((list(batch.reqs), self.clock))
+        if self.result_queue and (not self.overlap or self.sched.last_batch is not None):
+            reqs, step = self.result_queue.pop(0)
+            rec = types.SimpleNamespace(finished=[])
+            self._process_decode(reqs, rec)  # overlap: a finished or retracted request's token is dropped
+            self.done.append((step, rec.finished))
+            self.processed = batch is None
         self.sched.last_batch = batch
         return pre_rids, batch, retracted, finished, queues
 
@@ -179,7 +200,12 @@ class PDDecodeEngine(SGLangEngine):
     def busy(self) -> bool:
         pq = self.q.prealloc
         return bool(
-            pq.queue or pq.retracted_queue or self.q.transfer.queue or self.sched.waiting_queue or self.running.reqs
+            pq.queue
+            or pq.retracted_queue
+            or self.q.transfer.queue
+            or self.sched.waiting_queue
+            or self.running.reqs
+            or self.result_queue
         )
 
 
@@ -213,16 +239,20 @@ def run_sglang_pd(sc: PDScenario, max_iterations: int = 100_000) -> dict:
         for rid in [r for r, t in due.items() if t <= clock]:
             eng.q.release(rid)
             del due[rid]
+        eng.clock = clock
         pre, batch, retracted, finished, queues = eng.iterate()
         for rid in pre:
             if not sc.fake:
                 due[rid] = clock + sc.delays[int(rid)]
+        for step, rids in eng.done:
+            _put(records, step, finished=[int(r) for r in rids])
+        eng.done.clear()
         fin = [int(r) for r in finished]
         if batch is not None:
             _put(records, clock, {int(r.rid): 1 for r in batch.reqs}, [int(r) for r in retracted], fin, queues)
             clock += 1
             continue
-        if fin or eng.filtered:  # the loop spins: its next iteration budgets without them
+        if fin or eng.filtered or eng.processed:  # the loop spins: its next iteration sees what changed
             if fin:
                 _put(records, clock, finished=fin)
             continue
@@ -254,7 +284,11 @@ class _Recorder:
             tuple(r.rid for r in pol.batch),
             tuple(r.rid for r in q.retracted),
         )
-        done = [r.rid for r in plan.landed or () if r.num_output_tokens >= r.output_len]
+        done = [  # finished on landing (a late finish under the overlap has decoded: its step records it)
+            r.rid
+            for r in plan.landed or ()
+            if r.num_output_tokens >= r.output_len and r.num_computed_tokens == r.prompt_len
+        ]
         self.plans.append((int(self._env.now), plan, [r.rid for r in plan.preempted], done, queues))
         return plan
 
@@ -275,7 +309,7 @@ def sglang_pd_flags(sc: PDScenario) -> dict:
     return dict(
         disaggregation_mode="decode",
         disaggregation_transfer_backend="fake" if sc.fake else "mooncake",
-        disable_overlap_schedule=True,
+        disable_overlap_schedule=not sc.overlap,
         disable_radix_cache=True,
         page_size=sc.page_size,
         max_total_tokens=sc.pool_tokens,
@@ -371,4 +405,17 @@ def ablations() -> dict:
             super().__init__(cfg, pd)
             self.reserve = 0
 
-    return {"finished-not-counted": FinishedNotCounted, "no-retracted-gate": NoRetractedGate, "no-reserve": NoReserve}
+    class SkipFinishing(SGLangPDDecode):
+        """Overlap: a request finishing in flight is not decoded again (as the colocated overlap loop,
+        whose enable_skip_finishing_decode the decode server's loop does not set)."""
+
+        def _decode(self, s, q, plan):
+            self.batch = [r for r in self.batch if r not in q.finishing]
+            super()._decode(s, q, plan)
+
+    return {
+        "finished-not-counted": FinishedNotCounted,
+        "no-retracted-gate": NoRetractedGate,
+        "no-reserve": NoReserve,
+        "skip-finishing": SkipFinishing,
+    }

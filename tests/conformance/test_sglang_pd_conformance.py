@@ -28,11 +28,10 @@ def test_decode_server_matches_sglang(config):
 
 @pytest.mark.parametrize("name", list(ablations()))
 def test_a_broken_rule_is_caught(name):
-    """Over two tight configurations, each broken rule makes some scenario diverge."""
+    """Over three tight configurations, each broken rule makes some scenario diverge."""
     cls = ablations()[name]
-    caught = sum(
-        _diverges(random_scenario(c, seed), cls) for c in ("p1-tight", "p16-small-batch") for seed in range(COUNT)
-    )
+    configs = ("p1-tight", "p16-small-batch", "overlap-p1-tight")
+    caught = sum(_diverges(random_scenario(c, seed), cls) for c in configs for seed in range(COUNT))
     assert caught > 0, f"{name}: no scenario diverged"
 
 
