@@ -226,18 +226,6 @@ REFUSED["sglang"].update(
         )
     }
 )
-REFUSED["sglang"].update(
-    {
-        s: "SGLang's PD disaggregation is not modelled yet (vLLM's --kv-transfer-config with NixlConnector is: "
-        "chunksim simulate --prefill-replicas X --decode-replicas Y)"
-        for s in (
-            "--disaggregation-mode",
-            "--disaggregation-transfer-backend",
-            "--disaggregation-bootstrap-port",
-            "--disaggregation-ib-device",
-        )
-    }
-)
 REFUSED["vllm"].update(
     {
         s: "vLLM's CPU KV offloading (OffloadingConnector) is not modelled; SGLang's host tier is: "

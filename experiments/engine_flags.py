@@ -185,6 +185,19 @@ def _write_policy(v):
     return None if v in WRITE_POLICIES else f"must be one of {', '.join(WRITE_POLICIES)}"
 
 
+def _pd_mode(v):
+    if v == "prefill":
+        return (
+            "the SGLang prefill server (PrefillBootstrapQueue, the inflight queue) is not modelled; "
+            "the decode server is (--disaggregation-mode decode)"
+        )
+    return None if v in ("null", "decode") else "must be null or decode (prefill is not modelled)"
+
+
+def _pd_backend(v):
+    return None if v in ("mooncake", "nixl", "fake") else "not modelled (modelled: mooncake, nixl, fake)"
+
+
 def _io_backend(v):
     return None if v == "kernel" else "not modelled (modelled: kernel, SGLang's default)"
 
@@ -396,6 +409,35 @@ class EngineFlags:
         "SGLang HiCache: host copy backend (kernel, the default; direct is not modelled)",
         sglang=("--hicache-io-backend",),
         check=_io_backend,
+    )
+    disaggregation_mode: str | None = flag(
+        STR,
+        (S,),
+        "SGLang PD: decode (the decode server, policies/sglang_pd.py, either event loop); prefill is not modelled",
+        sglang=("--disaggregation-mode",),
+        check=_pd_mode,
+    )
+    disaggregation_transfer_backend: str | None = flag(
+        STR,
+        (S,),
+        "SGLang PD: mooncake (default), nixl or fake (decode alone: KV arrives at once)",
+        sglang=("--disaggregation-transfer-backend",),
+        check=_pd_backend,
+    )
+    num_reserved_decode_tokens: int | None = flag(
+        INT,
+        (S,),
+        "SGLang PD decode: KV tokens reserved per active request before preallocating another (default 512)",
+        sglang=("--num-reserved-decode-tokens",),
+        check=_non_negative,
+    )
+    disaggregation_decode_extra_slots: int | None = flag(
+        INT,
+        (S,),
+        "SGLang PD decode: req_to_token rows beyond max_running_requests for requests in transfer "
+        "(default 2x max_running_requests when that is given and <= 32, else 0)",
+        sglang=("--disaggregation-decode-extra-slots",),
+        check=_non_negative,
     )
     schedule_conservativeness: float | None = flag(
         FLOAT,

@@ -16,12 +16,15 @@ from policies.nochunk import NoChunkConfig, NoChunkScheduler
 from policies.sglang import SGLangScheduler
 from policies.sglang_config import (
     SGLangConfig,
+    SGLangDisagg,
+    default_extra_slots,
     sglang_default_chunked_prefill_size,
     sglang_kv_tokens,
     sglang_mem_fraction_static,
 )
 from policies.sglang_hicache import hicache_settings
 from policies.sglang_mamba import mamba_pool, resolve_strategy, slots_per_request, state_bytes
+from policies.sglang_pd import SGLangPDDecode
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 from simcore.mamba_radix_cache import checkpoint_grid
@@ -60,6 +63,7 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     if policy == "sglang":
         chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
         max_total = flags.pop("max_total_tokens", None)
+        pd = sglang_disagg(flags)  # --disaggregation-*: the decode server (policies/sglang_pd.py)
         cfg = SGLangConfig(**{**flags, "chunked_prefill_size": chunk, "max_model_len": max_len})
         frac = cfg.mem_fraction_static or sglang_mem_fraction_static(
             hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp
@@ -79,6 +83,11 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
             cm = execution_flags.with_execution(
                 cm, execution_flags.execution_for(policy, cfg, graph, hw, tp, max_total)
             )
+        if pd is not None:
+            require(
+                mamba is None and model.linear_layers == 0, "model", model.name, "hybrid models: not modelled in PD"
+            )
+            return SGLangPDDecode(cfg, pd), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
         sched = SGLangScheduler(cfg)
         sched.hicache = hicache_settings(cfg, tokens, cm.kv_coef)  # HiCache's host tier (policies/sglang_hicache.py)
         sched.mamba = mamba  # a hybrid model's state rule (simcore/mamba_radix_cache.py)
@@ -101,6 +110,18 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
     if engine_exec:
         cm = execution_flags.with_execution(cm, execution_flags.execution_for(policy, cfg, graph, hw, tp))
     return sched, pool, cm, max_len
+
+
+def sglang_disagg(flags: dict) -> SGLangDisagg | None:
+    """Pops SGLang's PD flags; the decode server's args, or None outside PD (mode null)."""
+    mode = flags.pop("disaggregation_mode", "null")
+    keys = ("disaggregation_transfer_backend", "num_reserved_decode_tokens", "disaggregation_decode_extra_slots")
+    given = {k: flags.pop(k) for k in keys if k in flags}
+    if mode == "null":
+        require(not given, "disaggregation_mode", mode, f"{', '.join(given)} need --disaggregation-mode decode")
+        return None
+    given.setdefault("disaggregation_decode_extra_slots", default_extra_slots(flags.get("max_running_requests")))
+    return SGLangDisagg(mode, **given)
 
 
 def with_precision(model: ModelSpec, quantization=None, kv_cache_dtype=None, dtype=None) -> ModelSpec:
@@ -204,6 +225,8 @@ def build_sglang_dp_attention(model: ModelSpec, hw: Hardware, attn_tp: int, dp: 
     (_handle_gpu_memory_settings runs before it): (engines, lockstep cost, max_model_len)."""
 
     require(model.is_moe, "enable_dp_attention", True, f"is modelled for MoE models only ({model.name} is dense)")
+    mode = flags.get("disaggregation_mode")
+    require(mode in (None, "null"), "disaggregation_mode", mode, "a PD decode server under DP attention: not modelled")
     flags = {k: v for k, v in flags.items() if v is not None and k != "enable_dp_attention"}
     require(
         not flags.get("enable_hierarchical_cache"),

@@ -248,6 +248,7 @@ class Plan:
     spec: dict | None = None  # speculative decoding: request -> drafts scheduled (< 0: placeholders, never accepted)
     loads: list | None = None  # PD: requests whose KV load this schedule() started (policies/vllm_pd.py)
     sampling: list | None = None  # async scheduling + drafts: the items that sample (vLLM's not is_prefill_chunk)
+    landed: list | None = None  # SGLang PD decode: took in by the prebuilt batch, or finished late (sglang_pd.py)
 
     def __init__(self, items: list | None = None, preempted: list | None = None) -> None:
         self.items: list = [] if items is None else items

@@ -1,4 +1,5 @@
-"""SGLang's knobs (seeds 000 and 001): the server args the scheduler reads (SGLangConfig), the
+"""SGLang's knobs (seeds 000 and 001): the server args the scheduler reads (SGLangConfig) and a PD
+decode server's (SGLangDisagg, policies/sglang_pd.py), the
 defaults SGLang derives from the GPU (server_args.py, model_runner.py) and the environment
 constants of its scheduler (the new-token ratio, retraction). The scheduler is policies/sglang.py.
 """
@@ -128,3 +129,32 @@ def sglang_kv_tokens(
     weights = cm.weight_bytes_per_gpu if weight_bytes is None else weight_bytes  # given: DP ranks' share
     tokens = int((cm.hw.memory_bytes * mem_fraction_static - weights) // cm.kv_coef)
     return tokens // page_size * page_size
+
+
+CLIP_MAX_NEW_TOKEN = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+BACKENDS = ("mooncake", "nixl", "fake")
+
+
+@dataclass(frozen=True)
+class SGLangDisagg:
+    """The decode server's PD args (SGLang's names): mode, backend, num_reserved_decode_tokens,
+    disaggregation_decode_extra_slots (resolved: pd_disaggregation_hook.py)."""
+
+    disaggregation_mode: str = "decode"
+    disaggregation_transfer_backend: str = "mooncake"
+    num_reserved_decode_tokens: int = 512
+    disaggregation_decode_extra_slots: int = 0
+
+    def __post_init__(self):
+        require(self.disaggregation_mode == "decode", "disaggregation_mode", self.disaggregation_mode, "only decode")
+        b = self.disaggregation_transfer_backend
+        require(b in BACKENDS, "disaggregation_transfer_backend", b, f"must be one of {', '.join(BACKENDS)}")
+        n = self.num_reserved_decode_tokens
+        require(n >= 0, "num_reserved_decode_tokens", n, "must be >= 0")
+        e = self.disaggregation_decode_extra_slots
+        require(e >= 0, "disaggregation_decode_extra_slots", e, "must be >= 0")
+
+
+def default_extra_slots(max_running_requests: int | None) -> int:
+    """handle_pd_disaggregation: 2x the running batch when one is given and at most 32, else 0."""
+    return 2 * max_running_requests if max_running_requests is not None and max_running_requests <= 32 else 0

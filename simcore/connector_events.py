@@ -34,6 +34,24 @@ class ConnectorEvents:
         else:
             self.connector.sending.append(req)
 
+    def landed(self, reqs, now: float) -> None:
+        """SGLang decode side: `reqs` joined the running batch with the prefill's token, streamed now
+        (process_batch_result_prebuilt); one that wanted only that token has finished."""
+        for req in reqs:
+            if req.first_token_s is None:
+                req.first_token_s = req.last_token_s = now
+            if req.num_output_tokens >= req.output_len:
+                req.finish_s = now
+                self.replica.finished(req)
+
+    def finishing_now(self, finished: list) -> list:
+        """The requests a step finished that finish now: none under SGLang's overlapped decode server,
+        whose next schedule() processes them (``defers_finish``; policies/sglang_pd.py)."""
+        if not finished or not getattr(self.connector, "defers_finish", False):
+            return finished
+        self.connector.finishing.extend(finished)
+        return []
+
     def _release_sent(self, req) -> None:
         self.connector.sending.remove(req)
         self.replica.state.pool.release(req)
@@ -48,7 +66,10 @@ class ConnectorEvents:
     def after_schedule(self, plan) -> bool:
         """Async, after a schedule(): the completions reported meanwhile are processed and the plan's
         requests are in flight. True when some were processed, or when a step was in flight and this
-        plan runs none (that step's output comes next: its requests may be preempted then)."""
+        plan runs none (that step's output comes next: its requests may be preempted then). SGLang's
+        decode server: the plan's landed requests stream their first token or finish (``landed``)."""
+        if plan.landed:
+            self.landed(plan.landed, self.replica.env.now)
         c = self.connector
         if not c.lag:
             return False

@@ -73,6 +73,13 @@ class Simulation:
         self._wakes: list | None = None
         hashes = getattr(workload, "block_hashes", None)
         for pol, pool, _ in engines:
+            require(
+                not getattr(pol, "needs_prefill_pool", False),
+                "--disaggregation-transfer-backend",
+                getattr(getattr(pol, "pd", None), "disaggregation_transfer_backend", None),
+                "an SGLang decode server needs its prefill servers, which are not modelled; "
+                "the fake backend runs it alone (policies/sglang_pd.py)",
+            )
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
                 tokens = int(getattr(workload, "block_tokens", pool.block_size))
                 require(

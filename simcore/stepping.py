@@ -1,23 +1,21 @@
 """The reference engine: plain stepping, one SimPy event per step, on one screen.
 
-Follow a request: ``arrivals`` creates it at its send time (closed loop: when a slot frees), the
-router picks a replica, ``admission.reject_reason`` may refuse it, else ``submit`` puts it in the
-replica's inbox. The replica's loop (``SteppingReplica.run``) moves the inbox to the waiting queue,
-asks the policy for the next batch (``plan = policy.schedule(state)``), prices the batch's shape with
-the cost model's plain ``step_time``, waits for the step's end and applies the plan request by
-request (``apply``): a request whose computed tokens reach its known tokens samples a token at the
-step's end; one that reaches its output length finishes.
+Follow a request: ``arrivals`` creates it at its send time (closed loop: when a slot frees), the router picks a
+replica, ``admission.reject_reason`` may refuse it, else ``submit`` puts it in the replica's inbox. The replica's
+loop (``SteppingReplica.run``) moves the inbox to the waiting queue, asks the policy for the next batch
+(``plan = policy.schedule(state)``), prices the batch's shape with the cost model's plain ``step_time``, waits for
+the step's end and applies the plan request by request (``apply``): a request whose computed tokens reach its known
+tokens samples a token at the step's end; one that reaches its output length finishes.
 
-ORDERING (decided once): an arrival stamped t joins the batch planned at t. Arrivals run at priority
-LATE, after every step that ends at t (simcore/clock.py); before each plan the replica waits at t
-behind them (``env.at(now, LATE)``). Held finished requests (vLLM async scheduling,
-``SchedulerState.retire``) leave at the next schedule(), or when the replica goes idle: in open loop
-after the arrivals stamped that instant (they find them held, as vLLM's next schedule() does), in
-closed loop at once (the client sends its next request after the finish).
+ORDERING (decided once): an arrival stamped t joins the batch planned at t. Arrivals run at priority LATE, after
+every step that ends at t (simcore/clock.py); before each plan the replica waits at t behind them
+(``env.at(now, LATE)``). Held finished requests (vLLM async scheduling, ``SchedulerState.retire``) leave at the
+next schedule(), or when the replica goes idle: in open loop after the arrivals stamped that instant (they find
+them held, as vLLM's next schedule() does), in closed loop at once (the client sends its next request after it).
 
-Speculative steps live in simcore/spec_steps.py, a PD connector's completions in
-simcore/connector_events.py. This is the oracle the fast paths are tested against: no cohort, no
-multi-step runs, no folding, no deferred finish, no SimPy internals, no fast-forward import.
+Speculative steps live in simcore/spec_steps.py, a PD connector's completions (and SGLang's PD decode server's
+landings and late finishes) in simcore/connector_events.py. This is the oracle the fast paths are tested against: no
+cohort, no multi-step runs, no folding, no fast path's deferred finish, no SimPy internals, no fast-forward import.
 """
 
 from __future__ import annotations
@@ -138,6 +136,8 @@ class SteppingReplica:
             return spec_steps.hold(self, plan, start, end)
         gaps, finished, spec = [], [], plan.spec
         for req, n in plan.items:
+            if req.finish_s is not None:  # SGLang PD decode, overlap: a finished request's redundant decode
+                continue
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = start
             req.num_computed_tokens += n
@@ -158,6 +158,7 @@ class SteppingReplica:
                 req.spec_tokens = self.drafts  # the drafter proposes for the next step
         if gaps:
             self.itl.add_many(gaps)
+        finished = self.kv.finishing_now(finished) if self.kv is not None else finished  # SGLang PD: may defer
         for req in finished:  # in the step's batch order
             req.finish_s = end
             if req.remote_decode:  # PD prefill side: its blocks stay until finished_sending

@@ -254,8 +254,14 @@ def test_closed_loop_and_plain_engines_are_refused():
 def test_engine_cmd_kv_transfer_and_sglang_disaggregation():
     cmd = parse_engine_cmd(f"vllm serve m --kv-transfer-config '{NIXL}' --no-async-scheduling")
     assert cmd.flags["kv_transfer_config"] == NIXL
-    with pytest.raises(InputError, match="disaggregation"):
-        parse_engine_cmd("python -m sglang.launch_server --model-path m --disaggregation-mode decode")
+    launch = "python -m sglang.launch_server --model-path m --disable-overlap-schedule"
+    cmd = parse_engine_cmd(f"{launch} --disaggregation-mode decode --disaggregation-transfer-backend nixl")
+    assert cmd.flags["disaggregation_mode"] == "decode"
+    assert cmd.flags["disaggregation_transfer_backend"] == "nixl"
+    with pytest.raises(InputError, match="prefill server"):  # the prefill side is not modelled
+        parse_engine_cmd(f"{launch} --disaggregation-mode prefill")
+    with pytest.raises(InputError, match="not modelled"):
+        parse_engine_cmd(f"{launch} --disaggregation-mode decode --disaggregation-transfer-backend mori")
 
 
 PRODUCER = '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}'

@@ -18,6 +18,11 @@ from ..report import table
 DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 NOT_WITH_PD = ("replicas", "router", "uncertainty", "trace", "plots", "report", "save_result", "out")
 
+SGLANG_PD_WHY = (
+    "prefill and decode pools are modelled for vllm only; SGLang's decode server alone is "
+    "(--disaggregation-mode decode --disaggregation-transfer-backend fake, policies/sglang_pd.py)"
+)
+
 
 def add_pd_flags(p) -> None:
     from .common import positive_float, positive_int
@@ -85,7 +90,7 @@ def _pair(args) -> tuple[dict, list[str], dict | None]:
     out = []
     for flag, line in (("--prefill-cmd", args.prefill_cmd), ("--decode-cmd", args.decode_cmd)):
         cmd = parse_engine_cmd(line, bool(getattr(args, "allow_unmodeled", None)))
-        require(cmd.policy == "vllm", flag, cmd.policy, "PD disaggregation is modelled for vllm only")
+        require(cmd.policy == "vllm", flag, cmd.policy, SGLANG_PD_WHY)
         out.append((cmd, config(argparse.Namespace(**{**vars(args), "engine_cmd": line}))))
     (pc, (cfg_p, notes)), (dc, (cfg_d, notes_d)) = out
     require(
@@ -118,7 +123,7 @@ def run_pd(args) -> dict:
         )
     us = args.kv_link_latency_us
     require(us is None or us >= 0, "--kv-link-latency-us", us, "must be >= 0")
-    require(cfg["policy"] == "vllm", "--policy", cfg["policy"], "PD disaggregation is modelled for vllm only")
+    require(cfg["policy"] == "vllm", "--policy", cfg["policy"], SGLANG_PD_WHY)
     engine = dict(cfg["engine"])
     engine_d = dict(cfg_d["engine"]) if cfg_d else engine
     for e in (engine, engine_d):

@@ -54,9 +54,20 @@ def _held_receiver_class():
 
 
 class DecodeQueues:
-    """One decode rank's prealloc and transfer queues over a ``pool_tokens``-token KV pool (page 1)."""
+    """One decode rank's prealloc and transfer queues over a ``pool_tokens``-token KV pool of
+    ``page_size``-token pages: ``max_requests`` running (max_running_requests), ``extra_slots``
+    more req_to_token rows for requests in transfer (None: as many), metadata slots for twice the
+    running (Scheduler.init_disaggregation), retracted KV backed up as ``cpu_tensor``."""
 
-    def __init__(self, pool_tokens: int, max_requests: int = 64, reserved_decode_tokens: int = 1):
+    def __init__(
+        self,
+        pool_tokens: int,
+        max_requests: int = 64,
+        reserved_decode_tokens: int = 1,
+        page_size: int = 1,
+        extra_slots: int | None = None,
+        max_context_len: int = 1 << 16,
+    ):
         sg = _sglang()
         import torch
         import torch.distributed as dist
@@ -77,6 +88,8 @@ class DecodeQueues:
             skip_tokenizer_init=True,
             disaggregation_mode="decode",
             disaggregation_transfer_backend="fake",
+            disaggregation_decode_retraction_backup="cpu_tensor",  # resolve_decode_retraction_backup's other
+            page_size=page_size,
         )
         runtime_context.publish(args, role="scheduler")
         if not dist.is_initialized():
@@ -86,13 +99,17 @@ class DecodeQueues:
         runtime_context.get_parallel().override_permanently(
             tp_rank=0, pp_rank=0, attn_tp_rank=0, dp_rank=0, attn_tp_group=group
         )
-        kv = MHATokenToKVPool(pool_tokens, 1, torch.bfloat16, 1, 8, 1, "cpu", False, enable_alt_stream=False)
-        self.alloc = sg.Paged(pool_tokens, 1, torch.int64, "cpu", kv, False)
-        r2t = DecodeReqToTokenPool(max_requests, 1 << 16, "cpu", False, max_requests)
-        tree = sg.RadixCache(
-            sg.CacheInitParams(disable=True, req_to_token_pool=r2t, token_to_kv_pool_allocator=self.alloc, page_size=1)
+        kv = MHATokenToKVPool(pool_tokens, page_size, torch.bfloat16, 1, 8, 1, "cpu", False, enable_alt_stream=False)
+        self.alloc = sg.Paged(pool_tokens, page_size, torch.int64, "cpu", kv, False)
+        extra = max_requests if extra_slots is None else extra_slots
+        self.r2t = r2t = DecodeReqToTokenPool(max_requests, max_context_len, "cpu", False, extra)
+        self.tree = tree = sg.RadixCache(
+            sg.CacheInitParams(
+                disable=True, req_to_token_pool=r2t, token_to_kv_pool_allocator=self.alloc, page_size=page_size
+            )
         )
-        buffers, slots = MetadataBuffers(max_requests, 16, torch.bfloat16, 0), ReqToMetadataIdxAllocator(max_requests)
+        n_meta = 2 * max_requests  # buffer_size: req_to_token_pool.size * 2
+        buffers, slots = MetadataBuffers(n_meta, 16, torch.bfloat16, 0), ReqToMetadataIdxAllocator(n_meta)
         self.scheduler = _SchedulerView(
             server_args=args,
             spec_algorithm=types.SimpleNamespace(is_none=lambda: True),
@@ -101,6 +118,7 @@ class DecodeQueues:
             ),
             model_config=types.SimpleNamespace(num_hidden_layers=1),
             random_seed=0,
+            enable_overlap=False,
             running_batch=types.SimpleNamespace(reqs=[]),
             waiting_queue=[],
             last_batch=None,
@@ -134,14 +152,17 @@ class DecodeQueues:
         self._held = _held_receiver_class()
         self._room = 0
 
-    def add(self, rid: str, prompt_len: int, max_new_tokens: int):
-        """A request the router sent to this decode rank (its prefill peer is the fake one)."""
+    def add(self, rid: str, prompt_len: int, max_new_tokens: int, hold: bool = True):
+        """A request the router sent to this decode rank (its prefill peer is the fake one); with
+        ``hold`` its KV arrives when ``release`` says, else with the metadata (FakeKVReceiver)."""
         sp = self.sg.SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
         sp.normalize(None)
         req = self.sg.sb.Req(rid, "", array("q", range(prompt_len)), sp, vocab_size=1 << 20)
         req.bootstrap_host, req.bootstrap_port, req.bootstrap_room = "2.2.2.2", 8998, self._room
         self._room += 1
         self.prealloc.add(req)
+        if not hold:
+            return req
         decode_req = self.prealloc.queue[-1]
         held = self._held(
             mgr=self.prealloc.kv_manager, bootstrap_addr="2.2.2.2:8998", bootstrap_room=req.bootstrap_room
