@@ -13,7 +13,7 @@ gaps = st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=40)
 @given(
     runs=st.lists(st.tuples(st.integers(0, 4), gaps), max_size=30),
     start=st.lists(st.floats(0.0, 5.0), min_size=5, max_size=5),
-    pending=st.integers(1, 8),
+    pending=st.integers(1, 80),
 )
 def test_settled_tops_equal_each_runs_max(runs, start, pending):
     saved, tops.PENDING = tops.PENDING, pending

@@ -4,28 +4,31 @@ A lone request's run records its largest inner gap in ``max_itl_s``. For a run o
 steps, numpy's per-call overhead is most of one ``maximum.reduce``; and ``max_itl_s`` only ever
 takes a max of what it holds and a new gap (order-free, exact), so the gaps can wait: they are
 kept (the run's own array of gaps, not copied) and reduced together, one ``reduceat`` over their
-concatenation, when enough wait or the run ends (``Replica.finish_run``).
+concatenation, when as many wait as the ITL histogram buffers (a few hundred runs) or the run
+ends (``Replica.finish_run``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-PENDING = 4096  # runs kept before they are reduced (their arrays are held until then)
+PENDING = 65536  # gaps kept before they are reduced (their arrays are held until then: 512 KiB)
 
 
 class DeferredTops:
-    __slots__ = ("reqs", "gaps")
+    __slots__ = ("reqs", "gaps", "pending")
 
     def __init__(self) -> None:
         self.reqs: list = []
         self.gaps: list = []
+        self.pending = 0
 
     def add(self, req, gaps: np.ndarray) -> None:
         """``req`` sampled through a run whose inner gaps are ``gaps`` (non-empty)."""
         self.reqs.append(req)
         self.gaps.append(gaps)
-        if len(self.reqs) >= PENDING:
+        self.pending += len(gaps)
+        if self.pending >= PENDING:
             self.settle()
 
     def settle(self) -> None:
@@ -33,7 +36,7 @@ class DeferredTops:
         reqs, gaps = self.reqs, self.gaps
         if not reqs:
             return
-        self.reqs, self.gaps = [], []
+        self.reqs, self.gaps, self.pending = [], [], 0
         starts = np.cumsum([0] + [len(g) for g in gaps[:-1]])
         tops = np.maximum.reduceat(np.concatenate(gaps), starts).tolist()
         for req, top in zip(reqs, tops):
