@@ -40,19 +40,15 @@ class DecodeMemory:
         next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
         rest stay in that order (their queue stamps permuted), so their finishes reach the radix
         tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
-        order = sorted(decoding, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
-        first = True
-        while first or not self._decode_fits(s, order):
-            if len(order) == 1:
-                break
-            first = False
-            victim = order.pop()
+        order, retracted = retraction_order(decoding), False
+        for victim in victims(order, lambda rest: self._decode_fits(s, rest)):
+            retracted = True
             s.running.remove(victim)
             decoding.remove(victim)
             s.preempt(victim, front=False)
             plan.preempted.append(victim)
             evict_for(s.pool, len(order) * RETRACT_DECODE_STEPS)
-        if not first:  # filter_batch(keep_indices=sorted_indices): the rest run in retraction order
+        if retracted:  # filter_batch(keep_indices=sorted_indices): the rest run in retraction order
             for r, seq in zip(order, sorted(r.seq for r in order)):
                 r.seq = seq
             s.running.sort(key=_seq)
@@ -63,6 +59,21 @@ class DecodeMemory:
             1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new
         )
         self.batch_is_full = False
+
+
+def retraction_order(batch: list) -> list:
+    """retract_decode's order: most outputs, then shortest prompt, kept first; victims leave from the end."""
+    return sorted(batch, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
+
+
+def victims(order: list, fits):
+    """retract_decode's loop, for a batch whose next decode does not fit: pop victims from the end
+    of `order` (``retraction_order``) until ``fits(order)``, keeping at least one. Each is yielded
+    before the next check, so what the caller does with it (freeing its KV) counts."""
+    while len(order) > 1:
+        yield order.pop()
+        if fits(order):
+            return
 
 
 def _seq(req) -> int:

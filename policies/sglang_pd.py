@@ -38,6 +38,7 @@ from costmodel.errors import require
 
 from .base import Plan, PolicyHooks, SchedulerState
 from .sglang_config import CLIP_MAX_NEW_TOKEN, SGLangConfig, SGLangDisagg
+from .sglang_decode import retraction_order, victims
 
 
 @dataclass
@@ -262,13 +263,8 @@ class SGLangPDDecode(PolicyHooks):
         """ScheduleBatch.retract_decode: most outputs, then shortest prompt, kept first; pop from the
         end until the rest fit, keeping one; the rest run in that order (filter_batch(keep_indices)).
         Each victim's KV is backed up (release_req, offload_kv) and it joins the retracted queue."""
-        order = sorted(batch, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
-        first = True
-        while first or not self._fits(s, order):
-            if len(order) == 1:
-                break
-            first = False
-            victim = order.pop()
+        order = retraction_order(batch)
+        for victim in victims(order, lambda rest: self._fits(s, rest)):
             s.pool.release(victim)
             s.running.remove(victim)
             victim.num_preemptions += 1
