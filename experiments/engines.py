@@ -25,6 +25,7 @@ from policies.sglang_config import (
 from policies.sglang_hicache import hicache_settings
 from policies.sglang_mamba import mamba_pool, resolve_strategy, slots_per_request, state_bytes
 from policies.sglang_pd import SGLangPDDecode
+from policies.sglang_pd_prefill import SGLangPDPrefill
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 from simcore.mamba_radix_cache import checkpoint_grid
@@ -87,7 +88,8 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
             require(
                 mamba is None and model.linear_layers == 0, "model", model.name, "hybrid models: not modelled in PD"
             )
-            return SGLangPDDecode(cfg, pd), BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
+            server = SGLangPDPrefill(cfg, pd) if pd.disaggregation_mode == "prefill" else SGLangPDDecode(cfg, pd)
+            return server, BlockPool(tokens // cfg.page_size, cfg.page_size), cm, max_len
         sched = SGLangScheduler(cfg)
         sched.hicache = hicache_settings(cfg, tokens, cm.kv_coef)  # HiCache's host tier (policies/sglang_hicache.py)
         sched.mamba = mamba  # a hybrid model's state rule (simcore/mamba_radix_cache.py)
@@ -118,7 +120,7 @@ def sglang_disagg(flags: dict) -> SGLangDisagg | None:
     keys = ("disaggregation_transfer_backend", "num_reserved_decode_tokens", "disaggregation_decode_extra_slots")
     given = {k: flags.pop(k) for k in keys if k in flags}
     if mode == "null":
-        require(not given, "disaggregation_mode", mode, f"{', '.join(given)} need --disaggregation-mode decode")
+        require(not given, "disaggregation_mode", mode, f"{', '.join(given)} need --disaggregation-mode")
         return None
     given.setdefault("disaggregation_decode_extra_slots", default_extra_slots(flags.get("max_running_requests")))
     return SGLangDisagg(mode, **given)

@@ -137,7 +137,7 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
             self.batch_is_full = False
         if (self.batch_is_full or not s.waiting) and self.chunked_req is None:
             return Plan()
-        allocatable = self.cfg.max_running_requests - len(decoding) - s.num_in_cohort
+        allocatable = self.cfg.max_running_requests - len(decoding) - s.num_in_cohort - self._rows_held(s)
         if allocatable <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return Plan()
@@ -178,6 +178,10 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
         if self.chunked_req is not None and resumed is None and adder.new_chunked is None:
             self.chunked_req = None
         return plan
+
+    def _rows_held(self, s: SchedulerState) -> int:
+        """req_to_token rows held outside the running batch (a PD prefill server's sending requests)."""
+        return 0
 
     def _decode(self, s: SchedulerState, decoding: list, finishing: list) -> Plan:
         """Scheduler.update_running_batch: retract when the next decode does not fit, else decay the

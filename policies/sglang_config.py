@@ -137,8 +137,9 @@ BACKENDS = ("mooncake", "nixl", "fake")
 
 @dataclass(frozen=True)
 class SGLangDisagg:
-    """The decode server's PD args (SGLang's names): mode, backend, num_reserved_decode_tokens,
-    disaggregation_decode_extra_slots (resolved: pd_disaggregation_hook.py)."""
+    """A PD server's args (SGLang's names): mode, backend, and the decode server's
+    num_reserved_decode_tokens and disaggregation_decode_extra_slots (resolved:
+    pd_disaggregation_hook.py, which also asserts a prefill server does not use fake)."""
 
     disaggregation_mode: str = "decode"
     disaggregation_transfer_backend: str = "mooncake"
@@ -146,9 +147,13 @@ class SGLangDisagg:
     disaggregation_decode_extra_slots: int = 0
 
     def __post_init__(self):
-        require(self.disaggregation_mode == "decode", "disaggregation_mode", self.disaggregation_mode, "only decode")
+        m = self.disaggregation_mode
+        require(m in ("prefill", "decode"), "disaggregation_mode", m, "must be prefill or decode")
         b = self.disaggregation_transfer_backend
         require(b in BACKENDS, "disaggregation_transfer_backend", b, f"must be one of {', '.join(BACKENDS)}")
+        require(
+            m == "decode" or b != "fake", "disaggregation_transfer_backend", b, "a prefill server cannot use fake"
+        )
         n = self.num_reserved_decode_tokens
         require(n >= 0, "num_reserved_decode_tokens", n, "must be >= 0")
         e = self.disaggregation_decode_extra_slots

@@ -48,6 +48,7 @@ class OverlapLag:
         _last: Any
         _decoded: int
         _remember: Any
+        _release_finished_kv: Any
 
     def _init_overlap(self) -> None:
         self._sampling: list = []  # the last plan's requests that sample at its end (their token is in flight)
@@ -107,12 +108,12 @@ class OverlapLag:
             if end is None:
                 continue
             if id(r) in done:
-                s.pool.release(r)
+                self._release_finished_kv(s, r, end)
                 done.discard(id(r))
             elif r.finish_s is None and r is not self._stashed and id(r) not in skip:
                 checkpoint(s.pool, r, end)
         for r in fin:
             if id(r) in done:
-                s.pool.release(r)
+                self._release_finished_kv(s, r, None)
         fin.clear()
         return n

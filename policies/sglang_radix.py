@@ -63,7 +63,7 @@ class RadixDriving:
             if end is None:
                 continue
             if id(r) in done:
-                s.pool.release(r)
+                self._release_finished_kv(s, r, end)
                 done.discard(id(r))
             elif r.finish_s is None:
                 if r is self.chunked_req:
@@ -72,10 +72,14 @@ class RadixDriving:
                     checkpoint(s.pool, r, end)
         for r in fin:
             if id(r) in done:
-                s.pool.release(r)
+                self._release_finished_kv(s, r, None)
         fin.clear()
         if chunked is not None:
             checkpoint(s.pool, *chunked)
+
+    def _release_finished_kv(self, s, r, end) -> None:
+        """release_kv_cache of a finished request (`end`: its extend's end when it finished in a prefill)."""
+        s.pool.release(r)
 
     def _remember(self, plan):
         if self._cache is not None:

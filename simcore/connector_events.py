@@ -55,6 +55,9 @@ class ConnectorEvents:
     def _release_sent(self, req) -> None:
         self.connector.sending.remove(req)
         self.replica.state.pool.release(req)
+        popped = getattr(self.connector, "popped", None)  # SGLang's prefill server: its metadata buffer frees
+        if popped is not None:
+            popped.discard(id(req))
 
     def _event(self, apply, req) -> None:
         if self.connector.lag and not self.replica.idle:  # processed with the in-flight step's output
