@@ -186,12 +186,7 @@ def _write_policy(v):
 
 
 def _pd_mode(v):
-    if v == "prefill":
-        return (
-            "the SGLang prefill server (PrefillBootstrapQueue, the inflight queue) is not modelled; "
-            "the decode server is (--disaggregation-mode decode)"
-        )
-    return None if v in ("null", "decode") else "must be null or decode (prefill is not modelled)"
+    return None if v in ("null", "prefill", "decode") else "must be null, prefill or decode"
 
 
 def _pd_backend(v):
@@ -413,7 +408,8 @@ class EngineFlags:
     disaggregation_mode: str | None = flag(
         STR,
         (S,),
-        "SGLang PD: decode (the decode server, policies/sglang_pd.py, either event loop); prefill is not modelled",
+        "SGLang PD: prefill or decode (policies/sglang_pd_prefill.py, sglang_pd.py; a pair runs with --prefill-cmd / "
+        "--decode-cmd)",
         sglang=("--disaggregation-mode",),
         check=_pd_mode,
     )

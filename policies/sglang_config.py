@@ -151,9 +151,7 @@ class SGLangDisagg:
         require(m in ("prefill", "decode"), "disaggregation_mode", m, "must be prefill or decode")
         b = self.disaggregation_transfer_backend
         require(b in BACKENDS, "disaggregation_transfer_backend", b, f"must be one of {', '.join(BACKENDS)}")
-        require(
-            m == "decode" or b != "fake", "disaggregation_transfer_backend", b, "a prefill server cannot use fake"
-        )
+        require(m == "decode" or b != "fake", "disaggregation_transfer_backend", b, "a prefill server cannot use fake")
         n = self.num_reserved_decode_tokens
         require(n >= 0, "num_reserved_decode_tokens", n, "must be >= 0")
         e = self.disaggregation_decode_extra_slots

@@ -89,7 +89,7 @@ class SGLangPDDecode(PolicyHooks):
 
     @property
     def needs_prefill_pool(self) -> bool:
-        """mooncake / nixl: the KV comes from prefill servers (SGLang's are not modelled)."""
+        """mooncake / nixl: the KV comes from prefill servers (simcore/disagg_sglang.py runs the pair)."""
         return not self.instant
 
     def new_connector(self) -> DecodeQueues:

@@ -72,6 +72,11 @@ class SGLangPDPrefill(SGLangScheduler):
     def needs_stepping(self) -> bool:
         return True
 
+    @property
+    def needs_decode_pool(self) -> bool:
+        """Its requests wait in the bootstrap queue until a decode server preallocates them."""
+        return True
+
     def new_connector(self) -> PrefillQueues:
         return PrefillQueues(lag=self.overlapped)
 

@@ -77,8 +77,15 @@ class Simulation:
                 not getattr(pol, "needs_prefill_pool", False),
                 "--disaggregation-transfer-backend",
                 getattr(getattr(pol, "pd", None), "disaggregation_transfer_backend", None),
-                "an SGLang decode server needs its prefill servers, which are not modelled; "
-                "the fake backend runs it alone (policies/sglang_pd.py)",
+                "an SGLang decode server needs its prefill servers: run the pair (--prefill-cmd / --decode-cmd, "
+                "simcore/disagg_sglang.py), or the fake backend alone (policies/sglang_pd.py)",
+            )
+            require(
+                not getattr(pol, "needs_decode_pool", False),
+                "--disaggregation-mode",
+                "prefill",
+                "an SGLang prefill server needs its decode servers: run the pair (--prefill-cmd / --decode-cmd, "
+                "or --policy sglang --prefill-replicas X --decode-replicas Y)",
             )
             if hashes is not None and getattr(pol, "prefix_caching", False) and pool.cache is None:
                 tokens = int(getattr(workload, "block_tokens", pool.block_size))

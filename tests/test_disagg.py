@@ -258,8 +258,9 @@ def test_engine_cmd_kv_transfer_and_sglang_disaggregation():
     cmd = parse_engine_cmd(f"{launch} --disaggregation-mode decode --disaggregation-transfer-backend nixl")
     assert cmd.flags["disaggregation_mode"] == "decode"
     assert cmd.flags["disaggregation_transfer_backend"] == "nixl"
-    with pytest.raises(InputError, match="prefill server"):  # the prefill side is not modelled
-        parse_engine_cmd(f"{launch} --disaggregation-mode prefill")
+    assert parse_engine_cmd(f"{launch} --disaggregation-mode prefill").flags["disaggregation_mode"] == "prefill"
+    with pytest.raises(InputError, match="prefill or decode"):
+        parse_engine_cmd(f"{launch} --disaggregation-mode encode")
     with pytest.raises(InputError, match="not modelled"):
         parse_engine_cmd(f"{launch} --disaggregation-mode decode --disaggregation-transfer-backend mori")
 
@@ -281,8 +282,17 @@ BASE = ["simulate", "--model", "llama-3.1-8b", "--hardware", "h100", "--num-prom
             "--replicas",
         ),
         (
-            ["--prefill-replicas", "1", "--decode-replicas", "1", "--no-async-scheduling", "--policy", "sglang"],
-            "policy",
+            [
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+                "--policy",
+                "sglang",
+                "--disaggregation-mode",
+                "decode",
+            ],
+            "--disaggregation-mode",
         ),
         (
             [

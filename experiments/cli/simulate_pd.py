@@ -1,6 +1,7 @@
-"""`chunksim simulate --prefill-replicas X --decode-replicas Y`: a disaggregated vLLM run
-(simcore/disagg.py): its flags, their checks, and its table. Units convert here, once: the link's
-GB/s (per GPU) and µs to bytes/s and s."""
+"""`chunksim simulate --prefill-replicas X --decode-replicas Y`: a disaggregated run, vLLM with a KV
+connector (simcore/disagg.py) or SGLang's ``--disaggregation-mode prefill`` / ``decode`` servers
+(simcore/disagg_sglang.py): its flags, their checks, and its table. Units convert here, once: the
+link's GB/s (per GPU) and µs to bytes/s and s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from costmodel import load_hardware, load_model
 from costmodel.errors import require
 from simcore.disagg import DECODE_ROUTERS, DisaggSimulation
+from simcore.disagg_sglang import SGLangDisaggSimulation
 from simcore.kv_transfer import LATENCY_S, RDMA_BYTES_PER_S, LinkConfig
 
 from .. import experiment_file
@@ -18,27 +20,25 @@ from ..report import table
 DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 NOT_WITH_PD = ("replicas", "router", "uncertainty", "trace", "plots", "report", "save_result", "out")
 
-SGLANG_PD_WHY = (
-    "prefill and decode pools are modelled for vllm only; SGLang's decode server alone is "
-    "(--disaggregation-mode decode --disaggregation-transfer-backend fake, policies/sglang_pd.py)"
-)
+PD_POLICIES = ("vllm", "sglang")
+SGLANG_BACKEND = "mooncake"  # ServerArgs.disaggregation_transfer_backend's default
 
 
 def add_pd_flags(p) -> None:
     from .common import positive_float, positive_int
 
-    g = p.add_argument_group("PD disaggregation (vLLM with a KV connector; simcore/disagg.py)")
+    g = p.add_argument_group(
+        "PD disaggregation (vLLM with a KV connector, simcore/disagg.py; SGLang, simcore/disagg_sglang.py)"
+    )
     g.add_argument("--prefill-replicas", type=positive_int, help="prefill pool size (with --decode-replicas)")
     g.add_argument("--decode-replicas", type=positive_int, help="decode pool size (with --prefill-replicas)")
     g.add_argument(
         "--prefill-cmd",
         metavar='"CMD"',
-        help="the prefill pool's pasted `vllm serve` line (Dynamo / llm-d style, with --decode-cmd): "
-        "its flags, tp and -dp (replicas) set that pool",
+        help="the prefill pool's pasted `vllm serve` or `sglang.launch_server` line (Dynamo / llm-d style, "
+        "with --decode-cmd): its flags, tp and -dp (replicas) set that pool",
     )
-    g.add_argument(
-        "--decode-cmd", metavar='"CMD"', help="the decode pool's pasted `vllm serve` line (with --prefill-cmd)"
-    )
+    g.add_argument("--decode-cmd", metavar='"CMD"', help="the decode pool's pasted engine line (with --prefill-cmd)")
     g.add_argument("--prefill-tp", type=positive_int, help="tensor parallel size of a prefill replica (default --tp)")
     g.add_argument("--decode-tp", type=positive_int, help="tensor parallel size of a decode replica (default --tp)")
     g.add_argument(
@@ -90,9 +90,10 @@ def _pair(args) -> tuple[dict, list[str], dict | None]:
     out = []
     for flag, line in (("--prefill-cmd", args.prefill_cmd), ("--decode-cmd", args.decode_cmd)):
         cmd = parse_engine_cmd(line, bool(getattr(args, "allow_unmodeled", None)))
-        require(cmd.policy == "vllm", flag, cmd.policy, SGLANG_PD_WHY)
+        require(cmd.policy in PD_POLICIES, flag, cmd.policy, "PD pools run vllm or sglang")
         out.append((cmd, config(argparse.Namespace(**{**vars(args), "engine_cmd": line}))))
     (pc, (cfg_p, notes)), (dc, (cfg_d, notes_d)) = out
+    require(pc.policy == dc.policy, "--decode-cmd", dc.policy, f"the prefill line runs {pc.policy}: one engine")
     require(
         pc.model == dc.model and cfg_p["model"] == cfg_d["model"],
         "--decode-cmd model",
@@ -123,13 +124,17 @@ def run_pd(args) -> dict:
         )
     us = args.kv_link_latency_us
     require(us is None or us >= 0, "--kv-link-latency-us", us, "must be >= 0")
-    require(cfg["policy"] == "vllm", "--policy", cfg["policy"], SGLANG_PD_WHY)
+    policy = cfg["policy"]
+    require(policy in PD_POLICIES, "--policy", policy, "PD pools run vllm or sglang")
     engine = dict(cfg["engine"])
-    engine_d = dict(cfg_d["engine"]) if cfg_d else engine
-    for e in (engine, engine_d):
-        if not e.get("kv_transfer_config"):
-            e["kv_transfer_config"] = DEFAULT_CONNECTOR
-            notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+    engine_d = dict(cfg_d["engine"]) if cfg_d else dict(engine)
+    if policy == "vllm":
+        for e in (engine, engine_d):
+            if not e.get("kv_transfer_config"):
+                e["kv_transfer_config"] = DEFAULT_CONNECTOR
+                notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+    else:
+        _sglang_modes(engine, engine_d, notes, bool(cfg_d))
     notes.append("note: PD runs the reference loop (simcore/stepping.py); fast-forward does not apply")
     model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
     tp_p, tp_d = args.prefill_tp or cfg["tp"], args.decode_tp or cfg["tp"]
@@ -137,7 +142,7 @@ def run_pd(args) -> dict:
     def pool(n: int, tp: int, flags: dict):
         out = []
         for _ in range(n):
-            sched, blocks, cm, max_len = build_engine("vllm", model, hw, tp, dict(flags))
+            sched, blocks, cm, max_len = build_engine(policy, model, hw, tp, dict(flags))
             out.append((sched, blocks, cm))
         return out, max_len
 
@@ -154,7 +159,7 @@ def run_pd(args) -> dict:
     for n in notes:
         if not quiet or not n.startswith("note"):
             print(n, file=sys.stderr)
-    sim = DisaggSimulation(
+    sim = (SGLangDisaggSimulation if policy == "sglang" else DisaggSimulation)(
         prefill,
         decode,
         workload,
@@ -169,18 +174,43 @@ def run_pd(args) -> dict:
         "decode_replicas": args.decode_replicas,
         "prefill_tp": tp_p,
         "decode_tp": tp_d,
-        "kv_transfer_config": engine["kv_transfer_config"],
-        "decode_kv_transfer_config": engine_d["kv_transfer_config"],
+        "policy": policy,
         "link": {"medium": link.medium, "rdma_bytes_per_s": link.rdma_bandwidth, "latency_s": link.latency_s},
         "gpus": args.prefill_replicas * tp_p + args.decode_replicas * tp_d,
     }
+    if policy == "vllm":
+        s["pd"] |= {
+            "kv_transfer_config": engine["kv_transfer_config"],
+            "decode_kv_transfer_config": engine_d["kv_transfer_config"],
+        }
+    else:
+        s["pd"]["transfer_backend"] = engine["disaggregation_transfer_backend"]
+        s["kv_transfer"]["pushes_per_request"] = float(sim.pushes[res.requests.rid.to_numpy()].mean())
     return {"summary": s, "text": _text(model, hw, s, prefill[0][1], decode[0][1]), "files": []}
+
+
+def _sglang_modes(engine: dict, engine_d: dict, notes: list, two_lines: bool) -> None:
+    """Each pool's --disaggregation-mode is its role (a pasted line may say so, or not); the transfer
+    backend is mooncake unless given, and never fake (a decode server alone)."""
+    for e, mode in ((engine, "prefill"), (engine_d, "decode")):
+        given = e.get("disaggregation_mode")
+        flag = f"--{mode}-cmd" if two_lines else "--disaggregation-mode"
+        require(given in (None, mode), flag, given, f"the {mode} pool's servers run --disaggregation-mode {mode}")
+        e["disaggregation_mode"] = mode
+        b = e.setdefault("disaggregation_transfer_backend", SGLANG_BACKEND)
+        require(b != "fake", "--disaggregation-transfer-backend", b, "fake is a decode server alone, not a PD pair")
+    require(
+        engine["disaggregation_transfer_backend"] == engine_d["disaggregation_transfer_backend"],
+        "--disaggregation-transfer-backend",
+        engine_d["disaggregation_transfer_backend"],
+        f"the prefill pool uses {engine['disaggregation_transfer_backend']}: both pools use one backend",
+    )
 
 
 def _text(model, hw, s: dict, ppool, dpool) -> str:
     pd_ = s["pd"]
     head = (
-        f"vllm PD · {model.name} on {hw.name} · {pd_['prefill_replicas']} prefill (tp={pd_['prefill_tp']}, "
+        f"{pd_['policy']} PD · {model.name} on {hw.name} · {pd_['prefill_replicas']} prefill (tp={pd_['prefill_tp']}, "
         f"KV {ppool.total * ppool.block_size:,} tokens) + {pd_['decode_replicas']} decode (tp={pd_['decode_tp']}, "
         f"KV {dpool.total * dpool.block_size:,} tokens) · {pd_['gpus']} GPUs"
     )
@@ -192,5 +222,7 @@ def _text(model, hw, s: dict, ppool, dpool) -> str:
         f"KV transfers: {t['transfers']:,}, {t['total_bytes'] / 1e9:,.2f} GB, mean {t['mean_ms']:.3f} ms, "
         f"p99 {t['p99_ms']:.3f} ms; prefill blocks held after the prefill token: mean {t['mean_prefill_hold_ms']:.3f} ms"
     )
+    if "pushes_per_request" in t:
+        xfer += f"; pushes per request (chunks + the last) {t['pushes_per_request']:.2f}"
     note = "TTFT: the decode replica's first token, as the proxy streams it (the prefill pool's token is discarded)"
     return "\n".join([head, table(rows), xfer, note])
