@@ -2,9 +2,11 @@
 
 The seed's question ("chunked prefill is the single-node answer; disaggregation is the
 multi-node one") asked of one workload, two SLOs and a GPU budget. Each candidate is a
-deployment unit that fits the budget: one colocated vLLM replica of ``tp`` GPUs at a token budget
-(``max_num_batched_tokens``), or a disaggregated split of ``x`` prefill replicas of ``tp_p`` GPUs
-and ``y`` decode replicas of ``tp_d`` GPUs (simcore/disagg.py, vLLM with a NixlConnector). A
+deployment unit that fits the budget: one colocated replica of ``tp`` GPUs at a token budget
+(vLLM's ``max_num_batched_tokens``, SGLang's ``chunked_prefill_size``), or a disaggregated split
+of ``x`` prefill replicas of ``tp_p`` GPUs and ``y`` decode replicas of ``tp_d`` GPUs of the same
+engine (simcore/disagg.py, vLLM with a NixlConnector; simcore/disagg_sglang.py, SGLang's
+``--disaggregation-mode`` servers on mooncake). A
 unit is simulated alone; a budget of N GPUs runs N // gpus copies of it behind a balancing router,
 so its goodput per GPU is the unit's.
 
@@ -30,6 +32,8 @@ import pandas as pd
 from costmodel.errors import require
 
 DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
+ENGINES = ("vllm", "sglang")
+BUDGET_FLAG = {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size"}
 ITL_PER_REQUEST = ("mean", "max")
 DEFAULT_WORKLOAD = {"kind": "chat_with_long_prompts", "num_prompts": 300, "output_len": 128}
 """Seed 000's chat traffic (512-token prompts, a 32k-token prompt every 100th) with 128-token answers:
@@ -42,7 +46,7 @@ class Candidate:
 
     kind: str  # colocated | disaggregated
     tp: int = 1
-    budget: int | None = None  # colocated: max_num_batched_tokens (None: the engine's default)
+    budget: int | None = None  # colocated: the engine's token budget (None: the engine's default)
     prefill: int = 0
     prefill_tp: int = 0
     decode: int = 0
@@ -76,8 +80,9 @@ class StudySpec:
     attainment: float = 0.9
     itl_per_request: str = "mean"
     seed: int = 0
-    colocated_policy: str = "vllm"  # vllm (chunked prefill at each budget) or nochunk (whole prompts)
-    prefill_flags: dict = field(default_factory=dict)  # vLLM flags of the prefill pool (default: engine defaults)
+    engine: str = "vllm"  # vllm or sglang: every candidate's engine
+    colocated_policy: str = ""  # the engine (chunked prefill at each budget) or nochunk (whole prompts)
+    prefill_flags: dict = field(default_factory=dict)  # engine flags of the prefill pool (default: engine defaults)
     decode_flags: dict = field(default_factory=dict)
     link: dict = field(default_factory=dict)  # simcore.kv_transfer.LinkConfig fields
     max_split: int = 0  # most replicas in one pool (0: as many as the GPU budget allows)
@@ -98,11 +103,14 @@ class StudySpec:
             self.itl_per_request,
             f"must be one of {', '.join(ITL_PER_REQUEST)}",
         )
+        require(self.engine in ENGINES, "--engine", self.engine, "must be vllm or sglang")
+        if not self.colocated_policy:
+            object.__setattr__(self, "colocated_policy", self.engine)
         require(
-            self.colocated_policy in ("vllm", "nochunk"),
+            self.colocated_policy in (self.engine, "nochunk"),
             "--colocated-policy",
             self.colocated_policy,
-            "must be vllm or nochunk",
+            f"must be {self.engine} (the engine) or nochunk",
         )
         for b in self.budgets:
             require(isinstance(b, int) and b >= 1, "--budgets", b, "must be integers >= 1")
@@ -122,7 +130,7 @@ def candidates(spec: StudySpec) -> list[Candidate]:
     tps = sorted(t for t in spec.tps if t <= spec.gpus)
     require(bool(tps), "--tp", list(spec.tps), f"no TP degree fits --gpus {spec.gpus}")
     if spec.colocated:
-        budgets = sorted(spec.budgets) if spec.colocated_policy == "vllm" else [None]
+        budgets = sorted(spec.budgets) if spec.colocated_policy != "nochunk" else [None]
         out += [Candidate("colocated", tp=t, budget=b) for t in tps for b in budgets]
     if spec.disaggregated:
         cap = spec.max_split or spec.gpus
@@ -140,6 +148,7 @@ def _run(spec: StudySpec, c: Candidate, rate: float):
     """One simulation of the unit at ``rate`` req/s: its requests frame and summary."""
     from costmodel import load_hardware, load_model
     from simcore.disagg import DisaggSimulation
+    from simcore.disagg_sglang import SGLangDisaggSimulation
     from simcore.kv_transfer import LinkConfig
     from simcore.simulation import Simulation
 
@@ -149,23 +158,23 @@ def _run(spec: StudySpec, c: Candidate, rate: float):
     model, hw = load_model(spec.model), load_hardware(spec.hardware)
     wl = build_workload(_sized(spec, rate), rate, spec.seed)
     if c.kind == "colocated":
-        flags = {"max_num_batched_tokens": c.budget} if c.budget else {}
+        flags = {BUDGET_FLAG[spec.engine]: c.budget} if c.budget else {}
         sched, pool, cm, max_len = build_engine(spec.colocated_policy, model, hw, c.tp, flags)
         res = Simulation([(sched, pool, cm)], wl, max_model_len=max_len).run()
         return res.requests, res.summary
 
-    def pool(n: int, tp: int, flags: dict):
+    def pool(n: int, tp: int, flags: dict, mode: str):
         out, max_len = [], 0
+        pd = {"kv_transfer_config": DEFAULT_CONNECTOR} if spec.engine == "vllm" else {"disaggregation_mode": mode}
         for _ in range(n):
-            sched, blocks, cm, max_len = build_engine(
-                "vllm", model, hw, tp, {"kv_transfer_config": DEFAULT_CONNECTOR, **flags}
-            )
+            sched, blocks, cm, max_len = build_engine(spec.engine, model, hw, tp, {**pd, **flags})
             out.append((sched, blocks, cm))
         return out, max_len
 
-    prefill, max_len = pool(c.prefill, c.prefill_tp, spec.prefill_flags)
-    decode, _ = pool(c.decode, c.decode_tp, spec.decode_flags)
-    res = DisaggSimulation(prefill, decode, wl, LinkConfig(**spec.link), max_model_len=max_len).run()
+    prefill, max_len = pool(c.prefill, c.prefill_tp, spec.prefill_flags, "prefill")
+    decode, _ = pool(c.decode, c.decode_tp, spec.decode_flags, "decode")
+    sim = SGLangDisaggSimulation if spec.engine == "sglang" else DisaggSimulation
+    res = sim(prefill, decode, wl, LinkConfig(**spec.link), max_model_len=max_len).run()
     return res.requests, res.summary
 
 

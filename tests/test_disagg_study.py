@@ -141,3 +141,26 @@ def test_cli_json_and_bad_input(capsys):
         assert main([*args, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert field in err and len(err.splitlines()) == 1
+
+
+def test_sglang_candidates_run_sglang():
+    """--engine sglang: the colocated budget is chunked_prefill_size and the split runs SGLang's PD
+    servers; each candidate's probe differs from vLLM's at the same rate (another scheduler), and a
+    colocated policy of the other engine is refused."""
+    from costmodel.errors import InputError
+    from experiments.disagg_study import _run
+
+    kw = dict(gpus=2, ttft_slo_ms=2000, itl_slo_ms=100, workload=W, budgets=(512,), min_duration_s=0)
+    sgl, vll = StudySpec(engine="sglang", **kw), StudySpec(**kw)
+    assert sgl.colocated_policy == "sglang" and vll.colocated_policy == "vllm"
+    for c in candidates(sgl):
+        df_s, s_s = _run(sgl, c, 6.0)
+        df_v, s_v = _run(vll, c, 6.0)
+        assert df_s.finish_s.notna().all() and len(df_s) == len(df_v)
+        assert not np.allclose(df_s.ttft_s, df_v.ttft_s)
+        if c.kind == "disaggregated":
+            assert s_s["kv_transfer"]["transfers"] == len(df_s)
+    with pytest.raises(InputError, match="colocated-policy"):
+        StudySpec(engine="sglang", colocated_policy="vllm", **kw)
+    with pytest.raises(InputError, match="--engine"):
+        StudySpec(engine="trtllm", **kw)

@@ -45,14 +45,14 @@ def add_parser(p):
         "--budgets",
         type=positive_int,
         nargs="+",
-        help="colocated vLLM max_num_batched_tokens values (512 1024 2048 4096 8192)",
+        help="colocated token budgets: vLLM max_num_batched_tokens, SGLang chunked_prefill_size (512 ... 8192)",
     )
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm", help="every candidate's engine (vllm)")
     p.add_argument("--tp", type=positive_int, nargs="+", default=[1], help="TP degrees of every pool (1)")
     p.add_argument(
         "--colocated-policy",
-        choices=["vllm", "nochunk"],
-        default="vllm",
-        help="vllm: chunked prefill at each --budgets value; nochunk: whole prompts (no budget)",
+        choices=["vllm", "sglang", "nochunk"],
+        help="the engine (default): chunked prefill at each --budgets value; nochunk: whole prompts (no budget)",
     )
     p.add_argument("--only", choices=["colocated", "disaggregated"], help="one kind of candidate only")
     p.add_argument("--max-split", type=nonneg_int, default=0, help="most replicas in one pool (0: the budget's)")
@@ -106,10 +106,10 @@ def spec_from_args(args):
         if v is not None
     }
     require(
-        args.budgets is None or args.colocated_policy == "vllm",
+        args.budgets is None or args.colocated_policy != "nochunk",
         "--budgets",
         args.budgets,
-        "budgets are vLLM's chunked prefill; --colocated-policy nochunk runs whole prompts",
+        "budgets are the engine's chunked prefill; --colocated-policy nochunk runs whole prompts",
     )
     require(args.attainment <= 100, "--attainment", args.attainment, "must be a percentage in (0, 100]")
     return StudySpec(
@@ -124,7 +124,8 @@ def spec_from_args(args):
         attainment=args.attainment / 100,
         itl_per_request=args.itl_per_request,
         seed=args.seed,
-        colocated_policy=args.colocated_policy,
+        engine=args.engine,
+        colocated_policy=args.colocated_policy or "",
         link=link,
         max_split=args.max_split,
         start_rate=args.start_rate or 0.0,
