@@ -356,7 +356,11 @@ def test_prefill_and_decode_lines_keep_their_own_budgets():
         (["--prefill-cmd", PD_P, "--decode-cmd", "vllm serve Qwen/Qwen3-8B"], "--decode-cmd model"),
         (["--prefill-cmd", PD_P], "--decode-cmd"),
         (["--prefill-cmd", PD_P, "--decode-cmd", PD_D + " --pipeline-parallel-size 2"], "--pipeline-parallel-size"),
-        (["--prefill-cmd", "python -m sglang.launch_server --model-path m", "--decode-cmd", PD_D], "--prefill-cmd"),
+        (["--prefill-cmd", "python -m sglang.launch_server --model-path m", "--decode-cmd", PD_D], "model"),
+        (
+            ["--prefill-cmd", f"python -m sglang.launch_server --model-path {PD_M}", "--decode-cmd", PD_D],
+            "--decode-cmd",
+        ),
     ],
 )
 def test_bad_prefill_decode_pairs_are_one_line_errors(extra, field):
