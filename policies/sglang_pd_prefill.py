@@ -67,6 +67,7 @@ class SGLangPDPrefill(SGLangScheduler):
         super().__init__(cfg)
         self.pd = pd
         self.meta = 2 * cfg.max_running_requests  # ReqToMetadataIdxAllocator(max_running_requests * 2)
+        self._checkpointed: set = set()  # rids in ``sending`` whose prompt is in the tree (settle_idle)
 
     @property
     def needs_stepping(self) -> bool:
@@ -140,7 +141,20 @@ class SGLangPDPrefill(SGLangScheduler):
         """checkpoint_disagg_prefill: the prompt into the tree, locked until the transfer is through."""
         if end is not None:
             checkpoint(s.pool, r, end)
+        self._checkpointed.add(r.rid)
         s.connector.sending.append(r)
+
+    def settle_idle(self, s: SchedulerState) -> None:
+        """The replica went idle right after a step whose completed prefills it held
+        (SchedulerState.release_finished put them in ``sending`` without a schedule()): their prompts
+        go into the tree now, in batch order, as process_batch_result_disagg_prefill checkpoints them
+        at that step's end (simcore/connector_events.py, ``on_idle``)."""
+        q = s.connector
+        if s.pool.cache is not None:
+            for r in q.sending:
+                if r.rid not in self._checkpointed:
+                    checkpoint(s.pool, r, r.prompt_len)
+        self._checkpointed = {r.rid for r in q.sending}
 
     def check(self, plan, s) -> None:
         assert all(r.output_len == 1 for r, _ in plan.items), "a prefill server's requests ask for one token"

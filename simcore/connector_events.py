@@ -81,7 +81,11 @@ class ConnectorEvents:
         return bool(self._drain()) or (was and not plan.items)
 
     def on_idle(self) -> None:
-        """No step in flight: what was reported is processed now."""
+        """No step in flight: what was reported is processed now. SGLang's prefill server first
+        checkpoints the prefills the replica let go on going idle (policies/sglang_pd_prefill.py)."""
+        settle = getattr(self.replica.policy, "settle_idle", None)
+        if settle is not None:
+            settle(self.replica.state)
         if self.connector.lag:
             self.connector.in_flight = set()
             self._drain()
