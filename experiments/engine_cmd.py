@@ -140,6 +140,22 @@ ANSWER_CHANGING = {  # flag -> (reason, value test that makes it harmless or Non
         "--schedule-policy": ("only SGLang's default fcfs queue order is modelled", _default_or_off("fcfs")),
         "--enable-dynamic-chunking": ("SGLang's dynamic chunk sizing is not modelled", None),
         "--max-queued-requests": ("SGLang's queue-length rejection is not modelled", None),
+        "--optimistic-prefill-attempts": ("PD prefill before bootstrap is not modelled", _default_or_off("0")),
+        "--disaggregation-decode-allocation-policy": (
+            "PD decode allocation after the prefill completes is not modelled (early is)",
+            _default_or_off("early"),
+        ),
+        "--disaggregation-decode-enable-radix-cache": ("the PD decode server's radix cache is not modelled", None),
+        "--disaggregation-decode-enable-offload-kvcache": ("PD decode KV offload is not modelled", None),
+        "--disaggregation-decode-retraction-backup": (
+            "PD decode retraction backs up to CPU tensors in chunksim (cpu_tensor)",
+            _default_or_off("cpu_tensor"),
+        ),
+        "--disaggregation-decode-polling-interval": ("PD decode polls every iteration here", _default_or_off("1")),
+        "--disaggregation-decode-host-receive-threshold": (
+            "PD decode host receive is not modelled (1, the default, disables it)",
+            lambda v: v.strip() in ("1", "1.0", ""),
+        ),
     },
 }
 """Recognised flags that change throughput, latency or admission and that chunksim does not model.
@@ -147,7 +163,9 @@ Everything else unmodelled (ports, hosts, logging, api keys, served names, downl
 hash algorithms, metrics) is answer-neutral and listed as ignored. Defaults that make a flag harmless:
 vLLM ``SchedulerConfig.policy = "fcfs"`` (vllm/config/scheduler.py), ``ParallelConfig.pipeline_parallel_size
 = 1`` (vllm/config/parallel.py); SGLang ``schedule_policy = "fcfs"`` (sglang/srt/arg_groups/fields/schedule.py),
-the order tests/conformance/sglang_engine.py drives."""
+the order tests/conformance/sglang_engine.py drives; its PD defaults ``optimistic_prefill_attempts = 0``,
+``disaggregation_decode_allocation_policy = "early"``, ``disaggregation_decode_polling_interval = 1``,
+``disaggregation_decode_host_receive_threshold = 1.0`` (sglang/srt/arg_groups/fields/disagg.py)."""
 
 
 def _answer_changing(engine: str, flag: str, value: str | None, allow: bool, out: EngineCommand) -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from costmodel.errors import require
+
 from .base import Plan, SchedulerState
 from .sglang import SGLangScheduler
 from .sglang_config import SGLangConfig, SGLangDisagg
@@ -64,6 +66,7 @@ class SGLangPDPrefill(SGLangScheduler):
     """SGLang's prefill server: the bootstrap queue, then SGLang's prefill batches, then the inflight queue."""
 
     def __init__(self, cfg: SGLangConfig, pd: SGLangDisagg):
+        require(not cfg.enable_hierarchical_cache, "enable_hierarchical_cache", True, "not modelled under PD prefill")
         super().__init__(cfg)
         self.pd = pd
         self.meta = 2 * cfg.max_running_requests  # ReqToMetadataIdxAllocator(max_running_requests * 2)

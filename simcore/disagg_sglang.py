@@ -98,3 +98,9 @@ class SGLangDisaggSimulation(DisaggSimulation):
         self.transfer_end[p.rid] = self.env.now
         self.decode[d.replica].kv.received(d)
         replica.kv.sent(p)
+
+    def _results(self):
+        res = super()._results()
+        done = res.requests.rid.to_numpy()[res.requests.transfer_end_s.notna().to_numpy()]
+        res.summary["kv_transfer"]["pushes_per_request"] = float(self.pushes[done].mean()) if len(done) else 0.0
+        return res

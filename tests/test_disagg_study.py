@@ -158,8 +158,15 @@ def test_sglang_candidates_run_sglang():
         df_v, s_v = _run(vll, c, 6.0)
         assert df_s.finish_s.notna().all() and len(df_s) == len(df_v)
         assert not np.allclose(df_s.ttft_s, df_v.ttft_s)
-        if c.kind == "disaggregated":
+        if c.kind == "disaggregated":  # SGLang's servers push KV (simcore/disagg_sglang.py); vLLM's decode side reads
             assert s_s["kv_transfer"]["transfers"] == len(df_s)
+            assert s_s["kv_transfer"]["pushes_per_request"] >= 1 and "pushes_per_request" not in s_v["kv_transfer"]
+    # the budget is SGLang's chunk: at 512 against its default (8,192 on an H100) each 8,192-token
+    # prompt takes 16 prefill passes instead of one (without --enable-mixed-chunk SGLang runs the
+    # chunks back to back, so the decodes' longest gap does not shrink)
+    df, dflt = _run(sgl, Candidate("colocated", tp=1, budget=None), 6.0)
+    small = _run(sgl, Candidate("colocated", tp=1, budget=512), 6.0)[1]
+    assert small["num_iterations"] - dflt["num_iterations"] >= 15 * int((df.prompt_len == 8192).sum()) > 0
     with pytest.raises(InputError, match="colocated-policy"):
         StudySpec(engine="sglang", colocated_policy="vllm", **kw)
     with pytest.raises(InputError, match="--engine"):

@@ -126,15 +126,24 @@ def run_pd(args) -> dict:
     require(us is None or us >= 0, "--kv-link-latency-us", us, "must be >= 0")
     policy = cfg["policy"]
     require(policy in PD_POLICIES, "--policy", policy, "PD pools run vllm or sglang")
+    require(
+        cfg_d is not None or cfg.get("replicas", 1) == 1,
+        "--engine-cmd -dp",
+        cfg.get("replicas"),
+        "a PD run sets each pool's replicas: --prefill-replicas / --decode-replicas, or each line's -dp "
+        "in --prefill-cmd / --decode-cmd",
+    )
     engine = dict(cfg["engine"])
     engine_d = dict(cfg_d["engine"]) if cfg_d else dict(engine)
     if policy == "vllm":
+        if not engine.get("kv_transfer_config") or not engine_d.get("kv_transfer_config"):
+            notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
         for e in (engine, engine_d):
-            if not e.get("kv_transfer_config"):
-                e["kv_transfer_config"] = DEFAULT_CONNECTOR
-                notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+            e.setdefault("kv_transfer_config", DEFAULT_CONNECTOR)
+            e["kv_transfer_config"] = e["kv_transfer_config"] or DEFAULT_CONNECTOR
     else:
-        _sglang_modes(engine, engine_d, notes, bool(cfg_d))
+        _sglang_modes(engine, engine_d, bool(cfg_d))
+    _same_kv(policy, engine, engine_d)
     notes.append("note: PD runs the reference loop (simcore/stepping.py); fast-forward does not apply")
     model, hw = load_model(cfg["model"]), load_hardware(cfg["hardware"])
     tp_p, tp_d = args.prefill_tp or cfg["tp"], args.decode_tp or cfg["tp"]
@@ -147,7 +156,10 @@ def run_pd(args) -> dict:
         return out, max_len
 
     prefill, max_len = pool(args.prefill_replicas, tp_p, engine)
-    decode, _ = pool(args.decode_replicas, tp_d, engine_d)
+    decode, max_len_d = pool(args.decode_replicas, tp_d, engine_d)
+    if max_len_d != max_len:  # a request must fit both servers' context length
+        notes.append(f"note: context length {min(max_len, max_len_d):,}, the smaller of the two pools'")
+        max_len = min(max_len, max_len_d)
     link = LinkConfig(
         rdma_bandwidth=args.kv_link_bandwidth * 1e9 if args.kv_link_bandwidth else RDMA_BYTES_PER_S,
         latency_s=us * 1e-6 if us is not None else LATENCY_S,
@@ -185,26 +197,45 @@ def run_pd(args) -> dict:
         }
     else:
         s["pd"]["transfer_backend"] = engine["disaggregation_transfer_backend"]
-        s["kv_transfer"]["pushes_per_request"] = float(sim.pushes[res.requests.rid.to_numpy()].mean())
     return {"summary": s, "text": _text(model, hw, s, prefill[0][1], decode[0][1]), "files": []}
 
 
-def _sglang_modes(engine: dict, engine_d: dict, notes: list, two_lines: bool) -> None:
+def _sglang_modes(engine: dict, engine_d: dict, two_lines: bool) -> None:
     """Each pool's --disaggregation-mode is its role (a pasted line may say so, or not); the transfer
     backend is mooncake unless given, and never fake (a decode server alone)."""
     for e, mode in ((engine, "prefill"), (engine_d, "decode")):
+        where = f"--{mode}-cmd " if two_lines else ""
         given = e.get("disaggregation_mode")
-        flag = f"--{mode}-cmd" if two_lines else "--disaggregation-mode"
-        require(given in (None, mode), flag, given, f"the {mode} pool's servers run --disaggregation-mode {mode}")
+        require(
+            given in (None, mode),
+            f"{where}--disaggregation-mode",
+            given,
+            f"the {mode} pool's servers run --disaggregation-mode {mode}",
+        )
         e["disaggregation_mode"] = mode
         b = e.setdefault("disaggregation_transfer_backend", SGLANG_BACKEND)
-        require(b != "fake", "--disaggregation-transfer-backend", b, "fake is a decode server alone, not a PD pair")
+        require(b != "fake", f"{where}--disaggregation-transfer-backend", b, "fake is a decode server alone")
     require(
         engine["disaggregation_transfer_backend"] == engine_d["disaggregation_transfer_backend"],
-        "--disaggregation-transfer-backend",
+        "--decode-cmd --disaggregation-transfer-backend",
         engine_d["disaggregation_transfer_backend"],
         f"the prefill pool uses {engine['disaggregation_transfer_backend']}: both pools use one backend",
     )
+
+
+def _same_kv(policy: str, engine: dict, engine_d: dict) -> None:
+    """One KV layout on both sides: the transfer is priced in one KV dtype, and SGLang's decode server
+    refuses a prefill server of another page size or KV dtype (disaggregation/common/conn.py,
+    try_ensure_parallel_info: "Page size mismatch", "KV cache dtype mismatch")."""
+    keys = ("kv_cache_dtype", "page_size") if policy == "sglang" else ("kv_cache_dtype",)
+    for k in keys:
+        a, b = engine.get(k), engine_d.get(k)
+        require(
+            a == b,
+            f"--decode-cmd --{k.replace('_', '-')}",
+            b,
+            f"the prefill pool has {a if a is not None else 'the default'}: both pools must use the same value",
+        )
 
 
 def _text(model, hw, s: dict, ppool, dpool) -> str:
@@ -224,5 +255,10 @@ def _text(model, hw, s: dict, ppool, dpool) -> str:
     )
     if "pushes_per_request" in t:
         xfer += f"; pushes per request (chunks + the last) {t['pushes_per_request']:.2f}"
-    note = "TTFT: the decode replica's first token, as the proxy streams it (the prefill pool's token is discarded)"
+    note = (
+        "TTFT: the decode server's first output, the prefill's token, streamed once its KV is in; "
+        "a transfer spans the first chunk's push to the last push's arrival"
+        if pd_["policy"] == "sglang"
+        else "TTFT: the decode replica's first token, as the proxy streams it (the prefill pool's token is discarded)"
+    )
     return "\n".join([head, table(rows), xfer, note])
