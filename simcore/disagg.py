@@ -121,19 +121,32 @@ class DisaggSimulation:
         for i in range(len(wl)):
             if arrival_s[i] > env.now:
                 yield env.at(arrival_s[i], LATE)
-            user = new_request(wl, i, arrival_s[i])
-            self.users[i] = user
-            user.rejected = reject_reason(user, self.decode[0], self.max_model_len)
-            if user.rejected is not None:
-                continue
-            p = new_request(wl, i, arrival_s[i])
-            p.output_len, p.remote_decode = 1, True  # the proxy's prefill request: max_tokens 1
-            p.rejected = reject_reason(p, self.prefill[0], self.max_model_len)
-            if p.rejected is not None:
-                user.rejected = p.rejected
-                continue
-            self.prefill_reqs.append(p)
-            self.prefill[least_outstanding(p, self.prefill)].submit(p)
+            pair = self._pair(i, arrival_s[i])
+            if pair is not None:
+                self._route(*pair)
+
+    def _pair(self, i: int, t: float):
+        """Request i's user side (what the decode side serves) and its prefill side (one token:
+        the proxy's max_tokens 1, SGLang's PrefillBootstrapQueue._process_req), or None when
+        either side refuses it (the user side says why)."""
+        wl = self.workload
+        user = new_request(wl, i, t)
+        self.users[i] = user
+        user.rejected = reject_reason(user, self.decode[0], self.max_model_len)
+        if user.rejected is not None:
+            return None
+        p = new_request(wl, i, t)
+        p.output_len, p.remote_decode = 1, True
+        p.rejected = reject_reason(p, self.prefill[0], self.max_model_len)
+        if p.rejected is not None:
+            user.rejected = p.rejected
+            return None
+        self.prefill_reqs.append(p)
+        return user, p
+
+    def _route(self, user, p) -> None:
+        """vLLM's proxy: the prefill side first; the decode side when it has its token."""
+        self.prefill[least_outstanding(p, self.prefill)].submit(p)
 
     # transfers: the replicas call these (simcore/stepping.py)
     def prefill_finished(self, replica, p, end: float) -> None:

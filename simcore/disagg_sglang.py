@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .admission import new_request, reject_reason
-from .clock import LATE
 from .disagg import DisaggSimulation
 from .router import least_outstanding
 
@@ -35,28 +33,12 @@ class SGLangDisaggSimulation(DisaggSimulation):
         self._open: dict = {}  # rid -> sends still on the wire
         self._last_sent: set = set()  # rids whose last send has gone
 
-    def _arrivals(self):
-        env, wl = self.env, self.workload
-        arrival_s = wl.arrival_s.tolist()
-        for i in range(len(wl)):
-            if arrival_s[i] > env.now:
-                yield env.at(arrival_s[i], LATE)
-            d = new_request(wl, i, arrival_s[i])
-            d.remote_prefill = True
-            self.users[i] = d
-            d.rejected = reject_reason(d, self.decode[0], self.max_model_len)
-            if d.rejected is not None:
-                continue
-            p = new_request(wl, i, arrival_s[i])
-            p.output_len, p.remote_decode = 1, True  # PrefillBootstrapQueue._process_req: max_new_tokens 1
-            p.rejected = reject_reason(p, self.prefill[0], self.max_model_len)
-            if p.rejected is not None:
-                d.rejected = p.rejected
-                continue
-            p.peer, d.peer = d, p
-            self.prefill_reqs.append(p)
-            self.prefill[least_outstanding(p, self.prefill)].submit(p)
-            self.decode[self.route_decode(d, self.decode)].submit(d)
+    def _route(self, d, p) -> None:
+        """SGLang's PD router: both sides at once, with one bootstrap room."""
+        d.remote_prefill = True
+        p.peer, d.peer = d, p
+        self.prefill[least_outstanding(p, self.prefill)].submit(p)
+        self.decode[self.route_decode(d, self.decode)].submit(d)
 
     # transfers: the replicas call these (simcore/stepping.py, simcore/connector_events.py)
     def loads_started(self, replica, items, now: float) -> None:

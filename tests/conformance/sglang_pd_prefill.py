@@ -37,8 +37,6 @@ whose transfer was seen complete at t).
 
 from __future__ import annotations
 
-import os
-import tempfile
 import types
 from array import array
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .sglang_engine import OUTPUT_TOKEN_BASE, Knobs, SGLangEngine, _Batch, _sglang
+from .sglang_pd_queues import publish_scheduler_args
 
 
 @dataclass
@@ -287,8 +286,6 @@ class _PDPrefillEngine(SGLangEngine):
     def _publish(self, sc) -> None:
         """ServerArgs of a prefill server (the disaggregation and schedule bags the mixin reads) and
         the ranks get_parallel() reports, over a one-process gloo group."""
-        import torch.distributed as dist
-        from sglang.srt import runtime_context
         from sglang.srt.server_args import ServerArgs
 
         self._args = ServerArgs(
@@ -303,14 +300,7 @@ class _PDPrefillEngine(SGLangEngine):
             disable_radix_cache=not sc.radix,
             disable_overlap_schedule=not sc.overlap,
         )
-        runtime_context.publish(self._args, role="scheduler")
-        if not dist.is_initialized():
-            store = os.path.join(tempfile.mkdtemp(prefix="chunksim-gloo-"), "store")
-            dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-        group = types.SimpleNamespace(cpu_group=dist.group.WORLD)
-        runtime_context.get_parallel().override_permanently(
-            tp_rank=0, pp_rank=0, attn_tp_rank=0, dp_rank=0, attn_tp_group=group
-        )
+        publish_scheduler_args(self._args)
 
     # the Scheduler's names for SGLangEngine's state
     waiting_queue = property(lambda self: self.waiting, lambda self, v: setattr(self, "waiting", v))

@@ -70,8 +70,6 @@ class DecodeQueues:
     ):
         sg = _sglang()
         import torch
-        import torch.distributed as dist
-        from sglang.srt import runtime_context
         from sglang.srt.disaggregation.decode import (
             DecodePreallocQueue,
             DecodeReqToTokenPool,
@@ -91,14 +89,7 @@ class DecodeQueues:
             disaggregation_decode_retraction_backup="cpu_tensor",  # resolve_decode_retraction_backup's other
             page_size=page_size,
         )
-        runtime_context.publish(args, role="scheduler")
-        if not dist.is_initialized():
-            store = os.path.join(tempfile.mkdtemp(prefix="chunksim-gloo-"), "store")
-            dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-        group = types.SimpleNamespace(cpu_group=dist.group.WORLD)
-        runtime_context.get_parallel().override_permanently(
-            tp_rank=0, pp_rank=0, attn_tp_rank=0, dp_rank=0, attn_tp_group=group
-        )
+        publish_scheduler_args(args)
         kv = MHATokenToKVPool(pool_tokens, page_size, torch.bfloat16, 1, 8, 1, "cpu", False, enable_alt_stream=False)
         self.alloc = sg.Paged(pool_tokens, page_size, torch.int64, "cpu", kv, False)
         extra = max_requests if extra_slots is None else extra_slots
@@ -189,3 +180,19 @@ class DecodeQueues:
 
     def used_tokens(self) -> int:
         return self.alloc.size - self.alloc.available_size()
+
+
+def publish_scheduler_args(args) -> None:
+    """Publish ServerArgs as a scheduler process's and make get_parallel() report rank 0 of a
+    one-process gloo group (what SGLang's disaggregation queues read on CPU)."""
+    import torch.distributed as dist
+    from sglang.srt import runtime_context
+
+    runtime_context.publish(args, role="scheduler")
+    if not dist.is_initialized():
+        store = os.path.join(tempfile.mkdtemp(prefix="chunksim-gloo-"), "store")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    group = types.SimpleNamespace(cpu_group=dist.group.WORLD)
+    runtime_context.get_parallel().override_permanently(
+        tp_rank=0, pp_rank=0, attn_tp_rank=0, dp_rank=0, attn_tp_group=group
+    )
