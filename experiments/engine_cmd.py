@@ -209,17 +209,7 @@ def _strip_env(tokens: list[str]) -> tuple[list[str], list[str]]:
 
 
 REFUSED = {  # flags that change what the engine does and that chunksim does not model: an error, not a warning
-    "sglang": {
-        s: "SGLang's speculative decoding is not modelled yet (its decode reserves max(topk x steps, "
-        "num_draft_tokens) KV slots a request per step and runs spec-v2 overlap; vLLM's --speculative-config is)"
-        for s in (
-            "--speculative-algorithm",
-            "--speculative-draft-model-path",
-            "--speculative-num-steps",
-            "--speculative-eagle-topk",
-            "--speculative-num-draft-tokens",
-        )
-    },
+    "sglang": {},
     "vllm": {
         "--cudagraph-capture-sizes": "give the sizes as --compilation-config "
         "'{\"cudagraph_capture_sizes\": [...]}' (chunksim reads one value per flag)",
