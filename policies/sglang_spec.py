@@ -184,6 +184,20 @@ class EagleRadixCache(RadixCache):
     def _release_end(self, req) -> int:
         return self.owned(req) if self.owned is not None else req.num_computed_tokens
 
+    def match(self, req) -> int:
+        """RadixCache.match_prefix of the request's tokens but the last, as bigrams: N − 2 positions
+        at most (RadixCache.match: N − 1)."""
+        n = min(self._named(req, req.num_tokens), max(0, req.num_tokens - 2) // self.block_tokens)
+        key = self._key(req, n) if n > 0 else ()
+        n = self._match_end = self._cap(req, key, n)
+        node = self._walk(key, n, self._tick()) if n > 0 else self.root
+        self._lock(node)
+        req.cache_path = node
+        hit = node.end * self.block_tokens
+        self._count_lookup(req, hit)
+        req.num_cached_tokens = hit
+        return hit
+
 
 class SpecDriving:
     """Needs SGLangScheduler's cfg. Per-request state is kept here (Request has slots)."""
@@ -191,9 +205,14 @@ class SpecDriving:
     if TYPE_CHECKING:
         cfg: Any
         _cache: Any
+        _sampling: list
+        _out_at: list
+        _lagged: list
 
     spec: SGLangSpec | None = None
     _riders: list
+    _verified: set
+    _c_lag: dict
 
     @property
     def needs_stepping(self) -> bool:
@@ -216,13 +235,24 @@ class SpecDriving:
         ride one more verify (``_riders``, read by SGLangScheduler._decoding)."""
         if self.spec is None:
             return finishing  # (sync: _riders stays empty)
+        prev, self._verified = self._verified, set()
+        self._c_lag = {id(r): k for r, k in zip(self._sampling, self._lagged) if id(r) in prev}
         self._riders = [r for r in finishing if r.num_output_tokens + 1 < r.output_len]
         return [r for r in finishing if r.num_output_tokens + 1 >= r.output_len]
+
+    def rides_finished(self, s) -> bool:
+        """Whether a held finished request would ride the next verify (split_riders), so that an
+        otherwise idle replica still runs that step, as event_loop_overlap does."""
+        if self.spec is None or self.cfg.disable_overlap_schedule:
+            return False
+        before = {id(r): o for r, o in zip(self._sampling, self._out_at)}
+        return any(before.get(id(r), r.num_output_tokens) + 1 < r.output_len for r in s.finished)
 
     def spec_decodes(self, s, plan, decoding):
         """The decodes of a step: each prepared (C + 2L), then a verify of num_draft_tokens, or in a
         mixed step one token (ScheduleBatch.mix_with_running)."""
         self.spec_prepare(s, decoding)
+        self._verified.update(id(r) for r in decoding)
         mixed = bool(plan.items)
         d = self.spec.num_draft_tokens
         if not mixed:
@@ -232,6 +262,8 @@ class SpecDriving:
 
     def _init_spec(self) -> None:
         self._riders = []  # overlap + spec: finished in flight by accepted drafts, riding one more verify
+        self._verified = set()  # overlap: ids of the requests the last plan decoded (their commit is in flight)
+        self._c_lag = {}  # overlap: id -> tokens its in-flight verify commits (kv_committed_len lags by them)
         cfg = self.cfg
         self.spec = resolve_spec(
             cfg.speculative_algorithm,
@@ -264,10 +296,10 @@ class SpecDriving:
 
     def spec_decode_need(self, pool, decoding) -> int:
         """_new_tokens_required_next_decode_spec_v2: Σ ⌈max(A, C + 2L)⌉ − ⌈A⌉, in tokens."""
-        bs, w = pool.block_size, self._reserve
+        bs, w, lag = pool.block_size, self._reserve, self._c_lag
         n = 0
         for r in decoding:
-            n += max(0, -(-(r.num_computed_tokens + w) // bs) - r.num_blocks - pool.shared(r))
+            n += max(0, -(-(r.num_computed_tokens - lag.get(id(r), 0) + w) // bs) - r.num_blocks - pool.shared(r))
         return n * bs
 
     def spec_prepare(self, s, decoding) -> None:
@@ -279,7 +311,7 @@ class SpecDriving:
             ps = self.cfg.page_size
             evict_for(s.pool, need + (len(decoding) * ps if ps > 1 else 0))
         for r in decoding:
-            ok = s.pool.grow(r, r.num_computed_tokens + self._reserve)
+            ok = s.pool.grow(r, r.num_computed_tokens - self._c_lag.get(id(r), 0) + self._reserve)
             assert ok, "a verify's KV was counted free"
 
     def release_end(self, req) -> int:
