@@ -137,6 +137,15 @@ ANSWER_CHANGING = {  # flag -> (reason, value test that makes it harmless or Non
     },
     "sglang": {
         "--pp-size": ("pipeline parallelism is not modelled", _default_or_off("1")),
+        "--speculative-accept-threshold-single": (
+            "acceptance is --spec-acceptance (chunksim's own), not SGLang's thresholds",
+            _default_or_off("1.0"),
+        ),
+        "--speculative-accept-threshold-acc": (
+            "acceptance is --spec-acceptance (chunksim's own), not SGLang's thresholds",
+            _default_or_off("1.0"),
+        ),
+        "--speculative-adaptive": ("adaptive speculative steps are not modelled", None),
         "--schedule-policy": ("only SGLang's default fcfs queue order is modelled", _default_or_off("fcfs")),
         "--enable-dynamic-chunking": ("SGLang's dynamic chunk sizing is not modelled", None),
         "--max-queued-requests": ("SGLang's queue-length rejection is not modelled", None),
