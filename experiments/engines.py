@@ -181,6 +181,8 @@ def build_cluster(
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     if policy == "sglang" and (flags or {}).get("enable_dp_attention"):
         require(replicas > 1, "enable_dp_attention", True, "needs --dp-size 2 or more")
+        spec = flags.get("speculative_algorithm")
+        require(not spec, "speculative_algorithm", spec, "with --enable-dp-attention: not modelled")
         engines, cost, max_len = build_sglang_dp_attention(model, hw, tp, replicas, flags)
         route = make_router(router)
         route.lockstep = cost  # type: ignore[union-attr]  # read by Simulation

@@ -175,3 +175,18 @@ def test_overallocation_held_until_finish():
     # A only grows: the slots past C are not freed per step
     assert all(b2 >= b1 for (b1, _), (b2, _) in zip(seen, seen[1:]))
     assert pool.used == 0
+
+
+def test_spec_with_dp_attention_or_pd_is_refused():
+    from experiments.engines import build_cluster
+
+    with pytest.raises(InputError, match="speculative_algorithm"):
+        build_cluster(
+            "sglang",
+            load_model("qwen3-30b-a3b"),
+            HW,
+            flags={"enable_dp_attention": True, "speculative_algorithm": "EAGLE"},
+            replicas=2,
+        )
+    with pytest.raises(InputError, match="speculative_algorithm"):
+        build_engine("sglang", MODEL, HW, 1, {"speculative_algorithm": "EAGLE", "disaggregation_mode": "decode"})
