@@ -372,7 +372,11 @@ def random_spec_scenario(config: str, seed: int) -> SpecScenario:
     chunk = k.chunked_prefill_size
     if chunk is not None:
         chunk = max(chunk, page)
-    reqs = [Req(r.rid, r.arrival, r.tokens, r.max_new_tokens, r.ignore_eos) for r in b.requests]
+    # sglang_scenarios keeps one ignore_eos setting when page > 1 and the radix cache is off (an
+    # SGLang 0.5.23 quirk chunks two requests in one batch otherwise); the page is set here
+    uniform = page > 1 and k.disable_radix_cache
+    eos = b.requests[0].ignore_eos
+    reqs = [Req(r.rid, r.arrival, r.tokens, r.max_new_tokens, eos if uniform else r.ignore_eos) for r in b.requests]
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     per_req = [-(-(len(r.tokens) + r.max_new_tokens + reserve) // page) * page + page for r in reqs]
     if tight:
