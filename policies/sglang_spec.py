@@ -32,6 +32,10 @@ Acceptance is chunksim's own model, the one vLLM's runs take (policies/vllm_spec
 position α (--spec-acceptance), a = min(num_steps, ⌊ln u / ln α⌋), one counter-based uniform per
 (seed, request, verify step). A verify is priced as draft_tokens query tokens a request plus the
 drafter of costmodel/speculative.py with k = num_steps.
+
+Not modelled: SGLang retracting a rider (its result is dropped and it is re-queued; here it has
+finished when its step was applied, and riders are never victims); the draft model's own KV pool.
+The conformance table and its known divergences: docs/conformance.md, "Speculative decoding (SGLang)".
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ its draw, as chunksim draws when it applies the step. CPU patches: allocation._i
 branch of alloc_for_spec_decode), a torch stand-in for sgl_kernel's assign_req_to_token_pool_cpu,
 get_last_loc_torch for paged pools.
 
-Divergence on purpose: none known. Not covered: retraction of a request that rides a dropped
-verify (chunksim never retracts one; see policies/sglang_decode.py).
+Known divergences (tight pools, about 0.2 % of scenarios): SGLang retracting a request that rides
+a dropped verify (chunksim has finished it and never retracts one); see docs/conformance.md.
 """
 
 from __future__ import annotations
