@@ -215,7 +215,7 @@ class SpecDriving:
 
     spec: SGLangSpec | None = None
     _riders: list
-    _verified: set
+    _verified: dict
     _c_lag: dict
 
     @property
@@ -239,8 +239,8 @@ class SpecDriving:
         ride one more verify (``_riders``, read by SGLangScheduler._decoding)."""
         if self.spec is None:
             return finishing  # (sync: _riders stays empty)
-        prev, self._verified = self._verified, set()
-        self._c_lag = {id(r): k for r, k in zip(self._sampling, self._lagged) if id(r) in prev}
+        prev, self._verified = self._verified, {}
+        self._c_lag = {r: k for r, k in zip(self._sampling, self._lagged) if r in prev}
         self._riders = [r for r in finishing if r.num_output_tokens + 1 < r.output_len]
         return [r for r in finishing if r.num_output_tokens + 1 >= r.output_len]
 
@@ -256,7 +256,7 @@ class SpecDriving:
         """The decodes of a step: each prepared (C + 2L), then a verify of num_draft_tokens, or in a
         mixed step one token (ScheduleBatch.mix_with_running)."""
         self.spec_prepare(s, decoding)
-        self._verified.update(id(r) for r in decoding)
+        self._verified.update(dict.fromkeys(decoding, True))
         mixed = bool(plan.items)
         d = self.spec.num_draft_tokens
         if not mixed:
@@ -266,8 +266,8 @@ class SpecDriving:
 
     def _init_spec(self) -> None:
         self._riders = []  # overlap + spec: finished in flight by accepted drafts, riding one more verify
-        self._verified = set()  # overlap: ids of the requests the last plan decoded (their commit is in flight)
-        self._c_lag = {}  # overlap: id -> tokens its in-flight verify commits (kv_committed_len lags by them)
+        self._verified = {}  # overlap: the requests the last plan decoded (their commit is in flight); ordered
+        self._c_lag = {}  # overlap: request -> tokens its in-flight verify commits (kv_committed_len lags by them)
         cfg = self.cfg
         self.spec = resolve_spec(
             cfg.speculative_algorithm,
@@ -303,7 +303,7 @@ class SpecDriving:
         bs, w, lag = pool.block_size, self._reserve, self._c_lag
         n = 0
         for r in decoding:
-            n += max(0, -(-(r.num_computed_tokens - lag.get(id(r), 0) + w) // bs) - r.num_blocks - pool.shared(r))
+            n += max(0, -(-(r.num_computed_tokens - lag.get(r, 0) + w) // bs) - r.num_blocks - pool.shared(r))
         return n * bs
 
     def spec_prepare(self, s, decoding) -> None:
@@ -315,7 +315,7 @@ class SpecDriving:
             ps = self.cfg.page_size
             evict_for(s.pool, need + (len(decoding) * ps if ps > 1 else 0))
         for r in decoding:
-            ok = s.pool.grow(r, r.num_computed_tokens - self._c_lag.get(id(r), 0) + self._reserve)
+            ok = s.pool.grow(r, r.num_computed_tokens - self._c_lag.get(r, 0) + self._reserve)
             assert ok, "a verify's KV was counted free"
 
     def release_end(self, req) -> int:
