@@ -137,6 +137,15 @@ ANSWER_CHANGING = {  # flag -> (reason, value test that makes it harmless or Non
     },
     "sglang": {
         "--pp-size": ("pipeline parallelism is not modelled", _default_or_off("1")),
+        "--speculative-accept-threshold-single": (
+            "acceptance is --spec-acceptance (chunksim's own), not SGLang's thresholds",
+            _default_or_off("1.0"),
+        ),
+        "--speculative-accept-threshold-acc": (
+            "acceptance is --spec-acceptance (chunksim's own), not SGLang's thresholds",
+            _default_or_off("1.0"),
+        ),
+        "--speculative-adaptive": ("adaptive speculative steps are not modelled", None),
         "--schedule-policy": ("only SGLang's default fcfs queue order is modelled", _default_or_off("fcfs")),
         "--enable-dynamic-chunking": ("SGLang's dynamic chunk sizing is not modelled", None),
         "--max-queued-requests": ("SGLang's queue-length rejection is not modelled", None),
@@ -209,17 +218,7 @@ def _strip_env(tokens: list[str]) -> tuple[list[str], list[str]]:
 
 
 REFUSED = {  # flags that change what the engine does and that chunksim does not model: an error, not a warning
-    "sglang": {
-        s: "SGLang's speculative decoding is not modelled yet (its decode reserves max(topk x steps, "
-        "num_draft_tokens) KV slots a request per step and runs spec-v2 overlap; vLLM's --speculative-config is)"
-        for s in (
-            "--speculative-algorithm",
-            "--speculative-draft-model-path",
-            "--speculative-num-steps",
-            "--speculative-eagle-topk",
-            "--speculative-num-draft-tokens",
-        )
-    },
+    "sglang": {},
     "vllm": {
         "--cudagraph-capture-sizes": "give the sizes as --compilation-config "
         "'{\"cudagraph_capture_sizes\": [...]}' (chunksim reads one value per flag)",

@@ -161,6 +161,14 @@ def _skew(v):
     return None if v >= 0 else "must be >= 0"
 
 
+def _sglang_spec_algorithm(v):
+    from policies.sglang_spec import ALGORITHMS, NOT_MODELLED
+
+    if str(v).upper() in ALGORITHMS:
+        return None
+    return f"not modelled (modelled: {', '.join(ALGORITHMS)}; {', '.join(NOT_MODELLED)} are not)"
+
+
 def _acceptance(v):
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
@@ -485,16 +493,41 @@ class EngineFlags:
         vllm=("--speculative-config",),
         check=_speculative,
     )
+    speculative_algorithm: str | None = flag(
+        STR,
+        (S,),
+        "SGLang speculative decoding: EAGLE, EAGLE3 or NEXTN (= EAGLE); spec v2, sync or overlap "
+        "(policies/sglang_spec.py; STANDALONE, NGRAM, DFLASH are not modelled)",
+        sglang=("--speculative-algorithm",),
+        check=_sglang_spec_algorithm,
+    )
+    speculative_num_steps: int | None = flag(
+        INT,
+        (S,),
+        "SGLang: draft steps per verify (unset: SGLang's auto choice, (5, 4, 8) for Llama, else (3, 1, 4))",
+        sglang=("--speculative-num-steps",),
+        check=_positive,
+    )
+    speculative_eagle_topk: int | None = flag(
+        INT, (S,), "SGLang: EAGLE tree branching per step", sglang=("--speculative-eagle-topk",), check=_positive
+    )
+    speculative_num_draft_tokens: int | None = flag(
+        INT,
+        (S,),
+        "SGLang: tokens verified a request per step (topk 1: num_steps + 1, as SGLang forces)",
+        sglang=("--speculative-num-draft-tokens",),
+        check=_positive,
+    )
     spec_acceptance: float | None = flag(
         FLOAT,
-        (V,),
+        (V, S),
         "chunksim's own (vLLM has no such flag): per-draft-token acceptance probability α "
-        "(default 0.65, from EAGLE-3 on Llama-3.1-8B, MT-bench; policies/vllm_spec.py)",
+        "(default 0.65, from EAGLE-3 on Llama-3.1-8B, MT-bench; policies/vllm_spec.py; SGLang too)",
         own=("--spec-acceptance",),
         check=_acceptance,
     )
     spec_seed: int | None = flag(
-        INT, (V,), "chunksim's own: seed of the acceptance draws (default 0)", own=("--spec-seed",), check=_nonneg
+        INT, (V, S), "chunksim's own: seed of the acceptance draws (default 0)", own=("--spec-seed",), check=_nonneg
     )
     kv_transfer_config: str | None = flag(
         STR,

@@ -26,6 +26,7 @@ from policies.sglang_hicache import hicache_settings
 from policies.sglang_mamba import mamba_pool, resolve_strategy, slots_per_request, state_bytes
 from policies.sglang_pd import SGLangPDDecode
 from policies.sglang_pd_prefill import SGLangPDPrefill
+from policies.sglang_spec import sglang_spec_defaults
 from policies.vllm import VLLMConfig, VLLMScheduler, vllm_defaults
 from simcore.kv import BlockPool, vllm_block_pool, vllm_kv_blocks
 from simcore.mamba_radix_cache import checkpoint_grid
@@ -65,6 +66,21 @@ def build_engine(policy: str, model: ModelSpec, hw: Hardware, tp: int = 1, flags
         chunk = flags.get("chunked_prefill_size", sglang_default_chunked_prefill_size(hw.memory_bytes))
         max_total = flags.pop("max_total_tokens", None)
         pd = sglang_disagg(flags)  # --disaggregation-*: the decode server (policies/sglang_pd.py)
+        if flags.get("speculative_algorithm"):  # _handle_eagle_family's defaults (policies/sglang_spec.py)
+            flags = sglang_spec_defaults(flags, model.name)
+            require(pd is None, "speculative_algorithm", flags["speculative_algorithm"], "with PD: not modelled")
+            require(
+                not flags.get("enable_hierarchical_cache"),
+                "speculative_algorithm",
+                flags["speculative_algorithm"],
+                "with HiCache: not modelled",
+            )
+            require(
+                model.linear_layers == 0,
+                "speculative_algorithm",
+                flags["speculative_algorithm"],
+                "on a hybrid (Mamba) model: not modelled",
+            )
         cfg = SGLangConfig(**{**flags, "chunked_prefill_size": chunk, "max_model_len": max_len})
         frac = cfg.mem_fraction_static or sglang_mem_fraction_static(
             hw.memory_bytes, cfg.chunk, cfg.max_prefill_tokens, tp
@@ -165,6 +181,8 @@ def build_cluster(
     require(tp <= hw.gpus_per_node, "tp", tp, f"exceeds the {hw.gpus_per_node} GPUs per node of {hw.name}")
     if policy == "sglang" and (flags or {}).get("enable_dp_attention"):
         require(replicas > 1, "enable_dp_attention", True, "needs --dp-size 2 or more")
+        spec = flags.get("speculative_algorithm")
+        require(not spec, "speculative_algorithm", spec, "with --enable-dp-attention: not modelled")
         engines, cost, max_len = build_sglang_dp_attention(model, hw, tp, replicas, flags)
         route = make_router(router)
         route.lockstep = cost  # type: ignore[union-attr]  # read by Simulation

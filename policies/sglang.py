@@ -25,14 +25,15 @@ from .sglang_lookahead import SGLangLookahead
 from .sglang_overlap import OverlapLag
 from .sglang_prefill import PrefillAdder, reject_reason
 from .sglang_radix import RadixDriving, evict_for
+from .sglang_spec import SpecDriving
 
 
-class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead):
+class SGLangScheduler(SpecDriving, DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SGLangLookahead):
     """SGLang's Scheduler, its event loop's scheduling half. The fast-forward hooks are
     SGLangLookahead's (policies/sglang_lookahead.py); the radix cache's driving is RadixDriving's
     (policies/sglang_radix.py); the overlap scheduler's lag, OverlapLag's (policies/sglang_overlap.py);
-    HiCache's host tier, HiCacheDriving's (policies/sglang_hicache.py); the decode memory check
-    and retraction, DecodeMemory's (policies/sglang_decode.py)."""
+    EAGLE spec decoding, SpecDriving's (policies/sglang_spec.py); HiCache's host tier, HiCacheDriving's
+    (policies/sglang_hicache.py); the decode memory check and retraction, DecodeMemory's (sglang_decode.py)."""
 
     def __init__(self, cfg: SGLangConfig):
         self.cfg = cfg
@@ -45,16 +46,21 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
         self.in_lockstep = False  # a DP-attention rank: on_idle comes from its group (on_group_idle)
         self._init_radix()
         self._init_overlap()
+        self._init_spec()
 
     def _decoding(self, s: SchedulerState) -> list:
-        """The running decodes outside the cohort (the chunked request is running but not decoding)."""
-        return [r for r in s.running if r is not self.chunked_req]
+        """The running decodes outside the cohort (the chunked request is running but not decoding),
+        and the spec riders (policies/sglang_spec.py, split_riders)."""
+        running = [r for r in s.running if r is not self.chunked_req]
+        return sorted(running + self._riders, key=_seq) if self._riders else running
 
     def _with_decodes(self, s: SchedulerState, plan: Plan, decoding: list) -> Plan:
         """Every decode, one token each, when all of them get their KV page (check_decode_mem), else
         none: a mixed step neither retracts nor splits the decodes (_get_new_batch_prefill_raw)."""
         if not self._decode_fits(s, decoding):
             return plan
+        if self.spec is not None:  # eagle_prepare_for_decode: a verify (mixed: one token) each
+            return self.spec_decodes(s, plan, decoding)
         evict_for(s.pool, (len(decoding) + s.num_in_cohort) * self.cfg.page_size)  # prepare_for_decode
         had = s.num_in_cohort
         plan.cohort = s.cohort_rides(_one, 1 << 62, decoding)
@@ -71,7 +77,7 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
 
     def schedule(self, s: SchedulerState) -> Plan:
         if self.overlapped:  # event_loop_overlap: see policies/sglang_overlap.py
-            finishing = self._lag_begin(s)
+            finishing = self.split_riders(self._lag_begin(s))  # spec: some ride one more verify
             return self._lag_end(s, self._schedule(s, finishing))
         if self._cache is not None:
             self._settle(s)
@@ -195,8 +201,9 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
             return plan
         if not fits:
             s.dissolve_cohort()
-            decoding = self._decoding(s)
-            self._retract(s, decoding, plan)
+            decoding = [r for r in self._decoding(s) if r.finish_s is None]
+            self._retract(s, decoding, plan, self._riders)
+            decoding = sorted(decoding + self._riders, key=_seq) if self._riders else decoding
         else:
             self.new_token_ratio = max(self.new_token_ratio - self.ratio_decay, self.min_ratio)
         return self._with_decodes(s, plan, decoding)
@@ -212,7 +219,8 @@ class SGLangScheduler(DecodeMemory, HiCacheDriving, OverlapLag, RadixDriving, SG
         """Extends and decodes are told apart by where the plan put them, not by request state: a
         retracted request's last re-prefill chunk can be a single token."""
         extends, decodes = plan.items[: self._extends], plan.items[self._extends :]
-        assert all(n == 1 and r.remaining_tokens == 1 for r, n in decodes), "a decode of more than one token"
+        width = self.spec.num_draft_tokens if self.spec is not None and not extends else 1
+        assert all(n == width and (r.remaining_tokens == 1 or r.finish_s) for r, n in decodes), "a decode's width"
         chunk = self.cfg.chunk
         if chunk is not None and extends:
             assert sum(n for _, n in extends) <= max(self.cfg.max_prefill_tokens, chunk) + max(n for _, n in extends)

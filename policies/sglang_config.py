@@ -39,6 +39,12 @@ class SGLangConfig:
     hicache_write_policy: str = "write_through"
     hicache_io_backend: str = "kernel"
     mamba_radix_cache_strategy: str = "auto"  # hybrid models only (policies/sglang_mamba.py)
+    speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN (policies/sglang_spec.py); None: off
+    speculative_num_steps: int | None = None  # None: _auto_choose_speculative_params
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    spec_acceptance: float | None = None  # chunksim's own: per-draft acceptance α (None: vllm_spec's default)
+    spec_seed: int = 0  # chunksim's own: the acceptance draws' seed
 
     def __post_init__(self):
         require(self.max_prefill_tokens > 0, "max_prefill_tokens", self.max_prefill_tokens, "must be positive")
@@ -63,6 +69,16 @@ class SGLangConfig:
             "must be in (0, 1)",
         )
         check_hicache_fields(self)
+        from .sglang_spec import resolve_spec
+
+        resolve_spec(
+            self.speculative_algorithm,
+            self.speculative_num_steps,
+            self.speculative_eagle_topk,
+            self.speculative_num_draft_tokens,
+            self.spec_acceptance,
+            self.spec_seed,
+        )
 
     @property
     def ratios(self) -> tuple[float, float, float]:

@@ -9,6 +9,8 @@ reset from what the survivors have decoded.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Plan, SchedulerState
 from .sglang_config import RETRACT_DECODE_STEPS
 from .sglang_radix import evict_for
@@ -19,6 +21,8 @@ class DecodeMemory:
 
     new_token_ratio: float
     batch_is_full: bool
+    spec: Any  # SpecDriving's (policies/sglang_spec.py)
+    spec_decode_need: Any
 
     def _decode_fits(self, s, decoding) -> bool:
         """ScheduleBatch.check_decode_mem: evict for the decodes' new pages, then whether they are free."""
@@ -29,19 +33,24 @@ class DecodeMemory:
     def _decode_need(self, s, decoding) -> int:
         """Tokens of the new KV pages the decodes need this step (a whole page each)."""
         pool, c = s.pool, s.cohort
+        if self.spec is not None:  # _new_tokens_required_next_decode_spec_v2 (policies/sglang_spec.py)
+            return self.spec_decode_need(pool, decoding)
         bs = pool.block_size
         n = sum(1 for r in decoding if r.num_computed_tokens + 1 > (r.num_blocks + pool.shared(r)) * bs)
         if s.num_in_cohort:
             n += c.new_blocks(c.tick, 1)
         return n * bs
 
-    def _retract(self, s: SchedulerState, decoding: list, plan: Plan) -> None:
+    def _retract(self, s: SchedulerState, decoding: list, plan: Plan, riders: list = ()) -> None:  # type: ignore[assignment]
         """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
         next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
         rest stay in that order (their queue stamps permuted), so their finishes reach the radix
-        tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1)."""
+        tree in SGLang's batch order. The new-token ratio becomes (outputs + SGLANG_RETRACT_DECODE_STEPS a request) / (Σ max_new + 1).
+        `riders` (overlap + spec: finished in flight by accepted drafts) count in every check but are
+        never victims here (SGLang could retract one; not modelled)."""
+        riders = list(riders)
         order, retracted = retraction_order(decoding), False
-        for victim in victims(order, lambda rest: self._decode_fits(s, rest)):
+        for victim in victims(order, lambda rest: self._decode_fits(s, rest + riders)):
             retracted = True
             s.running.remove(victim)
             decoding.remove(victim)
@@ -53,10 +62,11 @@ class DecodeMemory:
                 r.seq = seq
             s.running.sort(key=_seq)
             decoding.sort(key=_seq)
-        self._decode_fits(s, order)
-        total_new = sum(r.output_len for r in decoding) + 1
+        self._decode_fits(s, order + riders)
+        batch = decoding + riders
+        total_new = sum(r.output_len for r in batch) + 1
         self.new_token_ratio = min(
-            1.0, (sum(r.num_output_tokens for r in decoding) + RETRACT_DECODE_STEPS * len(decoding)) / total_new
+            1.0, (sum(r.num_output_tokens for r in batch) + RETRACT_DECODE_STEPS * len(batch)) / total_new
         )
         self.batch_is_full = False
 

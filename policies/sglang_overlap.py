@@ -52,6 +52,8 @@ class OverlapLag:
 
     def _init_overlap(self) -> None:
         self._sampling: list = []  # the last plan's requests that sample at its end (their token is in flight)
+        self._out_at: list = []  # their outputs when it was planned (a verify emits 1 + accepted drafts)
+        self._lagged: list = []  # the tokens each of them has in flight (taken off for schedule())
         self._full_reset_due = False  # requests finishing in flight were seen: batch_is_full resets next schedule
         self._stashed: Any = None  # the chunked request whose chunk was stashed this schedule
 
@@ -70,8 +72,12 @@ class OverlapLag:
             self.batch_is_full = False
         finishing = list(s.finished)
         self._full_reset_due = bool(finishing)
-        for r in self._sampling:
-            r.num_output_tokens -= 1
+        if getattr(self, "spec", None) is not None:  # a verify's 1 + accepted drafts (0: a dropped verify)
+            self._lagged = [r.num_output_tokens - o for r, o in zip(self._sampling, self._out_at)]
+        else:  # one token each (fast-forward runs apply several steps: still one in flight)
+            self._lagged = [1] * len(self._sampling)
+        for r, k in zip(self._sampling, self._lagged):
+            r.num_output_tokens -= k
         self._stashed = None
         if self._cache is not None:  # get_next_batch_to_run: stash_chunked_request
             self._pool, self._decoded = s.pool, 0
@@ -85,14 +91,15 @@ class OverlapLag:
         """Batch n+1 is formed: the outputs count again, but a retracted request's token in flight
         is dropped; then batch n's result is processed (pop_and_process)."""
         preempted = {id(r) for r in plan.preempted}
-        for r in self._sampling:
+        for r, k in zip(self._sampling, self._lagged):
             if id(r) not in preempted:
-                r.num_output_tokens += 1
+                r.num_output_tokens += k
             elif not r.num_output_tokens:  # its first token never reached the client
                 r.first_token_s = None
         plan.released = self._process_last(s, preempted)
         self._remember(plan)
         self._sampling = [r for r, n in plan.items if r.num_computed_tokens + n >= r.num_tokens]
+        self._out_at = [r.num_output_tokens for r in self._sampling]
         return plan
 
     def _process_last(self, s, skip: set) -> int:

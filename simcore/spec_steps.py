@@ -9,6 +9,12 @@ after the next schedule() (``settle``), as vLLM's batch queue does.
 from __future__ import annotations
 
 
+def rides(policy, s) -> bool:
+    """SGLang overlap + spec: a held finished request rides one more verify (its result dropped), so
+    a replica with nothing outstanding still runs that step (policies/sglang_spec.py)."""
+    return bool(s.finished) and getattr(policy, "rides_finished", None) is not None and policy.rides_finished(s)
+
+
 def emitted(policy, req, drafts: int) -> int:
     """Sync: the tokens `req` samples at a verify step, its counters rolled back past them."""
     n = 1

@@ -86,7 +86,7 @@ class SteppingReplica:
     def run(self):
         env, s = self.env, self.state
         while True:
-            if not self._outstanding:  # idle: held finished requests leave; wait for a request
+            if not self._outstanding and not spec_steps.rides(self.policy, s):  # idle: finished leave; wait
                 if s.finished and self.open_loop:  # an arrival stamped now still finds them held
                     yield env.at(env.now, LATE)
                 if not self._outstanding:

@@ -100,9 +100,9 @@ def test_async_drafts_lag_one_step_and_cost_a_wasted_step_only_at_the_end():
         assert [r.finish_s for r in a_sim.requests] == [r.finish_s for r in s_sim.requests]
 
 
-def test_sglang_speculative_decoding_is_refused():
-    with pytest.raises(InputError, match="not modelled yet"):
-        parse_engine_cmd("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE")
+def test_sglang_speculative_algorithms_not_modelled_are_refused():
+    with pytest.raises(InputError, match="not modelled"):
+        parse_engine_cmd("python -m sglang.launch_server --model-path m --speculative-algorithm NGRAM")
 
 
 def test_cli_refuses_an_unmodelled_method_with_exit_2(capsys):
