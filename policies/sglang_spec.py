@@ -188,19 +188,10 @@ class EagleRadixCache(RadixCache):
     def _release_end(self, req) -> int:
         return self.owned(req) if self.owned is not None else req.num_computed_tokens
 
-    def match(self, req) -> int:
+    def _match_limit(self, req) -> int:
         """RadixCache.match_prefix of the request's tokens but the last, as bigrams: N − 2 positions
         at most (RadixCache.match: N − 1)."""
-        n = min(self._named(req, req.num_tokens), max(0, req.num_tokens - 2) // self.block_tokens)
-        key = self._key(req, n) if n > 0 else ()
-        n = self._match_end = self._cap(req, key, n)
-        node = self._walk(key, n, self._tick()) if n > 0 else self.root
-        self._lock(node)
-        req.cache_path = node
-        hit = node.end * self.block_tokens
-        self._count_lookup(req, hit)
-        req.num_cached_tokens = hit
-        return hit
+        return max(0, req.num_tokens - 2) // self.block_tokens
 
 
 class SpecDriving:

@@ -182,7 +182,7 @@ class RadixCache(HitCount):
         """init_next_round_input → match_kv_cache: the longest cached prefix of the request's
         tokens less the last (_compute_max_prefix_len), refreshed for LRU, and pinned (the adder
         checks it under _lock_node and locks it on admission; ``unmatch`` undoes the pin only)."""
-        n = min(self._named(req, req.num_tokens), (req.num_tokens - 1) // self.block_tokens)
+        n = min(self._named(req, req.num_tokens), self._match_limit(req))
         key = self._key(req, n) if n > 0 else ()
         n = self._match_end = self._cap(req, key, n)
         node = self._walk(key, n, self._tick()) if n > 0 else self.root
@@ -192,6 +192,10 @@ class RadixCache(HitCount):
         self._count_lookup(req, hit)
         req.num_cached_tokens = hit
         return hit
+
+    def _match_limit(self, req) -> int:
+        """The most blocks a lookup may match: the request's tokens less the last (_compute_max_prefix_len)."""
+        return (req.num_tokens - 1) // self.block_tokens
 
     def _cap(self, req, key: tuple, n: int) -> int:
         """Where a lookup of key[:n] may end (a hybrid model's cache stops at a held state:
