@@ -97,11 +97,13 @@ class Simulation:
                 )
                 pool.cache = getattr(pol, "new_prefix_cache", PrefixCache)(tokens, pool.block_size)
         ff = switches(fast_forward)
+        self.forced_reference = False
         if (
             any(getattr(pol, "needs_stepping", False) or getattr(cm, "needs_stepping", False) for pol, _, cm in engines)
             or getattr(router, "needs_stepping", False)
             or lockstep is not None
         ):
+            self.forced_reference = bool(ff)  # asked for fast paths, given the reference: callers say so
             ff = None  # what the fast paths do not know (speculative decoding, DP ranks, a decode skew): the reference loop
         if ff is None:  # the reference: simcore/stepping.py alone
             # SteppingReplica (the reference) or Replica (the fast paths): the two share no base class

@@ -314,6 +314,12 @@ def run_simulation(args) -> dict:
         router=router,
         record_iterations=bool(args.trace or args.plots or args.save_result),
     )
+    if sim.forced_reference and not quiet:
+        print(
+            "note: this run steps every iteration (simcore/stepping.py): speculative decoding, DP ranks, "
+            "a decode skew or a PD server have no fast path; expect it to run slower than fast-forward",
+            file=sys.stderr,
+        )
     with _bar(len(workload), quiet) as bar:
         sim.bar = bar
         res = sim.run(goodput=goodput)
