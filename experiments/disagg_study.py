@@ -31,7 +31,6 @@ import pandas as pd
 
 from costmodel.errors import require
 
-DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 ENGINES = ("vllm", "sglang")
 BUDGET_FLAG = {"vllm": "max_num_batched_tokens", "sglang": "chunked_prefill_size"}
 ITL_PER_REQUEST = ("mean", "max")
@@ -147,12 +146,10 @@ def candidates(spec: StudySpec) -> list[Candidate]:
 def _run(spec: StudySpec, c: Candidate, rate: float):
     """One simulation of the unit at ``rate`` req/s: its requests frame and summary."""
     from costmodel import load_hardware, load_model
-    from simcore.disagg import DisaggSimulation
-    from simcore.disagg_sglang import SGLangDisaggSimulation
     from simcore.kv_transfer import LinkConfig
     from simcore.simulation import Simulation
 
-    from .engines import build_engine
+    from .engines import PD_CONNECTOR, build_engine, pd_simulation
     from .sweep import build_workload
 
     model, hw = load_model(spec.model), load_hardware(spec.hardware)
@@ -165,7 +162,7 @@ def _run(spec: StudySpec, c: Candidate, rate: float):
 
     def pool(n: int, tp: int, flags: dict, mode: str):
         out, max_len = [], 0
-        pd = {"kv_transfer_config": DEFAULT_CONNECTOR} if spec.engine == "vllm" else {"disaggregation_mode": mode}
+        pd = {"kv_transfer_config": PD_CONNECTOR} if spec.engine == "vllm" else {"disaggregation_mode": mode}
         for _ in range(n):
             sched, blocks, cm, max_len = build_engine(spec.engine, model, hw, tp, {**pd, **flags})
             out.append((sched, blocks, cm))
@@ -173,8 +170,7 @@ def _run(spec: StudySpec, c: Candidate, rate: float):
 
     prefill, max_len = pool(c.prefill, c.prefill_tp, spec.prefill_flags, "prefill")
     decode, _ = pool(c.decode, c.decode_tp, spec.decode_flags, "decode")
-    sim = SGLangDisaggSimulation if spec.engine == "sglang" else DisaggSimulation
-    res = sim(prefill, decode, wl, LinkConfig(**spec.link), max_model_len=max_len).run()
+    res = pd_simulation(spec.engine)(prefill, decode, wl, LinkConfig(**spec.link), max_model_len=max_len).run()
     return res.requests, res.summary
 
 

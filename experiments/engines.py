@@ -151,6 +151,19 @@ def with_precision(model: ModelSpec, quantization=None, kv_cache_dtype=None, dty
     return replace(model, weights=p.weights, kv_b=0.0 if p.kv == "bf16" else KV_FORMATS[p.kv])
 
 
+PD_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
+"""vLLM's KV connector when a PD split gives none (the proxy's pairs run NixlConnector, both roles)."""
+
+
+def pd_simulation(policy: str):
+    """The PD simulation of an engine's pools: vLLM's proxy (simcore/disagg.py) or SGLang's PD
+    router over its prefill and decode servers (simcore/disagg_sglang.py)."""
+    from simcore.disagg import DisaggSimulation
+    from simcore.disagg_sglang import SGLangDisaggSimulation
+
+    return SGLangDisaggSimulation if policy == "sglang" else DisaggSimulation
+
+
 MAX_REPLICAS = 4096
 """The most replicas one simulation builds: each is its own scheduler, block pool and memos, built
 before the first arrival, so a mistyped count (10**6) would take tens of GB before any error."""

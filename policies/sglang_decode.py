@@ -9,6 +9,7 @@ reset from what the survivors have decoded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .base import Plan, SchedulerState
@@ -41,7 +42,7 @@ class DecodeMemory:
             n += c.new_blocks(c.tick, 1)
         return n * bs
 
-    def _retract(self, s: SchedulerState, decoding: list, plan: Plan, riders: list = ()) -> None:  # type: ignore[assignment]
+    def _retract(self, s: SchedulerState, decoding: list, plan: Plan, riders: Sequence = ()) -> None:
         """ScheduleBatch.retract_decode: fewest outputs, then longest prompt, first, until the rest's
         next decode fits (check_decode_mem), keeping at least one; to the back of the queue. The
         rest stay in that order (their queue stamps permuted), so their finishes reach the radix

@@ -63,16 +63,12 @@ def auto_params(model_name: str) -> tuple[int, int, int]:
 
 def sglang_spec_defaults(flags: dict, model_name: str) -> dict:
     """The server args _handle_eagle_family resolves: max_running_requests 48 when not given, the
-    auto parameters when --speculative-num-steps is not given (by the model's architecture)."""
+    auto parameters when none of the three is given (by the model's architecture; a partial set is
+    refused by resolve_spec, which SGLangConfig runs)."""
     out = dict(flags)
     out.setdefault("max_running_requests", SPEC_MAX_RUNNING)
-    if out.get("speculative_num_steps") is None:
-        require(
-            out.get("speculative_eagle_topk") is None and out.get("speculative_num_draft_tokens") is None,
-            "speculative_num_steps",
-            None,
-            "SGLang asserts topk and num_draft_tokens are unset when num_steps is (auto parameters)",
-        )
+    keys = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if all(out.get(k) is None for k in keys):
         steps, topk, draft = auto_params(model_name)
         out.update(speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=draft)
     return out

@@ -9,15 +9,13 @@ import sys
 
 from costmodel import load_hardware, load_model
 from costmodel.errors import require
-from simcore.disagg import DECODE_ROUTERS, DisaggSimulation
-from simcore.disagg_sglang import SGLangDisaggSimulation
+from simcore.disagg import DECODE_ROUTERS
 from simcore.kv_transfer import LATENCY_S, RDMA_BYTES_PER_S, LinkConfig
 
 from .. import experiment_file
-from ..engines import build_engine
+from ..engines import PD_CONNECTOR, build_engine, pd_simulation
 from ..report import table
 
-DEFAULT_CONNECTOR = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 NOT_WITH_PD = ("replicas", "router", "uncertainty", "trace", "plots", "report", "save_result", "out")
 
 PD_POLICIES = ("vllm", "sglang")
@@ -137,10 +135,9 @@ def run_pd(args) -> dict:
     engine_d = dict(cfg_d["engine"]) if cfg_d else dict(engine)
     if policy == "vllm":
         if not engine.get("kv_transfer_config") or not engine_d.get("kv_transfer_config"):
-            notes.append(f"note: --kv-transfer-config {DEFAULT_CONNECTOR} (the PD split implies a connector)")
+            notes.append(f"note: --kv-transfer-config {PD_CONNECTOR} (the PD split implies a connector)")
         for e in (engine, engine_d):
-            e.setdefault("kv_transfer_config", DEFAULT_CONNECTOR)
-            e["kv_transfer_config"] = e["kv_transfer_config"] or DEFAULT_CONNECTOR
+            e["kv_transfer_config"] = e.get("kv_transfer_config") or PD_CONNECTOR
     else:
         _sglang_modes(engine, engine_d, bool(cfg_d))
     _same_kv(policy, engine, engine_d)
@@ -171,7 +168,7 @@ def run_pd(args) -> dict:
     for n in notes:
         if not quiet or not n.startswith("note"):
             print(n, file=sys.stderr)
-    sim = (SGLangDisaggSimulation if policy == "sglang" else DisaggSimulation)(
+    sim = pd_simulation(policy)(
         prefill,
         decode,
         workload,
