@@ -56,4 +56,8 @@ def test_unit_cost_runs_fast_forward_on_the_unit_clock(policy, reqs):
         assert np.array_equal(a, b), col
         assert np.array_equal(a, np.round(a)), col
     assert (fast["num_output_tokens"] == [o for _, _, o in reqs]).all()
-    assert set(calls) - {"with_host_overlap", "step_time"}, calls
+    # a run that is one step of several one-token requests has nothing to fast-forward: it is
+    # priced by step_time alone (Hypothesis draws it, e.g. [(0, 1, 1), (0, 1, 1)])
+    one_batch = len(reqs) > 1 and step["finish_s"].max() - reqs[0][0] <= 1
+    if not one_batch:
+        assert set(calls) - {"with_host_overlap", "step_time"}, calls
